@@ -1,0 +1,28 @@
+# PairFlow: paired evaluation of video-generation models.
+# Stages, in order: build the embedded model → generate each panel (Parsl fan-out) →
+# score each panel → paired statistics per panel and for the study → archive evidence.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/stats.smk"
+include: "workflow/rules/archive.smk"
+
+
+rule all:
+    input:
+        ARCHIVE_DONE,
+        STUDY_TABLE,
+        expand(PANEL_STATS, panel=PANELS),
+    default_target: True

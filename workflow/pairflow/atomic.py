@@ -1,0 +1,83 @@
+"""Atomic file and directory writes: temp name in the same directory, fsync, rename.
+
+No half-written file is ever visible under a final name: a crash or a kill leaves at
+most a ``.tmp-*`` sibling, which readers ignore and the next write replaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+TMP_PREFIX = ".tmp-"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; on success fsync it and rename over ``final``.
+
+    On any exception the temporary file is removed and ``final`` is untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
+                                dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes(final: Path, data: bytes) -> None:
+    """Atomically write ``data`` to ``final``."""
+    with atomic_path(final) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(final: Path, text: str) -> None:
+    """Atomically write UTF-8 ``text`` to ``final``."""
+    write_bytes(final, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def replace_dir(final: Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside ``final``; on success swap it in.
+
+    The old directory (if any) is removed only after the new one is complete.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + final.name + ".", dir=final.parent))
+    old = final.with_name(TMP_PREFIX + final.name + ".old")
+    try:
+        yield tmp
+        for root, _dirs, files in os.walk(tmp):
+            for f in files:
+                with open(os.path.join(root, f), "rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

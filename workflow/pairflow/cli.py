@@ -1,0 +1,52 @@
+"""``pairflow`` command line: verify trees, build the tiny model, run one step by hand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .errors import PairFlowError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pairflow", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("verify", help="re-hash a results tree or archive; non-zero on any problem")
+    v.add_argument("path", type=Path)
+    b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline")
+    b.add_argument("out", type=Path)
+    c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
+    c.add_argument("config", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        if args.cmd == "verify":
+            from .archive import verify_tree
+
+            problems = verify_tree(args.path)
+            for p in problems:
+                print(p)
+            print(f"verify {args.path}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+            return 1 if problems else 0
+        if args.cmd == "build-tiny-model":
+            from .tinymodel import build_tiny_model
+
+            build_tiny_model(args.out)
+            return 0
+        if args.cmd == "check-config":
+            from .config import load_study
+
+            s = load_study(args.config)
+            n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
+            print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
+            return 0
+    except PairFlowError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

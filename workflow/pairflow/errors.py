@@ -1,0 +1,86 @@
+"""Every error PairFlow raises on purpose. Each message names the value, where it came
+from and the fix.
+
+    PairFlowError
+    ├── ConfigError            the study config or a prompt sheet is wrong
+    ├── FrameError             frames handed to the encoder are unusable (dtype, range, NaN, shape)
+    ├── EncodeError            the ffmpeg encode failed or its output did not verify
+    ├── VideoReadError         a video on disk is unfit for scoring
+    │   ├── MissingVideoError      zero bytes, absent, or no video stream
+    │   ├── TruncatedVideoError    decodes to fewer frames than recorded, or fails mid-stream
+    │   ├── HDRVideoError          PQ/HLG transfer or BT.2020 primaries/matrix
+    │   ├── BitDepthError          more than 8 bits per sample
+    │   ├── PixelFormatError       a pixel format other than the recipe's
+    │   ├── FrameRateError         variable or unexpected frame rate
+    │   └── GeometryError          size or frame count differs from the record
+    ├── IntegrityError         a digest does not match (record, video, archive)
+    ├── PairingError           a pair lacks a partner or its arms are not comparable
+    ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
+    └── LockError              another run holds the results directory
+"""
+
+from __future__ import annotations
+
+
+class PairFlowError(Exception):
+    """Base of every deliberate PairFlow error."""
+
+
+class ConfigError(PairFlowError):
+    """The study config or a prompt sheet is invalid."""
+
+
+class FrameError(PairFlowError):
+    """Frames given to the encoder are unusable."""
+
+
+class EncodeError(PairFlowError):
+    """ffmpeg failed, or its output failed verification."""
+
+
+class VideoReadError(PairFlowError):
+    """A video on disk cannot be scored as it is."""
+
+
+class MissingVideoError(VideoReadError):
+    """The file is absent, empty, or has no video stream."""
+
+
+class TruncatedVideoError(VideoReadError):
+    """The file ends early or fails to decode."""
+
+
+class HDRVideoError(VideoReadError):
+    """The file is HDR (PQ or HLG transfer) or wide gamut (BT.2020)."""
+
+
+class BitDepthError(VideoReadError):
+    """The file stores more than 8 bits per sample."""
+
+
+class PixelFormatError(VideoReadError):
+    """The file's pixel format is not the recipe's."""
+
+
+class FrameRateError(VideoReadError):
+    """The frame rate is variable or not the recorded one."""
+
+
+class GeometryError(VideoReadError):
+    """Size or frame count differs from the record."""
+
+
+class IntegrityError(PairFlowError):
+    """A digest does not match what was recorded."""
+
+
+class PairingError(PairFlowError):
+    """Records cannot be paired or compared."""
+
+
+class ArchiveError(PairFlowError):
+    """Promotion to work storage was refused."""
+
+
+class LockError(PairFlowError):
+    """Another run holds the results directory."""

@@ -1,0 +1,238 @@
+"""A panel's work: enumerate its candidates, skip the complete ones, fan out the rest.
+
+Layout under ``scratch/panels/<panel>/``::
+
+    videos/<arm>/<prompt_id>-s<seed>.mp4      pixels (stay on scratch)
+    records/<arm>/<prompt_id>-s<seed>.json    one generation record per candidate
+    scores/<arm>/<prompt_id>-s<seed>.json     one score record per candidate
+    generation.json, scores.json              panel manifests (root digests)
+
+A candidate is complete when its record verifies (self-digest), names the same
+candidate id and encoder recipe, and its video's bytes match the recorded digest. Only
+incomplete candidates run, so a rerun after a kill or a deleted video redoes exactly
+those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import ArmSpec, PanelSpec, Prompt, StudySpec
+from .errors import IntegrityError, PairFlowError
+from .identity import CandidateKey, digest_obj
+from .records import build_manifest, check_video, read_record, write_manifest, write_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: CandidateKey
+    prompt: Prompt
+    arm: ArmSpec
+
+    @property
+    def stem(self) -> str:
+        return f"{self.key.prompt_id}-s{self.key.seed}"
+
+
+def panel_dir(study: StudySpec, panel: str) -> Path:
+    return study.scratch / "panels" / panel
+
+
+def video_path(study: StudySpec, c: Candidate) -> Path:
+    return panel_dir(study, c.key.panel) / "videos" / c.arm.name / f"{c.stem}.mp4"
+
+
+def record_path(study: StudySpec, c: Candidate) -> Path:
+    return panel_dir(study, c.key.panel) / "records" / c.arm.name / f"{c.stem}.json"
+
+
+def score_path(study: StudySpec, c: Candidate) -> Path:
+    return panel_dir(study, c.key.panel) / "scores" / c.arm.name / f"{c.stem}.json"
+
+
+def candidates(study: StudySpec, panel: PanelSpec) -> list[Candidate]:
+    """Every (prompt, seed, arm) of a panel, in a fixed order."""
+    model_digest = digest_obj(study.model.identity())
+    return [Candidate(CandidateKey(study.study, panel.name, p.prompt_id, p.digest, seed, arm.name,
+                                   arm.digest, model_digest), p, arm)
+            for p in panel.prompts for seed in panel.seeds for arm in study.arms]
+
+
+def provenance(study: StudySpec) -> dict[str, Any]:
+    """Fields shared by every record of a run (computed once in the driver)."""
+    from .envinfo import code_version, environment
+    from .generate import model_digests
+    from .video import encoder_fingerprint, recipe_digest
+
+    return {
+        "code": code_version(str(study.root)),
+        "environment": environment(),
+        "model": {**study.model.identity(), "path": str(study.model.path),
+                  "weights": model_digests(study.model)},
+        "encoder": {"recipe": study.encoder.recipe(study.generation.fps),
+                    "recipe_digest": recipe_digest(study.encoder, study.generation.fps),
+                    "fingerprint": encoder_fingerprint(study.encoder)},
+        "config_digest": study.subtree_digest("study", "model", "arms", "generation", "encoder"),
+    }
+
+
+def is_complete(study: StudySpec, c: Candidate, recipe_digest: str) -> bool:
+    """True when the candidate's record and video verify and match its identity and recipe."""
+    path = record_path(study, c)
+    if not path.exists():
+        return False
+    try:
+        record = read_record(path)
+        check_video(record, path)
+    except PairFlowError as e:
+        log.warning("will regenerate: %s", e)
+        return False
+    return (record["candidate"]["candidate_id"] == c.key.candidate_id
+            and record["encoder"]["recipe_digest"] == recipe_digest)
+
+
+def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
+    from . import generate as g
+    from .fleet import worker_identity
+    from .video import encode, prepare_frames
+
+    study: StudySpec = payload["study"]
+    c: Candidate = payload["candidate"]
+    loaded = time.perf_counter()
+    pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
+    load_s = time.perf_counter() - loaded
+    result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation,
+                        g.max_text_tokens(study.model))
+    frames, stats = prepare_frames(result.frames, study.encoder)
+    started = time.perf_counter()
+    info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    encode_s = time.perf_counter() - started
+    record = {
+        "kind": "generation",
+        "candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id,
+                      "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
+        "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
+        "generation": study.generation.__dict__,
+        "video": info.asdict(),
+        "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
+        "timing": {"pass": "bulk", "generate_s": result.seconds, "encode_s": encode_s,
+                   "load_s": load_s, "peak_rss_mb": result.peak_rss_mb},
+        "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
+                   "model_loads": dict(g.LOAD_COUNTS)},
+        **payload["provenance"],
+    }
+    write_record(record_path(study, c), record)
+    return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
+
+
+def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
+    """Generate every incomplete candidate of a panel, then write its generation manifest."""
+    from .fleet import granted_accelerators, make_config, run_tasks
+    from .video import recipe_digest
+
+    import os
+
+    panel = study.panel(panel_name)
+    todo_all = candidates(study, panel)
+    rdigest = recipe_digest(study.encoder, study.generation.fps)
+    todo = [c for c in todo_all if not is_complete(study, c, rdigest)]
+    log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
+             len(todo_all) - len(todo), len(todo))
+    prov = provenance(study)
+    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries,
+                         granted_accelerators(dict(os.environ)))
+    results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
+                        config, f"generate {panel_name}")
+    files = [record_path(study, c) for c in todo_all]
+    for c in todo_all:  # every record must verify before the manifest binds it
+        check_video(read_record(record_path(study, c)), record_path(study, c))
+    manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
+                              {"study": study.study, "panel": panel_name, "ran": len(todo),
+                               "reused": len(todo_all) - len(todo)})
+    write_manifest(manifest_out, manifest)
+    return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
+
+
+def score_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task: score one candidate's video (and against its control for FR metrics)."""
+    from .fleet import worker_identity
+    from .scoring import metric_spec, score
+    from .video import read_video
+
+    study: StudySpec = payload["study"]
+    rec, ctrl = payload["record"], payload["control"]
+    g = study.generation
+
+    def decode(r: dict[str, Any]) -> Any:
+        return read_video(Path(r["video"]["path"]), study.encoder, frames=r["video"]["frames"],
+                          height=r["video"]["height"], width=r["video"]["width"], fps=g.fps)
+
+    started = time.perf_counter()
+    frames = decode(rec)
+    ref = decode(ctrl) if rec["arm"]["name"] != "control" else None
+    scores: dict[str, Any] = {}
+    for name in study.scorers:
+        spec = metric_spec(name)
+        if spec.kind == "FR" and ref is None:
+            continue  # the control is its own reference: no fidelity score
+        scores[name] = {"value": score(name, frames, ref), "spec": spec.asdict()}
+    record = {
+        "kind": "score",
+        "candidate": rec["candidate"],
+        "arm": rec["arm"],
+        "video_digest": rec["video"]["digest"],
+        "control_video_digest": ctrl["video"]["digest"],
+        "generation_record_digest": rec["record_digest"],
+        "compared_frames": "decoded encoded video (uint8 RGB, BT.709 limited range)",
+        "scores": scores,
+        "scorer": {"device": "cpu", "precision": "float32", "workers": study.fleet.cpu_workers},
+        "timing": {"score_s": time.perf_counter() - started},
+        "worker": worker_identity(),
+    }
+    write_record(Path(payload["out"]), record)
+    return {"candidate_id": rec["candidate"]["candidate_id"]}
+
+
+def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
+    """Score every candidate whose score record is missing or stale, then write the manifest."""
+    from .fleet import make_config, run_tasks
+
+    panel = study.panel(panel_name)
+    todo_all = candidates(study, panel)
+    records = {}
+    for c in todo_all:
+        path = record_path(study, c)
+        records[c.key.candidate_id] = read_record(path)
+        check_video(records[c.key.candidate_id], path)
+    control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
+    payloads = []
+    for c in todo_all:
+        rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
+        out = score_path(study, c)
+        try:
+            old = read_record(out)
+            if (old["video_digest"] == rec["video"]["digest"]
+                    and old["control_video_digest"] == ctrl["video"]["digest"]
+                    and sorted(old["scores"]) == sorted(n for n in study.scorers
+                                                        if c.arm.is_control is False or n == "temporal_flickering")):
+                continue
+        except (IntegrityError, KeyError):
+            pass
+        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out)})
+    log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
+    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, [])
+    run_tasks(score_task, payloads, config, f"score {panel_name}")
+    files = [score_path(study, c) for c in todo_all]
+    for f in files:
+        read_record(f)
+    manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
+                              {"study": study.study, "panel": panel_name, "ran": len(payloads)})
+    write_manifest(manifest_out, manifest)
+    return {"ran": len(payloads)}

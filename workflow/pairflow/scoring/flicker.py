@@ -1,0 +1,31 @@
+"""VBench temporal_flickering.
+
+Procedure (VBench, ``vbench/temporal_flickering.py``): read every frame of the video,
+take the mean absolute difference of each consecutive pair of uint8 RGB frames, average
+over pairs, and normalise as ``(255 - mean_mae) / 255`` so 1.0 is perfectly still.
+VBench applies it only to videos that pass its RAFT static filter; PairFlow scores
+every video of both arms (no filter), so the paired subset is identical by construction.
+Needs no weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import MetricSpec
+
+SPEC = MetricSpec(name="temporal_flickering", version="1", kind="NR", higher_is_better=True,
+                  range="0, 1", source="VBench temporal_flickering: (255 - mean |f[t+1]-f[t]|) / 255; "
+                  "all frames; no static filter (same set for both arms)")
+
+
+def temporal_flickering(frames: np.ndarray) -> float:
+    """Score uint8 (F, H, W, 3) frames in [0, 1]; higher means less flicker.
+
+    A single-frame video has no pairs and scores 1.0.
+    """
+    if frames.shape[0] < 2:
+        return 1.0
+    x = frames.astype(np.int16)
+    mae = np.abs(x[1:] - x[:-1]).reshape(frames.shape[0] - 1, -1).mean(axis=1)
+    return float((255.0 - mae.mean()) / 255.0)

@@ -1,0 +1,111 @@
+"""The pipeline's steps as typed functions; rule scripts are thin adapters onto these.
+
+Map: build model → generate panel → score panel → panel stats → study stats → archive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_text
+from .config import StudySpec
+from .records import build_manifest, read_record, write_manifest
+
+log = logging.getLogger(__name__)
+
+
+def log_to(path: Path) -> None:
+    """Send this process's log records to ``path`` (for rule scripts: the rule's log)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _panel_records(study: StudySpec, panel: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from .panel import candidates, record_path, score_path
+
+    cs = candidates(study, study.panel(panel))
+    return ([read_record(record_path(study, c)) for c in cs], [read_record(score_path(study, c)) for c in cs])
+
+
+def _settings(study: StudySpec) -> Any:
+    from .stats import StatsSettings
+
+    return StatsSettings(study.stats.resamples, study.stats.level, study.stats.seed, study.stats.missing)
+
+
+def _write_stats(stats: dict[str, Any], out_json: Path, out_md: Path, title: str,
+                 provenance: dict[str, str]) -> None:
+    from .report import markdown
+
+    stats = {**stats, "provenance": provenance}
+    write_text(out_json, json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    write_text(out_md, markdown(stats, title, provenance))
+
+
+def _roots(paths: dict[str, Path]) -> dict[str, str]:
+    return {name: json.loads(Path(p).read_text())["root_digest"] for name, p in paths.items()}
+
+
+def panel_stats(study: StudySpec, panel: str, manifests: dict[str, Path], out_json: Path, out_md: Path) -> None:
+    """Paired statistics for one panel, bound to its manifests' root digests."""
+    from .stats import analyse
+
+    gen, scores = _panel_records(study, panel)
+    stats = analyse(gen, scores, [t.name for t in study.treatments], _settings(study))
+    _write_stats(stats, out_json, out_md, f"{study.study} / panel {panel}", _roots(manifests))
+
+
+def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
+                out_manifest: Path) -> None:
+    """Statistics over every panel (prompts pooled across panels), plus the study manifest
+    binding the panel roots, the statistics and the table."""
+    from .stats import analyse
+
+    gen: list[dict[str, Any]] = []
+    scores: list[dict[str, Any]] = []
+    for p in study.panels:
+        g, s = _panel_records(study, p.name)
+        gen += g
+        scores += s
+    stats = analyse(gen, scores, [t.name for t in study.treatments], _settings(study))
+    roots = _roots(manifests)
+    _write_stats(stats, out_json, out_md, f"{study.study}: study table", roots)
+    base = Path(out_json).parent
+    manifest = build_manifest("study", base, [Path(out_json), Path(out_md)],
+                              {"study": study.study, "panel_roots": roots})
+    write_manifest(out_manifest, manifest)
+
+
+def archive(study: StudySpec, out: Path) -> None:
+    """Promote the compact evidence under scratch to ``work/<study>`` and verify it."""
+    from .archive import promote, verify_tree
+
+    dest = study.work / study.study
+    promote(study.scratch, dest, {"study": study.study})
+    problems = verify_tree(dest)
+    if problems:
+        from .errors import IntegrityError
+
+        raise IntegrityError("archive did not verify:\n" + "\n".join(problems))
+    write_text(out, json.dumps({"archive": str(dest), "root_digest":
+                                json.loads((dest / "archive.json").read_text())["root_digest"]}, indent=1) + "\n")
+
+
+def study_for_rule(config: dict[str, Any], scriptdir: str, log_path: str) -> StudySpec:
+    """What every rule script does first: log to the rule's log and type the config.
+
+    ``scriptdir`` is ``workflow/scripts``; the project root is two levels up.
+    """
+    import copy
+
+    from .config import study_from_raw
+
+    log_to(Path(log_path))
+    return study_from_raw(copy.deepcopy(dict(config)), Path(scriptdir).resolve().parents[1], source="config")

@@ -1,0 +1,105 @@
+"""Build the embedded tiny Wan text-to-video pipeline.
+
+The tiny model uses the same diffusers/transformers classes as Wan2.1-T2V-1.3B
+(WanTransformer3DModel, AutoencoderKLWan, UMT5EncoderModel, a fast tokenizer and the
+flow-matching UniPC scheduler Wan2.1 ships), with explicit small configs and weights
+drawn from a seeded generator. It is written with ``save_pretrained`` and loaded back
+by generation through ``DiffusionPipeline.from_pretrained``, the same path a real
+checkpoint takes, so generation has no branch for it.
+
+The build is byte-reproducible: weights come from one seeded ``torch.Generator``
+visited in parameter-name order, and every file diffusers writes is deterministic.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .atomic import replace_dir
+
+TINY_SEED = 20261129
+"""Seed of the tiny model's weights; part of its identity."""
+
+_TRANSFORMER = dict(
+    patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16,
+    out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32, num_layers=4,
+    cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+)
+_VAE = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+            temperal_downsample=[False, True, True])
+_TEXT = dict(vocab_size=259, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=2,
+             relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1,
+             decoder_start_token_id=0)
+MAX_TEXT_TOKENS = 64
+"""Tokens the tiny text encoder sees per prompt (pass as ``max_sequence_length``)."""
+
+
+def _tokenizer():  # type: ignore[no-untyped-def]
+    # A byte-level BPE with no merges: every prompt, in any script, maps to tokens
+    # offline; no vocabulary file has to be downloaded.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+    vocab.update({ch: i + 3 for i, ch in enumerate(alphabet)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        model_max_length=MAX_TEXT_TOKENS)
+
+
+def _reseed(module, generator) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    with torch.no_grad():
+        for name, param in sorted(module.named_parameters()):
+            std = 0.02 if param.dim() > 1 else 0.0
+            if name.endswith("weight") and param.dim() == 1:
+                param.fill_(1.0)  # norm scales
+            elif std:
+                param.copy_(torch.randn(param.shape, generator=generator) * std)
+            else:
+                param.zero_()
+
+
+def build_tiny_model(out_dir: Path) -> Path:
+    """Build the tiny Wan pipeline and save it to ``out_dir`` (atomically replaced).
+
+    Returns the directory. Raises nothing of its own; diffusers errors propagate.
+    """
+    import torch
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    gen = torch.Generator().manual_seed(TINY_SEED)
+    transformer = WanTransformer3DModel(**_TRANSFORMER)
+    vae = AutoencoderKLWan(**_VAE)
+    text_encoder = UMT5EncoderModel(UMT5Config(**_TEXT))
+    for module in (transformer, vae, text_encoder):
+        _reseed(module, gen)
+    # Larger weights in the denoiser and the VAE decoder, so that sampling really moves
+    # the latents and decoded videos have visible structure (and caches visibly act).
+    with torch.no_grad():
+        for part, std in ((transformer, 0.3), (vae.decoder, 0.3)):
+            for _name, param in sorted(part.named_parameters()):
+                if param.dim() > 1:
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+    # Wan2.1's scheduler: UniPC with flow sigmas (its scheduler_config.json).
+    scheduler = UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0,
+        num_train_timesteps=1000)
+    pipe = WanPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae,
+                       transformer=transformer, scheduler=scheduler)
+    with replace_dir(out_dir) as tmp:
+        pipe.save_pretrained(tmp, safe_serialization=True)
+    return out_dir
+
+
+__all__ = ["build_tiny_model", "MAX_TEXT_TOKENS", "TINY_SEED"]
+_ = shutil

@@ -1,0 +1,373 @@
+"""Video I/O: the one fixed encoder recipe, write guards, read guards, one decode path.
+
+Encoding is part of the evaluation protocol. Frames are checked (dtype, range, NaN,
+layout, size) and refused rather than repaired; each video is encoded by one
+fingerprinted ffmpeg binary with one recipe, written to a temporary name, probed and
+verified, fsynced and renamed. Before a scorer sees a video it is probed again and
+anything HDR, deeper than 8 bits, of another pixel format, variable-rate, truncated or
+of the wrong geometry is refused with its own error. Decoding to uint8 RGB goes through
+one ffmpeg call with an explicit BT.709 limited-range matrix.
+
+ffmpeg is driven through ffmpeg-python (argv lists, no shell); probing uses PyAV.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import subprocess
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import atomic_path
+from .config import EncoderSpec
+from .errors import (BitDepthError, EncodeError, FrameError, FrameRateError, GeometryError,
+                     HDRVideoError, MissingVideoError, PixelFormatError, TruncatedVideoError)
+from .identity import digest_bytes, digest_file, digest_obj
+
+log = logging.getLogger(__name__)
+
+FLOAT_TOLERANCE = 1e-3
+"""Float frames may overshoot [0, 1] by this much (resampling ringing); larger is an error."""
+FLAT_STD = 1.0
+"""A video whose pixel standard deviation is below this (uint8 levels) is flagged near-constant."""
+DARK_MEAN = 16.0
+"""A video whose mean is below this (uint8 levels) is flagged near-black."""
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+_HDR_TRC = {"smpte2084": "PQ (SMPTE ST 2084)", "arib-std-b67": "HLG (ARIB STD-B67)"}
+_BT2020 = ("bt2020", "bt2020nc", "bt2020c")
+
+
+# ---------------------------------------------------------------------------- encoder identity
+
+def ffmpeg_binary(spec: EncoderSpec) -> str:
+    """The configured ffmpeg, or the static build imageio-ffmpeg installs with the project."""
+    if spec.ffmpeg:
+        return spec.ffmpeg
+    import imageio_ffmpeg
+
+    return str(imageio_ffmpeg.get_ffmpeg_exe())
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(binary: str) -> tuple[str, str]:
+    try:
+        out = subprocess.run([binary, "-hide_banner", "-version"], check=True, capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise EncodeError(f"ffmpeg binary {binary!r} cannot run ({e}); set 'encoder/ffmpeg' to a "
+                          "working ffmpeg, or leave it empty to use the one imageio-ffmpeg ships") from e
+    return out.splitlines()[0].strip(), digest_file(Path(binary))
+
+
+def encoder_fingerprint(spec: EncoderSpec) -> dict[str, str]:
+    """{'binary', 'version', 'digest'} of the ffmpeg that writes videos."""
+    binary = ffmpeg_binary(spec)
+    version, digest = _fingerprint(binary)
+    return {"binary": binary, "version": version, "digest": digest}
+
+
+def recipe_digest(spec: EncoderSpec, fps: int) -> str:
+    return digest_obj(spec.recipe(fps))
+
+
+# ---------------------------------------------------------------------------- write guards
+
+@dataclass(frozen=True)
+class FrameStats:
+    """What the write guard observed of a video's frames (uint8 levels)."""
+
+    frames: int
+    height: int
+    width: int
+    mean: float
+    std: float
+    flags: tuple[str, ...]
+
+
+def _to_numpy(frames: Any) -> tuple[np.ndarray, str]:
+    try:
+        import torch
+    except ImportError:  # the guard works on numpy alone
+        torch = None
+    if torch is not None and isinstance(frames, torch.Tensor):
+        dtype = str(frames.dtype).removeprefix("torch.")
+        t = frames.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 exactly
+        return t.numpy(), dtype
+    arr = np.asarray(frames)
+    return arr, str(arr.dtype)
+
+
+def _layout(shape: tuple[int, ...]) -> str:
+    if len(shape) != 4:
+        raise FrameError(f"frames have shape {shape}; expected 4 dimensions, (F, H, W, C) or "
+                         "(F, C, H, W) with C = 3 (pass one video, not a batch)")
+    last, second = shape[3] == 3, shape[1] == 3
+    if last and second:
+        raise FrameError(f"frames have shape {shape}: both (F, H, W, C) and (F, C, H, W) fit; "
+                         "transpose to (F, H, W, 3) yourself so the layout is not guessed")
+    if last:
+        return "FHWC"
+    if second:
+        return "FCHW"
+    raise FrameError(f"frames have shape {shape}; no axis 1 or 3 of size 3 (RGB); "
+                     "expected (F, H, W, 3) or (F, 3, H, W)")
+
+
+def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameStats]:
+    """Check frames and convert them to contiguous uint8 (F, H, W, 3).
+
+    Accepts a numpy array or torch tensor. float16/bfloat16/float32 must lie in
+    [0, 1] (± ``FLOAT_TOLERANCE``) and are scaled by 255, rounded and clipped; uint8
+    passes unchanged. Raises FrameError for any other dtype, NaN/inf (with counts),
+    out-of-range floats (with min, max and the likely cause), an ambiguous layout, an
+    empty video, or odd sizes under 4:2:0. Near-constant and near-black videos are
+    flagged, and refused when ``spec.fail_on_flat``.
+    """
+    arr, dtype = _to_numpy(frames)
+    layout = _layout(tuple(arr.shape))
+    if layout == "FCHW":
+        arr = arr.transpose(0, 2, 3, 1)
+    f, h, w, _ = arr.shape
+    if f == 0 or h == 0 or w == 0:
+        raise FrameError(f"empty video: shape {tuple(arr.shape)}; the generator returned no frames")
+    if dtype in _FLOAT_DTYPES:
+        nan, inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
+        if nan or inf:
+            raise FrameError(f"frames contain {nan} NaN and {inf} inf values of {arr.size}; the "
+                             "model diverged (try float32, or check the scheduler and guidance)")
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
+            cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first" if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
+                     else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
+                     else "values just outside [0, 1]: clamp in the model's post-processing")
+            raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
+                             f"(tolerance {FLOAT_TOLERANCE}); {cause}")
+        out = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+    elif dtype == "uint8":
+        out = arr
+    else:
+        raise FrameError(f"frames have dtype {dtype}; accepted: uint8, or float16/bfloat16/float32 "
+                         "in [0, 1] (convert other integer types to uint8 yourself)")
+    if spec.pix_fmt == "yuv420p" and not spec.lossless and (h % 2 or w % 2):
+        raise FrameError(f"frames are {w}x{h}; 4:2:0 needs even width and height. Generate at an "
+                         "even size (no silent resize is done), or use encoder pix_fmt yuv444p")
+    out = np.ascontiguousarray(out)
+    mean, std = float(out.mean()), float(out.std())
+    flags = tuple(name for name, hit in (("near-constant", std < FLAT_STD), ("near-black", mean < DARK_MEAN)) if hit)
+    if flags and spec.fail_on_flat:
+        raise FrameError(f"video is {' and '.join(flags)} (mean {mean:.2f}, std {std:.3f} in uint8 "
+                         "levels) and 'encoder/fail_on_flat' is true; check the model output")
+    return out, FrameStats(f, h, w, mean, std, flags)
+
+
+# ---------------------------------------------------------------------------- encode
+
+def _output_args(spec: EncoderSpec, fps: int) -> dict[str, Any]:
+    common = {"r": f"{fps}/1", "g": spec.gop, "threads": spec.threads, "preset": spec.preset,
+              "fflags": "+bitexact", "flags:v": "+bitexact", "map_metadata": -1,
+              "movflags": "+faststart", "f": "mp4"}
+    if spec.lossless:
+        # RGB stays RGB: libx264rgb at QP 0 round-trips uint8 frames bit-exactly.
+        return {**common, "vcodec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
+    return {**common, "vcodec": spec.codec, "crf": spec.crf, "pix_fmt": spec.pix_fmt,
+            # setparams tags the frames themselves; ffmpeg 7+ lets frame properties win
+            # over the -color_* options, which alone left primaries/transfer "unknown".
+            "vf": ("scale=out_color_matrix=bt709:out_range=tv,"
+                   "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv"),
+            "colorspace": "bt709", "color_primaries": "bt709", "color_trc": "bt709",
+            "color_range": "tv"}
+
+
+def expected_pix_fmt(spec: EncoderSpec) -> str:
+    """The pixel format a decoder reports for videos written with ``spec``."""
+    return "gbrp" if spec.lossless else spec.pix_fmt
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """An encoded video as written and verified."""
+
+    path: str
+    digest: str
+    bytes: int
+    frames: int
+    height: int
+    width: int
+    fps: str
+    pix_fmt: str
+    raw_digest: str
+
+    def asdict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> VideoInfo:
+    """Encode uint8 (F, H, W, 3) ``frames`` to ``final`` with the fixed recipe.
+
+    Writes to a temporary sibling, probes it (frame count, size, rate, pixel format),
+    fsyncs and renames. ``raw_digest`` is the digest of the uncompressed frames.
+    Raises EncodeError with ffmpeg's stderr, or a VideoReadError if the output does
+    not verify; nothing is left under ``final`` on failure.
+    """
+    import ffmpeg
+
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
+        raise FrameError(f"encode() takes uint8 (F, H, W, 3) from prepare_frames(); got "
+                         f"{frames.dtype} {frames.shape}")
+    f, h, w, _ = frames.shape
+    with atomic_path(Path(final)) as tmp:
+        stream = (ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}",
+                               framerate=f"{fps}/1")
+                  .output(str(tmp), **_output_args(spec, fps))
+                  .global_args("-hide_banner", "-nostdin", "-loglevel", "error")
+                  .overwrite_output())
+        try:
+            stream.run(cmd=ffmpeg_binary(spec), input=frames.tobytes(), capture_stdout=True,
+                       capture_stderr=True)
+        except ffmpeg.Error as e:
+            raise EncodeError(f"ffmpeg failed writing {final}: {e.stderr.decode(errors='replace').strip()}") from e
+        except OSError as e:
+            raise EncodeError(f"cannot write {final}: {e}") from e
+        info = probe(tmp)
+        check_probe(info, tmp, frames=f, height=h, width=w, fps=fps, pix_fmt=expected_pix_fmt(spec))
+        digest = digest_file(tmp)
+        size = tmp.stat().st_size
+    return VideoInfo(str(final), digest, size, f, h, w, f"{fps}/1", info.pix_fmt,
+                     digest_bytes(frames.tobytes()))
+
+
+# ---------------------------------------------------------------------------- read guards
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """What PyAV reports of a file's first video stream, plus a decoded frame count."""
+
+    codec: str
+    pix_fmt: str
+    bits: int
+    width: int
+    height: int
+    frames: int
+    fps: str
+    vfr: bool
+    color_trc: str
+    color_primaries: str
+    colorspace: str
+
+
+# ITU-T H.273 code points, as PyAV reports them (ints), to ffmpeg's names.
+_TRC = {1: "bt709", 2: "unknown", 6: "smpte170m", 13: "iec61966-2-1", 14: "bt2020-10",
+        15: "bt2020-12", 16: "smpte2084", 18: "arib-std-b67"}
+_PRIMARIES = {1: "bt709", 2: "unknown", 5: "bt470bg", 6: "smpte170m", 9: "bt2020", 12: "smpte432"}
+_MATRIX = {0: "gbr", 1: "bt709", 2: "unknown", 5: "bt470bg", 6: "smpte170m", 9: "bt2020nc", 10: "bt2020c"}
+
+
+def _code_name(table: dict[int, str], value: Any) -> str:
+    return table.get(int(value), f"code-{int(value)}")
+
+
+def probe(path: Path) -> ProbeInfo:
+    """Open ``path`` with PyAV, decode every packet of its first video stream and report.
+
+    Raises MissingVideoError (absent, zero bytes, no video stream) or
+    TruncatedVideoError (cannot be opened or fails mid-decode).
+    """
+    import av
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingVideoError(f"{path}: no such file; regenerate it (rerun the panel)")
+    if path.stat().st_size == 0:
+        raise MissingVideoError(f"{path}: zero bytes; the write was interrupted, regenerate it")
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as e:
+        raise TruncatedVideoError(f"{path}: cannot be opened as a video ({e}); the file is "
+                                  "truncated or corrupt, delete it and regenerate") from e
+    with container:
+        if not container.streams.video:
+            raise MissingVideoError(f"{path}: has no video stream (streams: "
+                                    f"{[s.type for s in container.streams]}); this is not a video")
+        stream = container.streams.video[0]
+        cc = stream.codec_context
+        fmt = cc.format
+        bits = max((c.bits for c in fmt.components), default=8) if fmt is not None else 8
+        pts: list[int] = []
+        frames = 0
+        tags = (cc.color_trc, cc.color_primaries, cc.colorspace)
+        try:
+            for frame in container.decode(stream):
+                if frames == 0:  # decoded frames carry the tags the container may omit
+                    tags = (frame.color_trc, frame.color_primaries, frame.colorspace)
+                frames += 1
+                if frame.pts is not None:
+                    pts.append(frame.pts)
+        except av.error.FFmpegError as e:
+            raise TruncatedVideoError(f"{path}: decoding failed after {frames} frames ({e}); "
+                                      "the file is truncated or corrupt, delete it and regenerate") from e
+        deltas = {b - a for a, b in zip(pts, pts[1:], strict=False)}
+        rate = stream.average_rate or stream.guessed_rate
+        return ProbeInfo(
+            codec=cc.name, pix_fmt=fmt.name if fmt is not None else "unknown", bits=bits,
+            width=cc.width, height=cc.height, frames=frames,
+            fps=f"{Fraction(rate).numerator}/{Fraction(rate).denominator}" if rate else "0/1",
+            vfr=len(deltas) > 1, color_trc=_code_name(_TRC, tags[0]),
+            color_primaries=_code_name(_PRIMARIES, tags[1]), colorspace=_code_name(_MATRIX, tags[2]))
+
+
+def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width: int, fps: int,
+                pix_fmt: str) -> None:
+    """Refuse anything a scorer must not see silently. Each problem has its own error."""
+    if info.color_trc in _HDR_TRC:
+        raise HDRVideoError(f"{path}: HDR transfer {_HDR_TRC[info.color_trc]}; PairFlow scores SDR "
+                            "BT.709 only and never tone-maps silently. Re-render SDR, or tone-map "
+                            "explicitly before scoring and record how")
+    if info.color_primaries in _BT2020 or info.colorspace in _BT2020:
+        raise HDRVideoError(f"{path}: BT.2020 primaries/matrix ({info.color_primaries}/{info.colorspace}); "
+                            "convert to BT.709 explicitly (e.g. zscale) before scoring")
+    if info.bits > 8:
+        raise BitDepthError(f"{path}: {info.bits}-bit samples ({info.pix_fmt}); PairFlow does not "
+                            "flatten to 8 bits silently. Re-encode to 8-bit with the project's recipe")
+    if info.pix_fmt != pix_fmt:
+        raise PixelFormatError(f"{path}: pixel format {info.pix_fmt}, the recipe writes {pix_fmt}; "
+                               "re-encode with the project's encoder")
+    if info.vfr:
+        raise FrameRateError(f"{path}: variable frame rate; re-encode at a constant {fps}/1")
+    if Fraction(info.fps) != Fraction(fps):
+        raise FrameRateError(f"{path}: frame rate {info.fps}, expected {fps}/1")
+    if (info.width, info.height) != (width, height):
+        raise GeometryError(f"{path}: size {info.width}x{info.height}, expected {width}x{height}")
+    if info.frames != frames:
+        err = TruncatedVideoError if info.frames < frames else GeometryError
+        raise err(f"{path}: {info.frames} frames decoded, {frames} expected; regenerate it")
+
+
+def read_video(path: Path, spec: EncoderSpec, *, frames: int, height: int, width: int,
+               fps: int) -> np.ndarray:
+    """Probe, check, then decode to uint8 RGB (F, H, W, 3) through the project's ffmpeg with
+    an explicit BT.709 limited-range matrix. Raises the read-guard errors of ``check_probe``."""
+    import ffmpeg
+
+    check_probe(probe(path), path, frames=frames, height=height, width=width, fps=fps,
+                pix_fmt=expected_pix_fmt(spec))
+    stream = (ffmpeg.input(str(path))
+              .output("pipe:", format="rawvideo", pix_fmt="rgb24",
+                      vf="scale=in_color_matrix=bt709:in_range=tv")
+              .global_args("-hide_banner", "-nostdin", "-loglevel", "error"))
+    try:
+        out, _ = stream.run(cmd=ffmpeg_binary(spec), capture_stdout=True, capture_stderr=True)
+    except ffmpeg.Error as e:
+        raise TruncatedVideoError(f"{path}: ffmpeg could not decode it: "
+                                  f"{e.stderr.decode(errors='replace').strip()}") from e
+    arr = np.frombuffer(out, dtype=np.uint8)
+    if arr.size != frames * height * width * 3:
+        raise TruncatedVideoError(f"{path}: decoded {arr.size} bytes, expected "
+                                  f"{frames * height * width * 3}; regenerate it")
+    return arr.reshape(frames, height, width, 3)

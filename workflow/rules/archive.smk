@@ -1,0 +1,11 @@
+# Compact evidence goes to work storage; videos stay on scratch.
+rule archive:
+    input:
+        STUDY_MANIFEST,
+        expand(PANEL_STATS, panel=PANELS),
+    output:
+        ARCHIVE_DONE,
+    log:
+        f"{LOGS}/archive.log",
+    script:
+        "../scripts/archive.py"

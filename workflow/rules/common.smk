@@ -1,0 +1,33 @@
+# Validate the config against the schema (filling defaults), type it once, and name
+# every output path. Paths come from the config's storage roots.
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from pairflow.config import study_from_raw  # noqa: E402
+
+validate(config, "../schemas/config.schema.yaml")
+STUDY = study_from_raw(config, Path(workflow.basedir), source="config")
+PANELS = [p.name for p in STUDY.panels]
+SCRATCH = str(STUDY.scratch)
+MODEL_INDEX = str(STUDY.model.path / "model_index.json")
+GEN_MANIFEST = f"{SCRATCH}/panels/{{panel}}/generation.json"
+SCORE_MANIFEST = f"{SCRATCH}/panels/{{panel}}/scores.json"
+PANEL_STATS = f"{SCRATCH}/panels/{{panel}}/stats.json"
+PANEL_TABLE = f"{SCRATCH}/panels/{{panel}}/table.md"
+STUDY_STATS = f"{SCRATCH}/study/stats.json"
+STUDY_TABLE = f"{SCRATCH}/study/table.md"
+STUDY_MANIFEST = f"{SCRATCH}/study/manifest.json"
+ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
+LOGS = f"{SCRATCH}/logs"
+
+
+wildcard_constraints:
+    panel="[A-Za-z0-9][A-Za-z0-9_-]{0,63}",
+
+
+def model_input(wildcards):
+    """The tiny model is built by a rule; a real checkpoint must already exist."""
+    return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []

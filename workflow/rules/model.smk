@@ -1,0 +1,9 @@
+rule build_tiny_model:
+    output:
+        MODEL_INDEX,
+    log:
+        f"{LOGS}/build_tiny_model.log",
+    resources:
+        runtime=10,
+    script:
+        "../scripts/build_tiny_model.py"

@@ -1,0 +1,14 @@
+rule score_panel:
+    input:
+        GEN_MANIFEST,
+    output:
+        SCORE_MANIFEST,
+    log:
+        f"{LOGS}/score/{{panel}}.log",
+    params:
+        scorers=STUDY.scorers,
+    threads: STUDY.fleet.cpu_workers
+    resources:
+        runtime=60,
+    script:
+        "../scripts/score_panel.py"

@@ -1,0 +1,8 @@
+"""Rule adapter: promote compact evidence to work storage and verify it."""
+from pathlib import Path
+
+from pairflow.steps import archive, study_for_rule
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+archive(study, Path(sm.output[0]))

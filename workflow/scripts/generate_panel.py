@@ -1,0 +1,10 @@
+"""Rule adapter: generate one panel's incomplete candidates through Parsl."""
+from pathlib import Path
+
+from pairflow.panel import run_generation
+from pairflow.steps import study_for_rule
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+out = Path(sm.output[0])
+run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate")

@@ -1,0 +1,10 @@
+"""Rule adapter: score one panel's videos through Parsl."""
+from pathlib import Path
+
+from pairflow.panel import run_scoring
+from pairflow.steps import study_for_rule
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+out = Path(sm.output[0])
+run_scoring(study, sm.wildcards.panel, out, out.parent / "run" / "score")

@@ -1,0 +1,10 @@
+"""Rule adapter: paired statistics for the whole study and the study manifest."""
+from pathlib import Path
+
+from pairflow.steps import study_for_rule, study_stats
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+manifests = {f"{kind}:{Path(p).parent.name}": Path(p)
+             for kind, paths in (("generation", sm.input.generation), ("scores", sm.input.scores)) for p in paths}
+study_stats(study, manifests, Path(sm.output.stats), Path(sm.output.table), Path(sm.output.manifest))
