@@ -15,13 +15,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_path
+from .atomic import atomic_path, write_text
 from .errors import ArchiveError, PairFlowError
-from .identity import digest_file
+from .identity import digest_file, digest_obj
 from .records import build_manifest, read_record, verify_manifest, write_manifest
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
 ARCHIVE_MANIFEST = "archive.json"
+SKIP_DIRS = ("run", "videos")
+"""Parsl's run directories (internal interchange/worker logs) and pixels are not evidence."""
+SKIP_NAMES = ("archived.json",)
+"""The archive rule's own marker is written after promotion."""
 REGENERATE = ("Videos are not archived. Each record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
@@ -34,6 +38,7 @@ def evidence_files(root: Path) -> list[Path]:
     root = Path(root).resolve()
     out = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
         for name in sorted(filenames) + sorted(d for d in dirnames if Path(dirpath, d).is_symlink()):
             p = Path(dirpath) / name
             if p.is_symlink():
@@ -42,49 +47,50 @@ def evidence_files(root: Path) -> list[Path]:
                     raise ArchiveError(f"{p} is a symlink to {target}, outside the evidence tree "
                                        f"{root}; replace it with the file itself or remove it")
                 continue  # in-tree links add nothing: their targets are archived directly
-            if name.startswith(".tmp-") or not name.endswith(EVIDENCE_SUFFIXES):
+            if name.startswith(".tmp-") or name in SKIP_NAMES or not name.endswith(EVIDENCE_SUFFIXES):
                 continue
             out.append(p)
     return sorted(out)
 
 
 def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Copy the compact evidence under ``src`` into ``dest`` and write its archive manifest.
+    """Copy the compact evidence under ``src`` into an immutable snapshot under ``dest``.
 
-    Returns the manifest. Raises ArchiveError on an immutable-name conflict.
+    The snapshot's name is derived from the evidence itself
+    (``dest/snapshots/<first 16 hex of the evidence digest>``), so the same evidence
+    always lands in the same place and a changed study (a rerun panel) lands in a new
+    one; ``dest/latest.json`` points at the newest. Each copy is byte-verified and the
+    snapshot gets an ``archive.json`` manifest. Returns that manifest. Raises
+    ArchiveError when an archived name already holds other bytes.
     """
     src, dest = Path(src).resolve(), Path(dest)
     files = evidence_files(src)
-    copied = []
-    for f in files:
-        rel = f.relative_to(src)
-        target = dest / rel
-        want = digest_file(f)
+    digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
+    snapshot = dest / "snapshots" / digest_obj(digests).split(":", 1)[1][:16]
+    for rel, want in digests.items():
+        target = snapshot / rel
         if target.exists():
             have = digest_file(target)
             if have != want:
                 raise ArchiveError(f"refusing to overwrite archived {target}: archived "
-                                   f"{have}, new {want}; archived evidence is immutable; "
-                                   "archive the new run under a new study name or work root")
-            copied.append(target)
+                                   f"{have}, new {want}; archived evidence is immutable")
             continue
         with atomic_path(target) as tmp:
-            shutil.copyfile(f, tmp)
+            shutil.copyfile(src / rel, tmp)
             if digest_file(tmp) != want:
-                raise ArchiveError(f"copy of {f} to {target} did not verify; check the work storage")
-        copied.append(target)
+                raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
     videos = {}
     for f in files:
-        if f.name.endswith(".json") and "/records/" in f.as_posix():
+        if "/records/" in f.as_posix():
             rec = read_record(f)
             videos[rec["video"]["path"]] = rec["video"]["digest"]
-    old = dest / ARCHIVE_MANIFEST
-    if old.exists():
-        listed = json.loads(old.read_text()).get("files", {})
-        copied += [dest / r for r in listed if (dest / r) not in copied and (dest / r).exists()]
-    manifest = build_manifest("archive", dest, sorted(set(copied)),
+    manifest = build_manifest("archive", snapshot, [snapshot / r for r in digests],
                               {**(extra or {}), "videos_on_scratch": videos, "regenerate": REGENERATE})
-    write_manifest(old, manifest)
+    path = snapshot / ARCHIVE_MANIFEST
+    if not path.exists():
+        write_manifest(path, manifest)
+    pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
+    write_text(dest / "latest.json", json.dumps(pointer, indent=1, sort_keys=True) + "\n")
     return manifest
 
 

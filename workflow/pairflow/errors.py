@@ -8,7 +8,8 @@ from and the fix.
     ├── VideoReadError         a video on disk is unfit for scoring
     │   ├── MissingVideoError      zero bytes, absent, or no video stream
     │   ├── TruncatedVideoError    decodes to fewer frames than recorded, or fails mid-stream
-    │   ├── HDRVideoError          PQ/HLG transfer or BT.2020 primaries/matrix
+    │   ├── HDRVideoError          PQ (SMPTE ST 2084) or HLG (ARIB STD-B67) transfer
+    │   ├── GamutError             BT.2020 primaries or matrix
     │   ├── BitDepthError          more than 8 bits per sample
     │   ├── PixelFormatError       a pixel format other than the recipe's
     │   ├── FrameRateError         variable or unexpected frame rate
@@ -51,7 +52,11 @@ class TruncatedVideoError(VideoReadError):
 
 
 class HDRVideoError(VideoReadError):
-    """The file is HDR (PQ or HLG transfer) or wide gamut (BT.2020)."""
+    """The file has an HDR transfer function (PQ or HLG)."""
+
+
+class GamutError(VideoReadError):
+    """The file uses BT.2020 primaries or matrix."""
 
 
 class BitDepthError(VideoReadError):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -46,7 +48,9 @@ def make_config(run_dir: Path, cpu_workers: int, retries: int, accelerators: lis
         provider=LocalProvider(
             launcher=SingleNodeLauncher(),      # one pool per node; the pool starts the workers
             init_blocks=1, min_blocks=1, max_blocks=1,  # exactly one block: this allocation
-            worker_init="",
+            # Workers start from a shell: put this interpreter's bin/ first so they find
+            # process_worker_pool.py and import the same environment as the driver.
+            worker_init=f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
         ),
     )
     return Config(executors=[executor], retries=retries, run_dir=str(run_dir / "parsl"),

@@ -84,18 +84,19 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
 
 
 def archive(study: StudySpec, out: Path) -> None:
-    """Promote the compact evidence under scratch to ``work/<study>`` and verify it."""
+    """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
+    verify the snapshot, and record where it went in ``out``."""
     from .archive import promote, verify_tree
+    from .errors import IntegrityError
 
     dest = study.work / study.study
-    promote(study.scratch, dest, {"study": study.study})
-    problems = verify_tree(dest)
+    manifest = promote(study.scratch, dest, {"study": study.study})
+    pointer = json.loads((dest / "latest.json").read_text())
+    problems = verify_tree(dest / pointer["snapshot"])
     if problems:
-        from .errors import IntegrityError
-
         raise IntegrityError("archive did not verify:\n" + "\n".join(problems))
-    write_text(out, json.dumps({"archive": str(dest), "root_digest":
-                                json.loads((dest / "archive.json").read_text())["root_digest"]}, indent=1) + "\n")
+    write_text(out, json.dumps({"archive": str(dest / pointer["snapshot"]),
+                                "root_digest": manifest["root_digest"]}, indent=1) + "\n")
 
 
 def study_for_rule(config: dict[str, Any], scriptdir: str, log_path: str) -> StudySpec:

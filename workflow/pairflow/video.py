@@ -25,7 +25,7 @@ import numpy as np
 
 from .atomic import atomic_path
 from .config import EncoderSpec
-from .errors import (BitDepthError, EncodeError, FrameError, FrameRateError, GeometryError,
+from .errors import (BitDepthError, EncodeError, FrameError, FrameRateError, GamutError, GeometryError,
                      HDRVideoError, MissingVideoError, PixelFormatError, TruncatedVideoError)
 from .identity import digest_bytes, digest_file, digest_obj
 
@@ -330,11 +330,16 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
                             "BT.709 only and never tone-maps silently. Re-render SDR, or tone-map "
                             "explicitly before scoring and record how")
     if info.color_primaries in _BT2020 or info.colorspace in _BT2020:
-        raise HDRVideoError(f"{path}: BT.2020 primaries/matrix ({info.color_primaries}/{info.colorspace}); "
+        raise GamutError(f"{path}: BT.2020 primaries/matrix ({info.color_primaries}/{info.colorspace}); "
                             "convert to BT.709 explicitly (e.g. zscale) before scoring")
     if info.bits > 8:
         raise BitDepthError(f"{path}: {info.bits}-bit samples ({info.pix_fmt}); PairFlow does not "
                             "flatten to 8 bits silently. Re-encode to 8-bit with the project's recipe")
+    if pix_fmt == "yuv420p" and (info.width % 2 or info.height % 2):
+        raise GeometryError(f"{path}: odd size {info.width}x{info.height} and the recipe is 4:2:0; PairFlow never "
+                            "resizes silently. Re-encode at an even size with the project's recipe")
+    if (info.width, info.height) != (width, height):
+        raise GeometryError(f"{path}: size {info.width}x{info.height}, expected {width}x{height}")
     if info.pix_fmt != pix_fmt:
         raise PixelFormatError(f"{path}: pixel format {info.pix_fmt}, the recipe writes {pix_fmt}; "
                                "re-encode with the project's encoder")
@@ -342,8 +347,6 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
         raise FrameRateError(f"{path}: variable frame rate; re-encode at a constant {fps}/1")
     if Fraction(info.fps) != Fraction(fps):
         raise FrameRateError(f"{path}: frame rate {info.fps}, expected {fps}/1")
-    if (info.width, info.height) != (width, height):
-        raise GeometryError(f"{path}: size {info.width}x{info.height}, expected {width}x{height}")
     if info.frames != frames:
         err = TruncatedVideoError if info.frames < frames else GeometryError
         raise err(f"{path}: {info.frames} frames decoded, {frames} expected; regenerate it")

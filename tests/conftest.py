@@ -1,0 +1,69 @@
+"""Shared fixtures: a tiny model built once per session, small configs, encoder specs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pairflow.config import EncoderSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded tiny Wan pipeline, built once (shared with the default config if built)."""
+    from pairflow.tinymodel import build_tiny_model
+
+    out = tmp_path_factory.mktemp("model") / "tiny-wan"
+    return build_tiny_model(out)
+
+
+@pytest.fixture
+def encoder_spec() -> EncoderSpec:
+    return EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p",
+                       gop=9, threads=1, lossless=False, fail_on_flat=False)
+
+
+def small_config(tmp: Path, model: Path, **over: object) -> dict:
+    """A study config for tests: one panel of 2 prompts x 1 seed, control + 1 treatment."""
+    sheet = tmp / "config" / "panels" / "t.tsv"
+    sheet.parent.mkdir(parents=True, exist_ok=True)
+    sheet.write_text("prompt_id\tprompt\na1\ta red fox in snow\na2\twaves on a beach\n")
+    cfg = {
+        "study": "test",
+        "storage": {"scratch": str(tmp / "results" / "scratch"), "work": str(tmp / "results" / "work")},
+        "model": {"kind": "embedded-tiny", "path": str(model)},
+        "arms": {"control": {"cache": None},
+                 "pab": {"cache": {"class": "PyramidAttentionBroadcastConfig",
+                                   "params": {"spatial_attention_block_skip_range": 2,
+                                              "spatial_attention_timestep_skip_range": [-1, 1000]}}}},
+        "panels": {"t": {"sheet": str(sheet), "seeds": [0]}},
+        "generation": {"frames": 5, "height": 32, "width": 32, "steps": 3},
+        "fleet": {"cpu_workers": 1, "retries": 1},
+        "stats": {"resamples": 200},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def write_config(tmp: Path, cfg: dict) -> Path:
+    path = tmp / "config" / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the project's workflow files in a temporary directory (no results)."""
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy(src, tmp_path / name)
+    return tmp_path

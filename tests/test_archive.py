@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pairflow.archive import evidence_files, promote, verify_tree
+from pairflow.errors import ArchiveError
+from pairflow.records import write_record
+
+
+def make_scratch(root: Path) -> Path:
+    scratch = root / "scratch"
+    write_record(scratch / "panels" / "p" / "records" / "control" / "a-s0.json",
+                 {"video": {"path": str(scratch / "panels/p/videos/control/a-s0.mp4"), "digest": "xxh3_128:00"}})
+    (scratch / "panels" / "p" / "videos" / "control").mkdir(parents=True)
+    (scratch / "panels" / "p" / "videos" / "control" / "a-s0.mp4").write_bytes(b"pixels")
+    (scratch / "study").mkdir(parents=True)
+    (scratch / "study" / "table.md").write_text("| a |\n")
+    (scratch / "logs").mkdir()
+    (scratch / "logs" / "x.log").write_text("log line\n")
+    return scratch
+
+
+def snapshot(work: Path) -> Path:
+    return work / json.loads((work / "latest.json").read_text())["snapshot"]
+
+
+def test_promote_copies_evidence_not_pixels_and_verifies(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    manifest = promote(scratch, work)
+    snap = snapshot(work)
+    assert not list(snap.rglob("*.mp4"))
+    assert (snap / "study" / "table.md").read_text() == "| a |\n"
+    assert "regenerate" in manifest and manifest["videos_on_scratch"]
+    assert verify_tree(snap) == []
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda s: (s / "study" / "table.md").write_text("| b |\n"), ["table.md: digest"]),
+    (lambda s: (s / "logs" / "x.log").unlink(), ["x.log: missing"]),
+    (lambda s: (s / "logs" / "new.log").write_text("?"), ["new.log: extra file"]),
+])
+def test_verify_names_flipped_missing_and_extra_files(tmp_path: Path, damage, words) -> None:  # type: ignore[no-untyped-def]
+    promote(make_scratch(tmp_path), tmp_path / "work")
+    snap = snapshot(tmp_path / "work")
+    damage(snap)
+    problems = verify_tree(snap)
+    for w in words:
+        assert any(w in p for p in problems), problems
+
+
+def test_flipped_byte_in_archived_record_is_caught(tmp_path: Path) -> None:
+    promote(make_scratch(tmp_path), tmp_path / "work")
+    rec = next(snapshot(tmp_path / "work").rglob("a-s0.json"))
+    data = bytearray(rec.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    rec.write_bytes(bytes(data))
+    assert any("a-s0.json" in p for p in verify_tree(snapshot(tmp_path / "work")))
+
+
+def test_identical_promotion_is_a_noop_and_changes_make_a_new_snapshot(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    first = promote(scratch, work)["root_digest"]
+    assert promote(scratch, work)["root_digest"] == first
+    assert len(list((work / "snapshots").iterdir())) == 1
+    (scratch / "study" / "table.md").write_text("| c |\n")
+    promote(scratch, work)
+    assert len(list((work / "snapshots").iterdir())) == 2
+
+
+def test_archived_bytes_are_immutable(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    snap = snapshot(work)
+    (snap / "study" / "table.md").write_text("tampered\n")
+    with pytest.raises(ArchiveError, match="refusing to overwrite archived .*table.md: archived xxh3_128:.*new xxh3_128:"):
+        promote(scratch, work)
+
+
+def test_symlink_out_of_the_evidence_tree_is_refused(tmp_path: Path) -> None:
+    scratch = make_scratch(tmp_path)
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    os.symlink(secret, scratch / "study" / "leak.json")
+    with pytest.raises(ArchiveError, match="leak.json is a symlink to .*outside the evidence tree"):
+        evidence_files(scratch)

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pairflow.config import load_study, load_yaml, read_sheet, study_from_raw
+from pairflow.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_raw() -> dict:
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def test_default_config_loads_and_fills_defaults() -> None:
+    s = load_study(ROOT / "config" / "config.yaml")
+    assert s.study == "tiny-default"
+    assert [a.name for a in s.arms][0] == "control"
+    assert s.stats.missing == "error"  # filled from the schema default
+    assert s.scratch == (ROOT / "results" / "scratch").resolve()
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda c: c.update(colour="blue"), ["colour", "Additional properties"]),
+    (lambda c: c["generation"].update(frames=10), ["generation/frames", "4k+1"]),
+    (lambda c: c["generation"].update(height=60), ["generation/height", "multiple of 16"]),
+    (lambda c: c["encoder"].update(preset="turbo"), ["encoder/preset", "turbo", "allowed"]),
+    (lambda c: c["arms"].update({"../evil": {"cache": None}}), ["../evil", "allowed"]),
+    (lambda c: c["arms"]["fbcache"]["cache"].update({"class": "NoSuchCache"}), ["NoSuchCache"]),
+    (lambda c: c["panels"].update({"a/b": {"sheet": "x.tsv", "seeds": [0]}}), ["a/b"]),
+    (lambda c: c["panels"]["smoke"].update(seeds=[]), ["seeds"]),
+    (lambda c: c.pop("arms"), ["arms", "required"]),
+    (lambda c: c.update(study="x; rm -rf /"), ["study", "allowed"]),
+    (lambda c: c.update(study="caf\u00e9"), ["study"]),
+    (lambda c: c["model"].update(kind="hub-mirror"), ["model/id", "revision"]),
+])
+def test_bad_config_names_key_value_and_allowed(mutate, words) -> None:  # type: ignore[no-untyped-def]
+    raw = default_raw()
+    mutate(raw)
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(copy.deepcopy(raw), ROOT)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_yaml_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must be a YAML mapping, got list"):
+        load_yaml(p)
+
+
+def test_huge_yaml_is_refused_before_parsing(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("a: " + "x" * (2 << 20) + "\n")
+    with pytest.raises(ConfigError, match="over the 1048576-byte limit"):
+        load_yaml(p)
+
+
+@pytest.mark.parametrize("pid", ["../x", "/etc/passwd", "a b", "a;b", "a\u00e9", "a.b", "$(x)"])
+def test_hostile_prompt_ids_are_refused(tmp_path: Path, pid: str) -> None:
+    sheet = tmp_path / "s.tsv"
+    sheet.write_text(f"prompt_id\tprompt\n{pid}\tsome prompt\n")
+    with pytest.raises(ConfigError, match="is not allowed"):
+        read_sheet(sheet, "p")
+
+
+def test_prompt_text_may_hold_anything_safe(tmp_path: Path) -> None:
+    sheet = tmp_path / "s.tsv"
+    sheet.write_text("prompt_id\tprompt\nok\t$(rm -rf /); `x` \u00e9t\u00e9 \"q\"\n")
+    (p,) = read_sheet(sheet, "p")
+    assert p.text.startswith("$(rm -rf /)")
+
+
+def test_duplicate_prompt_id_and_bad_header(tmp_path: Path) -> None:
+    sheet = tmp_path / "s.tsv"
+    sheet.write_text("prompt_id\tprompt\na\tx\na\ty\n")
+    with pytest.raises(ConfigError, match="appears twice"):
+        read_sheet(sheet, "p")
+    sheet.write_text("id\ttext\na\tx\n")
+    with pytest.raises(ConfigError, match="first line"):
+        read_sheet(sheet, "p")
+
+
+def test_missing_sheet_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_sheet(tmp_path / "nope.tsv", "p")

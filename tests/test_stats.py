@@ -1,0 +1,130 @@
+"""Known-answer checks for the paired statistics, on synthetic records."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import pytest
+
+from pairflow.errors import PairingError
+from pairflow.stats import StatsSettings, analyse, holm
+
+S = StatsSettings(resamples=2000, level=0.95, seed=0)
+NR = {"kind": "NR", "higher_is_better": True}
+FR = {"kind": "FR", "higher_is_better": True}
+
+
+def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: int = 2, same_video: bool = False,
+            noise: float = 0.05, rng_seed: int = 1) -> tuple[list[dict], list[dict]]:
+    """Control and treatment records with a known additive effect on 'q' and a known
+    latency ratio control/treatment."""
+    rng = random.Random(rng_seed)
+    gen, scores = [], []
+    for p in range(prompts):
+        base = rng.gauss(0.5, 0.2)
+        for s in range(seeds):
+            noise_c, noise_t = rng.gauss(0, noise), rng.gauss(0, noise)
+            lat = 1.0 + rng.random()
+            for arm in ("control", "treat"):
+                cand = {"panel": "p", "prompt_id": f"p{p:02d}", "seed": s}
+                common = {"model": {"weights": {"w": "1"}}, "encoder": {"fingerprint": {"digest": "f"}, "recipe_digest": "r"},
+                          "generation": {"frames": 9, "height": 64, "width": 64, "steps": 6}}
+                digest = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")
+                gen.append({"candidate": cand, "arm": {"name": arm}, "video": {"digest": digest},
+                            "timing": {"pass": "timed", "generate_s": lat if arm == "control" else lat / ratio}, **common})
+                q = base + (noise_c if arm == "control" else noise_t + effect)
+                sc = {"q": {"value": q, "spec": NR}}
+                if arm == "treat":
+                    sc["psnr"] = {"value": 30.0 + rng.gauss(0, 1), "spec": FR}
+                scores.append({"candidate": cand, "arm": {"name": arm}, "scores": sc})
+    return gen, scores
+
+
+def metric(result: dict, name: str) -> dict:
+    return next(m for m in result["comparisons"][0]["metrics"] if m["metric"] == name)
+
+
+def test_known_offset_is_recovered_with_sign_and_interval() -> None:
+    gen, scores = records(effect=0.1)
+    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    assert m["diff"] > 0
+    assert m["ci"][0] <= 0.1 <= m["ci"][1]
+    assert m["ci"][0] > 0  # the interval excludes zero
+    assert m["p_holm"] < 0.01
+    assert m["win_rate"] > 0.8
+
+
+def test_negative_effect_has_negative_sign() -> None:
+    gen, scores = records(effect=-0.1)
+    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    assert m["ci"][1] < 0 and m["diff"] < 0
+
+
+def test_no_effect_is_not_significant() -> None:
+    gen, scores = records(effect=0.0)
+    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    assert m["ci"][0] < 0 < m["ci"][1]
+    assert m["p_holm"] > 0.05
+
+
+def test_known_latency_ratio_is_recovered_as_speedup() -> None:
+    gen, scores = records(ratio=2.0)
+    sp = analyse(gen, scores, ["treat"], S)["comparisons"][0]["speedup"]
+    assert math.isclose(sp["geomean"], 2.0, rel_tol=1e-9)
+    assert sp["ci"][0] <= 2.0 <= sp["ci"][1]
+
+
+def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
+    gen, scores = records(same_video=True)
+    flags = analyse(gen, scores, ["treat"], S)["comparisons"][0]["flags"]
+    assert "no effect: the arm did not change the computation" in flags
+
+
+def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:
+    gen, scores = records(effect=0.1)
+    gen = [g for g in gen if not (g["arm"]["name"] == "treat" and g["candidate"]["prompt_id"] == "p03"
+                                  and g["candidate"]["seed"] == 1)]
+    with pytest.raises(PairingError, match="1 pair.*lack a partner.*p/p03 seed 1.*drop-pair"):
+        analyse(gen, scores, ["treat"], S)
+    r = analyse(gen, scores, ["treat"], StatsSettings(2000, 0.95, 0, "drop-pair"))
+    assert r["comparisons"][0]["n_pairs"] == 23
+    assert "dropped" in r["comparisons"][0]["notes"][0]
+
+
+@pytest.mark.parametrize("path, label", [
+    (("model", "weights"), "model"), (("encoder", "fingerprint", "digest"), "encoder fingerprint"),
+    (("encoder", "recipe_digest"), "encoder recipe"), (("generation", "steps"), "steps"),
+    (("generation", "height"), "height"),
+])
+def test_incomparable_arms_are_refused_naming_field_and_values(path, label) -> None:  # type: ignore[no-untyped-def]
+    gen, scores = records()
+    g = next(r for r in gen if r["arm"]["name"] == "treat")
+    target = g
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = "OTHER"
+    with pytest.raises(PairingError, match=f"{label} differs.*OTHER"):
+        analyse(gen, scores, ["treat"], S)
+
+
+def test_result_does_not_depend_on_record_order() -> None:
+    gen, scores = records(effect=0.05)
+    a = analyse(gen, scores, ["treat"], S)
+    g2, s2 = copy.deepcopy(gen), copy.deepcopy(scores)
+    random.Random(5).shuffle(g2)
+    random.Random(6).shuffle(s2)
+    assert analyse(g2, s2, ["treat"], S) == a
+
+
+def test_duplicate_record_is_refused() -> None:
+    gen, scores = records()
+    with pytest.raises(PairingError, match="two records for arm control"):
+        analyse(gen + gen[:1], scores, ["treat"], S)
+
+
+def test_holm_matches_reference_values() -> None:
+    # Worked example: p = (0.01, 0.04, 0.03) -> (0.03, 0.06, 0.06)
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])

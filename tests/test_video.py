@@ -1,0 +1,208 @@
+"""Video I/O: write guards, a corpus of bad inputs made with ffmpeg at test time, round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pairflow import errors as E
+from pairflow.video import (FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video)
+
+F, H, W, FPS = 9, 64, 64, 8
+
+
+def smooth(dtype: str = "float32") -> np.ndarray:
+    """A moving gradient in [0, 1], like a model's decoded output."""
+    t = np.arange(F)[:, None, None, None] / F
+    y = np.linspace(0, 1, H)[None, :, None, None]
+    x = np.linspace(0, 1, W)[None, None, :, None]
+    full = np.ones((F, H, W, 1))
+    rgb = np.concatenate([(0.5 + 0.5 * np.sin(2 * np.pi * (x + t))) * full, y * full, 0.5 * (x + y) * full], axis=3)
+    return rgb.astype(dtype)
+
+
+# ---------------------------------------------------------------- write guards
+
+def test_float_frames_are_scaled_not_cast(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    u8, stats = prepare_frames(smooth(), encoder_spec)
+    assert u8.dtype == np.uint8 and u8.shape == (F, H, W, 3)
+    assert abs(stats.mean - smooth().mean() * 255) < 0.5
+    assert stats.flags == ()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_all_float_dtypes_accepted_from_torch(encoder_spec, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    t = torch.from_numpy(smooth()).to(getattr(torch, dtype))
+    u8, _ = prepare_frames(t, encoder_spec)
+    assert np.abs(u8.astype(int) - np.rint(smooth() * 255)).max() <= 2
+
+
+@pytest.mark.parametrize("arr, match", [
+    (smooth("float64"), "dtype float64; accepted"),
+    (smooth().astype(np.int32), "dtype int32"),
+    (smooth() * 2 - 1, r"span \[-1.*\[-1, 1\] model output"),
+    (smooth() * 255, r"\[0, 255\] floats"),
+    (smooth() + 0.01, "just outside"),
+    (np.zeros((0, H, W, 3), np.float32), "empty video"),
+    (np.zeros((F, H, W), np.float32), "4 dimensions"),
+    (np.zeros((F, 3, 8, 3), np.float32), "both .F, H, W, C. and .F, C, H, W. fit"),
+    (np.zeros((F, H, W, 4), np.float32), "no axis 1 or 3 of size 3"),
+    (np.zeros((F, 63, 64, 3), np.float32), "4:2:0 needs even"),
+])
+def test_bad_frames_are_refused_with_the_fix(encoder_spec, arr, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(E.FrameError, match=match):
+        prepare_frames(arr, encoder_spec)
+
+
+def test_nan_and_inf_are_counted(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    a = smooth()
+    a[0, 0, 0, 0] = np.nan
+    a[1, 0, 0, :] = np.inf
+    with pytest.raises(E.FrameError, match="1 NaN and 3 inf"):
+        prepare_frames(a, encoder_spec)
+
+
+def test_tolerance_is_allowed_and_clipped(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    a = smooth()
+    a[0, 0, 0, 0] = 1 + FLOAT_TOLERANCE / 2
+    u8, _ = prepare_frames(a, encoder_spec)
+    assert u8[0, 0, 0, 0] == 255
+
+
+def test_channels_first_is_detected_explicitly(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    chw = smooth().transpose(0, 3, 1, 2).copy()
+    a, _ = prepare_frames(chw, encoder_spec)
+    b, _ = prepare_frames(smooth(), encoder_spec)
+    assert np.array_equal(a, b)
+
+
+def test_flat_and_black_videos_are_flagged_or_refused(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    black = np.zeros((F, H, W, 3), np.float32)
+    _, stats = prepare_frames(black, encoder_spec)
+    assert set(stats.flags) == {"near-constant", "near-black"}
+    with pytest.raises(E.FrameError, match="fail_on_flat"):
+        prepare_frames(black, dataclasses.replace(encoder_spec, fail_on_flat=True))
+
+
+# ---------------------------------------------------------------- round trips
+
+def test_lossy_round_trip_keeps_mean_and_psnr(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Regression for the nearly-black bug: float frames must come back with their mean."""
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    info = encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    back = read_video(tmp_path / "v.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert back.shape == u8.shape
+    assert abs(back.mean() - smooth().mean() * 255) < 2.0
+    mse = np.mean((back.astype(float) - u8) ** 2)
+    assert 10 * np.log10(255 ** 2 / mse) > 35.0  # stated bound for CRF 18 on smooth content
+    assert info.frames == F and info.pix_fmt == "yuv420p"
+    p = probe(tmp_path / "v.mp4")
+    assert (p.color_primaries, p.color_trc, p.colorspace) == ("bt709", "bt709", "bt709")
+
+
+def test_lossless_round_trip_is_bit_exact(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = dataclasses.replace(encoder_spec, lossless=True)
+    u8, _ = prepare_frames(smooth(), spec)
+    encode(u8, tmp_path / "v.mp4", spec, FPS)
+    back = read_video(tmp_path / "v.mp4", spec, frames=F, height=H, width=W, fps=FPS)
+    assert np.array_equal(back, u8)
+
+
+def test_encoding_is_deterministic(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    a = encode(u8, tmp_path / "a.mp4", encoder_spec, FPS)
+    b = encode(u8, tmp_path / "b.mp4", encoder_spec, FPS)
+    assert a.digest == b.digest
+
+
+def test_failed_encode_leaves_nothing_under_the_final_name(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    bad = dataclasses.replace(encoder_spec, ffmpeg=str(tmp_path / "no-such-ffmpeg"))
+    with pytest.raises(E.EncodeError):
+        encode(u8, tmp_path / "v.mp4", bad, FPS)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- read guards on a bad corpus
+
+def ff(spec, out: Path, *args: str) -> Path:  # type: ignore[no-untyped-def]
+    subprocess.run([ffmpeg_binary(spec), "-hide_banner", "-loglevel", "error", "-y", *args, str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+SRC = ["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-frames:v", str(F)]
+CORPUS = {
+    "hdr10_pq_10bit": (SRC + ["-vf", "setparams=color_primaries=bt2020:color_trc=smpte2084:colorspace=bt2020nc",
+                              "-c:v", "libx265", "-x265-params", "log-level=error", "-pix_fmt", "yuv420p10le"],
+                       E.HDRVideoError, "PQ"),
+    "hlg_10bit": (SRC + ["-vf", "setparams=color_primaries=bt2020:color_trc=arib-std-b67:colorspace=bt2020nc",
+                         "-c:v", "libx265", "-x265-params", "log-level=error", "-pix_fmt", "yuv420p10le"],
+                  E.HDRVideoError, "HLG"),
+    "sdr_10bit": (SRC + ["-vf", "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709",
+                         "-c:v", "libx264", "-pix_fmt", "yuv420p10le"], E.BitDepthError, "10-bit"),
+    "bt2020_8bit": (SRC + ["-vf", "setparams=color_primaries=bt2020:color_trc=bt709:colorspace=bt2020nc",
+                           "-c:v", "libx264", "-pix_fmt", "yuv420p"], E.GamutError, "BT.2020"),
+    "yuv444": (SRC + ["-c:v", "libx264", "-pix_fmt", "yuv444p"], E.PixelFormatError, "yuv444p"),
+    "odd_size": (["-f", "lavfi", "-i", f"testsrc=size=63x63:rate={FPS}", "-frames:v", str(F),
+                  "-c:v", "ffv1", "-pix_fmt", "yuv444p"], E.GeometryError, "odd size 63x63"),
+    "vfr": (SRC + ["-vf", "setpts='if(lt(N,4),N,N*3)/(8*TB)'", "-fps_mode", "vfr", "-c:v", "libx264",
+                   "-pix_fmt", "yuv420p"], E.FrameRateError, "variable frame rate"),
+    "audio_only": (["-f", "lavfi", "-i", "sine=duration=1", "-c:a", "aac"], E.MissingVideoError, "no video stream"),
+    "short": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-frames:v", "5", "-c:v", "libx264",
+               "-pix_fmt", "yuv420p"], E.TruncatedVideoError, "5 frames decoded, 9 expected"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_bad_corpus_is_rejected_with_its_own_error(encoder_spec, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    args, err, match = CORPUS[name]
+    path = ff(encoder_spec, tmp_path / f"{name}.mkv" if name == "odd_size" else tmp_path / f"{name}.mp4", *args)
+    with pytest.raises(err, match=match) as info:
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert str(path) in str(info.value)
+
+
+def test_zero_byte_and_absent_files(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "z.mp4").write_bytes(b"")
+    with pytest.raises(E.MissingVideoError, match="zero bytes"):
+        read_video(tmp_path / "z.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    with pytest.raises(E.MissingVideoError, match="no such file"):
+        read_video(tmp_path / "nope.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+def test_truncated_file_is_detected(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    data = (tmp_path / "v.mp4").read_bytes()
+    (tmp_path / "t.mp4").write_bytes(data[: len(data) // 2])
+    with pytest.raises(E.TruncatedVideoError):
+        read_video(tmp_path / "t.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+def test_size_and_rate_must_match_the_record(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    with pytest.raises(E.GeometryError, match="size 64x64, expected 32x32"):
+        read_video(tmp_path / "v.mp4", encoder_spec, frames=F, height=32, width=32, fps=FPS)
+    with pytest.raises(E.FrameRateError, match="frame rate 8/1, expected 24/1"):
+        read_video(tmp_path / "v.mp4", encoder_spec, frames=F, height=H, width=W, fps=24)
+
+
+def test_tiny_pipeline_float_output_encodes_to_matching_mean(tiny_model: Path, encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
+    from pairflow.generate import generate, load_pipeline
+
+    pipe = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
+    gen = GenerationSpec(frames=F, height=H, width=W, steps=3, guidance=5.0, fps=FPS, dtype="float32", threads=1)
+    frames = generate(pipe, "a red fox", 0, ArmSpec("control", None), gen, 64).frames
+    u8, _ = prepare_frames(frames, encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    back = read_video(tmp_path / "v.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert abs(back.mean() - frames.mean() * 255) < 2.0, (back.mean(), frames.mean() * 255)

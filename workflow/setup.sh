@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install PairFlow into it. `bash workflow/setup.sh test`
+# also installs the test tools. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra=""
+[ "${1:-}" = "test" ] && extra="[test]"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+# torch first, pinned: on this workplace's machines both come from local disk; a cluster
+# user with their own CUDA build can skip this line (pyproject accepts torch>=2.4).
+.venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1
+.venv/bin/pip install -q -e ".${extra}"
+.venv/bin/python -c "import torch; print('pairflow setup: torch', torch.__version__)"
