@@ -57,13 +57,12 @@ def write_config(tmp: Path, cfg: dict) -> Path:
     return path
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the project's workflow files in a temporary directory (no results)."""
-    for name in ("Snakefile", "workflow", "config", "profiles"):
+def copy_project(dest: Path) -> Path:
+    """Copy the workflow files (not results, not config) into ``dest`` for a test run."""
+    for name in ("Snakefile", "workflow", "envs", "profiles"):
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy(src, tmp_path / name)
-    return tmp_path
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, dest / name)
+    return dest

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import small_config, write_config
+from conftest import copy_project, small_config, write_config
 from pairflow.archive import verify_tree
 from pairflow.identity import digest_file
 
@@ -33,14 +33,7 @@ def records(scratch: Path, kind: str = "records") -> list[dict]:
 
 @pytest.fixture(scope="module")
 def study_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from conftest import ROOT
-    import shutil
-
-    project = tmp_path_factory.mktemp("proj")
-    for name in ("Snakefile", "workflow"):
-        src = ROOT / name
-        (shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-         if src.is_dir() else shutil.copy(src, project / name))
+    project = copy_project(tmp_path_factory.mktemp("proj"))
     cfg = small_config(project, tiny_model)
     cfg["panels"]["t"]["seeds"] = [0, 1]
     write_config(project, cfg)
@@ -110,12 +103,7 @@ def test_deleted_video_regenerates_only_that_candidate_bit_exactly(study_run) ->
 def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path,
                                                      tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
     project, cfg, _ = study_run
-    import shutil
-
-    other = tmp_path_factory.mktemp("proj2")
-    for name in ("Snakefile", "workflow"):
-        src = project / name
-        shutil.copytree(src, other / name) if src.is_dir() else shutil.copy(src, other / name)
+    other = copy_project(tmp_path_factory.mktemp("proj2"))
     cfg2 = small_config(other, tiny_model, fleet={"cpu_workers": 2, "retries": 1})
     cfg2["panels"]["t"]["seeds"] = [0, 1]
     write_config(other, cfg2)

@@ -7,5 +7,7 @@ rule archive:
         ARCHIVE_DONE,
     log:
         f"{LOGS}/archive.log",
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/archive.py"

@@ -12,5 +12,7 @@ rule generate_panel:
     resources:
         gpus=0,
         runtime=120,
+    conda:
+        "../../envs/generate.yaml"
     script:
         "../scripts/generate_panel.py"

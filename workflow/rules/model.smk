@@ -5,5 +5,7 @@ rule build_tiny_model:
         f"{LOGS}/build_tiny_model.log",
     resources:
         runtime=10,
+    conda:
+        "../../envs/generate.yaml"
     script:
         "../scripts/build_tiny_model.py"

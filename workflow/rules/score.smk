@@ -10,5 +10,7 @@ rule score_panel:
     threads: STUDY.fleet.cpu_workers
     resources:
         runtime=60,
+    conda:
+        "../../envs/score.yaml"
     script:
         "../scripts/score_panel.py"

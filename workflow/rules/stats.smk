@@ -9,6 +9,8 @@ rule panel_stats:
         f"{LOGS}/stats/{{panel}}.log",
     params:
         stats=STUDY.raw["stats"],
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/panel_stats.py"
 
@@ -25,5 +27,7 @@ rule study_stats:
         f"{LOGS}/stats/study.log",
     params:
         stats=STUDY.raw["stats"],
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/study_stats.py"
