@@ -1,6 +1,6 @@
 # PairFlow: paired evaluation of video-generation models.
 # Stages, in order: build the embedded model → generate each panel (Parsl fan-out) →
-# score each panel → paired statistics per panel and for the study → archive evidence.
+# score each panel → exclusive timed pass per panel → paired statistics per panel and for the study → archive evidence.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -16,6 +16,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
+include: "workflow/rules/timing.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/archive.smk"
 

@@ -17,11 +17,11 @@ FR = {"kind": "FR", "higher_is_better": True}
 
 
 def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: int = 2, same_video: bool = False,
-            noise: float = 0.05, rng_seed: int = 1) -> tuple[list[dict], list[dict]]:
+            noise: float = 0.05, rng_seed: int = 1) -> tuple[list[dict], list[dict], list[dict]]:
     """Control and treatment records with a known additive effect on 'q' and a known
     latency ratio control/treatment."""
     rng = random.Random(rng_seed)
-    gen, scores = [], []
+    gen, scores, timings = [], [], []
     for p in range(prompts):
         base = rng.gauss(0.5, 0.2)
         for s in range(seeds):
@@ -32,14 +32,15 @@ def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: i
                 common = {"model": {"weights": {"w": "1"}}, "encoder": {"fingerprint": {"digest": "f"}, "recipe_digest": "r"},
                           "generation": {"frames": 9, "height": 64, "width": 64, "steps": 6}}
                 digest = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")
-                gen.append({"candidate": cand, "arm": {"name": arm}, "video": {"digest": digest},
-                            "timing": {"pass": "timed", "generate_s": lat if arm == "control" else lat / ratio}, **common})
+                gen.append({"candidate": cand, "arm": {"name": arm}, "video": {"digest": digest}, **common})
+                timings.append({"candidate": cand, "arm": {"name": arm},
+                                "timing": {"pass": "timed", "latency_s": lat if arm == "control" else lat / ratio}})
                 q = base + (noise_c if arm == "control" else noise_t + effect)
                 sc = {"q": {"value": q, "spec": NR}}
                 if arm == "treat":
                     sc["psnr"] = {"value": 30.0 + rng.gauss(0, 1), "spec": FR}
                 scores.append({"candidate": cand, "arm": {"name": arm}, "scores": sc})
-    return gen, scores
+    return gen, scores, timings
 
 
 def metric(result: dict, name: str) -> dict:
@@ -47,8 +48,8 @@ def metric(result: dict, name: str) -> dict:
 
 
 def test_known_offset_is_recovered_with_sign_and_interval() -> None:
-    gen, scores = records(effect=0.1)
-    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    gen, scores, timings = records(effect=0.1)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
     assert m["diff"] > 0
     assert m["ci"][0] <= 0.1 <= m["ci"][1]
     assert m["ci"][0] > 0  # the interval excludes zero
@@ -57,38 +58,38 @@ def test_known_offset_is_recovered_with_sign_and_interval() -> None:
 
 
 def test_negative_effect_has_negative_sign() -> None:
-    gen, scores = records(effect=-0.1)
-    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    gen, scores, timings = records(effect=-0.1)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
     assert m["ci"][1] < 0 and m["diff"] < 0
 
 
 def test_no_effect_is_not_significant() -> None:
-    gen, scores = records(effect=0.0)
-    m = metric(analyse(gen, scores, ["treat"], S), "q")
+    gen, scores, timings = records(effect=0.0)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
     assert m["ci"][0] < 0 < m["ci"][1]
     assert m["p_holm"] > 0.05
 
 
 def test_known_latency_ratio_is_recovered_as_speedup() -> None:
-    gen, scores = records(ratio=2.0)
-    sp = analyse(gen, scores, ["treat"], S)["comparisons"][0]["speedup"]
+    gen, scores, timings = records(ratio=2.0)
+    sp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["speedup"]
     assert math.isclose(sp["geomean"], 2.0, rel_tol=1e-9)
     assert sp["ci"][0] <= 2.0 <= sp["ci"][1]
 
 
 def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
-    gen, scores = records(same_video=True)
-    flags = analyse(gen, scores, ["treat"], S)["comparisons"][0]["flags"]
+    gen, scores, timings = records(same_video=True)
+    flags = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["flags"]
     assert "no effect: the arm did not change the computation" in flags
 
 
 def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:
-    gen, scores = records(effect=0.1)
+    gen, scores, timings = records(effect=0.1)
     gen = [g for g in gen if not (g["arm"]["name"] == "treat" and g["candidate"]["prompt_id"] == "p03"
                                   and g["candidate"]["seed"] == 1)]
     with pytest.raises(PairingError, match="1 pair.*lack a partner.*p/p03 seed 1.*drop-pair"):
-        analyse(gen, scores, ["treat"], S)
-    r = analyse(gen, scores, ["treat"], StatsSettings(2000, 0.95, 0, "drop-pair"))
+        analyse(gen, scores, timings, ["treat"], S)
+    r = analyse(gen, scores, timings, ["treat"], StatsSettings(2000, 0.95, 0, "drop-pair"))
     assert r["comparisons"][0]["n_pairs"] == 23
     assert "dropped" in r["comparisons"][0]["notes"][0]
 
@@ -99,29 +100,35 @@ def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:
     (("generation", "height"), "height"),
 ])
 def test_incomparable_arms_are_refused_naming_field_and_values(path, label) -> None:  # type: ignore[no-untyped-def]
-    gen, scores = records()
+    gen, scores, timings = records()
     g = next(r for r in gen if r["arm"]["name"] == "treat")
     target = g
     for k in path[:-1]:
         target = target[k]
     target[path[-1]] = "OTHER"
     with pytest.raises(PairingError, match=f"{label} differs.*OTHER"):
-        analyse(gen, scores, ["treat"], S)
+        analyse(gen, scores, timings, ["treat"], S)
 
 
 def test_result_does_not_depend_on_record_order() -> None:
-    gen, scores = records(effect=0.05)
-    a = analyse(gen, scores, ["treat"], S)
+    gen, scores, timings = records(effect=0.05)
+    a = analyse(gen, scores, timings, ["treat"], S)
     g2, s2 = copy.deepcopy(gen), copy.deepcopy(scores)
     random.Random(5).shuffle(g2)
     random.Random(6).shuffle(s2)
-    assert analyse(g2, s2, ["treat"], S) == a
+    assert analyse(g2, s2, timings, ["treat"], S) == a
+
+
+def test_latency_comes_only_from_the_timed_pass() -> None:
+    gen, scores, timings = records()
+    with pytest.raises(PairingError, match="no timed-pass latency"):
+        analyse(gen, scores, timings[2:], ["treat"], S)
 
 
 def test_duplicate_record_is_refused() -> None:
-    gen, scores = records()
+    gen, scores, timings = records()
     with pytest.raises(PairingError, match="two records for arm control"):
-        analyse(gen + gen[:1], scores, ["treat"], S)
+        analyse(gen + gen[:1], scores, timings, ["treat"], S)
 
 
 def test_holm_matches_reference_values() -> None:

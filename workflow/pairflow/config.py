@@ -118,6 +118,12 @@ class StatsSpec:
 
 
 @dataclass(frozen=True)
+class TimingSpec:
+    warmup: int
+    repeats: int
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     cpu_workers: int
     retries: int
@@ -138,6 +144,7 @@ class StudySpec:
     encoder: EncoderSpec
     scorers: tuple[str, ...]
     stats: StatsSpec
+    timing: TimingSpec
     fleet: FleetSpec
     raw: dict[str, Any] = field(hash=False, compare=False)
 
@@ -282,7 +289,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
         work=resolve(raw["storage"]["work"]), model=model, arms=arms, panels=panels,
         generation=GenerationSpec(**raw["generation"]), encoder=EncoderSpec(**raw["encoder"]),
         scorers=tuple(raw["scorers"]), stats=StatsSpec(**raw["stats"]),
-        fleet=FleetSpec(**raw["fleet"]), raw=raw)
+        timing=TimingSpec(**raw["timing"]), fleet=FleetSpec(**raw["fleet"]), raw=raw)
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:

@@ -34,7 +34,7 @@ def forest(stats: dict[str, Any], out: Path) -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
     plt = _plt()
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 0.6 + 0.5 * len(stats["comparisons"])),
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 1.6 + 0.5 * len(stats["comparisons"])),
                              squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         for i, c in enumerate(stats["comparisons"]):
@@ -49,7 +49,8 @@ def forest(stats: dict[str, Any], out: Path) -> None:
         else:
             ax.set_title(f"{name} vs control (value)", fontsize=9)
         ax.set_yticks(range(len(stats["comparisons"])), [c["treatment"] for c in stats["comparisons"]])
-    fig.suptitle(f"Paired estimates, {stats['level']:.0%} bootstrap CI over prompts", fontsize=10)
+    fig.suptitle(f"Paired estimates, {stats['level']:.0%} bootstrap CI over prompts", fontsize=10, y=1.04)
+    fig.tight_layout()
     _save(fig, out)
 
 

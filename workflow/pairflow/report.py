@@ -41,7 +41,8 @@ def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> s
         for f in c["flags"] + c["notes"]:
             lines.append(f"- **{c['treatment']}**: {f}")
     lines += ["", "Latency pass: " + ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
-              + " (generation wall time per video, batch one).",
+              + " (median of repeated batch-one runs in the exclusive timed pass, after warm-up; "
+              "bulk generation times are never reported).",
               "Fidelity metrics (FR) compare each treatment video with its control decoded from the encoded files; "
               "temporal_flickering follows VBench with no static filter (same videos for both arms).",
               "", "## Provenance", ""]

@@ -97,13 +97,15 @@ def _check_comparable(ctrl: dict[str, Any], treat: dict[str, Any]) -> None:
                 f"{ctrl['candidate']['seed']}: {a!r} vs {b!r}; regenerate both arms with one setup")
 
 
-def compare(gen: dict[str, dict[tuple[str, int], dict[str, Any]]],
-            scores: dict[str, dict[tuple[str, int], dict[str, Any]]],
-            treatment: str, s: StatsSettings) -> dict[str, Any]:
+Index = dict[str, dict[tuple[str, int], dict[str, Any]]]
+
+
+def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsSettings) -> dict[str, Any]:
     """Compare one treatment against control.
 
     ``gen[arm][(prompt_id, seed)]`` is a generation record, ``scores[arm][...]`` a score
-    record. Raises PairingError for a missing partner (unless ``s.missing ==
+    record, ``timings[arm][...]`` a timed-pass record (latency comes only from those).
+    Raises PairingError for a missing partner (unless ``s.missing ==
     'drop-pair'``) or incomparable records.
     """
     ctrl_keys, treat_keys = set(gen["control"]), set(gen.get(treatment, {}))
@@ -147,14 +149,19 @@ def compare(gen: dict[str, dict[tuple[str, int], dict[str, Any]]],
     tested = [m for m in metrics if m["p_value"] is not None]
     for m, p in zip(tested, holm([m["p_value"] for m in tested]), strict=True):
         m["p_holm"] = p
-    lat_c = {k: gen["control"][k]["timing"]["generate_s"] for k in keys}
-    lat_t = {k: gen[treatment][k]["timing"]["generate_s"] for k in keys}
+    for arm in ("control", treatment):
+        absent = [k for k in keys if k not in timings.get(arm, {})]
+        if absent:
+            raise PairingError(f"{arm}: no timed-pass latency for prompt {absent[0][0]} seed {absent[0][1]} "
+                               "(and maybe others); latency is reported only from the timed pass, rerun it")
+    lat_c = {k: timings["control"][k]["timing"]["latency_s"] for k in keys}
+    lat_t = {k: timings[treatment][k]["timing"]["latency_s"] for k in keys}
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in keys})
     lo, hi = _bootstrap_ci(log_ratio, s)
     return {
         "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
         "flags": flags, "notes": notes, "metrics": metrics,
-        "latency": {"pass": sorted({gen[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
+        "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
@@ -162,12 +169,12 @@ def compare(gen: dict[str, dict[tuple[str, int], dict[str, Any]]],
     }
 
 
-def index(records: list[dict[str, Any]]) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
+def index(records: list[dict[str, Any]]) -> Index:
     """Group records by arm and (prompt id, seed); a duplicate key is an error.
 
     Keys include the panel so a study-level index keeps panels apart.
     """
-    out: dict[str, dict[tuple[str, int], dict[str, Any]]] = defaultdict(dict)
+    out: Index = defaultdict(dict)
     for r in records:
         cand = r["candidate"]
         key = (f"{cand['panel']}/{cand['prompt_id']}", int(cand["seed"]))
@@ -180,11 +187,11 @@ def index(records: list[dict[str, Any]]) -> dict[str, dict[tuple[str, int], dict
 
 
 def analyse(gen_records: list[dict[str, Any]], score_records: list[dict[str, Any]],
-            treatments: list[str], s: StatsSettings) -> dict[str, Any]:
+            timing_records: list[dict[str, Any]], treatments: list[str], s: StatsSettings) -> dict[str, Any]:
     """Every treatment against control. Result is independent of record order."""
-    gen, scores = index(gen_records), index(score_records)
+    gen, scores, timings = index(gen_records), index(score_records), index(timing_records)
     if "control" not in gen:
         raise PairingError("no control records; the control arm must be generated")
     return {"estimand": ESTIMAND, "level": s.level, "resamples": s.resamples, "seed": s.seed,
             "missing_policy": s.missing,
-            "comparisons": [compare(gen, scores, t, s) for t in treatments]}
+            "comparisons": [compare(gen, scores, timings, t, s) for t in treatments]}

@@ -27,11 +27,17 @@ def log_to(path: Path) -> None:
     root.setLevel(logging.INFO)
 
 
-def _panel_records(study: StudySpec, panel: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from .panel import candidates, record_path, score_path
+Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
 
-    cs = candidates(study, study.panel(panel))
-    return ([read_record(record_path(study, c)) for c in cs], [read_record(score_path(study, c)) for c in cs])
+
+def panel_records(study: StudySpec, panels: list[str]) -> Records:
+    """(generation, score, timing) records of the named panels, each self-digest checked."""
+    from .panel import candidates, record_path, score_path
+    from .timing import timing_path
+
+    cs = [c for p in panels for c in candidates(study, study.panel(p))]
+    return ([read_record(record_path(study, c)) for c in cs], [read_record(score_path(study, c)) for c in cs],
+            [read_record(timing_path(study, c)) for c in cs])
 
 
 def _settings(study: StudySpec) -> Any:
@@ -57,8 +63,7 @@ def panel_stats(study: StudySpec, panel: str, manifests: dict[str, Path], out_js
     """Paired statistics for one panel, bound to its manifests' root digests."""
     from .stats import analyse
 
-    gen, scores = _panel_records(study, panel)
-    stats = analyse(gen, scores, [t.name for t in study.treatments], _settings(study))
+    stats = analyse(*panel_records(study, [panel]), [t.name for t in study.treatments], _settings(study))
     _write_stats(stats, out_json, out_md, f"{study.study} / panel {panel}", _roots(manifests))
 
 
@@ -68,19 +73,25 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     binding the panel roots, the statistics and the table."""
     from .stats import analyse
 
-    gen: list[dict[str, Any]] = []
-    scores: list[dict[str, Any]] = []
-    for p in study.panels:
-        g, s = _panel_records(study, p.name)
-        gen += g
-        scores += s
-    stats = analyse(gen, scores, [t.name for t in study.treatments], _settings(study))
+    stats = analyse(*panel_records(study, [p.name for p in study.panels]), [t.name for t in study.treatments],
+                    _settings(study))
     roots = _roots(manifests)
     _write_stats(stats, out_json, out_md, f"{study.study}: study table", roots)
     base = Path(out_json).parent
     manifest = build_manifest("study", base, [Path(out_json), Path(out_md)],
                               {"study": study.study, "panel_roots": roots})
     write_manifest(out_manifest, manifest)
+
+
+def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
+    """The report's figures for the whole study."""
+    from . import plots as P
+
+    gen, scores, timings = panel_records(study, [p.name for p in study.panels])
+    P.forest(json.loads(Path(stats_json).read_text()), out["forest"])
+    P.latency(timings, out["latency"])
+    P.scatter(scores, out["scatter"])
+    P.per_prompt(scores, out["per_prompt"])
 
 
 def archive(study: StudySpec, out: Path) -> None:

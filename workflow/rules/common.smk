@@ -15,11 +15,13 @@ SCRATCH = str(STUDY.scratch)
 MODEL_INDEX = str(STUDY.model.path / "model_index.json")
 GEN_MANIFEST = f"{SCRATCH}/panels/{{panel}}/generation.json"
 SCORE_MANIFEST = f"{SCRATCH}/panels/{{panel}}/scores.json"
+TIMING_MANIFEST = f"{SCRATCH}/panels/{{panel}}/timing.json"
 PANEL_STATS = f"{SCRATCH}/panels/{{panel}}/stats.json"
 PANEL_TABLE = f"{SCRATCH}/panels/{{panel}}/table.md"
 STUDY_STATS = f"{SCRATCH}/study/stats.json"
 STUDY_TABLE = f"{SCRATCH}/study/table.md"
 STUDY_MANIFEST = f"{SCRATCH}/study/manifest.json"
+PLOTS = f"{SCRATCH}/study/plots"
 ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
 LOGS = f"{SCRATCH}/logs"
 

@@ -6,5 +6,5 @@ from pairflow.steps import study_for_rule, study_stats
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
 manifests = {f"{kind}:{Path(p).parent.name}": Path(p)
-             for kind, paths in (("generation", sm.input.generation), ("scores", sm.input.scores)) for p in paths}
+             for kind in ("generation", "scores", "timing") for p in sm.input[kind]}
 study_stats(study, manifests, Path(sm.output.stats), Path(sm.output.table), Path(sm.output.manifest))

@@ -1,0 +1,8 @@
+"""Rule adapter: the report's figures."""
+from pathlib import Path
+
+from pairflow.steps import plots, study_for_rule
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+plots(study, Path(sm.input.stats), {k: Path(v) for k, v in sm.output.items()})
