@@ -36,6 +36,8 @@ def study_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # ty
     project = copy_project(tmp_path_factory.mktemp("proj"))
     cfg = small_config(project, tiny_model)
     cfg["panels"]["t"]["seeds"] = [0, 1]
+    (project / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
+    cfg["panels"]["u"] = {"sheet": str(project / "config" / "panels" / "u.tsv"), "seeds": [3]}
     write_config(project, cfg)
     out = snakemake(project)
     return project, cfg, out
@@ -46,10 +48,15 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     scratch = Path(cfg["storage"]["scratch"])
     gens = records(scratch)
     assert {(r["arm"]["name"], r["candidate"]["prompt_id"], r["candidate"]["seed"]) for r in gens} == {
-        (a, p, s) for a in ("control", "pab") for p in ("a1", "a2") for s in (0, 1)}
-    assert len(records(scratch, "scores")) == 8
+        (a, p, s) for a in ("control", "pab") for p in ("a1", "a2") for s in (0, 1)} | {
+        ("control", "b1", 3), ("pab", "b1", 3)}
+    assert len(records(scratch, "scores")) == 10
+    timings = records(scratch, "timing")
+    assert len(timings) == 10 and all(t["timing"]["pass"] == "timed" and t["matches_bulk_frames"] for t in timings)
     table = (scratch / "study" / "table.md").read_text()
-    assert "| pab | 4 |" in table and "xxh3_128:" in table
+    assert "| pab | 5 |" in table and "xxh3_128:" in table and "Latency pass: timed" in table
+    for png in ("forest", "latency", "scatter", "per_prompt"):
+        assert (scratch / "study" / "plots" / f"{png}.png").stat().st_size > 1000
     stats = json.loads((scratch / "study" / "stats.json").read_text())
     assert {m["metric"] for m in stats["comparisons"][0]["metrics"]} == {"psnr", "ssim", "temporal_flickering"}
     work = Path(cfg["storage"]["work"]) / "test"
@@ -62,8 +69,7 @@ def test_pair_shares_its_stream_and_arms_differ(study_run) -> None:  # type: ign
     _, cfg, _ = study_run
     by = {(r["arm"]["name"], r["candidate"]["prompt_id"], r["candidate"]["seed"]): r
           for r in records(Path(cfg["storage"]["scratch"]))}
-    for p in ("a1", "a2"):
-        for s in (0, 1):
+    for p, s in (("a1", 0), ("a1", 1), ("a2", 0), ("a2", 1), ("b1", 3)):
             c, t = by[("control", p, s)], by[("pab", p, s)]
             assert c["candidate"]["stream_seed"] == t["candidate"]["stream_seed"]
             assert c["video"]["digest"] != t["video"]["digest"]
@@ -89,8 +95,8 @@ def test_deleted_video_regenerates_only_that_candidate_bit_exactly(study_run) ->
     scratch = Path(cfg["storage"]["scratch"])
     video = scratch / "panels" / "t" / "videos" / "pab" / "a2-s1.mp4"
     before = digest_file(video)
-    others = {p: digest_file(p) for p in (scratch / "panels").rglob("records/*/*.json") if "a2-s1" not in p.name
-              or "pab" not in str(p)}
+    others = {p: digest_file(p) for p in (scratch / "panels").rglob("records/*/*.json")
+              if not (p.name == "a2-s1.json" and p.parent.name == "pab")}
     video.unlink()
     snakemake(project, "--forcerun", "generate_panel")
     log = (scratch / "logs" / "generate" / "t.log").read_text()
@@ -100,12 +106,34 @@ def test_deleted_video_regenerates_only_that_candidate_bit_exactly(study_run) ->
     assert verify_tree(scratch) == []
 
 
+def test_rerun_one_panel_leaves_the_others_untouched(study_run) -> None:  # type: ignore[no-untyped-def]
+    project, cfg, _ = study_run
+    scratch = Path(cfg["storage"]["scratch"])
+    other = {p: digest_file(p) for p in (scratch / "panels" / "t").rglob("*") if p.is_file() and "/run/" not in str(p)
+             and p.suffix in (".json", ".mp4") and p.parent.parent.name != "t"}
+    study_before = (scratch / "study" / "stats.json").stat().st_mtime_ns
+    exe = Path(sys.executable).with_name("pairflow")
+    proc = subprocess.run([str(exe), "rerun-panel", "u", "--configfile", "config/config.yaml", "--", "--cores", "2"],
+                          cwd=project, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    log = (scratch / "logs" / "generate" / "u.log").read_text()
+    assert "generate u: 2 candidates, 0 complete, 2 to run" in log
+    assert other and all(digest_file(p) == d for p, d in other.items())
+    assert "generate t:" not in proc.stdout + proc.stderr.split("Complete log")[0].replace("generate_panel", "")
+    assert (scratch / "study" / "stats.json").stat().st_mtime_ns > study_before
+    work = Path(cfg["storage"]["work"]) / "test"
+    assert len(list((work / "snapshots").iterdir())) >= 2  # a new archive snapshot; the old one kept
+    assert verify_tree(scratch) == []
+
+
 def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path,
                                                      tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
     project, cfg, _ = study_run
     other = copy_project(tmp_path_factory.mktemp("proj2"))
     cfg2 = small_config(other, tiny_model, fleet={"cpu_workers": 2, "retries": 1})
     cfg2["panels"]["t"]["seeds"] = [0, 1]
+    (other / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
+    cfg2["panels"]["u"] = {"sheet": str(other / "config" / "panels" / "u.tsv"), "seeds": [3]}
     write_config(other, cfg2)
     snakemake(other)
 

@@ -19,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("out", type=Path)
     c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
     c.add_argument("config", type=Path)
-    args = parser.parse_args(argv)
+    r = sub.add_parser("rerun-panel", help="regenerate, rescore and re-analyse one panel; others untouched")
+    r.add_argument("panel")
+    r.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
+    r.epilog = "Everything after '--' goes to snakemake, e.g. -- --profile profiles/local"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         if args.cmd == "verify":
@@ -42,10 +48,34 @@ def main(argv: list[str] | None = None) -> int:
             n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
             print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
             return 0
+        if args.cmd == "rerun-panel":
+            return rerun_panel(args.panel, args.configfile, extra)
     except PairFlowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
+    """Clear one panel's records, scores, timings and videos, then run Snakemake with that
+    panel's generation forced. Other panels' files are not touched; the study statistics,
+    plots and archive (a new snapshot) follow from the changed inputs."""
+    import shutil
+    import subprocess
+
+    from .config import load_study
+    from .locks import hold
+    from .panel import panel_dir
+
+    study = load_study(configfile, Path.cwd())
+    pdir = panel_dir(study, study.panel(panel).name)
+    with hold(pdir, f"rerun-panel {panel}"):
+        for sub in ("records", "scores", "timing", "videos"):
+            shutil.rmtree(pdir / sub, ignore_errors=True)
+    argv = [str(Path(sys.executable).with_name("snakemake")), "--configfile", str(configfile),
+            "--forcerun", str(pdir / "generation.json"), *extra]
+    print("running:", " ".join(argv), flush=True)
+    return subprocess.run(argv, check=False).returncode
 
 
 if __name__ == "__main__":

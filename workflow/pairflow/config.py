@@ -158,6 +158,13 @@ class StudySpec:
     def treatments(self) -> tuple[ArmSpec, ...]:
         return tuple(a for a in self.arms if not a.is_control)
 
+    def panel_digest(self, name: str) -> str:
+        """Digest of what defines one panel's candidates: study, model, arms, generation,
+        encoder, and this panel's seeds and prompts (not other panels)."""
+        p = self.panel(name)
+        return digest_obj({"study": self.subtree_digest("study", "model", "arms", "generation", "encoder"),
+                           "seeds": list(p.seeds), "prompts": [[q.prompt_id, q.digest] for q in p.prompts]})
+
     def subtree_digest(self, *keys: str) -> str:
         """Digest of the named config subtrees (what produced a record)."""
         return digest_obj({k: self.raw.get(k) for k in keys})

@@ -37,8 +37,12 @@ def make_config(run_dir: Path, cpu_workers: int, retries: int, accelerators: lis
     from parsl.launchers import SingleNodeLauncher
     from parsl.providers import LocalProvider
 
+    bindir = Path(sys.executable).parent
     executor = HighThroughputExecutor(
         label="slots",
+        # The driver may run without the venv activated (.venv/bin/snakemake): name
+        # Parsl's interchange script by its full path in this interpreter's bin/.
+        interchange_launch_cmd=[str(bindir / "interchange.py")],
         address="127.0.0.1",                   # workers are local; no interface probing
         max_workers_per_node=len(accelerators) or cpu_workers,  # one slot per accelerator, else per CPU worker
         available_accelerators=accelerators,   # Parsl pins each worker to one granted device
@@ -50,7 +54,7 @@ def make_config(run_dir: Path, cpu_workers: int, retries: int, accelerators: lis
             init_blocks=1, min_blocks=1, max_blocks=1,  # exactly one block: this allocation
             # Workers start from a shell: put this interpreter's bin/ first so they find
             # process_worker_pool.py and import the same environment as the driver.
-            worker_init=f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
+            worker_init=f"export PATH={shlex.quote(str(bindir))}:$PATH",
         ),
     )
     return Config(executors=[executor], retries=retries, run_dir=str(run_dir / "parsl"),

@@ -36,7 +36,8 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
 
     Sets torch's intra-op thread count to ``threads`` (outputs depend on it). With
     ``kind: hub-mirror`` the id and revision are resolved from the local mirror at
-    ``model.path`` with the hub offline; nothing is downloaded.
+    ``model.path`` with ``local_files_only``; nothing is downloaded (jobs also run with
+    HF_HUB_OFFLINE=1, see ``caches.cache_env``).
     """
     import torch
     from diffusers import DiffusionPipeline
@@ -55,7 +56,6 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
                               "model run 'snakemake resources/tiny-wan' (the build rule), otherwise "
                               "point 'model/path' at a diffusers checkpoint directory")
         kwargs, source = {}, str(model.path)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
     pipe = DiffusionPipeline.from_pretrained(source, dtype=getattr(torch, dtype), **kwargs)
     pipe.to(_device())

@@ -24,6 +24,7 @@ from typing import Any
 from .config import ArmSpec, PanelSpec, Prompt, StudySpec
 from .errors import IntegrityError, PairFlowError
 from .identity import CandidateKey, digest_obj
+from .locks import hold
 from .records import build_manifest, check_video, read_record, write_manifest, write_record
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,14 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
-    """Generate every incomplete candidate of a panel, then write its generation manifest."""
+    """Generate every incomplete candidate of a panel, then write its generation manifest.
+
+    Holds the panel's lock throughout: a second run on the same panel fails at once."""
+    with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
+        return _run_generation(study, panel_name, manifest_out, run_dir)
+
+
+def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
     from .fleet import granted_accelerators, make_config, run_tasks
     from .video import recipe_digest
 
@@ -160,6 +168,18 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 
 
+def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
+    """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
+    control, which is its own reference."""
+    from .scoring import metric_spec
+
+    return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
+
+
+def arm_of(record: dict[str, Any]) -> ArmSpec:
+    return ArmSpec(record["arm"]["name"], record["arm"]["cache_class"], record["arm"]["cache_params"])
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: score one candidate's video (and against its control for FR metrics)."""
     from .fleet import worker_identity
@@ -177,12 +197,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     frames = decode(rec)
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None
-    scores: dict[str, Any] = {}
-    for name in study.scorers:
-        spec = metric_spec(name)
-        if spec.kind == "FR" and ref is None:
-            continue  # the control is its own reference: no fidelity score
-        scores[name] = {"value": score(name, frames, ref), "spec": spec.asdict()}
+    scores = {name: {"value": score(name, frames, ref), "spec": metric_spec(name).asdict()}
+              for name in expected_scores(study, arm_of(rec))}
     record = {
         "kind": "score",
         "candidate": rec["candidate"],
@@ -202,6 +218,11 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
 
 def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
     """Score every candidate whose score record is missing or stale, then write the manifest."""
+    with hold(panel_dir(study, panel_name), f"score {panel_name}"):
+        return _run_scoring(study, panel_name, manifest_out, run_dir)
+
+
+def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
     from .fleet import make_config, run_tasks
 
     panel = study.panel(panel_name)
@@ -220,8 +241,7 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
             old = read_record(out)
             if (old["video_digest"] == rec["video"]["digest"]
                     and old["control_video_digest"] == ctrl["video"]["digest"]
-                    and sorted(old["scores"]) == sorted(n for n in study.scorers
-                                                        if c.arm.is_control is False or n == "temporal_flickering")):
+                    and sorted(old["scores"]) == expected_scores(study, c.arm)):
                 continue
         except (IntegrityError, KeyError):
             pass

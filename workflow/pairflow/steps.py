@@ -73,6 +73,16 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     binding the panel roots, the statistics and the table."""
     from .stats import analyse
 
+    from .locks import hold
+
+    with hold(Path(out_json).parent, "study statistics"):
+        _study_stats(study, manifests, out_json, out_md, out_manifest)
+
+
+def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
+                 out_manifest: Path) -> None:
+    from .stats import analyse
+
     stats = analyse(*panel_records(study, [p.name for p in study.panels]), [t.name for t in study.treatments],
                     _settings(study))
     roots = _roots(manifests)
@@ -110,14 +120,20 @@ def archive(study: StudySpec, out: Path) -> None:
                                 "root_digest": manifest["root_digest"]}, indent=1) + "\n")
 
 
-def study_for_rule(config: dict[str, Any], scriptdir: str, log_path: str) -> StudySpec:
-    """What every rule script does first: log to the rule's log and type the config.
-
-    ``scriptdir`` is ``workflow/scripts``; the project root is two levels up.
+def study_for_rule(sm: Any) -> StudySpec:
+    """What every rule script does first, given Snakemake's ``snakemake`` object: log to
+    the rule's log, type the config, and set this job's cache environment (which Parsl
+    workers inherit). The project root is two levels above ``workflow/scripts``.
     """
     import copy
+    import os
 
+    from .caches import cache_env
     from .config import study_from_raw
 
-    log_to(Path(log_path))
-    return study_from_raw(copy.deepcopy(dict(config)), Path(scriptdir).resolve().parents[1], source="config")
+    log_to(Path(sm.log[0]))
+    study = study_from_raw(copy.deepcopy(dict(sm.config)), Path(sm.scriptdir).resolve().parents[1],
+                           source="config")
+    job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])
+    os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1))))
+    return study

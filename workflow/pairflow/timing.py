@@ -32,6 +32,14 @@ def timing_path(study: StudySpec, c: Any) -> Path:
 
 def run_timed_pass(study: StudySpec, panel_name: str, manifest_out: Path) -> dict[str, Any]:
     """Time every candidate of a panel in this process; write timing records and a manifest."""
+    from .locks import hold
+    from .panel import panel_dir
+
+    with hold(panel_dir(study, panel_name), f"timed pass {panel_name}"):
+        return _run_timed_pass(study, panel_name, manifest_out)
+
+
+def _run_timed_pass(study: StudySpec, panel_name: str, manifest_out: Path) -> dict[str, Any]:
     from . import generate as g
     from .fleet import worker_identity
     from .identity import digest_bytes

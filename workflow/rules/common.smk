@@ -30,6 +30,16 @@ wildcard_constraints:
     panel="[A-Za-z0-9][A-Za-z0-9_-]{0,63}",
 
 
+def panel_sheet(wildcards):
+    """A panel's prompt sheet: editing it reruns that panel only."""
+    return str(STUDY.panel(wildcards.panel).sheet)
+
+
+def panel_digest(wildcards):
+    """Digest of everything that defines a panel's candidates (a params rerun trigger)."""
+    return STUDY.panel_digest(wildcards.panel)
+
+
 def model_input(wildcards):
     """The tiny model is built by a rule; a real checkpoint must already exist."""
     return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []

@@ -1,13 +1,14 @@
 # One job per panel (never per candidate); candidates fan out through Parsl inside it.
 rule generate_panel:
     input:
-        model_input,
+        model=model_input,
+        sheet=panel_sheet,
     output:
         GEN_MANIFEST,
     log:
         f"{LOGS}/generate/{{panel}}.log",
     params:
-        config_digest=STUDY.subtree_digest("study", "model", "arms", "generation", "encoder", "panels"),
+        panel_digest=panel_digest,
     threads: STUDY.fleet.cpu_workers * STUDY.generation.threads
     resources:
         gpus=0,

@@ -4,5 +4,5 @@ from pathlib import Path
 from pairflow.steps import archive, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+study = study_for_rule(sm)
 archive(study, Path(sm.output[0]))

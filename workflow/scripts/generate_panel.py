@@ -5,6 +5,6 @@ from pairflow.panel import run_generation
 from pairflow.steps import study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+study = study_for_rule(sm)
 out = Path(sm.output[0])
 run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate")

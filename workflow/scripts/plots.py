@@ -4,5 +4,5 @@ from pathlib import Path
 from pairflow.steps import plots, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-study = study_for_rule(sm.config, sm.scriptdir, sm.log[0])
+study = study_for_rule(sm)
 plots(study, Path(sm.input.stats), {k: Path(v) for k, v in sm.output.items()})
