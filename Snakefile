@@ -19,6 +19,7 @@ include: "workflow/rules/score.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/archive.smk"
+include: "workflow/rules/repeatability.smk"
 
 
 rule all:

@@ -124,6 +124,12 @@ class TimingSpec:
 
 
 @dataclass(frozen=True)
+class RepeatSpec:
+    replicates: int
+    panels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     cpu_workers: int
     retries: int
@@ -145,6 +151,7 @@ class StudySpec:
     scorers: tuple[str, ...]
     stats: StatsSpec
     timing: TimingSpec
+    repeatability: RepeatSpec
     fleet: FleetSpec
     raw: dict[str, Any] = field(hash=False, compare=False)
 
@@ -212,6 +219,10 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
                          + (f" (allowed: {allowed})" if allowed else "")
                          + (f" -- {desc}" if desc else ""))
         raise ConfigError(f"{source}: invalid config; see config/README.md\n" + "\n".join(lines))
+    unknown = set(raw["repeatability"]["panels"]) - set(raw["panels"])
+    if unknown:
+        raise ConfigError(f"{source}: key 'repeatability/panels' names {sorted(unknown)}, which are not "
+                          f"panels; known panels: {sorted(raw['panels'])}")
     gen = raw["generation"]
     if (gen["frames"] - 1) % 4:
         raise ConfigError(f"{source}: key 'generation/frames' is {gen['frames']}; Wan's VAE "
@@ -296,7 +307,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
         work=resolve(raw["storage"]["work"]), model=model, arms=arms, panels=panels,
         generation=GenerationSpec(**raw["generation"]), encoder=EncoderSpec(**raw["encoder"]),
         scorers=tuple(raw["scorers"]), stats=StatsSpec(**raw["stats"]),
-        timing=TimingSpec(**raw["timing"]), fleet=FleetSpec(**raw["fleet"]), raw=raw)
+        timing=TimingSpec(**raw["timing"]),
+        repeatability=RepeatSpec(raw["repeatability"]["replicates"],
+                                 tuple(raw["repeatability"]["panels"]) or tuple(p.name for p in panels)),
+        fleet=FleetSpec(**raw["fleet"]), raw=raw)
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:

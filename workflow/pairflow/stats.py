@@ -195,3 +195,26 @@ def analyse(gen_records: list[dict[str, Any]], score_records: list[dict[str, Any
     return {"estimand": ESTIMAND, "level": s.level, "resamples": s.resamples, "seed": s.seed,
             "missing_policy": s.missing,
             "comparisons": [compare(gen, scores, timings, t, s) for t in treatments]}
+
+
+def noise_flags(stats: dict[str, Any], floors: dict[str, dict[str, Any]]) -> list[str]:
+    """Say, per treatment and metric, whether a paired difference is within the noise
+    floor measured by repeatability reruns (max range of a candidate's score across
+    runs). A difference whose whole interval lies inside ±floor is indistinguishable
+    from rerunning the control."""
+    out = []
+    for c in stats["comparisons"]:
+        for m in c["metrics"]:
+            floor = floors.get(m["metric"], {}).get("max_range")
+            if floor is None or m["diff"] is None:
+                continue
+            lo, hi = m["ci"]
+            if -floor <= lo and hi <= floor:
+                verdict = "within the noise floor (indistinguishable from a rerun)"
+            elif lo > floor or hi < -floor:
+                verdict = "beyond the noise floor"
+            else:
+                verdict = "interval overlaps the noise floor"
+            out.append(f"{c['treatment']} / {m['metric']}: diff {m['diff']:.4g} [{lo:.4g}, {hi:.4g}] vs floor "
+                       f"±{floor:.4g}: {verdict}")
+    return out

@@ -25,6 +25,7 @@ def log_to(path: Path) -> None:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    logging.getLogger("parsl").setLevel(logging.WARNING)  # its INFO lines drown our progress lines
 
 
 Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
@@ -91,6 +92,34 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     manifest = build_manifest("study", base, [Path(out_json), Path(out_md)],
                               {"study": study.study, "panel_roots": roots})
     write_manifest(out_manifest, manifest)
+
+
+def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
+    """Generate, score and time one panel again under ``replicates/<rep>``."""
+    from .panel import panel_dir, run_generation, run_scoring
+    from .repeat import replicate_study
+    from .timing import run_timed_pass
+
+    r = replicate_study(study, rep)
+    pdir = panel_dir(r, panel)
+    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate")
+    run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score")
+    run_timed_pass(r, panel, Path(out))
+
+
+def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Path) -> None:
+    """The repeatability report over original and replicate runs, with noise-floor flags
+    on the study's paired differences."""
+    from . import repeat
+    from .stats import noise_flags
+
+    panels = list(study.repeatability.panels)
+    runs = {"original": panel_records(study, panels)}
+    for n in range(1, study.repeatability.replicates + 1):
+        runs[f"r{n}"] = panel_records(repeat.replicate_study(study, f"r{n}"), panels)
+    report = repeat.noise_report(runs)
+    flags = noise_flags(json.loads(Path(stats_json).read_text()), report["noise_floor"])
+    repeat.write(report, flags, out_json, out_md)
 
 
 def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:

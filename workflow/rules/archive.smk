@@ -6,6 +6,8 @@ rule archive:
         expand(PANEL_STATS, panel=PANELS),
     output:
         ARCHIVE_DONE,
+    benchmark:
+        f"{SCRATCH}/benchmarks/archive/study.tsv"
     log:
         f"{LOGS}/archive.log",
     conda:

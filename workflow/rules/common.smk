@@ -24,10 +24,13 @@ STUDY_MANIFEST = f"{SCRATCH}/study/manifest.json"
 PLOTS = f"{SCRATCH}/study/plots"
 ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
 LOGS = f"{SCRATCH}/logs"
+REPLICATE_OUTPUTS = [f"{SCRATCH}/replicates/r{n}/panels/{p}/timing.json"
+                     for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 
 wildcard_constraints:
     panel="[A-Za-z0-9][A-Za-z0-9_-]{0,63}",
+    rep="r[0-9]+",
 
 
 def panel_sheet(wildcards):

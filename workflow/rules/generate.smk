@@ -5,6 +5,8 @@ rule generate_panel:
         sheet=panel_sheet,
     output:
         GEN_MANIFEST,
+    benchmark:
+        f"{SCRATCH}/benchmarks/generate_panel/{{panel}}.tsv"
     log:
         f"{LOGS}/generate/{{panel}}.log",
     params:

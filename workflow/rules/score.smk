@@ -3,6 +3,8 @@ rule score_panel:
         GEN_MANIFEST,
     output:
         SCORE_MANIFEST,
+    benchmark:
+        f"{SCRATCH}/benchmarks/score_panel/{{panel}}.tsv"
     log:
         f"{LOGS}/score/{{panel}}.log",
     params:

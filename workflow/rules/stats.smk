@@ -6,6 +6,8 @@ rule panel_stats:
     output:
         stats=PANEL_STATS,
         table=report(PANEL_TABLE, caption="../report/panel_table.rst", category="Panels"),
+    benchmark:
+        f"{SCRATCH}/benchmarks/panel_stats/{{panel}}.tsv"
     log:
         f"{LOGS}/stats/{{panel}}.log",
     params:
@@ -25,6 +27,8 @@ rule study_stats:
         stats=STUDY_STATS,
         table=report(STUDY_TABLE, caption="../report/study_table.rst", category="Study"),
         manifest=STUDY_MANIFEST,
+    benchmark:
+        f"{SCRATCH}/benchmarks/study_stats/study.tsv"
     log:
         f"{LOGS}/stats/study.log",
     params:
@@ -44,6 +48,8 @@ rule plots:
         latency=report(f"{PLOTS}/latency.png", caption="../report/latency.rst", category="Plots"),
         scatter=report(f"{PLOTS}/scatter.png", caption="../report/scatter.rst", category="Plots"),
         per_prompt=report(f"{PLOTS}/per_prompt.png", caption="../report/per_prompt.rst", category="Plots"),
+    benchmark:
+        f"{SCRATCH}/benchmarks/plots/study.tsv"
     log:
         f"{LOGS}/plots.log",
     conda:

@@ -5,6 +5,8 @@ rule timed_panel:
         GEN_MANIFEST,
     output:
         TIMING_MANIFEST,
+    benchmark:
+        f"{SCRATCH}/benchmarks/timed_panel/{{panel}}.tsv"
     log:
         f"{LOGS}/timing/{{panel}}.log",
     params:

@@ -1,0 +1,311 @@
+"""PairFlow benchmark suite. One command: ``.venv/bin/python benchmarks/run.py``.
+
+Writes ``benchmarks/results.json`` with the machine, versions and commit. Timings are
+medians over several runs; every ratio is measured side by side in one run. Sections:
+encode/decode (writer vs bare ffmpeg), hashing (xxh3 vs sha256), planning at 31,000
+candidates, model loads (once per worker vs per candidate), Parsl slot busy share and
+no-op task rate, metric throughput, and the default study's time by stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+
+def median_time(fn: Callable[[], Any], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def frames(f: int = 49, h: int = 256, w: int = 256) -> np.ndarray:
+    t = np.arange(f)[:, None, None, None] / f
+    y = np.linspace(0, 1, h)[None, :, None, None]
+    x = np.linspace(0, 1, w)[None, None, :, None]
+    full = np.ones((f, h, w, 1))
+    rgb = np.concatenate([(0.5 + 0.5 * np.sin(6.28 * (x + t))) * full, y * full, (x * y) * full], axis=3)
+    return np.clip(np.rint(rgb * 255), 0, 255).astype(np.uint8)
+
+
+def bench_video(runs: int) -> dict[str, Any]:
+    """Writer (guards + encode + probe + digest + fsync + rename) vs the bare ffmpeg CLI on
+    the same raw frames and recipe, alternated in one run; decode throughput likewise."""
+    from pairflow.config import EncoderSpec
+    from pairflow.video import _output_args, encode, ffmpeg_binary, prepare_frames, read_video
+
+    spec = EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False)
+    u8 = frames()
+    f, h, w, _ = u8.shape
+    tmp = Path(tempfile.mkdtemp())
+    args = []
+    for k, v in _output_args(spec, 8).items():
+        args += [f"-{k}", str(v)]
+    bare = [ffmpeg_binary(spec), "-hide_banner", "-nostdin", "-loglevel", "error", "-y", "-f", "rawvideo",
+            "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-framerate", "8/1", "-i", "pipe:", *args, str(tmp / "bare.mp4")]
+    writer_t, bare_t = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        prepared, _ = prepare_frames(u8, spec)
+        encode(prepared, tmp / "w.mp4", spec, 8)
+        writer_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subprocess.run(bare, input=u8.tobytes(), check=True)
+        bare_t.append(time.perf_counter() - t)
+    dec = median_time(lambda: read_video(tmp / "w.mp4", spec, frames=f, height=h, width=w, fps=8), runs)
+    bare_dec_cmd = [ffmpeg_binary(spec), "-hide_banner", "-loglevel", "error", "-i", str(tmp / "w.mp4"),
+                    "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:"]
+    bare_dec = median_time(lambda: subprocess.run(bare_dec_cmd, check=True, capture_output=True), runs)
+    shutil.rmtree(tmp)
+    wm, bm = statistics.median(writer_t), statistics.median(bare_t)
+    return {"frames": f, "size": f"{w}x{h}", "runs": runs,
+            "writer_median_s": wm, "bare_ffmpeg_median_s": bm, "writer_over_bare": wm / bm,
+            "writer_fps": f / wm, "bare_fps": f / bm,
+            "decode_read_video_fps": f / dec, "decode_bare_fps": f / bare_dec, "read_video_over_bare": dec / bare_dec}
+
+
+def bench_hash(runs: int) -> dict[str, Any]:
+    import xxhash
+
+    from pairflow.identity import digest_file
+
+    tmp = Path(tempfile.mkdtemp()) / "blob.bin"
+    size = 256 << 20
+    tmp.write_bytes(np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes())
+    data = tmp.read_bytes()
+    xx = median_time(lambda: xxhash.xxh3_128_hexdigest(data), runs)
+    sha = median_time(lambda: hashlib.sha256(data).hexdigest(), runs)
+    f = median_time(lambda: digest_file(tmp), runs)
+    shutil.rmtree(tmp.parent)
+    mb = size / 1e6
+    return {"bytes": size, "xxh3_128_MBps": mb / xx, "sha256_MBps": mb / sha, "sha256_over_xxh3": sha / xx,
+            "digest_file_MBps": mb / f}
+
+
+def _scale_project(panels: int, prompts: int) -> Path:
+    proj = Path(tempfile.mkdtemp())
+    for name in ("Snakefile", "workflow", "envs"):
+        shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__")) \
+            if (ROOT / name).is_dir() else shutil.copy(ROOT / name, proj / name)
+    (proj / "config" / "panels").mkdir(parents=True)
+    pan = {}
+    for i in range(panels):
+        sheet = proj / "config" / "panels" / f"p{i:03d}.tsv"
+        sheet.write_text("prompt_id\tprompt\n" + "".join(f"q{j:02d}\tprompt {i} {j}\n" for j in range(prompts)))
+        pan[f"p{i:03d}"] = {"sheet": f"config/panels/p{i:03d}.tsv", "seeds": [0]}
+    import yaml
+
+    cfg = {"study": "scale", "arms": {"control": {"cache": None},
+                                      "fb": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.1}}}},
+           "panels": pan, "model": {"kind": "local", "path": "model"}}
+    (proj / "model").mkdir()
+    (proj / "model" / "model_index.json").write_text("{}")
+    (proj / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return proj
+
+
+def _timed_cmd(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS (MiB) of a child process."""
+    t = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    rss_kb = int(proc.stderr.strip().splitlines()[-1])
+    return wall, rss_kb / 1024, proc.stdout
+
+
+def bench_plan(runs: int) -> dict[str, Any]:
+    """31,000 candidates = 500 panels x 31 prompts x 1 seed x 2 arms."""
+    proj = _scale_project(500, 31)
+    snake = str(Path(sys.executable).with_name("snakemake"))
+    dry = [_timed_cmd([snake, "-n", "--cores", "2", "--quiet", "all"], proj) for _ in range(runs)]
+    # No-op rerun: mark every job's outputs done (snakemake --touch), then dry-run again.
+    _timed_cmd([snake, "--touch", "--cores", "2", "--quiet", "all"], proj)
+    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs)]
+    assert "Nothing to be done" in noop[0][2], noop[0][2][-500:]
+    shutil.rmtree(proj)
+    return {"candidates": 31000, "snakemake_jobs": 500 * 5 + 4,
+            "dry_run_median_s": statistics.median(d[0] for d in dry),
+            "dry_run_peak_rss_mib": max(d[1] for d in dry),
+            "noop_rerun_median_s": statistics.median(d[0] for d in noop),
+            "noop_rerun_peak_rss_mib": max(d[1] for d in noop),
+            "planning_ms_per_candidate": statistics.median(d[0] for d in dry) / 31000 * 1e3}
+
+
+def bench_records(runs: int) -> dict[str, Any]:
+    """Per-candidate cost of sealing and writing a record, and of a 62-record manifest."""
+    from pairflow.records import build_manifest, read_record, write_record
+
+    sample = json.loads(next((ROOT / "results" / "scratch").rglob("records/*/*.json")).read_text()) \
+        if list((ROOT / "results" / "scratch").rglob("records/*/*.json")) else {"x": list(range(300))}
+    tmp = Path(tempfile.mkdtemp())
+    w = median_time(lambda: [write_record(tmp / f"r{i}.json", sample) for i in range(62)], runs) / 62
+    r = median_time(lambda: [read_record(tmp / f"r{i}.json") for i in range(62)], runs) / 62
+    m = median_time(lambda: build_manifest("p", tmp, [tmp / f"r{i}.json" for i in range(62)]), runs) / 62
+    shutil.rmtree(tmp)
+    return {"write_record_ms": w * 1e3, "read_verify_record_ms": r * 1e3, "manifest_ms_per_record": m * 1e3}
+
+
+def bench_loads(runs: int) -> dict[str, Any]:
+    """Load once per worker vs once per candidate, on the tiny model (8 candidates)."""
+    from pairflow import generate as g
+    from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
+    from pairflow.tinymodel import build_tiny_model
+
+    model = ModelSpec("embedded-tiny", build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
+    gen = GenerationSpec(9, 64, 64, 6, 5.0, 8, "float32", 1)
+    arm = ArmSpec("control", None)
+
+    def load() -> Any:
+        g._PIPELINES.clear()
+        return g.load_pipeline(model, "float32", 1)
+
+    load()  # imports and file cache warm
+    load_s = median_time(load, runs)
+    pipe = load()
+    gen_s = median_time(lambda: g.generate(pipe, "a fox", 0, arm, gen, 64), runs)
+    n = 8
+    return {"candidates": n, "load_median_s": load_s, "generate_median_s": gen_s,
+            "once_per_worker_s": load_s + n * gen_s, "per_candidate_s": n * (load_s + gen_s),
+            "saved_share": 1 - (load_s + n * gen_s) / (n * (load_s + gen_s)),
+            "loads_once_per_worker": 1, "loads_per_candidate": n}
+
+
+def _sleep_task(payload: dict[str, Any]) -> dict[str, Any]:
+    import time as _t
+
+    start = _t.time()
+    _t.sleep(payload["s"])
+    return {"start": start, "end": _t.time(), "slot": os.environ.get("PARSL_WORKER_RANK")}
+
+
+def _noop(payload: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def bench_slots(runs: int) -> dict[str, Any]:
+    """Share of slot time spent running tasks on a heterogeneous synthetic workload, and
+    no-op task throughput, through the project's own fleet config."""
+    from pairflow.fleet import make_config, run_tasks
+
+    slots = 4
+    rng = np.random.default_rng(0)
+    durations = rng.uniform(0.05, 1.0, 240).round(3).tolist()
+    run_dir = Path(tempfile.mkdtemp())
+    submitted = time.time()
+    res = run_tasks(_sleep_task, [{"s": d} for d in durations], make_config(run_dir, slots, 0, []), "slots")
+    first = min(r["start"] for r in res)
+    last = max(r["end"] for r in res)
+    busy = sum(r["end"] - r["start"] for r in res)
+    makespan = last - first
+    per_slot_end = {}
+    for r in res:
+        per_slot_end[r["slot"]] = max(per_slot_end.get(r["slot"], 0), r["end"])
+    tail = sum(last - e for e in per_slot_end.values())
+    n = 2000
+    t = time.perf_counter()
+    run_tasks(_noop, [{}] * n, make_config(run_dir, slots, 0, []), "noop")
+    noop_wall = time.perf_counter() - t
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"slots": slots, "tasks": len(durations), "task_seconds": sum(durations),
+            "busy_share_of_makespan": busy / (slots * makespan),
+            "tail_idle_slot_s": tail, "startup_s": first - submitted,
+            "noop_tasks": n, "noop_tasks_per_s_incl_startup": n / noop_wall}
+
+
+def bench_metrics(runs: int) -> dict[str, Any]:
+    from pairflow.scoring import fidelity as fid
+    from pairflow.scoring import score
+
+    a, b = frames(16, 256, 256), frames(16, 256, 256)[::-1].copy()
+    out = {}
+    for name in ("temporal_flickering", "psnr", "ssim"):
+        t = time.perf_counter()
+        if name != "temporal_flickering":
+            fid._metric.cache_clear()
+            fid._metric(name)
+        load = time.perf_counter() - t
+        s = median_time(lambda: score(name, a, b if name != "temporal_flickering" else None), runs)
+        out[name] = {"fps_256x256": 16 / s, "load_s": load, "score_one_video_s": s}
+    return out
+
+
+def bench_e2e() -> dict[str, Any]:
+    """Time by stage of the last default study run, from its records and Snakemake's
+    per-job benchmark files (results/scratch/benchmarks)."""
+    scratch = ROOT / "results" / "scratch"
+    recs = [json.loads(p.read_text()) for p in scratch.glob("panels/*/records/*/*.json")]
+    scores = [json.loads(p.read_text()) for p in scratch.glob("panels/*/scores/*/*.json")]
+    if not recs:
+        return {"skipped": "run the main job first"}
+    jobs: dict[str, float] = {}
+    for tsv in (scratch / "benchmarks").rglob("*.tsv"):
+        rows = tsv.read_text().splitlines()
+        rule = tsv.parent.name
+        jobs[rule] = jobs.get(rule, 0.0) + float(rows[1].split("\t")[0])
+    loads = {}
+    for r in recs:
+        loads[(r["worker"]["host"], r["worker"]["pid"])] = r["timing"]["load_s"] if sum(
+            r["worker"]["model_loads"].values()) == 1 and r["timing"]["load_s"] > 0.5 else loads.get(
+            (r["worker"]["host"], r["worker"]["pid"]), 0.0)
+    return {"candidates": len(recs),
+            "generate_s_sum": sum(r["timing"]["generate_s"] for r in recs),
+            "encode_s_sum": sum(r["timing"]["encode_s"] for r in recs),
+            "model_load_s_sum": sum(loads.values()),
+            "score_s_sum": sum(s["timing"]["score_s"] for s in scores),
+            "job_wall_s_by_rule": jobs}
+
+
+def machine() -> dict[str, Any]:
+    from pairflow.envinfo import code_version, environment
+
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "packages": environment()["packages"], "code": code_version(str(ROOT)),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "records": bench_records,
+            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("sections", nargs="*", default=[*SECTIONS, "e2e"])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    results: dict[str, Any] = {"machine": machine(), "runs": args.runs}
+    for name in args.sections:
+        t = time.perf_counter()
+        results[name] = bench_e2e() if name == "e2e" else SECTIONS[name](args.runs if name != "plan" else 3)
+        print(f"{name}: {time.perf_counter() - t:.1f}s {json.dumps(results[name])[:400]}", flush=True)
+    args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out} (peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Repeatability reruns: the noise floor of generation, scoring and timing.
+
+A replicate regenerates, rescores and re-times panels under
+``scratch/replicates/r<n>/`` with the same config. The report states, against the
+original run: the share of videos bitwise identical to the original; per metric, the
+spread of each candidate's score across original and replicates (the scorer's and
+generator's noise floor); and the coefficient of variation of timed latency.
+Imports without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .config import StudySpec
+
+
+def replicate_study(study: StudySpec, rep: str) -> StudySpec:
+    """The same study with its scratch moved under ``replicates/<rep>``."""
+    return dataclasses.replace(study, scratch=study.scratch / "replicates" / rep)
+
+
+def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]]
+                 ) -> dict[str, Any]:
+    """Compare runs. ``runs['original']`` and each replicate hold (generation, score,
+    timing) records of the same candidates."""
+    def key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+        c = r["candidate"]
+        return (c["panel"], r["arm"]["name"], c["prompt_id"], int(c["seed"]))
+
+    orig_gen = {key(r): r for r in runs["original"][0]}
+    reps = [name for name in runs if name != "original"]
+    identical = total = 0
+    for name in reps:
+        for r in runs[name][0]:
+            total += 1
+            identical += r["video"]["digest"] == orig_gen[key(r)]["video"]["digest"]
+    values: dict[str, dict[tuple[str, str, str, int], list[float]]] = {}
+    for _name, (_g, scores, _t) in runs.items():
+        for r in scores:
+            for metric, s in r["scores"].items():
+                values.setdefault(metric, {}).setdefault(key(r), []).append(s["value"])
+    floors = {}
+    for metric, by in sorted(values.items()):
+        spreads = [max(v) - min(v) for v in by.values()]
+        sds = [statistics.pstdev(v) for v in by.values()]
+        floors[metric] = {"max_range": max(spreads), "median_range": statistics.median(spreads),
+                          "max_sd": max(sds), "candidates": len(by)}
+    lat: dict[tuple[str, str, str, int], list[float]] = {}
+    within = []
+    for _name, (_g, _s, timings) in runs.items():
+        for r in timings:
+            lat.setdefault(key(r), []).append(r["timing"]["latency_s"])
+            xs = r["timing"]["seconds"]
+            if len(xs) > 1:
+                within.append(statistics.stdev(xs) / statistics.mean(xs))
+    across = [statistics.stdev(v) / statistics.mean(v) for v in lat.values() if len(v) > 1]
+    return {
+        "replicates": reps,
+        "videos_compared": total,
+        "bitwise_identical_share": identical / total if total else None,
+        "noise_floor": floors,
+        "latency_cv": {"across_runs_median": statistics.median(across) if across else None,
+                       "across_runs_max": max(across) if across else None,
+                       "within_run_median": statistics.median(within) if within else None},
+    }
+
+
+def markdown(report: dict[str, Any], flags: list[str]) -> str:
+    share = report["bitwise_identical_share"]
+    lines = ["# Repeatability", "",
+             f"Replicates: {', '.join(report['replicates'])}; videos compared with the original: "
+             f"{report['videos_compared']}; bitwise identical: {share:.1%}." if share is not None else "",
+             "", "| metric | candidates | max range | median range | max SD |", "|---|---|---|---|---|"]
+    for m, f in report["noise_floor"].items():
+        lines.append(f"| {m} | {f['candidates']} | {f['max_range']:.4g} | {f['median_range']:.4g} | {f['max_sd']:.4g} |")
+    cv = report["latency_cv"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.2%}"  # noqa: E731
+    lines += ["", f"Timed latency CV: across runs median {fmt(cv['across_runs_median'])}, max "
+              f"{fmt(cv['across_runs_max'])}; within a run (repeats) median {fmt(cv['within_run_median'])}.", ""]
+    lines += ["## Study differences against the noise floor", ""] + [f"- {f}" for f in flags] + [""]
+    return "\n".join(lines)
+
+
+def write(report: dict[str, Any], flags: list[str], out_json: Path, out_md: Path) -> None:
+    import json
+
+    from .atomic import write_text
+
+    write_text(out_json, json.dumps({**report, "noise_flags": flags}, indent=1, sort_keys=True) + "\n")
+    write_text(out_md, markdown(report, flags))

@@ -1,0 +1,30 @@
+# Repeatability reruns, on demand: `snakemake --profile profiles/local repeatability`.
+rule replicate_panel:
+    input:
+        scores=SCORE_MANIFEST,
+        timing=TIMING_MANIFEST,
+    output:
+        f"{SCRATCH}/replicates/{{rep}}/panels/{{panel}}/timing.json",
+    log:
+        f"{LOGS}/replicates/{{rep}}-{{panel}}.log",
+    threads: workflow.cores
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/replicate_panel.py"
+
+
+rule repeatability:
+    input:
+        stats=STUDY_STATS,
+        replicates=REPLICATE_OUTPUTS,
+    output:
+        json=f"{SCRATCH}/repeatability/report.json",
+        table=report(f"{SCRATCH}/repeatability/report.md", caption="../report/repeatability.rst",
+                     category="Repeatability"),
+    log:
+        f"{LOGS}/repeatability.log",
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/repeatability.py"
