@@ -1,6 +1,6 @@
 # PairFlow: paired evaluation of video-generation models.
 # Stages, in order: build the embedded model → generate each panel (Parsl fan-out) →
-# score each panel → exclusive timed pass per panel → paired statistics per panel and for the study → archive evidence.
+# score each panel → exclusive timed pass → paired statistics per panel and for the study → archive evidence.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -26,5 +26,4 @@ rule all:
     input:
         ARCHIVE_DONE,
         STUDY_TABLE,
-        expand(PANEL_STATS, panel=PANELS),
     default_target: True

@@ -118,3 +118,95 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     gen2 = json.loads((Path(cfg2["storage"]["scratch"]) / "panels" / "t" / "generation.json").read_text())
     assert gen1["stable_root"] == gen2["stable_root"]
     print(f"\nFAULT whole-run-kill: done at kill {done_at_kill}/12, recovery {recovery_s:.1f}s")
+
+
+def _payload(tmp: Path, tiny_model: Path) -> dict:
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, provenance
+
+    cfg = small_config(tmp, tiny_model)
+    study = study_from_raw(cfg, tmp)
+    c = candidates(study, study.panels[0])[0]
+    return {"study": study, "candidate": c, "provenance": provenance(study)}
+
+
+def _generate(payload: dict) -> None:
+    from pairflow.panel import generate_task
+
+    generate_task(payload)
+
+
+def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_path: Path) -> None:
+    """Injected: two processes generate the same candidate at the same time (two workers,
+    or a retry racing a slow success). Atomic renames onto one deterministic name."""
+    import multiprocessing as mp
+
+    from pairflow.panel import record_path, video_path
+    from pairflow.records import check_video
+
+    payload = _payload(tmp_path, tiny_model)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_generate, args=(payload,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        assert p.exitcode == 0
+    study, c = payload["study"], payload["candidate"]
+    rec_dir = record_path(study, c).parent
+    assert [p.name for p in rec_dir.iterdir()] == [record_path(study, c).name]
+    assert [p.name for p in video_path(study, c).parent.iterdir()] == [video_path(study, c).name]
+    check_video(read_record(record_path(study, c)), record_path(study, c))
+
+
+def test_two_candidates_replaying_one_stream_are_rejected() -> None:
+    """Injected: two records of different pairs that carry the same stream seed."""
+    from pairflow.errors import IntegrityError
+    from pairflow.stats import check_streams
+
+    def rec(prompt: str, seed: int, stream: int, arm: str = "control") -> dict:
+        return {"candidate": {"panel": "p", "prompt_id": prompt, "seed": seed, "stream_seed": stream},
+                "arm": {"name": arm}}
+
+    check_streams([rec("a", 0, 11), rec("a", 0, 11, "fb"), rec("b", 0, 12)])  # a pair shares its stream: fine
+    with pytest.raises(IntegrityError, match="replay the same random stream 11: p/a seed 0 and p/b seed 0"):
+        check_streams([rec("a", 0, 11), rec("b", 0, 11)])
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    """Injected: a 600 KiB tmpfs filled by a ballast file, then an encode and a record write."""
+    import numpy as np
+
+    from pairflow.errors import StorageError
+    from pairflow.records import write_record
+    from pairflow.video import encode
+
+    ballast = small_fs / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # ENOSPC: the file system is full
+    finally:
+        os.close(fd)
+    frames = np.random.default_rng(0).integers(0, 256, (9, 64, 64, 3), dtype=np.uint8)
+    with pytest.raises(StorageError, match="no space left .*v.mp4.*Free space"):
+        encode(frames, small_fs / "v.mp4", encoder_spec, 8)
+    with pytest.raises(StorageError, match="no space left .*r.json"):
+        write_record(small_fs / "r.json", {"x": "y" * 100_000})
+    assert sorted(p.name for p in small_fs.iterdir()) == ["ballast"]  # nothing partial, no temp files
+    ballast.unlink()
+    info = encode(frames, small_fs / "v.mp4", encoder_spec, 8)
+    write_record(small_fs / "r.json", {"x": "y"})
+    assert info.frames == 9 and read_record(small_fs / "r.json")["x"] == "y"

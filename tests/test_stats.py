@@ -28,7 +28,7 @@ def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: i
             noise_c, noise_t = rng.gauss(0, noise), rng.gauss(0, noise)
             lat = 1.0 + rng.random()
             for arm in ("control", "treat"):
-                cand = {"panel": "p", "prompt_id": f"p{p:02d}", "seed": s}
+                cand = {"panel": "p", "prompt_id": f"p{p:02d}", "seed": s, "stream_seed": 1000 * p + s}
                 common = {"model": {"weights": {"w": "1"}}, "encoder": {"fingerprint": {"digest": "f"}, "recipe_digest": "r"},
                           "generation": {"frames": 9, "height": 64, "width": 64, "steps": 6}}
                 digest = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")

@@ -104,7 +104,7 @@ def verify_tree(root: Path) -> list[str]:
     root = Path(root)
     problems: list[str] = []
     manifests = sorted(p for p in root.rglob("*.json")
-                       if p.name in (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json"))
+                       if p.name in (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json"))
     if not manifests:
         return [f"{root}: no manifest found (archive.json, generation.json, scores.json)"]
     for m in manifests:

@@ -7,11 +7,14 @@ most a ``.tmp-*`` sibling, which readers ignore and the next write replaces.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import StorageError
 
 TMP_PREFIX = ".tmp-"
 
@@ -31,9 +34,12 @@ def atomic_path(final: Path) -> Iterator[Path]:
     On any exception the temporary file is removed and ``final`` is untouched.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
-                                dir=final.parent)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
+                                    dir=final.parent)
+    except OSError as e:
+        raise no_space(final, e) if e.errno in FULL else e
     os.close(fd)
     tmp = Path(name)
     try:
@@ -42,8 +48,23 @@ def atomic_path(final: Path) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
         _fsync_dir(final.parent)
+    except OSError as e:
+        if e.errno in FULL:
+            raise no_space(final, e) from e
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Errors that mean the storage is full, over quota, or over a file-size limit."""
+
+
+def no_space(final: Path, cause: BaseException | str) -> StorageError:
+    """The error for a write that ran out of space; nothing is left under ``final``."""
+    return StorageError(f"no space left on device writing {final} ({cause}); nothing was written under "
+                        f"that name. Free space on {final.parent} (or raise the quota) and rerun: completed "
+                        "candidates are kept")
 
 
 def write_bytes(final: Path, data: bytes) -> None:

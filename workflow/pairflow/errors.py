@@ -17,6 +17,7 @@ from and the fix.
     ├── IntegrityError         a digest does not match (record, video, archive)
     ├── PairingError           a pair lacks a partner or its arms are not comparable
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
+    ├── StorageError           the file system is full (or over quota) while writing
     └── LockError              another run holds the results directory
 """
 
@@ -85,6 +86,10 @@ class PairingError(PairFlowError):
 
 class ArchiveError(PairFlowError):
     """Promotion to work storage was refused."""
+
+
+class StorageError(PairFlowError):
+    """No space left (or quota exceeded) while writing; nothing was left under a final name."""
 
 
 class LockError(PairFlowError):

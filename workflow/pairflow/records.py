@@ -74,11 +74,13 @@ def stable_view(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
 
 
-def build_manifest(kind: str, root: Path, files: list[Path], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_manifest(kind: str, root: Path, files: list[Path], extra: dict[str, Any] | None = None,
+                   base: str = ".") -> dict[str, Any]:
     """A manifest of ``files`` (paths relative to ``root``) with their digests and a root
-    digest over the sorted (path, digest) list and ``extra``."""
+    digest over the sorted (path, digest) list and ``extra``. ``base`` is ``root`` as seen
+    from the directory the manifest will be written to (e.g. ``".."``)."""
     entries = {Path(f).relative_to(root).as_posix(): digest_file(f) for f in sorted(files)}
-    body = {"kind": kind, "schema_version": SCHEMA_VERSION, "files": entries, **(extra or {})}
+    body = {"kind": kind, "schema_version": SCHEMA_VERSION, "base": base, "files": entries, **(extra or {})}
     return {**body, "root_digest": digest_obj(body)}
 
 
@@ -98,7 +100,7 @@ def verify_manifest(path: Path) -> list[str]:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         return [f"{path}: unreadable manifest ({e})"]
-    root = path.parent
+    root = path.parent / manifest.get("base", ".")
     body = {k: v for k, v in manifest.items() if k != "root_digest"}
     if digest_obj(body) != manifest.get("root_digest"):
         problems.append(f"{path}: root digest mismatch; the manifest itself was altered")

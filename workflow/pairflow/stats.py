@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PairingError
+from .errors import IntegrityError, PairingError
 
 ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control; "
             "summary: mean over prompts; CI: percentile bootstrap resampling prompts; "
@@ -189,6 +189,7 @@ def index(records: list[dict[str, Any]]) -> Index:
 def analyse(gen_records: list[dict[str, Any]], score_records: list[dict[str, Any]],
             timing_records: list[dict[str, Any]], treatments: list[str], s: StatsSettings) -> dict[str, Any]:
     """Every treatment against control. Result is independent of record order."""
+    check_streams(gen_records)
     gen, scores, timings = index(gen_records), index(score_records), index(timing_records)
     if "control" not in gen:
         raise PairingError("no control records; the control arm must be generated")
@@ -218,3 +219,19 @@ def noise_flags(stats: dict[str, Any], floors: dict[str, dict[str, Any]]) -> lis
             out.append(f"{c['treatment']} / {m['metric']}: diff {m['diff']:.4g} [{lo:.4g}, {hi:.4g}] vs floor "
                        f"±{floor:.4g}: {verdict}")
     return out
+
+
+def check_streams(records: list[dict[str, Any]]) -> None:
+    """Refuse records of different pairs that replayed one random stream (a seeding bug or
+    two workers handed the same stream): the arms of one pair share a stream, nothing else.
+    """
+    seen: dict[int, tuple[str, str, int]] = {}
+    for r in sorted(records, key=lambda r: (r["candidate"]["panel"], r["candidate"]["prompt_id"],
+                                            int(r["candidate"]["seed"]), r["arm"]["name"])):
+        c = r["candidate"]
+        pair = (c["panel"], c["prompt_id"], int(c["seed"]))
+        other = seen.setdefault(int(c["stream_seed"]), pair)
+        if other != pair:
+            raise IntegrityError(f"two candidates replay the same random stream {c['stream_seed']}: "
+                                 f"{other[0]}/{other[1]} seed {other[2]} and {pair[0]}/{pair[1]} seed {pair[2]}; "
+                                 "their records must not count; regenerate them")

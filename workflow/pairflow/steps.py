@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
 from .config import StudySpec
+from .identity import digest_obj
 from .records import build_manifest, read_record, write_manifest
 
 log = logging.getLogger(__name__)
@@ -60,18 +62,12 @@ def _roots(paths: dict[str, Path]) -> dict[str, str]:
     return {name: json.loads(Path(p).read_text())["root_digest"] for name, p in paths.items()}
 
 
-def panel_stats(study: StudySpec, panel: str, manifests: dict[str, Path], out_json: Path, out_md: Path) -> None:
-    """Paired statistics for one panel, bound to its manifests' root digests."""
-    from .stats import analyse
-
-    stats = analyse(*panel_records(study, [panel]), [t.name for t in study.treatments], _settings(study))
-    _write_stats(stats, out_json, out_md, f"{study.study} / panel {panel}", _roots(manifests))
-
-
 def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                 out_manifest: Path) -> None:
-    """Statistics over every panel (prompts pooled across panels), plus the study manifest
-    binding the panel roots, the statistics and the table."""
+    """Statistics over every panel (prompts pooled across panels) and for each panel
+    (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
+    panel roots, the statistics and the tables. One job for all panels: a job per panel
+    would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
     from .stats import analyse
 
     from .locks import hold
@@ -84,13 +80,27 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
                  out_manifest: Path) -> None:
     from .stats import analyse
 
-    stats = analyse(*panel_records(study, [p.name for p in study.panels]), [t.name for t in study.treatments],
-                    _settings(study))
+    from .panel import panel_dir
+
+    treatments = [t.name for t in study.treatments]
     roots = _roots(manifests)
-    _write_stats(stats, out_json, out_md, f"{study.study}: study table", roots)
-    base = Path(out_json).parent
-    manifest = build_manifest("study", base, [Path(out_json), Path(out_md)],
-                              {"study": study.study, "panel_roots": roots})
+    by_panel = {p.name: panel_records(study, [p.name]) for p in study.panels}
+    files = []
+    for name, recs in by_panel.items():
+        pdir = panel_dir(study, name)
+        # A panel's numbers are bound to its own manifests and its own timing records, so
+        # re-timing another panel leaves this panel's statistics byte-identical.
+        prov = {k: v for k, v in roots.items() if k.endswith(f":{name}")}
+        prov[f"timing:{name}"] = digest_obj(sorted(r["record_digest"] for r in recs[2]))
+        _write_stats(analyse(*recs, treatments, _settings(study)), pdir / "stats.json", pdir / "table.md",
+                     f"{study.study} / panel {name}", prov)
+        files += [pdir / "stats.json", pdir / "table.md"]
+    pooled = tuple(sum((list(r[i]) for r in by_panel.values()), []) for i in range(3))
+    _write_stats(analyse(*pooled, treatments, _settings(study)), out_json, out_md, f"{study.study}: study table",
+                 roots)
+    manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), *files],
+                              {"study": study.study, "panel_roots": roots},
+                              base=os.path.relpath(study.scratch, Path(out_manifest).parent))
     write_manifest(out_manifest, manifest)
 
 
@@ -104,7 +114,7 @@ def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     pdir = panel_dir(r, panel)
     run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate")
     run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score")
-    run_timed_pass(r, panel, Path(out))
+    run_timed_pass(r, [panel], Path(out))
 
 
 def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Path) -> None:

@@ -13,6 +13,7 @@ bulk record, so a timing is known to belong to the same computation.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
@@ -30,59 +31,72 @@ def timing_path(study: StudySpec, c: Any) -> Path:
     return panel_dir(study, c.key.panel) / "timing" / c.arm.name / f"{c.stem}.json"
 
 
-def run_timed_pass(study: StudySpec, panel_name: str, manifest_out: Path) -> dict[str, Any]:
-    """Time every candidate of a panel in this process; write timing records and a manifest."""
+def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> dict[str, Any]:
+    """Time every candidate of ``panels`` in this process; write timing records and one
+    manifest. Candidates whose timing record verifies and names their current generation
+    record are kept, so rerunning one panel re-times only that panel."""
     from .locks import hold
-    from .panel import panel_dir
 
-    with hold(panel_dir(study, panel_name), f"timed pass {panel_name}"):
-        return _run_timed_pass(study, panel_name, manifest_out)
+    with hold(Path(manifest_out).parent, "timed pass"):
+        return _run_timed_pass(study, panels, manifest_out)
 
 
-def _run_timed_pass(study: StudySpec, panel_name: str, manifest_out: Path) -> dict[str, Any]:
+def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
+    from .errors import PairFlowError
+
+    try:
+        return read_record(timing_path(study, c))["generation_record_digest"] == bulk["record_digest"]
+    except (PairFlowError, KeyError):
+        return False
+
+
+def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> dict[str, Any]:
     from . import generate as g
     from .fleet import worker_identity
     from .identity import digest_bytes
     from .panel import candidates, record_path
     from .video import prepare_frames
 
-    cands = candidates(study, study.panel(panel_name))
-    pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
-    tokens = g.max_text_tokens(study.model)
-    warm, reps = study.timing.warmup, study.timing.repeats
-    for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
-        first = next(c for c in cands if c.arm == arm)
-        for _ in range(warm):
-            g.generate(pipe, first.prompt.text, first.key.stream_seed, arm, study.generation, tokens)
-    ordered = sorted(cands, key=lambda c: (c.key.prompt_id, c.key.seed))  # arms interleaved per pair
-    started = time.monotonic()
-    for done, c in enumerate(ordered, start=1):
-        bulk = read_record(record_path(study, c))
-        seconds, same = [], True
-        for _ in range(reps):
-            result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens)
-            seconds.append(result.seconds)
-            frames, _ = prepare_frames(result.frames, study.encoder)
-            same = same and digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
-        write_record(timing_path(study, c), {
-            "kind": "timing",
-            "candidate": bulk["candidate"], "arm": bulk["arm"],
-            "generation_record_digest": bulk["record_digest"],
-            "timing": {"pass": "timed", "latency_s": statistics.median(seconds), "seconds": seconds,
-                       "warmup_per_arm": warm, "repeats": reps, "batch": 1,
-                       "synchronised": result.device == "cuda", "device": result.device,
-                       "threads": result.threads},
-            "matches_bulk_frames": same,
-            "worker": worker_identity(),
-        })
-        if done % 10 == 0 or done == len(ordered):
-            rate = done / (time.monotonic() - started)
-            log.info("timed %s: %d/%d done, %.2f/s, ~%.0fs left", panel_name, done, len(ordered), rate,
-                     (len(ordered) - done) / rate)
-    from .panel import panel_dir
-
-    manifest = build_manifest("panel-timing", panel_dir(study, panel_name),
-                              [timing_path(study, c) for c in cands],
-                              {"study": study.study, "panel": panel_name, "pass": "timed"})
+    cands = [c for p in panels for c in candidates(study, study.panel(p))]
+    bulk = {c.key.candidate_id: read_record(record_path(study, c)) for c in cands}
+    todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id])]
+    log.info("timed pass: %d candidates, %d already timed, %d to time", len(cands), len(cands) - len(todo), len(todo))
+    if todo:
+        pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
+        tokens = g.max_text_tokens(study.model)
+        warm, reps = study.timing.warmup, study.timing.repeats
+        for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
+            first = next(c for c in todo if c.arm == arm) if any(c.arm == arm for c in todo) else None
+            for _ in range(warm if first else 0):
+                g.generate(pipe, first.prompt.text, first.key.stream_seed, arm, study.generation, tokens)
+        # Arms interleaved per pair, so drift in machine speed affects every arm alike.
+        ordered = sorted(todo, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed))
+        started = time.monotonic()
+        for done, c in enumerate(ordered, start=1):
+            b = bulk[c.key.candidate_id]
+            seconds, same = [], True
+            for _ in range(reps):
+                result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens)
+                seconds.append(result.seconds)
+                frames, _ = prepare_frames(result.frames, study.encoder)
+                same = same and digest_bytes(frames.tobytes()) == b["video"]["raw_digest"]
+            write_record(timing_path(study, c), {
+                "kind": "timing",
+                "candidate": b["candidate"], "arm": b["arm"],
+                "generation_record_digest": b["record_digest"],
+                "timing": {"pass": "timed", "latency_s": statistics.median(seconds), "seconds": seconds,
+                           "warmup_per_arm": warm, "repeats": reps, "batch": 1,
+                           "synchronised": result.device == "cuda", "device": result.device,
+                           "threads": result.threads},
+                "matches_bulk_frames": same,
+                "worker": worker_identity(),
+            })
+            if done % 10 == 0 or done == len(ordered):
+                rate = done / (time.monotonic() - started)
+                log.info("timed pass: %d/%d done, %.2f/s, ~%.0fs left", done, len(ordered), rate,
+                         (len(ordered) - done) / rate)
+    manifest = build_manifest("timing", study.scratch, [timing_path(study, c) for c in cands],
+                              {"study": study.study, "panels": panels, "pass": "timed"},
+                              base=os.path.relpath(study.scratch, Path(manifest_out).parent))
     write_manifest(manifest_out, manifest)
     return manifest

@@ -3,7 +3,6 @@ rule archive:
     input:
         STUDY_MANIFEST,
         f"{PLOTS}/forest.png",
-        expand(PANEL_STATS, panel=PANELS),
     output:
         ARCHIVE_DONE,
     benchmark:

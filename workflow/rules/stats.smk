@@ -1,29 +1,11 @@
-rule panel_stats:
-    input:
-        generation=GEN_MANIFEST,
-        scores=SCORE_MANIFEST,
-        timing=TIMING_MANIFEST,
-    output:
-        stats=PANEL_STATS,
-        table=report(PANEL_TABLE, caption="../report/panel_table.rst", category="Panels"),
-    benchmark:
-        f"{SCRATCH}/benchmarks/panel_stats/{{panel}}.tsv"
-    log:
-        f"{LOGS}/stats/{{panel}}.log",
-    params:
-        stats=STUDY.raw["stats"],
-    conda:
-        "../../envs/stats.yaml"
-    script:
-        "../scripts/panel_stats.py"
-
-
 rule study_stats:
     input:
         generation=expand(GEN_MANIFEST, panel=PANELS),
         scores=expand(SCORE_MANIFEST, panel=PANELS),
-        timing=expand(TIMING_MANIFEST, panel=PANELS),
+        timing=TIMING_MANIFEST,
     output:
+        panel_stats=expand(PANEL_STATS, panel=PANELS),
+        panel_tables=expand(PANEL_TABLE, panel=PANELS),
         stats=STUDY_STATS,
         table=report(STUDY_TABLE, caption="../report/study_table.rst", category="Study"),
         manifest=STUDY_MANIFEST,

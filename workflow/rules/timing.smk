@@ -1,14 +1,15 @@
-# The exclusive timed pass: every core locally (so no other job shares the machine);
-# the Slurm profile asks for an exclusive node. Runs after the panel's bulk generation.
-rule timed_panel:
+# The exclusive timed pass, one job for the study: every core locally (so no other job
+# shares the machine); the Slurm profile asks for an exclusive node. Candidates already
+# timed against their current generation record are kept.
+rule timed_pass:
     input:
-        GEN_MANIFEST,
+        expand(GEN_MANIFEST, panel=PANELS),
     output:
         TIMING_MANIFEST,
     benchmark:
-        f"{SCRATCH}/benchmarks/timed_panel/{{panel}}.tsv"
+        f"{SCRATCH}/benchmarks/timed_pass/study.tsv"
     log:
-        f"{LOGS}/timing/{{panel}}.log",
+        f"{LOGS}/timing.log",
     params:
         timing=STUDY.raw["timing"],
     threads: workflow.cores
@@ -17,4 +18,4 @@ rule timed_panel:
     conda:
         "../../envs/generate.yaml"
     script:
-        "../scripts/timed_panel.py"
+        "../scripts/timed_pass.py"
