@@ -83,7 +83,7 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> dict[
     for f in files:
         if "/records/" in f.as_posix():
             rec = read_record(f)
-            videos[rec["video"]["path"]] = rec["video"]["digest"]
+            videos[(f.relative_to(src).parents[2] / rec["video"]["path"]).as_posix()] = rec["video"]["digest"]
     manifest = build_manifest("archive", snapshot, [snapshot / r for r in digests],
                               {**(extra or {}), "videos_on_scratch": videos, "regenerate": REGENERATE})
     path = snapshot / ARCHIVE_MANIFEST

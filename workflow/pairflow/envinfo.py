@@ -1,4 +1,4 @@
-"""The environment a record was made in: versions, host, code version, package list.
+"""The environment a record was made in: versions, CUDA and driver, code version, package list.
 
 Imports without torch (versions come from package metadata).
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import platform
-import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -43,12 +42,11 @@ def code_version(root: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
-    """Python, package versions, CUDA/driver where present, host, and a digest of every
+    """Python, package versions, CUDA/driver where present, and a digest of every
     installed distribution (name==version, sorted)."""
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
     env: dict[str, Any] = {
         "python": sys.version.split()[0], "platform": platform.platform(),
-        "host": socket.gethostname(),
         "packages": {p: _version(p) for p in _PACKAGES},
         "installed_digest": digest_obj(dists),
     }
@@ -58,7 +56,23 @@ def environment() -> dict[str, Any]:
         env["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
     except ImportError:
         env["cuda"] = None
+    env["driver"] = _driver() if env["cuda"] else None
     return env
+
+
+def _driver() -> str | None:
+    """The NVIDIA driver version through NVML (nvidia-ml-py), or None without it."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
 
 
 def repo_root() -> Path:

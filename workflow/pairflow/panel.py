@@ -71,15 +71,18 @@ def provenance(study: StudySpec) -> dict[str, Any]:
     from .generate import model_digests
     from .video import encoder_fingerprint, recipe_digest
 
+    fingerprint = encoder_fingerprint(study.encoder)
     return {
         "code": code_version(str(study.root)),
         "environment": environment(),
-        "model": {**study.model.identity(), "path": str(study.model.path),
-                  "weights": model_digests(study.model)},
+        "model": {**study.model.identity(), "weights": model_digests(study.model)},
         "encoder": {"recipe": study.encoder.recipe(study.generation.fps),
                     "recipe_digest": recipe_digest(study.encoder, study.generation.fps),
-                    "fingerprint": encoder_fingerprint(study.encoder)},
+                    "fingerprint": {k: fingerprint[k] for k in ("version", "digest")}},
         "config_digest": study.subtree_digest("study", "model", "arms", "generation", "encoder"),
+        # Where things were on this site: run-specific, not part of what was computed.
+        "site": {"model_path": str(study.model.path), "ffmpeg_binary": fingerprint["binary"],
+                 "scratch": str(study.scratch)},
     }
 
 
@@ -121,7 +124,9 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                       "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
         "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
         "generation": study.generation.__dict__,
-        "video": info.asdict(),
+        # The video's path is relative to the panel directory, so records stay valid when a
+        # scratch tree is moved and compare equal across sites.
+        "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},
         "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
         "timing": {"pass": "bulk", "generate_s": result.seconds, "encode_s": encode_s,
                    "load_s": load_s, "peak_rss_mb": result.peak_rss_mb},
@@ -161,9 +166,13 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     files = [record_path(study, c) for c in todo_all]
     for c in todo_all:  # every record must verify before the manifest binds it
         check_video(read_record(record_path(study, c)), record_path(study, c))
+    from .records import stable_root
+    from .stats import check_streams
+
+    check_streams([read_record(f) for f in files])
     manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
-                              {"study": study.study, "panel": panel_name, "ran": len(todo),
-                               "reused": len(todo_all) - len(todo)})
+                              {"study": study.study, "panel": panel_name,
+                               "stable_root": stable_root(panel_dir(study, panel_name), files)})
     write_manifest(manifest_out, manifest)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 
@@ -191,7 +200,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     g = study.generation
 
     def decode(r: dict[str, Any]) -> Any:
-        return read_video(Path(r["video"]["path"]), study.encoder, frames=r["video"]["frames"],
+        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder, frames=r["video"]["frames"],
                           height=r["video"]["height"], width=r["video"]["width"], fps=g.fps)
 
     started = time.perf_counter()

@@ -17,7 +17,7 @@ from .errors import IntegrityError
 from .identity import canonical_json, digest_bytes, digest_file, digest_obj
 
 SCHEMA_VERSION = 1
-RUN_SPECIFIC = ("timing", "worker", "written_at")
+RUN_SPECIFIC = ("timing", "worker", "site")
 """Top-level record fields that legitimately differ between two runs of the same candidate."""
 
 
@@ -60,7 +60,7 @@ def read_record(path: Path) -> dict[str, Any]:
 def check_video(record: dict[str, Any], path: Path) -> None:
     """Raise IntegrityError if the record's video is missing or its bytes changed."""
     video = record["video"]
-    vpath = Path(video["path"])
+    vpath = Path(path).parents[2] / video["path"]  # records/<arm>/<file> -> the panel directory
     if not vpath.is_file():
         raise IntegrityError(f"{vpath}: video of record {path} is missing; rerun the panel to regenerate")
     actual = digest_file(vpath)
@@ -72,6 +72,13 @@ def check_video(record: dict[str, Any], path: Path) -> None:
 def stable_view(record: dict[str, Any]) -> dict[str, Any]:
     """The record without run-specific fields (what must match across reruns)."""
     return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
+
+
+def stable_root(root: Path, files: list[Path]) -> str:
+    """Digest over the records' stable views (run-specific fields removed): equal for two
+    runs that computed the same things, however they were scheduled or interrupted."""
+    return digest_obj({Path(f).relative_to(root).as_posix(): digest_obj(stable_view(read_record(f)))
+                       for f in sorted(files)})
 
 
 def build_manifest(kind: str, root: Path, files: list[Path], extra: dict[str, Any] | None = None,
