@@ -59,6 +59,7 @@ def write_config(tmp: Path, cfg: dict) -> Path:
 
 def copy_project(dest: Path) -> Path:
     """Copy the workflow files (not results, not config) into ``dest`` for a test run."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "workflow", "envs", "profiles"):
         src = ROOT / name
         if src.is_dir():
