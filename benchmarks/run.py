@@ -55,7 +55,7 @@ def bench_video(runs: int) -> dict[str, Any]:
     from pairflow.video import _output_args, encode, ffmpeg_binary, prepare_frames, read_video
 
     spec = EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False)
-    u8 = frames()
+    u8 = frames(33, 480, 832)  # Wan2.1's 480p frame size
     f, h, w, _ = u8.shape
     tmp = Path(tempfile.mkdtemp())
     args = []
@@ -204,11 +204,12 @@ def bench_loads(runs: int) -> dict[str, Any]:
 
 
 def _sleep_task(payload: dict[str, Any]) -> dict[str, Any]:
+    import os as _os
     import time as _t
 
     start = _t.time()
     _t.sleep(payload["s"])
-    return {"start": start, "end": _t.time(), "slot": os.environ.get("PARSL_WORKER_RANK")}
+    return {"start": start, "end": _t.time(), "slot": _os.environ.get("PARSL_WORKER_RANK")}
 
 
 def _noop(payload: dict[str, Any]) -> dict[str, Any]:

@@ -23,8 +23,8 @@ def canonical_json(obj: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
-def digest_bytes(data: bytes) -> str:
-    """``xxh3_128:<hex>`` of ``data``."""
+def digest_bytes(data: bytes | memoryview) -> str:
+    """``xxh3_128:<hex>`` of ``data`` (any contiguous buffer)."""
     return f"{ALGO}:{xxhash.xxh3_128_hexdigest(data)}"
 
 
