@@ -52,6 +52,7 @@ def main() -> None:
         "A real checkpoint loads in tens of seconds, so the saving grows with it.", "",
         "## Parsl slots", "",
         f"{sl['tasks']} sleep tasks of 0.05-1.0 s ({sl['task_seconds']:.0f} task-seconds) on {sl['slots']} slots "
+        f"({sl['slots_requested']} requested; Parsl caps CPU workers at the cores it sees) "
         f"through the project's own `fleet.make_config`: busy share {sl['busy_share_of_makespan']:.1%} of slot time "
         f"between the first start and the last end; the rest is the tail ({sl['tail_idle_slot_s']:.1f} idle "
         f"slot-seconds while the last tasks finish) and dispatch gaps. Start-up before the first task: "
