@@ -26,4 +26,5 @@ rule all:
     input:
         ARCHIVE_DONE,
         STUDY_TABLE,
+        STUDY_TABLE_HTML,
     default_target: True

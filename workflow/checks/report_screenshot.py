@@ -23,7 +23,7 @@ def main(report: Path, out: Path) -> None:
         page.wait_for_timeout(1500)
         page.screenshot(path=str(out / "home.png"))
         for category, item, name in (("Plots", "forest.png", "forest"), ("Plots", "per_prompt.png", "per_prompt"),
-                                     ("Study", "table.md", "table")):
+                                     ("Study", "table.html", "table")):
             page.get_by_text(category, exact=True).first.click()
             page.wait_for_timeout(800)
             page.locator("tr", has_text=item).locator("a[iconname=eye]").first.click()

@@ -39,7 +39,9 @@ def atomic_path(final: Path) -> Iterator[Path]:
         fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
                                     dir=final.parent)
     except OSError as e:
-        raise no_space(final, e) if e.errno in FULL else e
+        if e.errno in FULL:
+            raise no_space(final, e) from e
+        raise
     os.close(fd)
     tmp = Path(name)
     try:

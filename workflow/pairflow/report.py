@@ -12,16 +12,13 @@ def _fmt(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}g}"
 
 
-def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
-    """Render ``stats`` (from ``stats.analyse``) as Markdown, with the manifest roots
-    every number came from."""
-    lines = [f"# {title}", "", f"Estimand: {stats['estimand']}.",
-             f"Intervals: {stats['level']:.0%} bootstrap, {stats['resamples']} resamples, seed {stats['seed']}. "
-             f"Missing pairs: {stats['missing_policy']}.", ""]
+def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The paper-style table: a header and one row per treatment, every cell a paired
+    estimate with its interval."""
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     head = ["arm", "pairs", "latency ctrl/treat (s, median)", "speedup [CI]"] + [
         f"{n} Δ or value [CI] (p_holm)" for n in metric_names]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for c in stats["comparisons"]:
         by = {m["metric"]: m for m in c["metrics"]}
         cells = [c["treatment"], str(c["n_pairs"]),
@@ -35,16 +32,48 @@ def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> s
             point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
             p = f" (p={_fmt(m.get('p_holm'), 3)})" if m.get("p_holm") is not None else ""
             cells.append(f"{_fmt(point)} [{_fmt(m['ci'][0])}, {_fmt(m['ci'][1])}]{p}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    for c in stats["comparisons"]:
-        for f in c["flags"] + c["notes"]:
-            lines.append(f"- **{c['treatment']}**: {f}")
-    lines += ["", "Latency pass: " + ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
-              + " (median of repeated batch-one runs in the exclusive timed pass, after warm-up; "
-              "bulk generation times are never reported).",
-              "Fidelity metrics (FR) compare each treatment video with its control decoded from the encoded files; "
-              "temporal_flickering follows VBench with no static filter (same videos for both arms).",
-              "", "## Provenance", ""]
+        rows.append(cells)
+    return head, rows
+
+
+def _notes(stats: dict[str, Any]) -> list[str]:
+    notes = [f"{c['treatment']}: {f}" for c in stats["comparisons"] for f in c["flags"] + c["notes"]]
+    passes = ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
+    return notes + [
+        f"Latency pass: {passes} (median of repeated batch-one runs in the exclusive timed pass, after "
+        "warm-up; bulk generation times are never reported).",
+        "Fidelity metrics (FR) compare each treatment video with its control decoded from the encoded files; "
+        "temporal_flickering follows VBench with no static filter (same videos for both arms)."]
+
+
+def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
+    """Render ``stats`` (from ``stats.analyse``) as Markdown, with the manifest roots
+    every number came from."""
+    head, rows = table(stats)
+    lines = [f"# {title}", "", f"Estimand: {stats['estimand']}.",
+             f"Intervals: {stats['level']:.0%} bootstrap, {stats['resamples']} resamples, seed {stats['seed']}. "
+             f"Missing pairs: {stats['missing_policy']}.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [""] + [f"- {n}" for n in _notes(stats)] + ["", "## Provenance", ""]
     lines += [f"- `{name}`: `{root}`" for name, root in sorted(provenance.items())]
     return "\n".join(lines) + "\n"
+
+
+def html(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
+    """The same content as ``markdown`` as a standalone HTML page (for Snakemake's report)."""
+    from html import escape
+
+    head, rows = table(stats)
+    parts = [f"<html><head><meta charset='utf-8'><title>{escape(title)}</title><style>"
+             "body{font-family:sans-serif;margin:1em} td,th{border:1px solid #ccc;padding:4px 8px}"
+             "table{border-collapse:collapse} code{font-size:90%}</style></head><body>",
+             f"<h1>{escape(title)}</h1><p>Estimand: {escape(stats['estimand'])}.</p>",
+             f"<p>Intervals: {stats['level']:.0%} bootstrap, {stats['resamples']} resamples, seed {stats['seed']}. "
+             f"Missing pairs: {escape(stats['missing_policy'])}.</p><table><tr>",
+             "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
+             *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
+             "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul><h2>Provenance</h2><ul>",
+             *(f"<li><code>{escape(k)}</code>: <code>{escape(v)}</code></li>" for k, v in sorted(provenance.items())),
+             "</ul></body></html>"]
+    return "".join(parts) + "\n"

@@ -51,11 +51,13 @@ def _settings(study: StudySpec) -> Any:
 
 def _write_stats(stats: dict[str, Any], out_json: Path, out_md: Path, title: str,
                  provenance: dict[str, str]) -> None:
-    from .report import markdown
+    """Statistics as JSON, the table as Markdown, and the same table as HTML beside it."""
+    from .report import html, markdown
 
     stats = {**stats, "provenance": provenance}
     write_text(out_json, json.dumps(stats, indent=1, sort_keys=True) + "\n")
     write_text(out_md, markdown(stats, title, provenance))
+    write_text(Path(out_md).with_suffix(".html"), html(stats, title, provenance))
 
 
 def _roots(paths: dict[str, Path]) -> dict[str, str]:
@@ -68,8 +70,6 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
-    from .stats import analyse
-
     from .locks import hold
 
     with hold(Path(out_json).parent, "study statistics"):
@@ -94,11 +94,12 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
         prov[f"timing:{name}"] = digest_obj(sorted(r["record_digest"] for r in recs[2]))
         _write_stats(analyse(*recs, treatments, _settings(study)), pdir / "stats.json", pdir / "table.md",
                      f"{study.study} / panel {name}", prov)
-        files += [pdir / "stats.json", pdir / "table.md"]
+        files += [pdir / "stats.json", pdir / "table.md", pdir / "table.html"]
     pooled = tuple(sum((list(r[i]) for r in by_panel.values()), []) for i in range(3))
     _write_stats(analyse(*pooled, treatments, _settings(study)), out_json, out_md, f"{study.study}: study table",
                  roots)
-    manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), *files],
+    manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
+                                                       *files],
                               {"study": study.study, "panel_roots": roots},
                               base=os.path.relpath(study.scratch, Path(out_manifest).parent))
     write_manifest(out_manifest, manifest)

@@ -13,7 +13,6 @@ visited in parameter-name order, and every file diffusers writes is deterministi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from .atomic import replace_dir
@@ -102,4 +101,3 @@ def build_tiny_model(out_dir: Path) -> Path:
 
 
 __all__ = ["build_tiny_model", "MAX_TEXT_TOKENS", "TINY_SEED"]
-_ = shutil

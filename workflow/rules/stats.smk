@@ -6,8 +6,11 @@ rule study_stats:
     output:
         panel_stats=expand(PANEL_STATS, panel=PANELS),
         panel_tables=expand(PANEL_TABLE, panel=PANELS),
+        panel_html=report(expand(PANEL_TABLE_HTML, panel=PANELS), caption="../report/panel_table.rst",
+                          category="Panels"),
         stats=STUDY_STATS,
-        table=report(STUDY_TABLE, caption="../report/study_table.rst", category="Study"),
+        table=STUDY_TABLE,
+        html=report(STUDY_TABLE_HTML, caption="../report/study_table.rst", category="Study"),
         manifest=STUDY_MANIFEST,
     benchmark:
         f"{SCRATCH}/benchmarks/study_stats/study.tsv"
