@@ -18,7 +18,7 @@ from typing import Any
 from .atomic import atomic_path, write_text
 from .errors import ArchiveError, PairFlowError
 from .identity import digest_file, digest_obj
-from .records import build_manifest, read_record, verify_manifest, write_manifest
+from .records import build_manifest, check_video, read_record, verify_manifest, write_manifest
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
 ARCHIVE_MANIFEST = "archive.json"
@@ -97,9 +97,10 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> dict[
 def verify_tree(root: Path) -> list[str]:
     """Re-hash everything under an archive or results tree.
 
-    Every ``archive.json``, ``generation.json``, ``scores.json`` and ``manifest.json``
-    found is verified; in an archive, files the manifest does not list are reported as
-    extra. Every record's self-digest is checked. Returns one line per problem.
+    Every ``archive.json``, ``generation.json``, ``scores.json``, ``timing.json`` and
+    ``manifest.json`` found is verified; in an archive, files the manifest does not list
+    are reported as extra. Every record's self-digest is checked, and on scratch (where
+    the videos are) every video's digest. Returns one line per problem.
     """
     root = Path(root)
     problems: list[str] = []
@@ -116,9 +117,13 @@ def verify_tree(root: Path) -> list[str]:
                 if (f.is_file() or f.is_symlink()) and rel != ARCHIVE_MANIFEST and rel not in listed:
                     problems.append(f"{f}: extra file, not listed in {m}")
     for rec in sorted(root.rglob("*.json")):
-        if "/records/" in rec.as_posix() or "/scores/" in rec.as_posix():
-            try:
-                read_record(rec)
-            except PairFlowError as e:
-                problems.append(str(e))
+        if not any(f"/{d}/" in rec.as_posix() for d in ("records", "scores", "timing")):
+            continue
+        try:
+            record = read_record(rec)
+            # Where the pixels are here (scratch, not an archive), they must match too.
+            if record.get("kind") == "generation" and (rec.parents[2] / "videos").is_dir():
+                check_video(record, rec)
+        except PairFlowError as e:
+            problems.append(str(e))
     return problems
