@@ -89,3 +89,22 @@ def test_duplicate_prompt_id_and_bad_header(tmp_path: Path) -> None:
 def test_missing_sheet_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         read_sheet(tmp_path / "nope.tsv", "p")
+
+
+def test_storage_outside_the_project_through_a_symlink_is_resolved(tmp_path: Path) -> None:
+    """A scratch root that is a symlink to another file system resolves to its real path
+    once, so every later path is built under the real directory, never re-joined to '..'."""
+    import os
+
+    real = tmp_path / "cluster-scratch"
+    real.mkdir()
+    project = tmp_path / "proj"
+    (project / "config" / "panels").mkdir(parents=True)
+    os.symlink(real, project / "scratch-link")
+    raw = default_raw()
+    (project / "config" / "panels" / "smoke.tsv").write_text((ROOT / "config/panels/smoke.tsv").read_text())
+    (project / "config" / "panels" / "motion.tsv").write_text((ROOT / "config/panels/motion.tsv").read_text())
+    raw["storage"] = {"scratch": "scratch-link", "work": "../work"}
+    s = study_from_raw(raw, project)
+    assert s.scratch == real.resolve()
+    assert s.work == (tmp_path / "work").resolve()
