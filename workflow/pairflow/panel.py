@@ -138,19 +138,21 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
 
 
-def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
+def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                   accelerators: list[str]) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel, then write its generation manifest.
 
-    Holds the panel's lock throughout: a second run on the same panel fails at once."""
+    ``accelerators`` is the device list this job was granted (see
+    ``fleet.granted_accelerators``); empty means CPU workers. Holds the panel's lock
+    throughout: a second run on the same panel fails at once."""
     with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
-        return _run_generation(study, panel_name, manifest_out, run_dir)
+        return _run_generation(study, panel_name, manifest_out, run_dir, accelerators)
 
 
-def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
-    from .fleet import granted_accelerators, make_config, run_tasks
+def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                    accelerators: list[str]) -> dict[str, Any]:
+    from .fleet import make_config, run_tasks
     from .video import recipe_digest
-
-    import os
 
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
@@ -159,8 +161,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
              len(todo_all) - len(todo), len(todo))
     prov = provenance(study)
-    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries,
-                         granted_accelerators(dict(os.environ)))
+    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, accelerators)
     results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
                         config, f"generate {panel_name}")
     files = [record_path(study, c) for c in todo_all]

@@ -105,7 +105,7 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     write_manifest(out_manifest, manifest)
 
 
-def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
+def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path, accelerators: list[str]) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>``."""
     from .panel import panel_dir, run_generation, run_scoring
     from .repeat import replicate_study
@@ -113,7 +113,7 @@ def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
 
     r = replicate_study(study, rep)
     pdir = panel_dir(r, panel)
-    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate")
+    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate", accelerators)
     run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score")
     run_timed_pass(r, [panel], Path(out))
 

@@ -1,10 +1,13 @@
 """Rule adapter: generate one panel's incomplete candidates through Parsl."""
+import os
 from pathlib import Path
 
+from pairflow.fleet import granted_accelerators
 from pairflow.panel import run_generation
 from pairflow.steps import study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)
 out = Path(sm.output[0])
-run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate")
+run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate",
+               granted_accelerators(dict(os.environ)))
