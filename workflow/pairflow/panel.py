@@ -25,7 +25,8 @@ from .config import ArmSpec, PanelSpec, Prompt, StudySpec
 from .errors import IntegrityError, PairFlowError
 from .identity import CandidateKey, digest_obj
 from .locks import hold
-from .records import build_manifest, check_video, read_record, write_manifest, write_record
+from .records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
+from .stats import check_streams
 
 log = logging.getLogger(__name__)
 
@@ -165,15 +166,13 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
                         config, f"generate {panel_name}")
     files = [record_path(study, c) for c in todo_all]
-    for c in todo_all:  # every record must verify before the manifest binds it
-        check_video(read_record(record_path(study, c)), record_path(study, c))
-    from .records import stable_root
-    from .stats import check_streams
-
-    check_streams([read_record(f) for f in files])
+    records = {f: read_record(f) for f in files}  # every record must verify before the manifest binds it
+    for f, r in records.items():
+        check_video(r, f)
+    check_streams(list(records.values()))
     manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
                               {"study": study.study, "panel": panel_name,
-                               "stable_root": stable_root(panel_dir(study, panel_name), files)})
+                               "stable_root": stable_root(panel_dir(study, panel_name), records)})
     write_manifest(manifest_out, manifest)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 

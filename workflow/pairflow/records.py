@@ -74,11 +74,12 @@ def stable_view(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
 
 
-def stable_root(root: Path, files: list[Path]) -> str:
-    """Digest over the records' stable views (run-specific fields removed): equal for two
-    runs that computed the same things, however they were scheduled or interrupted."""
-    return digest_obj({Path(f).relative_to(root).as_posix(): digest_obj(stable_view(read_record(f)))
-                       for f in sorted(files)})
+def stable_root(root: Path, records: dict[Path, dict[str, Any]]) -> str:
+    """Digest over records' stable views (run-specific fields removed), keyed by path
+    relative to ``root``: equal for two runs that computed the same things, however they
+    were scheduled or interrupted."""
+    return digest_obj({Path(f).relative_to(root).as_posix(): digest_obj(stable_view(r))
+                       for f, r in sorted(records.items())})
 
 
 def build_manifest(kind: str, root: Path, files: list[Path], extra: dict[str, Any] | None = None,
