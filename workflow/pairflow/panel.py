@@ -87,19 +87,22 @@ def provenance(study: StudySpec) -> dict[str, Any]:
     }
 
 
-def is_complete(study: StudySpec, c: Candidate, recipe_digest: str) -> bool:
-    """True when the candidate's record and video verify and match its identity and recipe."""
+def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> dict[str, Any] | None:
+    """The candidate's record when it and its video verify and match the candidate's
+    identity and encoder recipe; None when the candidate must be (re)generated."""
     path = record_path(study, c)
     if not path.exists():
-        return False
+        return None
     try:
         record = read_record(path)
         check_video(record, path)
     except PairFlowError as e:
         log.warning("will regenerate: %s", e)
-        return False
-    return (record["candidate"]["candidate_id"] == c.key.candidate_id
-            and record["encoder"]["recipe_digest"] == recipe_digest)
+        return None
+    if (record["candidate"]["candidate_id"] != c.key.candidate_id
+            or record["encoder"]["recipe_digest"] != recipe_digest):
+        return None
+    return record
 
 
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
@@ -158,17 +161,25 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
-    todo = [c for c in todo_all if not is_complete(study, c, rdigest)]
+    records: dict[Path, dict[str, Any]] = {}  # verified records, so each video is hashed once per job
+    todo = []
+    for c in todo_all:
+        record = complete_record(study, c, rdigest)
+        if record is None:
+            todo.append(c)
+        else:
+            records[record_path(study, c)] = record
     log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
              len(todo_all) - len(todo), len(todo))
     prov = provenance(study)
     config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, accelerators)
     results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
                         config, f"generate {panel_name}")
+    for c in todo:  # every new record must verify before the manifest binds it
+        path = record_path(study, c)
+        records[path] = read_record(path)
+        check_video(records[path], path)
     files = [record_path(study, c) for c in todo_all]
-    records = {f: read_record(f) for f in files}  # every record must verify before the manifest binds it
-    for f, r in records.items():
-        check_video(r, f)
     check_streams(list(records.values()))
     manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
                               {"study": study.study, "panel": panel_name,

@@ -66,8 +66,8 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> 
         tokens = g.max_text_tokens(study.model)
         warm, reps = study.timing.warmup, study.timing.repeats
         for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
-            first = next(c for c in todo if c.arm == arm) if any(c.arm == arm for c in todo) else None
-            for _ in range(warm if first else 0):
+            first = next((c for c in todo if c.arm == arm), None)
+            for _ in range(warm if first is not None else 0):
                 g.generate(pipe, first.prompt.text, first.key.stream_seed, arm, study.generation, tokens)
         # Arms interleaved per pair, so drift in machine speed affects every arm alike.
         ordered = sorted(todo, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed))
