@@ -9,6 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _slurm(su: dict | None) -> list[str]:
+    if not su:
+        return []
+    return ["## Inside a Slurm allocation", "",
+            f"`pairflow probe-slots --tasks {su['tasks']}` in `sbatch --gres=gpu:2` on the CI's single-node "
+            f"cluster ({su['launcher']}): slots {', '.join(su['slots'])}; {su['tasks_per_s']:.0f} no-op tasks/s "
+            f"after {su['startup_s']:.1f} s of pool start-up, {su['tasks_per_s_incl_startup']:.0f}/s including it.",
+            ""]
+
+
 def main() -> None:
     r = json.loads((ROOT / "benchmarks" / "results.json").read_text())
     m, v, h, p, rec, lo, sl, me = (r["machine"], r["video"], r["hash"], r["plan"], r["records"], r["loads"],
@@ -57,7 +67,8 @@ def main() -> None:
         f"between the first start and the last end; the rest is the tail ({sl['tail_idle_slot_s']:.1f} idle "
         f"slot-seconds while the last tasks finish) and dispatch gaps. Start-up before the first task: "
         f"{sl['startup_s']:.1f} s. No-op tasks: {sl['noop_tasks_per_s_incl_startup']:.0f}/s including start-up "
-        f"({sl['noop_tasks']} tasks).", "",
+        f"({sl['noop_tasks']} tasks), {sl.get('noop_tasks_per_s_after_startup', float('nan')):.0f}/s after it.", "",
+        *_slurm(r.get("slurm")),
         "## Metrics on this CPU (256x256, 16 frames)", "",
         "| metric | fps | load s | one video s |", "|---|---|---|---|",
         *[f"| {k} | {x['fps_256x256']:.0f} | {x['load_s']:.3f} | {x['score_one_video_s']:.3f} |" for k, x in me.items()],

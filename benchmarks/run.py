@@ -204,49 +204,65 @@ def bench_loads(runs: int) -> dict[str, Any]:
 
 
 def _sleep_task(payload: dict[str, Any]) -> dict[str, Any]:
-    import os as _os
     import time as _t
 
-    start = _t.time()
     _t.sleep(payload["s"])
-    return {"start": start, "end": _t.time(), "slot": _os.environ.get("PARSL_WORKER_RANK")}
-
-
-def _noop(payload: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
 def bench_slots(runs: int) -> dict[str, Any]:
     """Share of slot time spent running tasks on a heterogeneous synthetic workload, and
-    no-op task throughput, through the project's own fleet config."""
-    from pairflow.fleet import make_config, run_tasks
+    no-op task throughput, through the project's own fleet config and its telemetry."""
+    from pairflow.config import FleetSpec
+    from pairflow.fleet import Grant, noop, run_tasks
 
-    slots = 4
+    requested = 4
     rng = np.random.default_rng(0)
     durations = rng.uniform(0.05, 1.0, 240).round(3).tolist()
     run_dir = Path(tempfile.mkdtemp())
-    submitted = time.time()
-    res = run_tasks(_sleep_task, [{"s": d} for d in durations], make_config(run_dir, slots, 0, []), "slots")
+    run_tasks(_sleep_task, [{"s": d} for d in durations], run_dir, FleetSpec(requested, 0), Grant(), "slots",
+              run_dir / "tel.json")
+    t = json.loads((run_dir / "tel.json").read_text())
+    spans = t["spans"]
     # Parsl caps workers at the cores it sees (cores_per_worker=1), so count the slots that
     # really ran tasks rather than trusting the request.
-    requested, slots = slots, len({r["slot"] for r in res})
-    first = min(r["start"] for r in res)
-    last = max(r["end"] for r in res)
-    busy = sum(r["end"] - r["start"] for r in res)
-    makespan = last - first
-    per_slot_end = {}
-    for r in res:
-        per_slot_end[r["slot"]] = max(per_slot_end.get(r["slot"], 0), r["end"])
-    tail = sum(last - e for e in per_slot_end.values())
+    slots = {f"{s['host']}/cpu{s['rank']}" for s in spans}
+    first, last = min(s["started"] for s in spans), max(s["finished"] for s in spans)
+    busy = sum(s["finished"] - s["started"] for s in spans)
+    per_slot_end: dict[str, float] = {}
+    for s in spans:
+        k = f"{s['host']}/cpu{s['rank']}"
+        per_slot_end[k] = max(per_slot_end.get(k, 0.0), s["finished"])
     n = 2000
-    t = time.perf_counter()
-    run_tasks(_noop, [{}] * n, make_config(run_dir, slots, 0, []), "noop")
-    noop_wall = time.perf_counter() - t
+    tick = time.perf_counter()
+    run_tasks(noop, [{}] * n, run_dir, FleetSpec(requested, 0), Grant(), "noop", run_dir / "noop.json")
+    noop_wall = time.perf_counter() - tick
+    noop = json.loads((run_dir / "noop.json").read_text())
+    noop_first = min(s["started"] for s in noop["spans"])
     shutil.rmtree(run_dir, ignore_errors=True)
-    return {"slots_requested": requested, "slots": slots, "tasks": len(durations), "task_seconds": sum(durations),
-            "busy_share_of_makespan": busy / (slots * makespan),
-            "tail_idle_slot_s": tail, "startup_s": first - submitted,
-            "noop_tasks": n, "noop_tasks_per_s_incl_startup": n / noop_wall}
+    return {"slots_requested": requested, "slots": len(slots), "tasks": len(durations),
+            "task_seconds": sum(durations), "busy_share_of_makespan": busy / (len(slots) * (last - first)),
+            "busy_share_of_window": busy / (len(slots) * (t["window"]["end"] - t["window"]["start"])),
+            "tail_idle_slot_s": sum(last - e for e in per_slot_end.values()),
+            "startup_s": first - t["window"]["start"], "noop_tasks": n,
+            "noop_tasks_per_s_incl_startup": n / noop_wall,
+            "noop_tasks_per_s_after_startup": n / (noop["window"]["end"] - noop_first)}
+
+
+def bench_slurm(runs: int) -> dict[str, Any]:
+    """Per-task overhead inside a Slurm allocation: ``pairflow probe-slots`` in an sbatch
+    job granted two GPUs (srun starts the pool; one worker per GPU). Needs a cluster
+    (``bash .ci/slurm-up``)."""
+    out_dir = Path(tempfile.mkdtemp())
+    out = out_dir / "probe.json"
+    n = 2000
+    cmd = f"{Path(sys.executable).with_name('pairflow')} probe-slots --tasks {n} --out {out}"
+    subprocess.run(["sbatch", "--wait", "--quiet", "--gres=gpu:2", "--cpus-per-task=2", "--time=10",
+                    f"--output={out_dir / 'probe.log'}", "--wrap", cmd], check=True, timeout=900)
+    t = json.loads(out.read_text())
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"slots": sorted(t["slots"]), "launcher": "SrunLauncher (srun --overlap)", **t["probe"],
+            "allocation": t["allocation"]}
 
 
 def bench_metrics(runs: int) -> dict[str, Any]:
@@ -312,7 +328,7 @@ def machine() -> dict[str, Any]:
 
 
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "records": bench_records,
-            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics}
+            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm}
 
 
 def main() -> None:
