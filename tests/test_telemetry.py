@@ -1,0 +1,85 @@
+"""telemetry: busy share from spans, the NVML sampler's CSV and summary, utilisation."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import pytest
+
+from pairflow.telemetry import NVML_FIELDS, Sampler, busy_share, nvml_reader, utilisation, write_telemetry
+
+
+def span(rank: int, started: float, finished: float, host: str = "n1", gpu: str | None = None) -> dict:
+    return {"host": host, "rank": rank, "gpu_index": gpu, "queued": 0.0, "started": started, "finished": finished}
+
+
+def test_busy_share_clips_to_the_window_and_lists_idle_slots():
+    spans = [span(0, 1.0, 4.0), span(0, 5.0, 7.0), span(1, -1.0, 2.0, gpu="3")]
+    b = busy_share(spans, (0.0, 10.0), ["n1/cpu0", "n1/gpu3", "n1/gpu5"])
+    assert b["n1/cpu0"]["busy_s"] == pytest.approx(5.0) and b["n1/cpu0"]["share"] == pytest.approx(0.5)
+    assert b["n1/gpu3"]["busy_s"] == pytest.approx(2.0)  # the part before the window does not count
+    assert b["n1/gpu5"] == {"busy_s": 0.0, "tasks": 0, "window_s": 10.0, "share": 0.0}  # allocated, never used
+
+
+def test_failed_tasks_have_no_busy_time():
+    b = busy_share([{"queued": 0.0, "started": None, "finished": 3.0, "failure": "other"}], (0.0, 4.0))
+    assert b == {}
+
+
+class Counter:
+    """A reader with the NVML reader's shape: one row per GPU per call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> list[dict]:
+        self.calls += 1
+        return [{"time": time.time(), "index": i, "uuid": f"GPU-{i}", "memory_used_mb": 100.0 * self.calls,
+                 "memory_total_mb": 1000.0, "utilization_gpu_pct": 50 + i, "power_w": 100.0 + self.calls,
+                 "temperature_c": 40 + self.calls} for i in range(2)]
+
+
+def test_sampler_writes_csv_and_summary(tmp_path):
+    reader = Counter()
+    with Sampler(reader, interval_s=0.05) as s:
+        time.sleep(0.3)
+    assert reader.calls >= 4  # at start, every interval, at stop
+    rows = list(csv.DictReader(io.StringIO(s.csv_text())))
+    assert tuple(rows[0]) == NVML_FIELDS and len(rows) == 2 * reader.calls
+    summ = s.summary()
+    assert summ["GPU-0"]["memory_used_mb_max"] == 100.0 * reader.calls
+    assert summ["GPU-1"]["utilization_gpu_pct_mean"] == 51
+    out = tmp_path / "generate.json"
+    rec = write_telemetry(out, "generate t", (0.0, 1.0), [], ["n1/gpu0"], s, "NVML 2 GPU(s)", {})
+    assert rec["nvml"]["csv"] == "generate.nvml.csv" and (tmp_path / "generate.nvml.csv").exists()
+    assert json.loads(out.read_text())["nvml"]["summary"] == summ
+
+
+def test_sampler_stops_sampling_when_the_reader_fails():
+    def broken() -> list[dict]:
+        raise RuntimeError("GPU fell off the bus")
+
+    with Sampler(broken, interval_s=0.05) as s:
+        time.sleep(0.1)
+    assert s.rows == [] and s.read is None
+
+
+def test_nvml_reader_answers_with_a_reason_or_a_reader():
+    read, status = nvml_reader()
+    assert status
+    if read is None:  # this machine: no NVIDIA driver
+        assert "NVML" in status or "nvidia-ml-py" in status
+    else:
+        assert {r["uuid"] for r in read()}
+
+
+def test_utilisation_is_task_seconds_over_slot_seconds():
+    rec = {"label": "generate t", "window": {"start": 0.0, "end": 10.0}, "nvml": {"status": "none"},
+           "spans": [span(0, 0.0, 8.0), span(1, 0.0, 4.0)],
+           "slots": busy_share([span(0, 0.0, 8.0), span(1, 0.0, 4.0)], (0.0, 10.0))}
+    u = utilisation({"generate:t": rec})
+    assert u["busy_share"] == pytest.approx(12.0 / 20.0)
+    assert u["jobs"][0]["slots"]["n1/cpu1"]["share"] == pytest.approx(0.4)
