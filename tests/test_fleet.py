@@ -30,6 +30,12 @@ def sleep_task(p: dict) -> dict:
     return {"pid": os.getpid()}
 
 
+def pid_then_sleep(p: dict) -> dict:
+    Path(p["dir"], f"{os.getpid()}.pid").write_text("")
+    time.sleep(p["s"])
+    return {}
+
+
 def failing_task(p: dict) -> dict:
     """Fails the way the payload says: host OOM, device OOM, a bug, a killed worker."""
     how = p["how"]
@@ -103,3 +109,44 @@ def test_idle_block_is_released(tmp_path):
     finally:
         dfk.cleanup()
         parsl.clear()
+
+
+DRIVER = """
+import sys
+from pathlib import Path
+from pairflow.config import FleetSpec
+from pairflow.fleet import Grant, run_tasks
+from test_fleet import pid_then_sleep
+d = Path(sys.argv[1])
+run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600}] * 2, d / "run", FleetSpec(2, 0), Grant(), "long")
+"""
+
+
+def test_sigterm_to_the_driver_takes_its_workers_down(tmp_path):
+    """Slurm sends SIGTERM at walltime or scancel: the driver cleans Parsl up, so no worker
+    keeps running (and holding the allocation) after it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path)], env=dict(os.environ))
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
+    assert len(pids) == 2, "workers did not start"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    deadline = time.monotonic() + 30
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        time.sleep(0.2)
+    assert not alive, f"workers {alive} outlived their driver"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
