@@ -200,15 +200,67 @@ def arm_of(record: dict[str, Any]) -> ArmSpec:
     return ArmSpec(record["arm"]["name"], record["arm"]["cache_class"], record["arm"]["cache_params"])
 
 
+def scorer_build(study: StudySpec) -> dict[str, Any]:
+    """What computed the scores, the same for both arms of every pair of a run: the
+    scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
+    weight mirror's lock digest and origin, device type, precision, threads and process
+    layout. Raises WeightsError (naming the file, the digests and the mirror command)
+    when a file a configured scorer needs is missing from the mirror or altered."""
+    from importlib import metadata
+
+    from . import weights
+    from .identity import digest_file, digest_tree
+    from .scoring import needed_weights
+
+    keys = needed_weights(study.scorers)
+    weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
+    lock = weights.read_lock(study.weights.mirror) if keys else None
+    here = Path(__file__).resolve().parent
+    code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
+            "weights.py": digest_file(here / "weights.py")}
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    build = {
+        "code_digest": digest_obj(code),
+        "packages": {p: version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
+                                              "numpy")},
+        "weights_lock": lock.digest if lock else None,
+        "weights_origin": lock.origin if lock else None,
+        "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
+        "layout": f"parsl htex, {study.fleet.cpu_workers} cpu worker process(es), models loaded once per worker",
+    }
+    return {**build, "digest": digest_obj(build)}
+
+
+def compared_frames(study: StudySpec) -> str:
+    """Which frames the metrics saw (written into every score record)."""
+    if study.encoder.lossless:
+        return ("decoded lossless video (libx264rgb QP 0): bit-identical to the generated uint8 RGB frames, "
+                "so fidelity metrics carry no codec noise")
+    return (f"decoded lossy video ({study.encoder.codec} CRF {study.encoder.crf}, {study.encoder.pix_fmt}; uint8 RGB, "
+            "BT.709 limited range): fidelity metrics include codec noise; set encoder/lossless: true to compare "
+            "lossless copies")
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl task: score one candidate's video (and against its control for FR metrics)."""
+    """Parsl task: score one candidate's video (and against its control for FR metrics).
+    Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
+    import torch
+
     from .fleet import worker_identity
-    from .scoring import metric_spec, score
+    from .scoring import ScoreContext, metric_spec, score
+    from .scoring.models import LOAD_COUNTS
     from .video import read_video
 
     study: StudySpec = payload["study"]
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
+    torch.set_num_threads(study.scoring.threads)
 
     def decode(r: dict[str, Any]) -> Any:
         return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder, frames=r["video"]["frames"],
@@ -217,7 +269,9 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     frames = decode(rec)
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None
-    scores = {name: {"value": score(name, frames, ref), "spec": metric_spec(name).asdict()}
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
+    digests = payload["weight_digests"]
+    scores = {name: {"value": score(name, frames, ref, ctx), "spec": metric_spec(name).asdict(digests)}
               for name in expected_scores(study, arm_of(rec))}
     record = {
         "kind": "score",
@@ -226,11 +280,13 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "video_digest": rec["video"]["digest"],
         "control_video_digest": ctrl["video"]["digest"],
         "generation_record_digest": rec["record_digest"],
-        "compared_frames": "decoded encoded video (uint8 RGB, BT.709 limited range)",
+        "compared_frames": compared_frames(study),
+        "static_filter": {"temporal_flickering": study.scoring.static_filter,
+                          "meaning": "none: every video of both arms is scored (no RAFT static filter)"},
         "scores": scores,
-        "scorer": {"device": "cpu", "precision": "float32", "workers": study.fleet.cpu_workers},
+        "scorer": {**payload["scorer"], "workers": study.fleet.cpu_workers},
         "timing": {"score_s": time.perf_counter() - started},
-        "worker": worker_identity(),
+        "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS)},
     }
     write_record(Path(payload["out"]), record)
     return {"candidate_id": rec["candidate"]["candidate_id"]}
@@ -244,7 +300,11 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
     from .fleet import make_config, run_tasks
+    from .scoring import needed_weights
+    from .weights import verify
 
+    build = scorer_build(study)  # fails fast, before any worker starts, on a missing or altered weight
+    digests = verify(study.weights.mirror, needed_weights(study.scorers))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     records = {}
@@ -261,11 +321,13 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
             old = read_record(out)
             if (old["video_digest"] == rec["video"]["digest"]
                     and old["control_video_digest"] == ctrl["video"]["digest"]
-                    and sorted(old["scores"]) == expected_scores(study, c.arm)):
+                    and sorted(old["scores"]) == expected_scores(study, c.arm)
+                    and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
                 continue
         except (IntegrityError, KeyError):
             pass
-        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out)})
+        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "scorer": build,
+                         "weight_digests": digests})
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
     config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, [])
     run_tasks(score_task, payloads, config, f"score {panel_name}")
@@ -273,6 +335,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     for f in files:
         read_record(f)
     manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
-                              {"study": study.study, "panel": panel_name, "ran": len(payloads)})
+                              {"study": study.study, "panel": panel_name, "ran": len(payloads),
+                               "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)
     return {"ran": len(payloads)}

@@ -125,6 +125,7 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     flags = []
     if all(gen["control"][k]["video"]["digest"] == gen[treatment][k]["video"]["digest"] for k in keys):
         flags.append("no effect: the arm did not change the computation")
+    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
     metrics = []
     names = sorted(set().union(*(scores[treatment][k]["scores"] for k in keys)))
     for name in names:
@@ -160,13 +161,31 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     lo, hi = _bootstrap_ci(log_ratio, s)
     return {
         "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
-        "flags": flags, "notes": notes, "metrics": metrics,
+        "flags": flags, "notes": notes, "metrics": metrics, "scoring": scoring,
         "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
                     "ci": [float(math.exp(lo)), float(math.exp(hi))]},
     }
+
+
+def _scoring_setup(score_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How both arms were scored. Raises PairingError when the arms' score records come
+    from different scorer builds (code, weights, device, precision or process layout):
+    a paired difference must not mix scorers."""
+    builds = {r.get("scorer", {}).get("digest") for r in score_records}
+    if len(builds) > 1:
+        raise PairingError(f"score records of one comparison come from {len(builds)} different scorer builds "
+                           f"({sorted(str(b) for b in builds)}); rescore the panel so both arms share one build "
+                           "(snakemake --forcerun score_panel)")
+    first = score_records[0] if score_records else {}
+    return {"scorer_build": next(iter(builds), None),
+            "weights_origin": first.get("scorer", {}).get("weights_origin"),
+            "device": first.get("scorer", {}).get("device"), "precision": first.get("scorer", {}).get("precision"),
+            "compared_frames": sorted({str(r.get("compared_frames")) for r in score_records}),
+            "static_filter": sorted({str(r.get("static_filter", {}).get("temporal_flickering", "none"))
+                                     for r in score_records})}
 
 
 def index(records: list[dict[str, Any]]) -> Index:
