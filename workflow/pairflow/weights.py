@@ -199,42 +199,60 @@ def fetch(dest: Path, keys: list[str] | None = None) -> Lock:
     return write_lock(Path(dest), "download")
 
 
-def _random_state(key: str, seed: int) -> dict[str, Any]:
-    """A random-initialised state dict with exactly the keys and shapes of ``key``'s
-    architecture (what the real file holds)."""
+def _architecture(key: str) -> Any:
+    """``key``'s architecture built on the meta device (shapes and dtypes, no memory, no
+    initialisation cost): what the real file's state dict must fit."""
     import torch
 
-    torch.manual_seed(seed)
-    if key == "dino_vitb16":
-        import timm
+    with torch.device("meta"):
+        if key == "dino_vitb16":
+            import timm
 
-        return timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0).state_dict()
-    if key in ("clip_vitb32", "clip_vitl14"):
-        from clip.model import CLIP, convert_weights
+            return timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
+        if key in ("clip_vitb32", "clip_vitl14"):
+            from clip.model import CLIP, convert_weights
 
-        # (embed_dim, vision_layers, vision_width, patch, text_width, text_heads): OpenAI's published sizes
-        e, vl, vw, p, tw, th = (512, 12, 768, 32, 512, 8) if key == "clip_vitb32" else (768, 24, 1024, 14, 768, 12)
-        model = CLIP(e, 224, vl, vw, p, 77, 49408, tw, th, 12)
-        convert_weights(model)  # the published checkpoints are float16
-        return model.state_dict()
-    if key == "laion_aes_linear":
-        return torch.nn.Linear(768, 1).state_dict()
-    if key == "musiq_spaq":
-        from pyiqa.archs.musiq_arch import MUSIQ
+            # (embed_dim, vision_layers, vision_width, patch, text_width, text_heads): OpenAI's published sizes
+            e, vl, vw, p, tw, th = (512, 12, 768, 32, 512, 8) if key == "clip_vitb32" else (768, 24, 1024, 14, 768, 12)
+            model = CLIP(e, 224, vl, vw, p, 77, 49408, tw, th, 12)
+            convert_weights(model)  # the published checkpoints are float16
+            return model
+        if key == "laion_aes_linear":
+            return torch.nn.Linear(768, 1)
+        if key == "musiq_spaq":
+            from pyiqa.archs.musiq_arch import MUSIQ
 
-        return MUSIQ(pretrained=False).state_dict()
-    if key == "raft_large":
-        from torchvision.models.optical_flow import raft_large
+            return MUSIQ(pretrained=False)
+        if key == "raft_large":
+            from torchvision.models.optical_flow import raft_large
 
-        return raft_large(weights=None).state_dict()
-    if key == "alexnet":
-        from torchvision.models import alexnet
+            return raft_large(weights=None)
+        if key == "alexnet":
+            from torchvision.models import alexnet
 
-        return alexnet(weights=None).state_dict()
+            return alexnet(weights=None)
+    raise KeyError(key)
+
+
+def _random_state(key: str, seed: int) -> dict[str, Any]:
+    """A random state dict with exactly the keys, shapes and dtypes of ``key``'s
+    architecture (what the real file holds): N(0, 0.02) floats, positive variances and
+    LPIPS heads, zero counters. Drawn from one seeded generator, so it is reproducible."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
     if key == "lpips_alex_v01":  # five non-negative 1x1 heads over AlexNet's channels
         chans = (64, 192, 384, 256, 256)
-        return {f"lin{i}.model.1.weight": torch.rand(1, c, 1, 1) / c for i, c in enumerate(chans)}
-    raise KeyError(key)
+        return {f"lin{i}.model.1.weight": torch.rand(1, c, 1, 1, generator=g) / c for i, c in enumerate(chans)}
+    out = {}
+    for name, t in _architecture(key).state_dict().items():
+        if not t.is_floating_point():
+            out[name] = torch.zeros(t.shape, dtype=t.dtype)
+        elif name.endswith("running_var"):
+            out[name] = torch.ones(t.shape, dtype=t.dtype)
+        else:
+            out[name] = (torch.randn(t.shape, generator=g) * 0.02).to(t.dtype)
+    return out
 
 
 def build_test_mirror(dest: Path, keys: list[str] | None = None, seed: int = 0) -> Lock:

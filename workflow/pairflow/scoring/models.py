@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,16 @@ def _torch_hub_dir(path: Path) -> Iterator[None]:
         torch.hub.set_dir(old)
 
 
+_CLIP_META_KEYS = ("input_resolution", "context_length", "vocab_size")
+
+
+def _check_materialised(model: Any, name: str) -> None:
+    """Refuse a model with a parameter or buffer the weight file did not fill."""
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"scorer model {name}: {left[:3]} not filled by its weight file")
+
+
 @functools.lru_cache(maxsize=16)
 def load(name: str, mirror: str) -> Any:
     """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
@@ -70,9 +81,13 @@ def load(name: str, mirror: str) -> Any:
 
         # DINO's ViT-B/16 is timm's ViT-B/16 (same keys); dynamic_img_size interpolates the
         # position embedding for non-square inputs as DINO's hub model does.
-        model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0, dynamic_img_size=True)
+        with torch.device("meta"):
+            model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0,
+                                      dynamic_img_size=True)
         state = torch.load(_path(mirror, "dino_vitb16"), map_location="cpu", weights_only=True)
-        model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
+        model.load_state_dict({k.removeprefix("module."): v.float() for k, v in state.items()}, strict=True,
+                              assign=True)
+        _check_materialised(model, name)
     elif name in ("clip_b32", "clip_l14"):
         from pyiqa.archs.clip_imports import clip  # openai-clip, imported with pyiqa's warning filter
 
@@ -83,7 +98,16 @@ def load(name: str, mirror: str) -> Any:
             state = torch.jit.load(path, map_location="cpu").state_dict()
         except RuntimeError:
             state = torch.load(path, map_location="cpu", weights_only=True)
-        model = clip.model.build_model(state).float()
+        # The architecture is built on the meta device and the file's tensors assigned into
+        # it: no seconds spent on a random initialisation every parameter then replaces.
+        # Only the image tower is used; the text tower's attention mask stays on meta.
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
+            model = clip.model.build_model(dict(state))
+        model.load_state_dict({k: v for k, v in state.items() if k not in _CLIP_META_KEYS}, strict=True,
+                              assign=True)
+        model = model.float()
+        _check_materialised(model.visual, name)
     elif name == "aesthetic_head":
         model = torch.nn.Linear(768, 1)
         model.load_state_dict(torch.load(_path(mirror, "laion_aes_linear"), map_location="cpu", weights_only=True))
