@@ -173,7 +173,7 @@ def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirro
     from pairflow.fleet import make_config, run_tasks
     from pairflow.scoring import score_arrays_task
 
-    metrics = ["temporal_flickering", "psnr", "ssim", "subject_consistency"]
+    metrics = ["temporal_flickering", "psnr", "ssim", "lpips"]
     payloads = []
     for i in range(4):
         path = tmp_path / f"v{i}.npz"
@@ -183,5 +183,5 @@ def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirro
     three = run_tasks(score_arrays_task, payloads[::-1], make_config(tmp_path / "r3", 3, 0, []), "three workers")[::-1]
     assert [r["scores"] for r in one] == [r["scores"] for r in three]
     assert len({r["pid"] for r in one}) == 1
-    # each worker process built DINO once however many videos it scored
-    assert all(r["loads"].get("dino") == 1 for r in one + three)
+    # each worker process built LPIPS (AlexNet from the mirror) once however many videos it scored
+    assert all(r["loads"].get("lpips") == 1 for r in one + three)
