@@ -200,6 +200,19 @@ def arm_of(record: dict[str, Any]) -> ArmSpec:
     return ArmSpec(record["arm"]["name"], record["arm"]["cache_class"], record["arm"]["cache_params"])
 
 
+def study_weights(study: StudySpec) -> list[str]:
+    """Weight keys the study's scoring needs: its scorers', plus RAFT when
+    temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
+    from .scoring import needed_weights
+
+    extra = ["raft_large"] if uses_static_filter(study) else []
+    return sorted(set(needed_weights(study.scorers)) | set(extra))
+
+
+def uses_static_filter(study: StudySpec) -> bool:
+    return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
+
+
 def scorer_build(study: StudySpec) -> dict[str, Any]:
     """What computed the scores, the same for both arms of every pair of a run: the
     scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
@@ -210,9 +223,8 @@ def scorer_build(study: StudySpec) -> dict[str, Any]:
 
     from . import weights
     from .identity import digest_file, digest_tree
-    from .scoring import needed_weights
 
-    keys = needed_weights(study.scorers)
+    keys = study_weights(study)
     weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
     lock = weights.read_lock(study.weights.mirror) if keys else None
     here = Path(__file__).resolve().parent
@@ -231,10 +243,18 @@ def scorer_build(study: StudySpec) -> dict[str, Any]:
                                               "numpy")},
         "weights_lock": lock.digest if lock else None,
         "weights_origin": lock.origin if lock else None,
+        "static_filter": study.scoring.static_filter,
         "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
         "layout": f"parsl htex, {study.fleet.cpu_workers} cpu worker process(es), models loaded once per worker",
     }
     return {**build, "digest": digest_obj(build)}
+
+
+STATIC_FILTER_MEANING = {
+    "none": "every video of both arms is scored (no RAFT static filter): one subset for both arms",
+    "intersection": "every video is scored and flagged static or not by VBench's RAFT filter; the statistics "
+                    "use only pairs whose control and treatment videos are both static",
+}
 
 
 def compared_frames(study: StudySpec) -> str:
@@ -273,6 +293,12 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     digests = payload["weight_digests"]
     scores = {name: {"value": score(name, frames, ref, ctx), "spec": metric_spec(name).asdict(digests)}
               for name in expected_scores(study, arm_of(rec))}
+    if uses_static_filter(study):
+        from .scoring.dynamic_degree import is_dynamic, pair_motion
+
+        pairs, n = pair_motion(frames, ctx)
+        # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
+        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(frames.shape[1:3]), n)
     record = {
         "kind": "score",
         "candidate": rec["candidate"],
@@ -282,7 +308,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "generation_record_digest": rec["record_digest"],
         "compared_frames": compared_frames(study),
         "static_filter": {"temporal_flickering": study.scoring.static_filter,
-                          "meaning": "none: every video of both arms is scored (no RAFT static filter)"},
+                          "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
         "scores": scores,
         "scorer": {**payload["scorer"], "workers": study.fleet.cpu_workers},
         "timing": {"score_s": time.perf_counter() - started},
@@ -300,11 +326,10 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
     from .fleet import make_config, run_tasks
-    from .scoring import needed_weights
     from .weights import verify
 
     build = scorer_build(study)  # fails fast, before any worker starts, on a missing or altered weight
-    digests = verify(study.weights.mirror, needed_weights(study.scorers))
+    digests = verify(study.weights.mirror, study_weights(study))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     records = {}

@@ -49,8 +49,9 @@ def _notes(stats: dict[str, Any]) -> list[str]:
                "warm-up; bulk generation times are never reported).")
     fidelity = ("Fidelity metrics (FR) compare each treatment video with its control, frame by frame, on: "
                 + ("; ".join(frames) or "decoded encoded videos") + ".")
-    flicker = (f"temporal_flickering static filter: {', '.join(filters)} (VBench scores only videos that pass its "
-               "RAFT static filter; here every video of both arms is scored, so both arms use the same subset).")
+    flicker = (f"temporal_flickering static filter: {', '.join(filters)} (VBench scores only videos its RAFT "
+               "filter calls static; 'none': every video of both arms; 'intersection': only pairs whose two videos "
+               "are both static; either way both arms use the same subset).")
     build = (f"Both arms of every pair were scored by one scorer build ({', '.join(builds)}; same code, weights, "
              "device, precision and process layout).")
     out = [*notes, latency, fidelity, flicker, build]
