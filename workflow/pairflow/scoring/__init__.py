@@ -68,7 +68,8 @@ class MetricSpec:
 @dataclass(frozen=True)
 class ScoreContext:
     """What a metric may use besides frames: the weight mirror, frames per forward pass,
-    the video's frame rate (VBench samples some dimensions by time) and the device."""
+    the video's frame rate (VBench samples some dimensions by time) and the device
+    (only ``cpu`` in float32 is implemented; score records say so)."""
 
     mirror: Path | None = None
     batch: int = 16
