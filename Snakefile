@@ -18,8 +18,19 @@ include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/stats.smk"
+include: "workflow/rules/telemetry.smk"
 include: "workflow/rules/archive.smk"
 include: "workflow/rules/repeatability.smk"
+
+
+# Light aggregation steps run where Snakemake runs, not as scheduler jobs.
+localrules:
+    build_tiny_model,
+    study_stats,
+    plots,
+    utilisation,
+    archive,
+    repeatability,
 
 
 rule all:

@@ -170,7 +170,8 @@ def test_every_weight_free_metric_is_deterministic() -> None:
 def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirror) -> None:  # type: ignore[no-untyped-def]
     """The estimand is per video: the same videos scored through Parsl with 1 worker and
     with 3 workers (tasks in reverse order) give identical numbers."""
-    from pairflow.fleet import make_config, run_tasks
+    from pairflow.config import FleetSpec
+    from pairflow.fleet import Grant, run_tasks
     from pairflow.scoring import score_arrays_task
 
     metrics = ["temporal_flickering", "psnr", "ssim", "lpips"]
@@ -179,8 +180,10 @@ def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirro
         path = tmp_path / f"v{i}.npz"
         np.savez(path, frames=clip(10 + i, 2, 32, 32), reference=clip(20 + i, 2, 32, 32))
         payloads.append({"npz": str(path), "metrics": metrics, "mirror": str(test_mirror), "batch": 2})
-    one = run_tasks(score_arrays_task, payloads, make_config(tmp_path / "r1", 1, 0, []), "one worker")
-    three = run_tasks(score_arrays_task, payloads[::-1], make_config(tmp_path / "r3", 3, 0, []), "three workers")[::-1]
+    one = run_tasks(score_arrays_task, payloads, tmp_path / "r1", FleetSpec(cpu_workers=1, retries=0), Grant(),
+                    "one worker")
+    three = run_tasks(score_arrays_task, payloads[::-1], tmp_path / "r3", FleetSpec(cpu_workers=3, retries=0),
+                      Grant(), "three workers")[::-1]
     assert [r["scores"] for r in one] == [r["scores"] for r in three]
     assert len({r["pid"] for r in one}) == 1
     # each worker process built LPIPS (AlexNet from the mirror) once however many videos it scored

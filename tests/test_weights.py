@@ -73,18 +73,20 @@ def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> N
     """run_scoring checks the weights before reading records or starting Parsl."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.fleet import Grant
     from pairflow.panel import run_scoring
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model",
                                         scorers=["temporal_flickering", "subject_consistency"]), tmp_path)
     with pytest.raises(WeightsError, match=r"no weight mirror is configured.*subject_consistency.*pairflow mirror"):
-        run_scoring(study, "t", tmp_path / "scores.json", tmp_path / "run")
+        run_scoring(study, "t", tmp_path / "scores.json", tmp_path / "run", Grant())
     assert not (tmp_path / "run").exists()
 
 
 def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) -> None:
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.fleet import Grant
     from pairflow.panel import run_scoring
 
     mirror = small_mirror(tmp_path / "mirror")
@@ -96,12 +98,11 @@ def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", scorers=["psnr", "lpips"],
                                         weights={"mirror": str(mirror)}), tmp_path)
     with pytest.raises(WeightDigestError, match=rf"{path} does not match.*expected xxh3_128:\w+, found xxh3_128:\w+"):
-        run_scoring(study, "t", tmp_path / "scores.json", tmp_path / "run")
+        run_scoring(study, "t", tmp_path / "scores.json", tmp_path / "run", Grant())
 
 
 def test_scorer_build_names_code_weights_device_and_layout(tmp_path: Path, test_mirror: Path) -> None:
     from conftest import small_config
-
     from pairflow.config import study_from_raw
     from pairflow.panel import compared_frames, scorer_build
 
@@ -109,7 +110,7 @@ def test_scorer_build_names_code_weights_device_and_layout(tmp_path: Path, test_
                                         weights={"mirror": str(test_mirror)}), tmp_path)
     build = scorer_build(study)
     assert build["weights_lock"] == read_lock(test_mirror).digest and build["weights_origin"] == "random-init"
-    assert build["device"] == "cpu" and build["precision"] == "float32" and "1 cpu worker" in build["layout"]
+    assert build["device"] == "cpu" and build["precision"] == "float32" and build["workers"] == 1
     assert build["code_digest"].startswith("xxh3_128:") and build["packages"]["pyiqa"]
     assert build == scorer_build(study)  # deterministic: both arms get the same build
     assert "lossy" in compared_frames(study)

@@ -76,6 +76,8 @@ def test_pair_shares_its_stream_and_arms_differ(study_run) -> None:  # type: ign
 
 
 def test_each_worker_loaded_the_model_once(study_run) -> None:  # type: ignore[no-untyped-def]
+    """A worker's later tasks reuse the model its first task loaded: one load per worker
+    process, and only one task per worker paid the load time."""
     _, cfg, _ = study_run
     by_pid: dict[int, list[dict]] = {}
     for r in records(Path(cfg["storage"]["scratch"])):
@@ -83,6 +85,8 @@ def test_each_worker_loaded_the_model_once(study_run) -> None:  # type: ignore[n
     assert any(len(rs) >= 2 for rs in by_pid.values())  # some worker ran several tasks
     for rs in by_pid.values():
         assert all(sum(r["worker"]["model_loads"].values()) == 1 for r in rs)
+        loads = sorted((r["timing"]["load_s"] for r in rs), reverse=True)
+        assert len(loads) < 2 or loads[0] > 10 * loads[1]
 
 
 def test_rerun_does_nothing(study_run) -> None:  # type: ignore[no-untyped-def]

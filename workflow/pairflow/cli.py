@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("panel")
     r.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
     r.epilog = "Everything after '--' goes to snakemake, e.g. -- --profile profiles/local"
+    ps = sub.add_parser("probe-slots", help="run no-op tasks on this job's Parsl slots; report "
+                        "slots started and tasks per second (run it inside sbatch/salloc)")
+    ps.add_argument("--tasks", type=int, default=1000)
+    ps.add_argument("--cpu-workers", type=int, default=2, help="workers where no GPU was granted")
+    ps.add_argument("--out", type=Path, required=True, help="telemetry JSON (spans, slots, rate)")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -62,11 +67,40 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{digest}  {rel}")
             print(f"{args.dest}: {len(lock.files)} file(s), origin {lock.origin}, lock {lock.digest}")
             return 0
+        if args.cmd == "probe-slots":
+            return probe_slots(args.tasks, args.cpu_workers, args.out)
         if args.cmd == "rerun-panel":
             return rerun_panel(args.panel, args.configfile, extra)
     except PairFlowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
+    """What this allocation really starts: one no-op task per payload through the same
+    executor config the rules use; prints the slots seen and the task rate (per-task
+    overhead), and writes the telemetry record to ``out``."""
+    import json
+    import os
+    import time
+
+    from .config import FleetSpec
+    from .fleet import grant_from_env, noop, run_tasks
+
+    grant = grant_from_env(dict(os.environ))
+    start = time.time()
+    run_tasks(noop, [{}] * tasks, out.parent / f"{out.stem}-run", FleetSpec(cpu_workers, 0), grant,
+              "probe-slots", out)
+    total = time.time() - start
+    t = json.loads(out.read_text())
+    first = min(s["started"] for s in t["spans"])
+    rate = tasks / max(t["window"]["end"] - first, 1e-9)
+    t["probe"] = {"tasks": tasks, "total_s": total, "startup_s": first - start, "tasks_per_s": rate,
+                  "tasks_per_s_incl_startup": tasks / total}
+    out.write_text(json.dumps(t, indent=1, sort_keys=True) + "\n")
+    print(f"probe-slots: {len(t['slots'])} slot(s) {sorted(t['slots'])}; {tasks} no-op tasks at {rate:.0f}/s "
+          f"after {first - start:.1f}s start-up; {tasks / total:.0f}/s including start-up")
     return 0
 
 

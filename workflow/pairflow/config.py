@@ -131,8 +131,13 @@ class RepeatSpec:
 
 @dataclass(frozen=True)
 class FleetSpec:
+    """How fanned-out tasks run: CPU workers where no accelerator was granted, task
+    retries, seconds an idle block waits before it is released, NVML sampling period."""
+
     cpu_workers: int
     retries: int
+    idle_timeout_s: int = 120
+    nvml_interval_s: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from and the fix.
     ├── PairingError           a pair lacks a partner or its arms are not comparable
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
     ├── StorageError           the file system is full (or over quota) while writing
+    ├── TaskFailedError        a fanned-out task still failed after its retries (classified in a failure record)
     └── LockError              another run holds the results directory
 """
 
@@ -110,3 +111,7 @@ class StorageError(PairFlowError):
 
 class LockError(PairFlowError):
     """Another run holds the results directory."""
+
+
+class TaskFailedError(PairFlowError):
+    """Tasks still failed after their retries; each left a classified failure record."""

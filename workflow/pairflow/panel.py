@@ -6,6 +6,8 @@ Layout under ``scratch/panels/<panel>/``::
     records/<arm>/<prompt_id>-s<seed>.json    one generation record per candidate
     scores/<arm>/<prompt_id>-s<seed>.json     one score record per candidate
     generation.json, scores.json              panel manifests (root digests)
+    telemetry/<stage>.json (+ .nvml.csv)      spans, slot busy share, GPU samples of the last run
+    failures/<stage>/<arm>/<stem>.json        tasks that failed after their retries, classified
 
 A candidate is complete when its record verifies (self-digest), names the same
 candidate id and encoder recipe, and its video's bytes match the recorded digest. Only
@@ -23,6 +25,7 @@ from typing import Any
 
 from .config import ArmSpec, PanelSpec, Prompt, StudySpec
 from .errors import IntegrityError, PairFlowError
+from .fleet import Grant
 from .identity import CandidateKey, digest_obj
 from .locks import hold
 from .records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
@@ -143,19 +146,35 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
-                   accelerators: list[str]) -> dict[str, Any]:
+                   grant: Grant) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel, then write its generation manifest.
 
-    ``accelerators`` is the device list this job was granted (see
-    ``fleet.granted_accelerators``); empty means CPU workers. Holds the panel's lock
-    throughout: a second run on the same panel fails at once."""
+    ``grant`` is what this job was given (``fleet.grant_from_env``): one worker per
+    granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
+    run on the same panel fails at once."""
     with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
-        return _run_generation(study, panel_name, manifest_out, run_dir, accelerators)
+        return _run_generation(study, panel_name, manifest_out, run_dir, grant)
+
+
+def telemetry_path(study: StudySpec, panel: str, stage: str) -> Path:
+    """The stage's telemetry record (spans, busy share, NVML) for its last run with work."""
+    return panel_dir(study, panel) / "telemetry" / f"{stage}.json"
+
+
+def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
+    """Where a candidate's task that failed after its retries is recorded (never a record
+    location, so a failure can never look complete)."""
+    return panel_dir(study, c.key.panel) / "failures" / stage / c.arm.name / f"{c.stem}.json"
+
+
+def _clear_failures(study: StudySpec, done: list[Candidate], stage: str) -> None:
+    for c in done:
+        failure_path(study, c, stage).unlink(missing_ok=True)
 
 
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
-                    accelerators: list[str]) -> dict[str, Any]:
-    from .fleet import make_config, run_tasks
+                    grant: Grant) -> dict[str, Any]:
+    from .fleet import run_tasks
     from .video import recipe_digest
 
     panel = study.panel(panel_name)
@@ -172,9 +191,11 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
              len(todo_all) - len(todo), len(todo))
     prov = provenance(study)
-    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, accelerators)
     results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
-                        config, f"generate {panel_name}")
+                        run_dir, study.fleet, grant, f"generate {panel_name}",
+                        telemetry_path(study, panel_name, "generate"),
+                        lambda p: failure_path(study, p["candidate"], "generate"))
+    _clear_failures(study, todo, "generate")
     for c in todo:  # every new record must verify before the manifest binds it
         path = record_path(study, c)
         records[path] = read_record(path)
@@ -213,7 +234,7 @@ def uses_static_filter(study: StudySpec) -> bool:
     return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
 
 
-def scorer_build(study: StudySpec) -> dict[str, Any]:
+def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]:
     """What computed the scores, the same for both arms of every pair of a run: the
     scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
@@ -224,6 +245,9 @@ def scorer_build(study: StudySpec) -> dict[str, Any]:
     from . import weights
     from .identity import digest_file, digest_tree
 
+    accelerators = grant.accelerators if grant else ()
+    workers = len(accelerators) or study.fleet.cpu_workers
+    slots = f"one per granted accelerator {','.join(accelerators)}" if accelerators else "CPU workers"
     keys = study_weights(study)
     weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
     lock = weights.read_lock(study.weights.mirror) if keys else None
@@ -245,7 +269,9 @@ def scorer_build(study: StudySpec) -> dict[str, Any]:
         "weights_origin": lock.origin if lock else None,
         "static_filter": study.scoring.static_filter,
         "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
-        "layout": f"parsl htex, {study.fleet.cpu_workers} cpu worker process(es), models loaded once per worker",
+        "workers": workers,
+        "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
+                   "and run on CPU"),
     }
     return {**build, "digest": digest_obj(build)}
 
@@ -310,7 +336,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "static_filter": {"temporal_flickering": study.scoring.static_filter,
                           "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
         "scores": scores,
-        "scorer": {**payload["scorer"], "workers": study.fleet.cpu_workers},
+        "scorer": payload["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
         "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS)},
     }
@@ -318,17 +344,20 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     return {"candidate_id": rec["candidate"]["candidate_id"]}
 
 
-def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
-    """Score every candidate whose score record is missing or stale, then write the manifest."""
+def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                grant: Grant) -> dict[str, Any]:
+    """Score every candidate whose score record is missing or stale, then write the
+    manifest. Scoring runs on the same per-accelerator slots as generation."""
     with hold(panel_dir(study, panel_name), f"score {panel_name}"):
-        return _run_scoring(study, panel_name, manifest_out, run_dir)
+        return _run_scoring(study, panel_name, manifest_out, run_dir, grant)
 
 
-def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path) -> dict[str, Any]:
-    from .fleet import make_config, run_tasks
+def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                 grant: Grant) -> dict[str, Any]:
+    from .fleet import run_tasks
     from .weights import verify
 
-    build = scorer_build(study)  # fails fast, before any worker starts, on a missing or altered weight
+    build = scorer_build(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     digests = verify(study.weights.mirror, study_weights(study))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
@@ -351,11 +380,12 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
                 continue
         except (IntegrityError, KeyError):
             pass
-        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "scorer": build,
-                         "weight_digests": digests})
+        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "candidate": c,
+                         "scorer": build, "weight_digests": digests})
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
-    config = make_config(run_dir, study.fleet.cpu_workers, study.fleet.retries, [])
-    run_tasks(score_task, payloads, config, f"score {panel_name}")
+    run_tasks(score_task, payloads, run_dir, study.fleet, grant, f"score {panel_name}",
+              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"))
+    _clear_failures(study, [p["candidate"] for p in payloads], "score")
     files = [score_path(study, c) for c in todo_all]
     for f in files:
         read_record(f)

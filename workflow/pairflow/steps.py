@@ -78,9 +78,8 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
 
 def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                  out_manifest: Path) -> None:
-    from .stats import analyse
-
     from .panel import panel_dir
+    from .stats import analyse
 
     treatments = [t.name for t in study.treatments]
     roots = _roots(manifests)
@@ -105,17 +104,18 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     write_manifest(out_manifest, manifest)
 
 
-def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path, accelerators: list[str]) -> None:
-    """Generate, score and time one panel again under ``replicates/<rep>``."""
+def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path, grant: Any) -> None:
+    """Generate, score and time one panel again under ``replicates/<rep>`` with what this
+    job was granted (``fleet.grant_from_env``)."""
     from .panel import panel_dir, run_generation, run_scoring
     from .repeat import replicate_study
     from .timing import run_timed_pass
 
     r = replicate_study(study, rep)
     pdir = panel_dir(r, panel)
-    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate", accelerators)
-    run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score")
-    run_timed_pass(r, [panel], Path(out))
+    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate", grant)
+    run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score", grant)
+    run_timed_pass(r, [panel], Path(out), grant.allocation)
 
 
 def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Path) -> None:
@@ -142,6 +142,25 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     P.latency(timings, out["latency"])
     P.scatter(scores, out["scatter"])
     P.per_prompt(scores, out["per_prompt"])
+
+
+def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
+    """Per-slot busy share of every panel's generation and scoring job (from their
+    telemetry records), the timed pass's window, and the digests of the records used."""
+    from .identity import digest_file
+    from .panel import telemetry_path
+    from .telemetry import utilisation as summarise
+    from .telemetry import utilisation_markdown
+
+    paths = {f"{stage}:{p.name}": telemetry_path(study, p.name, stage)
+             for p in study.panels for stage in ("generate", "score")}
+    paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
+    u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
+    timed = Path(out_json).parent / "telemetry" / "timed_pass.json"
+    u["timed_pass"] = json.loads(timed.read_text()) if timed.exists() else None
+    prov = {k: digest_file(v) for k, v in paths.items()}
+    write_text(out_json, json.dumps({**u, "provenance": prov}, indent=1, sort_keys=True) + "\n")
+    write_text(out_md, utilisation_markdown(u, prov))
 
 
 def archive(study: StudySpec, out: Path) -> None:

@@ -12,6 +12,7 @@ bulk record, so a timing is known to belong to the same computation.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import statistics
@@ -21,6 +22,7 @@ from typing import Any
 
 from .config import StudySpec
 from .records import build_manifest, read_record, write_manifest, write_record
+from .slurm import AllocationInfo
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +33,18 @@ def timing_path(study: StudySpec, c: Any) -> Path:
     return panel_dir(study, c.key.panel) / "timing" / c.arm.name / f"{c.stem}.json"
 
 
-def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> dict[str, Any]:
+def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
+                   alloc: AllocationInfo | None = None) -> dict[str, Any]:
     """Time every candidate of ``panels`` in this process; write timing records and one
     manifest. Candidates whose timing record verifies and names their current generation
-    record are kept, so rerunning one panel re-times only that panel."""
+    record are kept, so rerunning one panel re-times only that panel. ``alloc`` is the
+    Slurm allocation the pass runs in (None locally); every timing record states whether
+    Slurm gave it the node alone, and the pass's window is written to
+    ``study/telemetry/timed_pass.json`` so overlap with other jobs can be checked."""
     from .locks import hold
 
     with hold(Path(manifest_out).parent, "timed pass"):
-        return _run_timed_pass(study, panels, manifest_out)
+        return _run_timed_pass(study, panels, manifest_out, alloc)
 
 
 def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
@@ -50,17 +56,22 @@ def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
         return False
 
 
-def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> dict[str, Any]:
+def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
+                    alloc: AllocationInfo | None) -> dict[str, Any]:
     from . import generate as g
+    from .atomic import write_text
     from .fleet import worker_identity
     from .identity import digest_bytes
     from .panel import candidates, record_path
+    from .slurm import exclusivity
     from .video import prepare_frames
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     bulk = {c.key.candidate_id: read_record(record_path(study, c)) for c in cands}
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id])]
     log.info("timed pass: %d candidates, %d already timed, %d to time", len(cands), len(cands) - len(todo), len(todo))
+    node = exclusivity(alloc) if todo else None
+    window_start = time.time()
     if todo:
         pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
         tokens = g.max_text_tokens(study.model)
@@ -89,12 +100,17 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path) -> 
                            "synchronised": result.device == "cuda", "device": result.device,
                            "threads": result.threads},
                 "matches_bulk_frames": same,
-                "worker": worker_identity(),
+                "worker": {**worker_identity(), "device": result.device, "node": node},
             })
             if done % 10 == 0 or done == len(ordered):
                 rate = done / (time.monotonic() - started)
                 log.info("timed pass: %d/%d done, %.2f/s, ~%.0fs left", done, len(ordered), rate,
                          (len(ordered) - done) / rate)
+    if todo:
+        write_text(Path(manifest_out).parent / "telemetry" / "timed_pass.json", json.dumps(
+            {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},
+             "timed": len(todo), "node": node, "allocation": alloc.asdict() if alloc else None},
+            indent=1, sort_keys=True) + "\n")
     manifest = build_manifest("timing", study.scratch, [timing_path(study, c) for c in cands],
                               {"study": study.study, "panels": panels, "pass": "timed"},
                               base=os.path.relpath(study.scratch, Path(manifest_out).parent))

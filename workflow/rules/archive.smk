@@ -3,6 +3,7 @@ rule archive:
     input:
         STUDY_MANIFEST,
         f"{PLOTS}/forest.png",
+        UTILISATION,
     output:
         ARCHIVE_DONE,
     benchmark:

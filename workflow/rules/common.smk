@@ -25,6 +25,8 @@ STUDY_TABLE_HTML = f"{SCRATCH}/study/table.html"
 STUDY_MANIFEST = f"{SCRATCH}/study/manifest.json"
 PLOTS = f"{SCRATCH}/study/plots"
 ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
+UTILISATION = f"{SCRATCH}/study/utilisation.json"
+UTILISATION_MD = f"{SCRATCH}/study/utilisation.md"
 LOGS = f"{SCRATCH}/logs"
 REPLICATE_OUTPUTS = [f"{SCRATCH}/replicates/r{n}/panels/{p}/timing.json"
                      for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]

@@ -13,7 +13,6 @@ rule generate_panel:
         panel_digest=panel_digest,
     threads: STUDY.fleet.cpu_workers * STUDY.generation.threads
     resources:
-        gpus=0,
         runtime=120,
     conda:
         "../../envs/generate.yaml"

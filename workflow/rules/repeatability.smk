@@ -7,7 +7,7 @@ rule replicate_panel:
         f"{SCRATCH}/replicates/{{rep}}/panels/{{panel}}/timing.json",
     log:
         f"{LOGS}/replicates/{{rep}}-{{panel}}.log",
-    threads: workflow.cores
+    threads: lambda wildcards: workflow.cores  # every local core; on Slurm: set-threads + --exclusive
     conda:
         "../../envs/generate.yaml"
     script:

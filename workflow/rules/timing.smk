@@ -12,7 +12,7 @@ rule timed_pass:
         f"{LOGS}/timing.log",
     params:
         timing=STUDY.raw["timing"],
-    threads: workflow.cores
+    threads: lambda wildcards: workflow.cores  # every local core; on Slurm: set-threads + --exclusive
     resources:
         runtime=120,
     conda:

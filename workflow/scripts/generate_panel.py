@@ -2,12 +2,11 @@
 import os
 from pathlib import Path
 
-from pairflow.fleet import granted_accelerators
+from pairflow.fleet import grant_from_env
 from pairflow.panel import run_generation
 from pairflow.steps import study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)
 out = Path(sm.output[0])
-run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate",
-               granted_accelerators(dict(os.environ)))
+run_generation(study, sm.wildcards.panel, out, out.parent / "run" / "generate", grant_from_env(dict(os.environ)))

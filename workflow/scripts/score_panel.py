@@ -1,10 +1,12 @@
 """Rule adapter: score one panel's videos through Parsl."""
+import os
 from pathlib import Path
 
+from pairflow.fleet import grant_from_env
 from pairflow.panel import run_scoring
 from pairflow.steps import study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)
 out = Path(sm.output[0])
-run_scoring(study, sm.wildcards.panel, out, out.parent / "run" / "score")
+run_scoring(study, sm.wildcards.panel, out, out.parent / "run" / "score", grant_from_env(dict(os.environ)))

@@ -1,0 +1,116 @@
+"""The default study through ``snakemake --profile profiles/slurm`` on a real Slurm.
+
+Needs a running cluster (``bash .ci/slurm-up`` starts a single-node one on loopback
+with two fake GPUs). Skipped where ``sinfo`` gets no answer, unless
+``PAIRFLOW_REQUIRE_SLURM=1`` (set by ``.ci/run``), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, copy_project
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+def _slurm_answers() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mix", "alloc"))
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    if not _slurm_answers():
+        if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
+            pytest.fail("PAIRFLOW_REQUIRE_SLURM=1 but sinfo shows no usable node; start one with bash .ci/slurm-up")
+        pytest.skip("no Slurm cluster answers (bash .ci/slurm-up starts one)")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    env.pop("SLURM_CONF", None)  # jobs read /etc/slurm/slurm.conf (the plugin strips SLURM_CONF)
+    return env
+
+
+@pytest.fixture(scope="module")
+def slurm_study(slurm, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The shipped default config and Slurm profile, unchanged, in a fresh project copy."""
+    project = copy_project(tmp_path_factory.mktemp("slurm") / "project")
+    shutil.copytree(ROOT / "config", project / "config")
+    run = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm"], cwd=project, env=_env(),
+                         capture_output=True, text=True, timeout=1500)
+    (project / "snakemake.log").write_text(run.stdout + run.stderr)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    return project
+
+
+def _records(project: Path, kind: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((project / "results/scratch/panels").glob(f"*/{kind}/*/*.json"))]
+
+
+def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
+    scratch = slurm_study / "results/scratch"
+    assert (scratch / "study/table.md").exists() and (scratch / "study/archived.json").exists()
+    gen = _records(slurm_study, "records")
+    assert len(gen) == 42  # 2 panels: (4 + 3 prompts) x 2 seeds x 3 arms
+    jobs = {r["worker"]["slurm_job"] for r in gen}
+    assert None not in jobs and len(jobs) == 2  # one Slurm job per panel
+    # Physical slot, logical device and stream are three different things, all recorded.
+    slots = {(r["worker"]["host"], r["worker"]["gpu_index"]) for r in gen}
+    assert len(slots) == 2, slots  # two distinct GPU slots (the fake gres /dev/null, /dev/zero)
+    assert {r["worker"]["device"] for r in gen} == {"cpu"}  # torch sees no CUDA behind the fake gres
+    assert len({r["candidate"]["stream_seed"] for r in gen}) == 14  # one stream per pair, shared by its arms
+
+
+def test_timed_pass_ran_alone(slurm_study: Path) -> None:
+    timings = _records(slurm_study, "timing")
+    assert len(timings) == 42
+    nodes = {json.dumps(t["worker"]["node"], sort_keys=True) for t in timings}
+    assert len(nodes) == 1
+    node = json.loads(nodes.pop())
+    assert node["scheduler"] == "slurm" and node["exclusive"] is True, node  # scontrol: OverSubscribe=NO
+    scratch = slurm_study / "results/scratch"
+    window = json.loads((scratch / "study/telemetry/timed_pass.json").read_text())["window"]
+    for tel in scratch.glob("panels/*/telemetry/*.json"):  # no task of another job overlapped it
+        for span in json.loads(tel.read_text())["spans"]:
+            assert span["finished"] <= window["start"] or span["started"] >= window["end"], (tel, span)
+
+
+def test_utilisation_report_comes_from_spans(slurm_study: Path) -> None:
+    u = json.loads((slurm_study / "results/scratch/study/utilisation.json").read_text())
+    assert {j["job"] for j in u["jobs"]} == {"generate:smoke", "generate:motion", "score:smoke", "score:motion"}
+    assert 0 < u["busy_share"] < 1
+    for j in u["jobs"]:
+        assert j["allocation"]["job_id"] and sum(v["tasks"] for v in j["slots"].values()) == j["tasks"]
+    assert "NVML" in (slurm_study / "results/scratch/study/utilisation.md").read_text()
+
+
+def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
+    """``pairflow probe-slots`` in an sbatch job with two GPUs: srun starts the pool, Parsl
+    pins one worker to each granted GPU, and every no-op task runs on one of them."""
+    out = tmp_path / "probe.json"
+    cmd = f"{BIN / 'pairflow'} probe-slots --tasks 200 --out {out}"
+    run = subprocess.run(["sbatch", "--wait", "--quiet", "--gres=gpu:2", "--cpus-per-task=2", "--time=10",
+                          f"--output={tmp_path / 'probe.log'}", "--wrap", cmd], env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (tmp_path / "probe.log").read_text()[-4000:]
+    t = json.loads(out.read_text())
+    assert sorted(t["slots"]) == sorted(f"{h}/gpu{g}" for h in {s["host"] for s in t["spans"]} for g in ("0", "1"))
+    assert all(v["tasks"] > 0 for v in t["slots"].values())
+    assert t["allocation"]["gpus"] == ["0", "1"] and t["probe"]["tasks_per_s"] > 0
+    assert {s["slurm_job"] for s in t["spans"]} == {t["allocation"]["job_id"]}

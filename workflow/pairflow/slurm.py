@@ -1,0 +1,91 @@
+"""The seam to Slurm: what this job was granted, read from its environment and from
+``scontrol`` (argv lists, a time limit, stderr carried in the error).
+
+Imports without torch. Outside a Slurm job every function returns None, so the same
+code runs on a laptop.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import PairFlowError
+
+
+@dataclass(frozen=True)
+class AllocationInfo:
+    """The Slurm allocation a job runs in (observed, never configured).
+
+    ``gpus`` are the node-level (physical) GPU indices Slurm granted the job
+    (``SLURM_JOB_GPUS``), in the order of ``CUDA_VISIBLE_DEVICES``; under a cgroup
+    device constraint the visible indices are renumbered from 0 while these are not.
+    """
+
+    job_id: str
+    nodes: int
+    nodelist: str
+    cpus_on_node: int | None
+    gpus: tuple[str, ...]
+    partition: str | None
+
+    def asdict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def allocation(environ: dict[str, str]) -> AllocationInfo | None:
+    """The allocation described by a job's environment, or None outside Slurm."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if not job:
+        return None
+    gpus = tuple(g for g in environ.get("SLURM_JOB_GPUS", environ.get("SLURM_STEP_GPUS", "")).split(",") if g)
+    cpus = environ.get("SLURM_CPUS_ON_NODE")
+    return AllocationInfo(job_id=job, nodes=int(environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1"))),
+                          nodelist=environ.get("SLURM_JOB_NODELIST", environ.get("SLURM_NODELIST", "")),
+                          cpus_on_node=int(cpus) if cpus and cpus.isdigit() else None, gpus=gpus,
+                          partition=environ.get("SLURM_JOB_PARTITION"))
+
+
+def gpu_map(visible: list[str], alloc: AllocationInfo | None) -> dict[str, str]:
+    """Map each visible device index to the node's physical GPU index.
+
+    Without Slurm (or when Slurm's list does not line up with the visible list) the
+    visible index is the best physical index known."""
+    if alloc is not None and len(alloc.gpus) == len(visible):
+        return dict(zip(visible, alloc.gpus))
+    return {v: v for v in visible}
+
+
+def job_details(job_id: str, timeout_s: float = 30.0) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as a mapping (e.g. ``OverSubscribe``, ``NumNodes``,
+    ``TRES``). Raises PairFlowError naming the command and its stderr if it fails."""
+    argv = ["scontrol", "show", "job", "-o", str(job_id)]
+    try:
+        out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=timeout_s).stdout
+    except FileNotFoundError as e:
+        raise PairFlowError(f"{argv[0]} not found on PATH inside Slurm job {job_id}; load the site's "
+                            "Slurm module in the job environment") from e
+    except subprocess.CalledProcessError as e:
+        raise PairFlowError(f"{' '.join(argv)} failed ({e.returncode}): {e.stderr.strip()}") from e
+    except subprocess.TimeoutExpired as e:
+        raise PairFlowError(f"{' '.join(argv)} did not answer in {timeout_s:.0f}s; is slurmctld up?") from e
+    fields = {}
+    for token in out.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def exclusivity(alloc: AllocationInfo | None) -> dict[str, Any]:
+    """Whether the job holds its node(s) alone, as Slurm reports it (for the timed
+    pass's record). Outside Slurm: the local rule took every core (``local``)."""
+    if alloc is None:
+        return {"scheduler": "local", "exclusive": None,
+                "how": "the rule takes every core of this machine, so Snakemake runs nothing beside it"}
+    details = job_details(alloc.job_id)
+    return {"scheduler": "slurm", "job_id": alloc.job_id,
+            "exclusive": details.get("OverSubscribe") == "NO",
+            "oversubscribe": details.get("OverSubscribe"), "nodelist": details.get("NodeList"),
+            "tres": details.get("TRES")}

@@ -1,0 +1,196 @@
+"""Telemetry joined to work: per-task spans, per-slot busy share, NVML samples.
+
+A job that fans tasks out (``fleet.run_tasks``) writes one telemetry record beside its
+outputs: the allocation window (from just before the worker pool is asked for until
+every result is in), one span per task (queued at the driver; started, finished and
+slot at the worker), each slot's busy share (seconds running tasks over the window)
+and, where NVML exists, a CSV of GPU samples with their summary. Utilisation in the
+report is computed from these records only, so it comes from work that was really done.
+
+Imports without torch. NVML (nvidia-ml-py) is the one seam to the GPU driver.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_text
+
+log = logging.getLogger(__name__)
+
+NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "utilization_gpu_pct",
+               "power_w", "temperature_c")
+
+
+def slot_key(span: dict[str, Any]) -> str:
+    """A slot is a physical place a worker ran: host, GPU (or CPU worker rank)."""
+    gpu = span.get("gpu_index")
+    return f"{span['host']}/gpu{gpu}" if gpu not in (None, "") else f"{span['host']}/cpu{span.get('rank')}"
+
+
+def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
+               slots: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per slot: seconds spent running tasks, the allocation window in seconds, and their
+    ratio. ``slots`` lists every slot that was allocated (so an idle one shows 0 %)."""
+    length = max(window[1] - window[0], 1e-9)
+    out: dict[str, dict[str, float]] = {s: {"busy_s": 0.0, "tasks": 0} for s in (slots or [])}
+    for s in spans:
+        if s.get("started") is None or s.get("finished") is None:
+            continue
+        k = slot_key(s)
+        out.setdefault(k, {"busy_s": 0.0, "tasks": 0})
+        out[k]["busy_s"] += max(0.0, min(s["finished"], window[1]) - max(s["started"], window[0]))
+        out[k]["tasks"] += 1
+    for v in out.values():
+        v["window_s"] = length
+        v["share"] = v["busy_s"] / length
+    return out
+
+
+# --- NVML -------------------------------------------------------------------------------
+
+def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
+    """(read, status): ``read()`` returns one sample per GPU on this node; ``read`` is None
+    with the reason in ``status`` where NVML is unavailable (no driver, no GPU)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as e:
+        return None, f"NVML unavailable: {e}"
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+
+    def text(v: Any) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def read() -> list[dict[str, Any]]:
+        now, rows = time.time(), []
+        for i, h in enumerate(handles):
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            rows.append({"time": now, "index": i, "uuid": text(pynvml.nvmlDeviceGetUUID(h)),
+                         "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
+                         "utilization_gpu_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                         "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                         "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)})
+        return rows
+
+    return read, f"NVML {count} GPU(s)"
+
+
+class Sampler:
+    """Calls ``read`` every ``interval_s`` seconds on a daemon thread (and once at start
+    and stop); rows accumulate in memory and are written as CSV by ``write``."""
+
+    def __init__(self, read: Callable[[], list[dict[str, Any]]] | None, interval_s: float) -> None:
+        self.read, self.interval_s = read, interval_s
+        self.rows: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        try:
+            self.rows += self.read() if self.read else []
+        except Exception as e:  # noqa: BLE001 - telemetry must never fail the work it watches
+            log.warning("NVML sample failed (%s); sampling stops", e)
+            self.read = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def __enter__(self) -> Sampler:
+        if self.read is not None:
+            self._sample()
+            self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._sample()
+
+    def csv_text(self) -> str:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=NVML_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(self.rows)
+        return buf.getvalue()
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature."""
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in self.rows:
+            by.setdefault(str(r["uuid"]), []).append(r)
+
+        def mean(rs: list[dict[str, Any]], k: str) -> float:
+            return sum(float(r[k]) for r in rs) / len(rs)
+
+        return {u: {"samples": len(rs), "memory_used_mb_max": max(float(r["memory_used_mb"]) for r in rs),
+                    "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"),
+                    "power_w_mean": mean(rs, "power_w"),
+                    "temperature_c_max": max(float(r["temperature_c"]) for r in rs)} for u, rs in by.items()}
+
+
+def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: list[dict[str, Any]],
+                    slots: list[str], sampler: Sampler, nvml_status: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``."""
+    record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
+              "spans": spans, "slots": busy_share(spans, window, slots),
+              "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary()},
+              **extra}
+    if sampler.rows:
+        csv_path = Path(out).with_suffix(".nvml.csv")
+        write_text(csv_path, sampler.csv_text())
+        record["nvml"]["csv"] = csv_path.name
+    write_text(Path(out), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+# --- the study's utilisation report ------------------------------------------------------
+
+def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Summarise telemetry records (name → record): per job and slot busy share, and the
+    study's busy share (task seconds over allocated slot seconds)."""
+    jobs, busy, alloc = [], 0.0, 0.0
+    for name, r in sorted(records.items()):
+        slots = r["slots"]
+        jobs.append({"job": name, "label": r["label"], "tasks": len(r["spans"]),
+                     "failed": sum(1 for s in r["spans"] if s.get("failure")),
+                     "window_s": r["window"]["end"] - r["window"]["start"],
+                     "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],
+                     "slots": {k: {"share": v["share"], "busy_s": v["busy_s"], "tasks": v["tasks"]}
+                               for k, v in sorted(slots.items())}})
+        busy += sum(v["busy_s"] for v in slots.values())
+        alloc += sum(v["window_s"] for v in slots.values())
+    return {"jobs": jobs, "busy_s": busy, "allocated_slot_s": alloc,
+            "busy_share": busy / alloc if alloc else None}
+
+
+def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
+    lines = ["# Slot utilisation", "",
+             "Share of each slot's allocated time spent running tasks (from per-task spans). "
+             "The window runs from asking for workers to the last result, so worker start-up "
+             "and the tail after a slot's last task count as idle.", "",
+             f"Study: {u['busy_share']:.1%} of {u['allocated_slot_s']:.1f} allocated slot-seconds busy."
+             if u["busy_share"] is not None else "Study: no fan-out jobs ran.", "",
+             "| job | slot | tasks | busy s | window s | busy share |", "|---|---|---|---|---|---|"]
+    for j in u["jobs"]:
+        for slot, v in j["slots"].items():
+            lines.append(f"| {j['job']} | {slot} | {v['tasks']} | {v['busy_s']:.1f} | {j['window_s']:.1f} "
+                         f"| {v['share']:.1%} |")
+    lines += ["", "NVML: " + "; ".join(sorted({j["nvml"] for j in u["jobs"]})), "", "## Provenance", ""]
+    lines += [f"- `{k}`: `{v}`" for k, v in sorted(provenance.items())]
+    return "\n".join(lines) + "\n"
