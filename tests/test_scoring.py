@@ -188,3 +188,45 @@ def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirro
     assert len({r["pid"] for r in one}) == 1
     # each worker process built LPIPS (AlexNet from the mirror) once however many videos it scored
     assert all(r["loads"].get("lpips") == 1 for r in one + three)
+
+
+def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """score_task (run in-process here) writes each metric's spec with its weight files'
+    digests, the scorer build, the compared frames and the static-filter policy; on a
+    lossless encode the FR metrics see the generated frames bit for bit."""
+    from conftest import small_config
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
+    from pairflow.records import read_record
+    from pairflow.video import encode
+    from pairflow.weights import verify
+
+    cfg = small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)}, encoder={"lossless": True},
+                       scorers=["temporal_flickering", "motion_smoothness_proxy", "psnr", "lpips"])
+    study = study_from_raw(cfg, tmp_path)
+    ctrl_c, treat_c = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
+    raw = {ctrl_c.arm.name: clip(30, 5, 32, 32), treat_c.arm.name: clip(31, 5, 32, 32)}
+
+    def generation_record(c):  # type: ignore[no-untyped-def]
+        path = video_path(study, c)
+        info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
+        return {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
+                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
+                "video": {**info.asdict(), "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                "record_digest": "xxh3_128:" + "0" * 32}
+
+    ctrl, treat = generation_record(ctrl_c), generation_record(treat_c)
+    build = scorer_build(study)
+    out = tmp_path / "score.json"
+    score_task({"study": study, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c,
+                "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    rec = read_record(out)
+    assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
+    lpips = rec["scores"]["lpips"]["spec"]
+    assert lpips["kind"] == "FR" and lpips["higher_is_better"] is False
+    assert [w[0] for w in lpips["weights"]] == ["torch/hub/checkpoints/alexnet-owt-7be5be79.pth",
+                                                "torch/hub/pyiqa/LPIPS_v0.1_alex-df73285e.pth"]
+    assert all(w[1].startswith("xxh3_128:") for w in lpips["weights"])
+    assert rec["scorer"] == build and build["weights_origin"] == "random-init"
+    assert "bit-identical" in rec["compared_frames"] and rec["static_filter"]["temporal_flickering"] == "none"
+    assert rec["scores"]["psnr"]["value"] == pytest.approx(score("psnr", raw[treat_c.arm.name], raw[ctrl_c.arm.name]))
