@@ -1,4 +1,5 @@
-"""PairFlow benchmark suite. One command: ``.venv/bin/python benchmarks/run.py``.
+"""PairFlow benchmark suite. One command: ``.venv/bin/python benchmarks/run.py``; one
+section: ``.venv/bin/python benchmarks/run.py metrics`` (others keep their last figures).
 
 Writes ``benchmarks/results.json`` with the machine, versions and commit. Timings are
 medians over several runs; every ratio is measured side by side in one run. Sections:
@@ -265,22 +266,48 @@ def bench_slurm(runs: int) -> dict[str, Any]:
             "allocation": t["allocation"]}
 
 
-def bench_metrics(runs: int) -> dict[str, Any]:
+def bench_metrics(runs: int, mirror: Path | None = None) -> dict[str, Any]:
+    """Every registered metric on 8 frames of 256x256 on this CPU (1 torch thread):
+    frames per second, the cold load of its scorer (weight verification included), and
+    load time against scoring one video. Weighted metrics use ``mirror`` or a
+    random-initialised test mirror (same architectures, so the same cost)."""
+    from pairflow import weights
+    from pairflow.scoring import METRICS, ScoreContext, metric_spec, models, score
     from pairflow.scoring import fidelity as fid
-    from pairflow.scoring import score
 
-    a, b = frames(16, 256, 256), frames(16, 256, 256)[::-1].copy()
+    tmp = None
+    if mirror is None:
+        tmp = Path(tempfile.mkdtemp())
+        weights.build_test_mirror(tmp)
+        mirror = tmp
+    f = 8
+    a, b = frames(f, 256, 256), frames(f, 256, 256)[::-1].copy()
+    ctx = ScoreContext(mirror=mirror, batch=8, fps=8)
     out = {}
-    for name in ("temporal_flickering", "psnr", "ssim"):
-        t = time.perf_counter()
-        if name != "temporal_flickering":
-            fid._metric.cache_clear()
+    scorer_models = {"subject_consistency": ["dino"], "background_consistency": ["clip_b32"],
+                     "aesthetic_quality": ["clip_l14", "aesthetic_head"], "imaging_quality": ["musiq_spaq"],
+                     "dynamic_degree": ["raft_large"], "lpips": ["lpips"]}
+    for name in METRICS:
+        spec = metric_spec(name)
+        models.load.cache_clear()
+        fid._metric.cache_clear()
+        weights._verified.cache_clear()
+        t = time.perf_counter()  # cold build of the scorer, as a worker does once (weights verified first)
+        for m in scorer_models.get(name, []):
+            models.load(m, str(mirror))
+        if name in ("psnr", "ssim", "ms_ssim"):
             fid._metric(name)
         load = time.perf_counter() - t
-        ref = b if name != "temporal_flickering" else None
-        s = median_time(lambda n=name, r=ref: score(n, a, r), runs)
-        out[name] = {"fps_256x256": 16 / s, "load_s": load, "score_one_video_s": s}
-    return out
+        ref = b if spec.kind == "FR" else None
+        score(name, a[:3], None if ref is None else ref[:3], ctx)  # warm-up
+        s = median_time(lambda n=name, r=ref: score(n, a, r, ctx), runs if not spec.needs else min(runs, 2))
+        out[name] = {"kind": spec.kind, "weights": list(spec.needs), "frames": f, "fps_256x256": f / s,
+                     "load_s": load, "score_one_video_s": s, "load_over_one_video": load / s}
+        print(f"  {name}: {f / s:.1f} fps, load {load:.2f} s, one video {s:.2f} s", flush=True)
+    origin = weights.read_lock(mirror).origin
+    if tmp is not None:
+        shutil.rmtree(tmp)
+    return {"mirror_origin": origin, "threads": 1, "metrics": out}
 
 
 def bench_e2e() -> dict[str, Any]:
@@ -336,6 +363,8 @@ def main() -> None:
     ap.add_argument("sections", nargs="*", default=[*SECTIONS, "e2e"])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
+    ap.add_argument("--mirror", type=Path, default=None,
+                    help="weight mirror for the metrics section (default: a random-init test mirror)")
     args = ap.parse_args()
     import torch
 
@@ -345,7 +374,12 @@ def main() -> None:
     results.update({"machine": machine(), "runs": args.runs})
     for name in args.sections:
         t = time.perf_counter()
-        results[name] = bench_e2e() if name == "e2e" else SECTIONS[name](args.runs if name != "plan" else 3)
+        if name == "e2e":
+            results[name] = bench_e2e()
+        elif name == "metrics":
+            results[name] = bench_metrics(args.runs, args.mirror)
+        else:
+            results[name] = SECTIONS[name](args.runs if name != "plan" else 3)
         print(f"{name}: {time.perf_counter() - t:.1f}s {json.dumps(results[name])[:400]}", flush=True)
     args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out} (peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")

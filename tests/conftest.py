@@ -67,3 +67,14 @@ def copy_project(dest: Path) -> Path:
         else:
             shutil.copy(src, dest / name)
     return dest
+
+
+@pytest.fixture(scope="session")
+def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A weight mirror with random-initialised weights for every declared architecture
+    (the real layout and lock; built once per session, about 2 GB and 20 s)."""
+    from pairflow.weights import build_test_mirror
+
+    out = tmp_path_factory.mktemp("mirror")
+    build_test_mirror(out)
+    return out

@@ -19,3 +19,12 @@ def test_compiler_caches_are_scoped_to_job_and_retry(tmp_path: Path) -> None:
     for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         assert len({a[key], b[key], c[key]}) == 3
     assert a["HF_HOME"] == b["HF_HOME"] == c["HF_HOME"]  # read-mostly weights are shared
+
+
+def test_weight_caches_point_at_the_mirror(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    env = cache_env(tmp_path / "scratch", "score_panel-smoke", 1, mirror)
+    assert env["HF_HOME"] == str(mirror / "hf") and env["HF_HUB_CACHE"] == str(mirror / "hf" / "hub")
+    assert env["TORCH_HOME"] == str(mirror / "torch")  # pyiqa's cache is $TORCH_HOME/hub/pyiqa
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path / "scratch"))  # compiler caches stay per job

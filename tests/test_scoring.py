@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from pairflow.scoring import metric_spec, score
 
 
@@ -57,3 +56,177 @@ def test_specs_come_from_pyiqa_table() -> None:
     assert metric_spec("psnr").kind == "FR" and metric_spec("psnr").higher_is_better
     assert metric_spec("ssim").range == "0, 1"
     assert metric_spec("temporal_flickering").kind == "NR"
+
+
+# --- VBench dimensions: formulas by hand ---------------------------------------------
+
+
+def test_consistency_formula_by_hand() -> None:
+    from pairflow.scoring.subject_consistency import consistency
+
+    assert consistency(np.ones((5, 8))) == pytest.approx(1.0)  # identical frames
+    # t=1: cos(f1,f0)=0 twice -> 0; t=2: cos(f2,f1)=cos(f2,f0)=1/sqrt2 -> 1/sqrt2; mean over t
+    f = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert consistency(f) == pytest.approx((0 + 2 ** -0.5) / 2)
+    # negative similarity is clamped at 0 (VBench's max(0, cos)), and scale does not matter
+    assert consistency(np.array([[1.0, 0.0], [-3.0, 0.0]])) == 0.0
+    from pairflow.errors import ScoringError
+
+    with pytest.raises(ScoringError, match="at least 2 frames"):
+        consistency(np.ones((1, 4)))
+
+
+def test_motion_smoothness_proxy_by_hand() -> None:
+    ramp = (np.arange(5)[:, None, None, None] * 10 * np.ones((5, 2, 2, 3))).astype(np.uint8)
+    assert score("motion_smoothness_proxy", ramp) == 1.0  # linear motion is reconstructed exactly
+    a = np.zeros((3, 2, 2, 3), np.uint8)
+    a[1] = 30  # odd frame 30, neighbours 0 and 0 -> reconstruction 0, error 30
+    assert score("motion_smoothness_proxy", a) == pytest.approx((255 - 30) / 255)
+    assert "PROXY" in metric_spec("motion_smoothness_proxy").source
+
+
+def test_dynamic_degree_rule_follows_vbench() -> None:
+    import torch
+    from pairflow.scoring.dynamic_degree import is_dynamic, pad8, sample_indices, top5_mean
+
+    assert sample_indices(9, 8) == list(range(9)) and sample_indices(9, 16) == [0, 2, 4, 6, 8]
+    assert sample_indices(10, 24) == [0, 3, 6, 9]  # round(24/8) = 3
+    # threshold 6 * 128/256 = 3; 9 sampled frames need round(4*9/16) = 2 moving pairs
+    assert is_dynamic([3.5, 0.0, 3.1], 128, 9) and not is_dynamic([3.5, 0.0, 2.9], 128, 9)
+    flow = torch.zeros(1, 2, 10, 10)
+    flow[0, 0, :5, 0] = 4.0  # 5 of 100 pixels move by 4; top 5% = those 5
+    assert float(top5_mean(flow)[0]) == pytest.approx(4.0)
+    assert pad8(torch.zeros(1, 3, 60, 62)).shape[-2:] == (64, 64)
+
+
+def test_fidelity_refuses_frames_too_small_for_ms_ssim() -> None:
+    from pairflow.errors import ScoringError
+
+    with pytest.raises(ScoringError, match="at least 176 px"):
+        score("ms_ssim", clip(0), clip(1))
+    big0, big1 = clip(0, 2, 176, 176), clip(1, 2, 176, 176)
+    assert 0 < score("ms_ssim", big0, big1) < 1 and score("ms_ssim", big0, big0) == pytest.approx(1.0)
+
+
+def test_registry_matches_schema_and_pyiqa_table() -> None:
+    import yaml
+    from pairflow.config import SCHEMA_PATH
+    from pairflow.scoring import METRICS
+
+    enum = yaml.safe_load(SCHEMA_PATH.read_text())["properties"]["scorers"]["items"]["enum"]
+    assert sorted(enum) == sorted(METRICS)
+    for name in METRICS:
+        s = metric_spec(name)
+        assert s.kind in ("NR", "FR", "prompt") and s.range and s.source and s.version
+    assert metric_spec("lpips").kind == "FR" and not metric_spec("lpips").higher_is_better  # pyiqa: lower_better
+    assert metric_spec("ms_ssim").kind == "FR"
+    assert metric_spec("subject_consistency").needs == ("dino_vitb16",)
+    spec = metric_spec("lpips").asdict({"torch/hub/checkpoints/alexnet-owt-7be5be79.pth": "xxh3_128:ab"})
+    assert spec["weights"][0] == ["torch/hub/checkpoints/alexnet-owt-7be5be79.pth", "xxh3_128:ab"]
+
+
+# --- weight-based metrics: random-init mirror, real loading path -----------------------
+
+WEIGHTED = {  # metric: frames (F, H, W) small enough for CI; dynamic_degree's RAFT needs 128 px
+    "subject_consistency": (3, 32, 32),
+    "background_consistency": (3, 32, 32),
+    "aesthetic_quality": (1, 32, 32),
+    "imaging_quality": (1, 32, 32),
+    "dynamic_degree": (2, 128, 128),
+    "lpips": (3, 32, 32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHTED))
+def test_weighted_metric_loads_from_mirror_once_and_is_deterministic(name: str, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    from pairflow.scoring import ScoreContext
+    from pairflow.scoring.models import LOAD_COUNTS
+
+    f, h, w = WEIGHTED[name]
+    x, y = clip(4, f, h, w), clip(5, f, h, w)
+    ctx = ScoreContext(mirror=test_mirror, batch=2)
+    first = score(name, x, y, ctx)
+    loads = dict(LOAD_COUNTS)
+    assert np.isfinite(first)
+    assert score(name, x, y, ctx) == first  # bit-identical on a second run
+    assert dict(LOAD_COUNTS) == loads  # the scorer was built once and reused
+
+
+def test_consistency_of_a_still_video_is_one(test_mirror) -> None:  # type: ignore[no-untyped-def]
+    from pairflow.scoring import ScoreContext
+
+    still = np.repeat(clip(6, 1, 32, 32), 3, axis=0)
+    ctx = ScoreContext(mirror=test_mirror)
+    assert score("subject_consistency", still, None, ctx) == pytest.approx(1.0, abs=1e-6)
+    assert score("lpips", still, still, ctx) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_every_weight_free_metric_is_deterministic() -> None:
+    x, y = clip(7, 3, 176, 176), clip(8, 3, 176, 176)
+    for name in ("temporal_flickering", "motion_smoothness_proxy", "psnr", "ssim", "ms_ssim"):
+        assert score(name, x, y) == score(name, x, y), name
+
+
+def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """The estimand is per video: the same videos scored through Parsl with 1 worker and
+    with 3 workers (tasks in reverse order) give identical numbers."""
+    from pairflow.config import FleetSpec
+    from pairflow.fleet import Grant, run_tasks
+    from pairflow.scoring import score_arrays_task
+
+    metrics = ["temporal_flickering", "psnr", "ssim", "lpips"]
+    payloads = []
+    for i in range(4):
+        path = tmp_path / f"v{i}.npz"
+        np.savez(path, frames=clip(10 + i, 2, 32, 32), reference=clip(20 + i, 2, 32, 32))
+        payloads.append({"npz": str(path), "metrics": metrics, "mirror": str(test_mirror), "batch": 2})
+    one = run_tasks(score_arrays_task, payloads, tmp_path / "r1", FleetSpec(cpu_workers=1, retries=0), Grant(),
+                    "one worker")
+    three = run_tasks(score_arrays_task, payloads[::-1], tmp_path / "r3", FleetSpec(cpu_workers=3, retries=0),
+                      Grant(), "three workers")[::-1]
+    assert [r["scores"] for r in one] == [r["scores"] for r in three]
+    assert len({r["pid"] for r in one}) == 1
+    # each worker process built LPIPS (AlexNet from the mirror) once however many videos it scored
+    assert all(r["loads"].get("lpips") == 1 for r in one + three)
+
+
+def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """score_task (run in-process here) writes each metric's spec with its weight files'
+    digests, the scorer build, the compared frames and the static-filter policy; on a
+    lossless encode the FR metrics see the generated frames bit for bit."""
+    from conftest import small_config
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
+    from pairflow.records import read_record
+    from pairflow.video import encode
+    from pairflow.weights import verify
+
+    cfg = small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)}, encoder={"lossless": True},
+                       scorers=["temporal_flickering", "motion_smoothness_proxy", "psnr", "lpips"])
+    study = study_from_raw(cfg, tmp_path)
+    ctrl_c, treat_c = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
+    raw = {ctrl_c.arm.name: clip(30, 5, 32, 32), treat_c.arm.name: clip(31, 5, 32, 32)}
+
+    def generation_record(c):  # type: ignore[no-untyped-def]
+        path = video_path(study, c)
+        info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
+        return {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
+                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
+                "video": {**info.asdict(), "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                "record_digest": "xxh3_128:" + "0" * 32}
+
+    ctrl, treat = generation_record(ctrl_c), generation_record(treat_c)
+    build = scorer_build(study)
+    out = tmp_path / "score.json"
+    score_task({"study": study, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c,
+                "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    rec = read_record(out)
+    assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
+    lpips = rec["scores"]["lpips"]["spec"]
+    assert lpips["kind"] == "FR" and lpips["higher_is_better"] is False
+    assert [w[0] for w in lpips["weights"]] == ["torch/hub/checkpoints/alexnet-owt-7be5be79.pth",
+                                                "torch/hub/pyiqa/LPIPS_v0.1_alex-df73285e.pth"]
+    assert all(w[1].startswith("xxh3_128:") for w in lpips["weights"])
+    assert rec["scorer"] == build and build["weights_origin"] == "random-init"
+    assert "bit-identical" in rec["compared_frames"] and rec["static_filter"]["temporal_flickering"] == "none"
+    assert rec["scores"]["psnr"]["value"] == pytest.approx(score("psnr", raw[treat_c.arm.name], raw[ctrl_c.arm.name]))

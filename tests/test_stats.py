@@ -135,3 +135,20 @@ def test_holm_matches_reference_values() -> None:
     # Worked example: p = (0.01, 0.04, 0.03) -> (0.03, 0.06, 0.06)
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_static_filter_intersection_uses_the_same_pairs_for_both_arms() -> None:
+    """Under scoring/static_filter: intersection, a flagged metric is analysed only on
+    pairs whose control and treatment videos are both static; other metrics on all."""
+    gen, scores, timings = records(effect=0.1, prompts=6, seeds=1)
+    for i, r in enumerate(scores):
+        prompt = int(r["candidate"]["prompt_id"][1:])
+        # prompts 0-2 static in both arms; prompt 3 static only in control; 4-5 moving
+        static = prompt < 3 or (prompt == 3 and r["arm"]["name"] == "control")
+        r["scores"]["q"]["static"] = static
+    res = analyse(gen, scores, timings, ["treat"], S)
+    assert metric(res, "q")["n_pairs"] == 3 and metric(res, "psnr")["n_pairs"] == 6
+    assert any("3 of 6 pairs where both videos are static" in n for n in res["comparisons"][0]["notes"])
+    scores[0]["scores"]["q"].pop("static")
+    with pytest.raises(PairingError, match="static flag for some videos only"):
+        analyse(gen, scores, timings, ["treat"], S)

@@ -1,4 +1,4 @@
-"""``pairflow`` command line: verify trees, build the tiny model, run one step by hand."""
+"""``pairflow`` command line: verify trees, build the tiny model, mirror scorer weights, run one step by hand."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("out", type=Path)
     c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
     c.add_argument("config", type=Path)
+    m = sub.add_parser("mirror", help="download every scorer weight into DIR and lock its digests (needs internet; "
+                       "run once per site, then set weights/mirror: DIR)")
+    m.add_argument("--dest", type=Path, required=True)
+    t = sub.add_parser("build-test-mirror", help="random-initialised weights in the mirror layout (tests and "
+                       "benchmarks only: the scores mean nothing)")
+    t.add_argument("dest", type=Path)
     r = sub.add_parser("rerun-panel", help="regenerate, rescore and re-analyse one panel; others untouched")
     r.add_argument("panel")
     r.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
@@ -52,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             s = load_study(args.config)
             n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
             print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
+            return 0
+        if args.cmd in ("mirror", "build-test-mirror"):
+            from .weights import build_test_mirror, fetch
+
+            lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)
+            for rel, digest in sorted(lock.files.items()):
+                print(f"{digest}  {rel}")
+            print(f"{args.dest}: {len(lock.files)} file(s), origin {lock.origin}, lock {lock.digest}")
             return 0
         if args.cmd == "probe-slots":
             return probe_slots(args.tasks, args.cpu_workers, args.out)

@@ -141,6 +141,24 @@ class FleetSpec:
 
 
 @dataclass(frozen=True)
+class WeightsSpec:
+    """Where scorer weights come from: an offline mirror (``pairflow mirror --dest DIR``),
+    or None when only weight-free scorers run."""
+
+    mirror: Path | None
+
+
+@dataclass(frozen=True)
+class ScoringSpec:
+    """How scoring runs: frames per forward pass, torch threads per worker, and the
+    static-filter policy for temporal_flickering (``none``: every video of both arms)."""
+
+    batch: int
+    threads: int
+    static_filter: str
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """A whole validated study. ``raw`` is the defaults-filled config mapping."""
 
@@ -158,6 +176,8 @@ class StudySpec:
     timing: TimingSpec
     repeatability: RepeatSpec
     fleet: FleetSpec
+    weights: WeightsSpec
+    scoring: ScoringSpec
     raw: dict[str, Any] = field(hash=False, compare=False)
 
     def panel(self, name: str) -> PanelSpec:
@@ -315,7 +335,9 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
         timing=TimingSpec(**raw["timing"]),
         repeatability=RepeatSpec(raw["repeatability"]["replicates"],
                                  tuple(raw["repeatability"]["panels"]) or tuple(p.name for p in panels)),
-        fleet=FleetSpec(**raw["fleet"]), raw=raw)
+        fleet=FleetSpec(**raw["fleet"]),
+        weights=WeightsSpec(resolve(raw["weights"]["mirror"]) if raw["weights"]["mirror"] else None),
+        scoring=ScoringSpec(**raw["scoring"]), raw=raw)
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:

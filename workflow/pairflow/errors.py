@@ -15,6 +15,10 @@ from and the fix.
     │   ├── FrameRateError         variable or unexpected frame rate
     │   └── GeometryError          size or frame count differs from the record
     ├── IntegrityError         a digest does not match (record, video, archive)
+    │   └── WeightDigestError      a mirrored weight file differs from the mirror's lock
+    ├── WeightsError           no weight mirror, no lock, or a weight file missing from it
+    │   └── WeightDigestError      (also an IntegrityError)
+    ├── ScoringError           a metric cannot score these frames (too few, too small)
     ├── PairingError           a pair lacks a partner or its arms are not comparable
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
     ├── StorageError           the file system is full (or over quota) while writing
@@ -79,6 +83,18 @@ class GeometryError(VideoReadError):
 
 class IntegrityError(PairFlowError):
     """A digest does not match what was recorded."""
+
+
+class WeightsError(PairFlowError):
+    """A scorer's weight file is not available from the offline mirror."""
+
+
+class WeightDigestError(WeightsError, IntegrityError):
+    """A mirrored weight file's bytes differ from the digest in the mirror's lock."""
+
+
+class ScoringError(PairFlowError):
+    """A metric cannot score the frames it was given (too few frames, frames too small)."""
 
 
 class PairingError(PairFlowError):

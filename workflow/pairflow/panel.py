@@ -221,15 +221,92 @@ def arm_of(record: dict[str, Any]) -> ArmSpec:
     return ArmSpec(record["arm"]["name"], record["arm"]["cache_class"], record["arm"]["cache_params"])
 
 
+def study_weights(study: StudySpec) -> list[str]:
+    """Weight keys the study's scoring needs: its scorers', plus RAFT when
+    temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
+    from .scoring import needed_weights
+
+    extra = ["raft_large"] if uses_static_filter(study) else []
+    return sorted(set(needed_weights(study.scorers)) | set(extra))
+
+
+def uses_static_filter(study: StudySpec) -> bool:
+    return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
+
+
+def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]:
+    """What computed the scores, the same for both arms of every pair of a run: the
+    scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
+    weight mirror's lock digest and origin, device type, precision, threads and process
+    layout. Raises WeightsError (naming the file, the digests and the mirror command)
+    when a file a configured scorer needs is missing from the mirror or altered."""
+    from importlib import metadata
+
+    from . import weights
+    from .identity import digest_file, digest_tree
+
+    accelerators = grant.accelerators if grant else ()
+    workers = len(accelerators) or study.fleet.cpu_workers
+    slots = f"one per granted accelerator {','.join(accelerators)}" if accelerators else "CPU workers"
+    keys = study_weights(study)
+    weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
+    lock = weights.read_lock(study.weights.mirror) if keys else None
+    here = Path(__file__).resolve().parent
+    code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
+            "weights.py": digest_file(here / "weights.py")}
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    build = {
+        "code_digest": digest_obj(code),
+        "packages": {p: version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
+                                              "numpy")},
+        "weights_lock": lock.digest if lock else None,
+        "weights_origin": lock.origin if lock else None,
+        "static_filter": study.scoring.static_filter,
+        "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
+        "workers": workers,
+        "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
+                   "and run on CPU"),
+    }
+    return {**build, "digest": digest_obj(build)}
+
+
+STATIC_FILTER_MEANING = {
+    "none": "every video of both arms is scored (no RAFT static filter): one subset for both arms",
+    "intersection": "every video is scored and flagged static or not by VBench's RAFT filter; the statistics "
+                    "use only pairs whose control and treatment videos are both static",
+}
+
+
+def compared_frames(study: StudySpec) -> str:
+    """Which frames the metrics saw (written into every score record)."""
+    if study.encoder.lossless:
+        return ("decoded lossless video (libx264rgb QP 0): bit-identical to the generated uint8 RGB frames, "
+                "so fidelity metrics carry no codec noise")
+    return (f"decoded lossy video ({study.encoder.codec} CRF {study.encoder.crf}, {study.encoder.pix_fmt}; uint8 RGB, "
+            "BT.709 limited range): fidelity metrics include codec noise; set encoder/lossless: true to compare "
+            "lossless copies")
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl task: score one candidate's video (and against its control for FR metrics)."""
+    """Parsl task: score one candidate's video (and against its control for FR metrics).
+    Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
+    import torch
+
     from .fleet import worker_identity
-    from .scoring import metric_spec, score
+    from .scoring import ScoreContext, metric_spec, score
+    from .scoring.models import LOAD_COUNTS
     from .video import read_video
 
     study: StudySpec = payload["study"]
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
+    torch.set_num_threads(study.scoring.threads)
 
     def decode(r: dict[str, Any]) -> Any:
         return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder, frames=r["video"]["frames"],
@@ -238,8 +315,16 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     frames = decode(rec)
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None
-    scores = {name: {"value": score(name, frames, ref), "spec": metric_spec(name).asdict()}
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
+    digests = payload["weight_digests"]
+    scores = {name: {"value": score(name, frames, ref, ctx), "spec": metric_spec(name).asdict(digests)}
               for name in expected_scores(study, arm_of(rec))}
+    if uses_static_filter(study):
+        from .scoring.dynamic_degree import is_dynamic, pair_motion
+
+        pairs, n = pair_motion(frames, ctx)
+        # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
+        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(frames.shape[1:3]), n)
     record = {
         "kind": "score",
         "candidate": rec["candidate"],
@@ -247,11 +332,13 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "video_digest": rec["video"]["digest"],
         "control_video_digest": ctrl["video"]["digest"],
         "generation_record_digest": rec["record_digest"],
-        "compared_frames": "decoded encoded video (uint8 RGB, BT.709 limited range)",
+        "compared_frames": compared_frames(study),
+        "static_filter": {"temporal_flickering": study.scoring.static_filter,
+                          "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
         "scores": scores,
-        "scorer": {"device": "cpu", "precision": "float32", "workers": study.fleet.cpu_workers},
+        "scorer": payload["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
-        "worker": worker_identity(),
+        "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS)},
     }
     write_record(Path(payload["out"]), record)
     return {"candidate_id": rec["candidate"]["candidate_id"]}
@@ -268,7 +355,10 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
     from .fleet import run_tasks
+    from .weights import verify
 
+    build = scorer_build(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
+    digests = verify(study.weights.mirror, study_weights(study))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     records = {}
@@ -285,11 +375,13 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
             old = read_record(out)
             if (old["video_digest"] == rec["video"]["digest"]
                     and old["control_video_digest"] == ctrl["video"]["digest"]
-                    and sorted(old["scores"]) == expected_scores(study, c.arm)):
+                    and sorted(old["scores"]) == expected_scores(study, c.arm)
+                    and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
                 continue
         except (IntegrityError, KeyError):
             pass
-        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "candidate": c})
+        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "candidate": c,
+                         "scorer": build, "weight_digests": digests})
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
     run_tasks(score_task, payloads, run_dir, study.fleet, grant, f"score {panel_name}",
               telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"))
@@ -298,6 +390,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     for f in files:
         read_record(f)
     manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
-                              {"study": study.study, "panel": panel_name, "ran": len(payloads)})
+                              {"study": study.study, "panel": panel_name, "ran": len(payloads),
+                               "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)
     return {"ran": len(payloads)}

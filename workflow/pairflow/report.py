@@ -39,11 +39,29 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _notes(stats: dict[str, Any]) -> list[str]:
     notes = [f"{c['treatment']}: {f}" for c in stats["comparisons"] for f in c["flags"] + c["notes"]]
     passes = ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
-    return notes + [
-        f"Latency pass: {passes} (median of repeated batch-one runs in the exclusive timed pass, after "
-        "warm-up; bulk generation times are never reported).",
-        "Fidelity metrics (FR) compare each treatment video with its control decoded from the encoded files; "
-        "temporal_flickering follows VBench with no static filter (same videos for both arms)."]
+    setups = [c.get("scoring", {}) for c in stats["comparisons"]]
+    frames = sorted({f for sc in setups for f in sc.get("compared_frames", [])})
+    filters = sorted({f for sc in setups for f in sc.get("static_filter", [])}) or ["none"]
+    builds = sorted({str(sc.get("scorer_build")) for sc in setups})
+    origins = sorted({str(sc.get("weights_origin")) for sc in setups if sc.get("weights_origin")})
+    metrics = {m["metric"] for c in stats["comparisons"] for m in c["metrics"]}
+    latency = (f"Latency pass: {passes} (median of repeated batch-one runs in the exclusive timed pass, after "
+               "warm-up; bulk generation times are never reported).")
+    fidelity = ("Fidelity metrics (FR) compare each treatment video with its control, frame by frame, on: "
+                + ("; ".join(frames) or "decoded encoded videos") + ".")
+    flicker = (f"temporal_flickering static filter: {', '.join(filters)} (VBench scores only videos its RAFT "
+               "filter calls static; 'none': every video of both arms; 'intersection': only pairs whose two videos "
+               "are both static; either way both arms use the same subset).")
+    build = (f"Both arms of every pair were scored by one scorer build ({', '.join(builds)}; same code, weights, "
+             "device, precision and process layout).")
+    out = [*notes, latency, fidelity, flicker, build]
+    if "motion_smoothness_proxy" in metrics:
+        out.append("motion_smoothness_proxy is a PROXY of VBench motion_smoothness: linear frame interpolation "
+                   "replaces AMT, so values compare arms but not published VBench numbers.")
+    if "random-init" in origins:
+        out.append("WARNING: scorer weights come from a random-initialised test mirror; weight-based scores "
+                   "mean nothing about quality.")
+    return out
 
 
 def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:

@@ -125,9 +125,14 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     flags = []
     if all(gen["control"][k]["video"]["digest"] == gen[treatment][k]["video"]["digest"] for k in keys):
         flags.append("no effect: the arm did not change the computation")
+    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
     metrics = []
     names = sorted(set().union(*(scores[treatment][k]["scores"] for k in keys)))
+    all_keys = keys
     for name in names:
+        keys = _static_subset(scores, treatment, all_keys, name, notes)
+        if not keys:
+            continue
         spec = scores[treatment][keys[0]]["scores"][name]["spec"]
         t = {k: scores[treatment][k]["scores"][name]["value"] for k in keys}
         if spec["kind"] == "FR":  # fidelity: the control's own value is the identity, not a score
@@ -142,10 +147,12 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
             wins = float(np.mean(better))
         lo, hi = _bootstrap_ci(diff, s)
         metrics.append({"metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
+                        "n_pairs": len(keys),
                         "control_mean": c_mean, "treatment_mean": t_mean,
                         "diff": None if spec["kind"] == "FR" else float(diff.mean()),
                         "ci": [lo, hi], "p_value": None if spec["kind"] == "FR" else _signflip_p(diff, s),
                         "win_rate": wins})
+    keys = all_keys
     tested = [m for m in metrics if m["p_value"] is not None]
     for m, p in zip(tested, holm([m["p_value"] for m in tested]), strict=True):
         m["p_holm"] = p
@@ -160,13 +167,47 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     lo, hi = _bootstrap_ci(log_ratio, s)
     return {
         "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
-        "flags": flags, "notes": notes, "metrics": metrics,
+        "flags": flags, "notes": notes, "metrics": metrics, "scoring": scoring,
         "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
                     "ci": [float(math.exp(lo)), float(math.exp(hi))]},
     }
+
+
+def _static_subset(scores: Index, treatment: str, keys: list[Any], name: str, notes: list[str]) -> list[Any]:
+    """The pairs a metric is analysed on. For a score flagged with VBench's static filter
+    (``static``, written under ``scoring/static_filter: intersection``), only pairs whose
+    control and treatment videos are both static: the same subset for both arms."""
+    flags = [(scores["control"][k]["scores"].get(name, {}).get("static"),
+              scores[treatment][k]["scores"][name].get("static")) for k in keys]
+    if all(c is None and t is None for c, t in flags):
+        return keys
+    if any(c is None or t is None for c, t in flags):
+        raise PairingError(f"{treatment}: {name} carries the static flag for some videos only; rescore the panel")
+    kept = [k for k, (c, t) in zip(keys, flags, strict=True) if c and t]
+    notes.append(f"{name}: {len(kept)} of {len(keys)} pairs where both videos are static (VBench RAFT static "
+                 "filter, intersection of the arms)" + ("; not analysed" if not kept else ""))
+    return kept
+
+
+def _scoring_setup(score_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How both arms were scored. Raises PairingError when the arms' score records come
+    from different scorer builds (code, weights, device, precision or process layout):
+    a paired difference must not mix scorers."""
+    builds = {r.get("scorer", {}).get("digest") for r in score_records}
+    if len(builds) > 1:
+        raise PairingError(f"score records of one comparison come from {len(builds)} different scorer builds "
+                           f"({sorted(str(b) for b in builds)}); rescore the panel so both arms share one build "
+                           "(snakemake --forcerun score_panel)")
+    first = score_records[0] if score_records else {}
+    return {"scorer_build": next(iter(builds), None),
+            "weights_origin": first.get("scorer", {}).get("weights_origin"),
+            "device": first.get("scorer", {}).get("device"), "precision": first.get("scorer", {}).get("precision"),
+            "compared_frames": sorted({str(r.get("compared_frames")) for r in score_records}),
+            "static_filter": sorted({str(r.get("static_filter", {}).get("temporal_flickering", "none"))
+                                     for r in score_records})}
 
 
 def index(records: list[dict[str, Any]]) -> Index:

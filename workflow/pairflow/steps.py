@@ -194,5 +194,5 @@ def study_for_rule(sm: Any) -> StudySpec:
     study = study_from_raw(copy.deepcopy(dict(sm.config)), Path(sm.scriptdir).resolve().parents[1],
                            source="config")
     job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])
-    os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1))))
+    os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1)), study.weights.mirror))
     return study

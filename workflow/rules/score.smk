@@ -9,6 +9,8 @@ rule score_panel:
         f"{LOGS}/score/{{panel}}.log",
     params:
         scorers=STUDY.scorers,
+        scoring=STUDY.raw["scoring"],  # batch, threads, static filter: a change reruns scoring
+        weights=STUDY.raw["weights"],  # the mirror; its lock digest is checked inside the job
     threads: STUDY.fleet.cpu_workers
     resources:
         runtime=60,

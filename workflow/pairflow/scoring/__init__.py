@@ -1,24 +1,50 @@
 """Metric registry: every metric declares its meaning where it is registered.
 
-A metric is a pure function over decoded uint8 frames plus a declared spec (name,
-version, kind, direction, range, weights). pyiqa-backed metrics take their FR/NR mode,
-direction and range from pyiqa's own table (``DEFAULT_CONFIGS``) instead of retyping it.
+A metric is a pure function over decoded uint8 ``(F, H, W, 3)`` RGB frames plus a
+declared spec: name, version, kind (``NR`` per video, ``FR`` against the control video
+of the same prompt and seed, ``prompt`` against the prompt text), direction, range,
+source, and the weight files it needs (keys of ``weights.WEIGHTS``, bound to their
+xxh3 digests from the mirror's lock when a score is recorded). pyiqa-backed metrics
+take their FR/NR mode, direction and range from pyiqa's own table
+(``DEFAULT_CONFIGS``) instead of retyping it.
+
+One module per VBench dimension (VBench's decomposition); models are loaded once per
+worker process (``models.load``) and frames go through them in batches.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
 
+_MODULES = {
+    "temporal_flickering": "flicker",
+    "subject_consistency": "subject_consistency",
+    "background_consistency": "background_consistency",
+    "aesthetic_quality": "aesthetic_quality",
+    "imaging_quality": "imaging_quality",
+    "dynamic_degree": "dynamic_degree",
+    "motion_smoothness_proxy": "motion_smoothness",
+    "psnr": "fidelity",
+    "ssim": "fidelity",
+    "ms_ssim": "fidelity",
+    "lpips": "fidelity",
+}
+METRICS = tuple(_MODULES)
+"""Every registered metric name (the schema's ``scorers`` enum is kept equal to this by a test)."""
+
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """What a score means. ``kind``: 'NR' (per video) or 'FR' (against the control video
-    of the same prompt and seed)."""
+    """What a score means. ``kind``: 'NR' (per video), 'FR' (against the control video
+    of the same prompt and seed) or 'prompt' (against the prompt text). ``needs``: keys
+    of ``weights.WEIGHTS``."""
 
     name: str
     version: str
@@ -26,43 +52,89 @@ class MetricSpec:
     higher_is_better: bool
     range: str
     source: str
-    weights: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
 
-    def asdict(self) -> dict[str, Any]:
-        return asdict(self)
+    def asdict(self, digests: dict[str, str] | None = None) -> dict[str, Any]:
+        """The spec as written into a score record: ``weights`` lists each needed file
+        (path in the mirror) with its verified xxh3 digest (None when not yet verified)."""
+        from ..weights import WEIGHTS
+
+        d = asdict(self)
+        d.pop("needs")
+        d["weights"] = [[WEIGHTS[k].path, (digests or {}).get(WEIGHTS[k].path)] for k in self.needs]
+        return d
 
 
-def _pyiqa_spec(name: str, version: str, source: str) -> MetricSpec:
+@dataclass(frozen=True)
+class ScoreContext:
+    """What a metric may use besides frames: the weight mirror, frames per forward pass,
+    the video's frame rate (VBench samples some dimensions by time) and the device
+    (only ``cpu`` in float32 is implemented; score records say so)."""
+
+    mirror: Path | None = None
+    batch: int = 16
+    fps: int = 8
+    device: str = "cpu"
+
+
+def pyiqa_spec(name: str, version: str, source: str, needs: tuple[str, ...] = ()) -> MetricSpec:
+    """A spec whose mode, direction and range come from pyiqa's own metric table."""
+    import pyiqa
     from pyiqa.default_model_configs import DEFAULT_CONFIGS
 
     cfg = DEFAULT_CONFIGS[name]
-    import pyiqa
+    return MetricSpec(name=name, version=f"{version}+pyiqa-{pyiqa.__version__}", kind=cfg["metric_mode"],
+                      higher_is_better=not cfg.get("lower_better", False), range=str(cfg.get("score_range", "")),
+                      source=source, needs=needs)
 
-    return MetricSpec(name=name, version=f"{version}+pyiqa-{pyiqa.__version__}",
-                      kind=cfg["metric_mode"], higher_is_better=not cfg.get("lower_better", False),
-                      range=str(cfg.get("score_range", "")), source=source)
+
+def _module(name: str) -> Any:
+    if name not in _MODULES:
+        raise ConfigError(f"scorer {name!r} is not registered; known: {', '.join(METRICS)}")
+    return importlib.import_module(f".{_MODULES[name]}", __name__)
 
 
 def metric_spec(name: str) -> MetricSpec:
     """The declared spec of a registered metric. Raises ConfigError for unknown names."""
-    if name == "temporal_flickering":
-        from .flicker import SPEC
-
-        return SPEC
-    if name in ("psnr", "ssim"):
-        return _pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}'), per frame, mean over frames")
-    raise ConfigError(f"scorer {name!r} is not registered; known: temporal_flickering, psnr, ssim")
+    return _module(name).spec(name)
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None) -> float:
-    """Score uint8 (F, H, W, 3) ``frames`` (against ``reference`` for FR metrics)."""
+def needed_weights(names: list[str] | tuple[str, ...]) -> list[str]:
+    """The weight keys the named metrics need, sorted, each once."""
+    return sorted({k for n in names for k in metric_spec(n).needs})
+
+
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
+          ctx: ScoreContext | None = None) -> float:
+    """Score uint8 (F, H, W, 3) ``frames`` (against ``reference`` for FR metrics).
+
+    Raises ConfigError for an FR metric without a reference, ScoringError when the
+    frames cannot be scored (too few, too small), WeightsError when a needed weight
+    file is not in the mirror or differs from its lock."""
+    ctx = ctx or ScoreContext()
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ConfigError(f"metric {name} takes uint8 (F, H, W, 3) frames, got {frames.dtype} {frames.shape}")
     spec = metric_spec(name)
-    if spec.kind == "FR":
-        if reference is None:
-            raise ConfigError(f"metric {name} is full-reference and needs the control video")
-        from .fidelity import fidelity
+    if spec.kind == "FR" and reference is None:
+        raise ConfigError(f"metric {name} is full-reference and needs the control video")
+    return float(_module(name).score(name, frames, reference, ctx))
 
-        return fidelity(name, frames, reference)
-    from .flicker import temporal_flickering
 
-    return temporal_flickering(frames)
+def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task: score the frames in ``payload['npz']`` (arrays ``frames`` and,
+    optionally, ``reference``) with every metric in ``payload['metrics']``. Returns the
+    scores and which worker process ran it. Used to show that scores do not depend on
+    the number of workers or the order of tasks."""
+    import os
+
+    import torch
+
+    from .models import LOAD_COUNTS
+
+    torch.set_num_threads(int(payload.get("threads", 1)))
+    data = np.load(payload["npz"])
+    ref = data.get("reference")
+    ctx = ScoreContext(mirror=Path(payload["mirror"]) if payload.get("mirror") else None,
+                       batch=int(payload.get("batch", 16)), fps=int(payload.get("fps", 8)))
+    scores = {n: score(n, data["frames"], ref, ctx) for n in payload["metrics"]}
+    return {"scores": scores, "pid": os.getpid(), "loads": dict(LOAD_COUNTS)}

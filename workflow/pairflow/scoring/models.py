@@ -1,0 +1,165 @@
+"""Scorer models, each built once per worker process from verified mirror files.
+
+``load(name, mirror)`` checks every file the model needs against the mirror's lock
+(``weights.verify``: missing or altered files stop with a message naming the file, the
+digests and the mirror command), builds the architecture from code and loads the
+state dict from the explicit file path. Nothing here downloads: CLIP is loaded by file
+path (bypassing openai-clip's ~/.cache/clip download), and torchvision's AlexNet inside
+pyiqa's LPIPS is found in the mirror's torch hub directory, set for the duration of
+that one build. ``LOAD_COUNTS`` counts builds per process (the benchmark and tests read it).
+
+Also the frame transforms VBench applies before its feature extractors, on float
+tensors as VBench's ``load_video`` produces them (``torch.Tensor`` of 0-255 values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..weights import WEIGHTS, verify
+
+LOAD_COUNTS: Counter[str] = Counter()
+
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+_NEEDS = {"dino": ("dino_vitb16",), "clip_b32": ("clip_vitb32",), "clip_l14": ("clip_vitl14",),
+          "aesthetic_head": ("laion_aes_linear",), "musiq_spaq": ("musiq_spaq",), "raft_large": ("raft_large",),
+          "lpips": ("alexnet", "lpips_alex_v01")}
+
+
+def needs(name: str) -> tuple[str, ...]:
+    return _NEEDS[name]
+
+
+def _path(mirror: str, key: str) -> str:
+    return str(Path(mirror) / WEIGHTS[key].path)
+
+
+@contextlib.contextmanager
+def _torch_hub_dir(path: Path) -> Iterator[None]:
+    """torch.hub's directory set to ``path`` for one build, then restored (torchvision
+    finds ``checkpoints/<file>`` there and, the file being present, downloads nothing)."""
+    import torch.hub
+
+    old = torch.hub.get_dir()
+    torch.hub.set_dir(str(path))
+    try:
+        yield
+    finally:
+        torch.hub.set_dir(old)
+
+
+_CLIP_META_KEYS = ("input_resolution", "context_length", "vocab_size")
+
+
+def _check_materialised(model: Any, name: str) -> None:
+    """Refuse a model with a parameter or buffer the weight file did not fill."""
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"scorer model {name}: {left[:3]} not filled by its weight file")
+
+
+@functools.lru_cache(maxsize=16)
+def load(name: str, mirror: str) -> Any:
+    """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
+    ``mirror``, in eval mode on CPU in float32; cached for the life of the process."""
+    import torch
+
+    verify(Path(mirror) if mirror else None, _NEEDS[name], needed_by=f"scorer model {name}")
+    LOAD_COUNTS[name] += 1
+    if name == "dino":
+        import timm
+
+        # DINO's ViT-B/16 is timm's ViT-B/16 (same keys); dynamic_img_size interpolates the
+        # position embedding for non-square inputs as DINO's hub model does.
+        with torch.device("meta"):
+            model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0,
+                                      dynamic_img_size=True)
+        state = torch.load(_path(mirror, "dino_vitb16"), map_location="cpu", weights_only=True)
+        model.load_state_dict({k.removeprefix("module."): v.float() for k, v in state.items()}, strict=True,
+                              assign=True)
+        _check_materialised(model, name)
+    elif name in ("clip_b32", "clip_l14"):
+        from pyiqa.archs.clip_imports import clip  # openai-clip, imported with pyiqa's warning filter
+
+        # What clip.load(path, jit=False) does, from an explicit file: OpenAI's files are
+        # TorchScript archives, a test mirror's are plain state dicts.
+        path = _path(mirror, _NEEDS[name][0])
+        try:
+            state = torch.jit.load(path, map_location="cpu").state_dict()
+        except RuntimeError:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        # The architecture is built on the meta device and the file's tensors assigned into
+        # it: no seconds spent on a random initialisation every parameter then replaces.
+        # Only the image tower is used; the text tower's attention mask stays on meta.
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
+            model = clip.model.build_model(dict(state))
+        model.load_state_dict({k: v for k, v in state.items() if k not in _CLIP_META_KEYS}, strict=True,
+                              assign=True)
+        model = model.float()
+        _check_materialised(model.visual, name)
+    elif name == "aesthetic_head":
+        model = torch.nn.Linear(768, 1)
+        model.load_state_dict(torch.load(_path(mirror, "laion_aes_linear"), map_location="cpu", weights_only=True))
+    elif name == "musiq_spaq":
+        from pyiqa.archs.musiq_arch import MUSIQ
+
+        model = MUSIQ(pretrained=False, pretrained_model_path=_path(mirror, "musiq_spaq"))
+    elif name == "raft_large":
+        from torchvision.models.optical_flow import raft_large
+
+        model = raft_large(weights=None)
+        model.load_state_dict(torch.load(_path(mirror, "raft_large"), map_location="cpu", weights_only=True))
+    elif name == "lpips":
+        import pyiqa
+
+        with _torch_hub_dir(Path(mirror) / "torch" / "hub"):
+            model = pyiqa.create_metric("lpips", device="cpu", as_loss=False,
+                                        pretrained_model_path=_path(mirror, "lpips_alex_v01"))
+    else:
+        raise KeyError(name)
+    return model.eval()
+
+
+def float_frames(frames: np.ndarray) -> Any:
+    """uint8 (F, H, W, 3) → float32 (F, 3, H, W) of 0-255 values (VBench's load_video)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).to(torch.float32)
+
+
+def clip_input(x: Any, n_px: int = 224) -> Any:
+    """VBench ``clip_transform``: shorter side to ``n_px`` (bicubic, no antialias),
+    centre crop, /255, CLIP normalisation."""
+    import torchvision.transforms.functional as TF
+
+    x = TF.resize(x, [n_px], interpolation=TF.InterpolationMode.BICUBIC, antialias=False)
+    x = TF.center_crop(x, [n_px])
+    return TF.normalize(x / 255.0, CLIP_MEAN, CLIP_STD)
+
+
+def dino_input(x: Any, n_px: int = 224) -> Any:
+    """VBench ``dino_transform``: shorter side to ``n_px`` (bilinear, no antialias, no
+    crop), /255, ImageNet normalisation."""
+    import torchvision.transforms.functional as TF
+
+    x = TF.resize(x, [n_px], antialias=False)
+    return TF.normalize(x / 255.0, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def batched(fn: Any, x: Any, batch: int) -> Any:
+    """``fn`` over ``x`` in chunks of ``batch`` along dim 0, concatenated, without grad."""
+    import torch
+
+    with torch.inference_mode():
+        return torch.cat([fn(x[i:i + batch]) for i in range(0, x.shape[0], batch)])
