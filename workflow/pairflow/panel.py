@@ -247,7 +247,9 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
 
     accelerators = grant.accelerators if grant else ()
     workers = len(accelerators) or study.fleet.cpu_workers
-    slots = f"one per granted accelerator {','.join(accelerators)}" if accelerators else "CPU workers"
+    # The kind and count of slots, never which GPU indices: panels scored on different
+    # GPUs of one study share a build, so their pairs pool.
+    slots = "one per granted accelerator" if accelerators else "CPU workers"
     keys = study_weights(study)
     weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
     lock = weights.read_lock(study.weights.mirror) if keys else None
