@@ -266,6 +266,28 @@ def bench_slurm(runs: int) -> dict[str, Any]:
             "allocation": t["allocation"]}
 
 
+def bench_slurm_study(runs: int) -> dict[str, Any]:
+    """The default study through ``snakemake --profile profiles/slurm`` (the shipped
+    profile, unchanged) in a fresh project copy: wall time and the slot busy share its
+    utilisation report computes from per-task spans. Needs a cluster (``.ci/slurm-up``)."""
+    project = Path(tempfile.mkdtemp()) / "project"
+    project.mkdir()
+    for name in ("Snakefile", "workflow", "envs", "profiles", "config"):
+        src = ROOT / name
+        (shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
+         else shutil.copy(src, project / name))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    tick = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--profile", "profiles/slurm"], cwd=project,
+                   env=env, check=True, capture_output=True, timeout=1800)
+    wall = time.perf_counter() - tick
+    u = json.loads((project / "results/scratch/study/utilisation.json").read_text())
+    shutil.rmtree(project.parent, ignore_errors=True)
+    return {"wall_s": wall, "busy_share": u["busy_share"], "allocated_slot_s": u["allocated_slot_s"],
+            "jobs": {j["job"]: {"window_s": j["window_s"], "tasks": j["tasks"],
+                                "slots": {k: v["share"] for k, v in j["slots"].items()}} for j in u["jobs"]}}
+
+
 def bench_metrics(runs: int, mirror: Path | None = None) -> dict[str, Any]:
     """Every registered metric on 8 frames of 256x256 on this CPU (1 torch thread):
     frames per second, the cold load of its scorer (weight verification included), and
@@ -355,7 +377,8 @@ def machine() -> dict[str, Any]:
 
 
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "records": bench_records,
-            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm}
+            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm,
+            "slurm_study": bench_slurm_study}
 
 
 def main() -> None:
