@@ -216,6 +216,7 @@ def bench_slots(runs: int) -> dict[str, Any]:
     no-op task throughput, through the project's own fleet config and its telemetry."""
     from pairflow.config import FleetSpec
     from pairflow.fleet import Grant, noop, run_tasks
+    from pairflow.telemetry import slot_key
 
     requested = 4
     rng = np.random.default_rng(0)
@@ -227,13 +228,12 @@ def bench_slots(runs: int) -> dict[str, Any]:
     spans = t["spans"]
     # Parsl caps workers at the cores it sees (cores_per_worker=1), so count the slots that
     # really ran tasks rather than trusting the request.
-    slots = {f"{s['host']}/cpu{s['rank']}" for s in spans}
+    slots = {slot_key(s) for s in spans}
     first, last = min(s["started"] for s in spans), max(s["finished"] for s in spans)
     busy = sum(s["finished"] - s["started"] for s in spans)
     per_slot_end: dict[str, float] = {}
     for s in spans:
-        k = f"{s['host']}/cpu{s['rank']}"
-        per_slot_end[k] = max(per_slot_end.get(k, 0.0), s["finished"])
+        per_slot_end[slot_key(s)] = max(per_slot_end.get(slot_key(s), 0.0), s["finished"])
     n = 2000
     tick = time.perf_counter()
     run_tasks(noop, [{}] * n, run_dir, FleetSpec(requested, 0), Grant(), "noop", run_dir / "noop.json")

@@ -19,7 +19,8 @@ _PACKAGES = ("torch", "torchvision", "diffusers", "transformers", "pyiqa", "pars
              "numpy", "scipy", "av", "xxhash", "imageio-ffmpeg", "ffmpeg-python")
 
 
-def _version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -47,7 +48,7 @@ def environment() -> dict[str, Any]:
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
     env: dict[str, Any] = {
         "python": sys.version.split()[0], "platform": platform.platform(),
-        "packages": {p: _version(p) for p in _PACKAGES},
+        "packages": {p: package_version(p) for p in _PACKAGES},
         "installed_digest": digest_obj(dists),
     }
     try:

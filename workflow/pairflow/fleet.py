@@ -166,10 +166,12 @@ def classify_failure(exc: BaseException) -> str:
 def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
     if grant.allocation is not None and grant.allocation.nodes > 1:
         return []  # other nodes' names come from their spans
+    from .telemetry import slot_name
+
     host = socket.gethostname()
     if grant.accelerators:
-        return [f"{host}/gpu{grant.gpus.get(a, a)}" for a in grant.accelerators]
-    return [f"{host}/cpu{r}" for r in range(fleet.cpu_workers)]
+        return [slot_name(host, grant.gpus.get(a, a)) for a in grant.accelerators]
+    return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]
 
 
 def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable[dict[str, Any]],

@@ -240,9 +240,8 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
     weight mirror's lock digest and origin, device type, precision, threads and process
     layout. Raises WeightsError (naming the file, the digests and the mirror command)
     when a file a configured scorer needs is missing from the mirror or altered."""
-    from importlib import metadata
-
     from . import weights
+    from .envinfo import package_version
     from .identity import digest_file, digest_tree
 
     accelerators = grant.accelerators if grant else ()
@@ -257,15 +256,9 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
     code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
             "weights.py": digest_file(here / "weights.py")}
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
     build = {
         "code_digest": digest_obj(code),
-        "packages": {p: version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
+        "packages": {p: package_version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
                                               "numpy")},
         "weights_lock": lock.digest if lock else None,
         "weights_origin": lock.origin if lock else None,

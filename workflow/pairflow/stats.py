@@ -128,31 +128,29 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
     metrics = []
     names = sorted(set().union(*(scores[treatment][k]["scores"] for k in keys)))
-    all_keys = keys
     for name in names:
-        keys = _static_subset(scores, treatment, all_keys, name, notes)
-        if not keys:
+        subset = _static_subset(scores, treatment, keys, name, notes)
+        if not subset:
             continue
-        spec = scores[treatment][keys[0]]["scores"][name]["spec"]
-        t = {k: scores[treatment][k]["scores"][name]["value"] for k in keys}
+        spec = scores[treatment][subset[0]]["scores"][name]["spec"]
+        t = {k: scores[treatment][k]["scores"][name]["value"] for k in subset}
         if spec["kind"] == "FR":  # fidelity: the control's own value is the identity, not a score
             diff = _per_prompt(t)
             c_mean, t_mean = None, float(diff.mean())
             wins = None
         else:
-            c = {k: scores["control"][k]["scores"][name]["value"] for k in keys}
-            diff = _per_prompt({k: t[k] - c[k] for k in keys})
+            c = {k: scores["control"][k]["scores"][name]["value"] for k in subset}
+            diff = _per_prompt({k: t[k] - c[k] for k in subset})
             c_mean, t_mean = float(_per_prompt(c).mean()), float(_per_prompt(t).mean())
-            better = [(t[k] > c[k]) if spec["higher_is_better"] else (t[k] < c[k]) for k in keys]
+            better = [(t[k] > c[k]) if spec["higher_is_better"] else (t[k] < c[k]) for k in subset]
             wins = float(np.mean(better))
         lo, hi = _bootstrap_ci(diff, s)
         metrics.append({"metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
-                        "n_pairs": len(keys),
+                        "n_pairs": len(subset),
                         "control_mean": c_mean, "treatment_mean": t_mean,
                         "diff": None if spec["kind"] == "FR" else float(diff.mean()),
                         "ci": [lo, hi], "p_value": None if spec["kind"] == "FR" else _signflip_p(diff, s),
                         "win_rate": wins})
-    keys = all_keys
     tested = [m for m in metrics if m["p_value"] is not None]
     for m, p in zip(tested, holm([m["p_value"] for m in tested]), strict=True):
         m["p_holm"] = p

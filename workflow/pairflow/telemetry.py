@@ -30,10 +30,15 @@ NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "ut
                "power_w", "temperature_c")
 
 
+def slot_name(host: str, gpu_index: str | None, rank: Any = None) -> str:
+    """A slot is a physical place a worker runs: ``host/gpu<physical index>``, or
+    ``host/cpu<Parsl worker rank>`` where no GPU was granted."""
+    return f"{host}/gpu{gpu_index}" if gpu_index not in (None, "") else f"{host}/cpu{rank}"
+
+
 def slot_key(span: dict[str, Any]) -> str:
-    """A slot is a physical place a worker ran: host, GPU (or CPU worker rank)."""
-    gpu = span.get("gpu_index")
-    return f"{span['host']}/gpu{gpu}" if gpu not in (None, "") else f"{span['host']}/cpu{span.get('rank')}"
+    """The slot a task's span ran on."""
+    return slot_name(span["host"], span.get("gpu_index"), span.get("rank"))
 
 
 def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
