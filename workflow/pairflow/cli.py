@@ -10,6 +10,13 @@ from pathlib import Path
 from .errors import PairFlowError
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive count; give at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pairflow", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -31,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     r.epilog = "Everything after '--' goes to snakemake, e.g. -- --profile profiles/local"
     ps = sub.add_parser("probe-slots", help="run no-op tasks on this job's Parsl slots; report "
                         "slots started and tasks per second (run it inside sbatch/salloc)")
-    ps.add_argument("--tasks", type=int, default=1000)
+    ps.add_argument("--tasks", type=_positive, default=1000)
     ps.add_argument("--cpu-workers", type=int, default=2, help="workers where no GPU was granted")
     ps.add_argument("--out", type=Path, required=True, help="telemetry JSON (spans, slots, rate)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -85,6 +92,7 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
     import os
     import time
 
+    from .atomic import write_text
     from .config import FleetSpec
     from .fleet import grant_from_env, noop, run_tasks
 
@@ -98,7 +106,7 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
     rate = tasks / max(t["window"]["end"] - first, 1e-9)
     t["probe"] = {"tasks": tasks, "total_s": total, "startup_s": first - start, "tasks_per_s": rate,
                   "tasks_per_s_incl_startup": tasks / total}
-    out.write_text(json.dumps(t, indent=1, sort_keys=True) + "\n")
+    write_text(out, json.dumps(t, indent=1, sort_keys=True) + "\n")
     print(f"probe-slots: {len(t['slots'])} slot(s) {sorted(t['slots'])}; {tasks} no-op tasks at {rate:.0f}/s "
           f"after {first - start:.1f}s start-up; {tasks / total:.0f}/s including start-up")
     return 0
