@@ -53,6 +53,78 @@ def failing_task(p: dict) -> dict:
     return {"ok": True}
 
 
+class NeedsTwoArgs(Exception):
+    """Like ffmpeg.Error: pickles, but cannot be rebuilt from its args on the driver."""
+
+    def __init__(self, cmd: str, stderr: bytes) -> None:
+        super().__init__(f"{cmd} error")
+        self.stderr = stderr
+
+
+def encode_task(p: dict) -> dict:
+    """A real encode with a real ffmpeg failure (an x264 preset that does not exist)."""
+    import numpy as np
+
+    from pairflow.config import EncoderSpec
+    from pairflow.video import encode
+
+    spec = EncoderSpec(ffmpeg=p.get("ffmpeg", ""), codec="libx264", crf=18, preset=p["preset"],
+                       pix_fmt="yuv420p", gop=9, threads=1, lossless=False, fail_on_flat=False)
+    encode(np.zeros((5, 16, 16, 3), np.uint8), Path(p["out"]), spec, 8)
+    return {}
+
+
+def unpicklable_task(p: dict) -> dict:
+    try:
+        raise NeedsTwoArgs("ffmpeg", b"boom")
+    except NeedsTwoArgs as e:
+        raise RuntimeError("wrapped") from e
+
+
+def test_ffmpeg_failure_in_a_worker_reaches_the_driver_with_its_stderr(tmp_path):
+    """Injected: a real ffmpeg run that fails inside a real Parsl worker. ffmpeg-python's
+    Error cannot be rebuilt on the driver; before the fix the job waited forever."""
+    payloads = [{"preset": "frobnicate", "out": str(tmp_path / "v.mp4"), "i": 0}, {"i": 1}]
+    fns = {0: encode_task, 1: unpicklable_task}
+    started = time.monotonic()
+    with pytest.raises(TaskFailedError) as e:
+        run_tasks(dispatch, [{**p, "fn": fns[p["i"]].__name__} for p in payloads], tmp_path / "run",
+                  FleetSpec(2, 0, stall_timeout_s=30), Grant(), "ffmpeg", None,
+                  lambda p: tmp_path / "failures" / f"{p['i']}.json")
+    assert time.monotonic() - started < 60
+    assert "2 of 2 tasks failed" in str(e.value)
+    enc = json.loads((tmp_path / "failures" / "0.json").read_text())
+    assert enc["exception"] == "EncodeError" and "frobnicate" in enc["message"]  # ffmpeg's own words
+    assert "stderr ends" in enc["message"]
+    other = json.loads((tmp_path / "failures" / "1.json").read_text())
+    assert other["exception"] == "RuntimeError" and "wrapped" in other["message"]
+    assert not list(tmp_path.glob("v.mp4*")) and not list(tmp_path.glob(".tmp-*"))
+
+
+def dispatch(p: dict) -> dict:
+    return globals()[p["fn"]](p)
+
+
+def test_portable_errors_pickle_and_keep_class_message_and_traceback():
+    import pickle
+
+    from pairflow.errors import EncodeError, TaskError
+    from pairflow.fleet import portable
+
+    try:
+        try:
+            raise NeedsTwoArgs("ffmpeg", b"x")
+        except NeedsTwoArgs as cause:
+            raise EncodeError("ffmpeg failed writing v.mp4; its stderr ends:\nNo such preset") from cause
+    except EncodeError as err:
+        got = pickle.loads(pickle.dumps(portable(err)))
+    assert type(got) is EncodeError and "No such preset" in str(got) and got.__cause__ is None
+    assert "NeedsTwoArgs" in got.remote_traceback  # the cause chain travels as text
+    oom = pickle.loads(pickle.dumps(portable(MemoryError("64 GiB"))))
+    assert isinstance(oom, TaskError) and str(oom) == "MemoryError: 64 GiB"
+    assert classify_failure(oom) == "host_oom_or_killed"
+
+
 def test_grant_maps_visible_devices_to_physical_gpus():
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "3,5",
            "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}

@@ -132,12 +132,15 @@ class RepeatSpec:
 @dataclass(frozen=True)
 class FleetSpec:
     """How fanned-out tasks run: CPU workers where no accelerator was granted, task
-    retries, seconds an idle block waits before it is released, NVML sampling period."""
+    retries, seconds an idle block waits before it is released, NVML sampling period,
+    and seconds without a finished task or a worker heartbeat after which a job fails as
+    stalled."""
 
     cpu_workers: int
     retries: int
     idle_timeout_s: int = 120
     nvml_interval_s: float = 30.0
+    stall_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)

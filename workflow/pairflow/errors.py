@@ -23,6 +23,8 @@ from and the fix.
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
     ├── StorageError           the file system is full (or over quota) while writing
     ├── TaskFailedError        a fanned-out task still failed after its retries (classified in a failure record)
+    ├── TaskError              a task's non-PairFlow exception as the driver receives it (type, message, traceback)
+    ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
     └── LockError              another run holds the results directory
 """
 
@@ -115,3 +117,29 @@ class LockError(PairFlowError):
 
 class TaskFailedError(PairFlowError):
     """Tasks still failed after their retries; each left a classified failure record."""
+
+
+class TaskError(PairFlowError):
+    """A task's exception that was not a PairFlowError, as the driver receives it.
+
+    Parsl hands a task's exception (and its ``__cause__`` chain) back to the driver by
+    pickling it; an exception whose class cannot be rebuilt from its ``args`` (ffmpeg-python's
+    ``ffmpeg.Error`` among them) stops Parsl collecting results and the job waits forever.
+    So tasks raise this instead: only strings, rebuilt from ``args``. ``exception`` is the
+    original type's name, ``mro`` the names of its classes (for failure classification),
+    ``remote_traceback`` the formatted traceback (cause chain included) from the worker.
+    """
+
+    def __init__(self, message: str, exception: str = "", mro: tuple[str, ...] = (),
+                 remote_traceback: str = "") -> None:
+        super().__init__(message, exception, tuple(mro), remote_traceback)
+        self.exception = exception
+        self.mro = tuple(mro)
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StalledError(PairFlowError):
+    """No task finished and no worker reported progress within ``fleet/stall_timeout_s``."""

@@ -19,6 +19,7 @@ per candidate from the project's atomically written records instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import orphans
 from .config import FleetSpec
-from .errors import TaskFailedError
+from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
 from .slurm import AllocationInfo, allocation, gpu_map
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,8 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
         label="slots",
         # The driver may run without the venv activated (.venv/bin/snakemake): name
         # Parsl's interchange script by its full path in this interpreter's bin/.
-        interchange_launch_cmd=[str(bindir / "interchange.py")],
+        # It gets the kernel's parent-death signal, so it ends with the driver (orphans).
+        interchange_launch_cmd=orphans.exec_command(os.getpid(), [str(bindir / "interchange.py")]),
         # One node: loopback, no interface probing. Several: workers dial this host.
         address="127.0.0.1" if nodes == 1 else address_by_hostname(),
         max_workers_per_node=len(acc) or fleet.cpu_workers,  # one slot per accelerator, else per CPU worker
@@ -98,7 +101,10 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
             init_blocks=1, min_blocks=0, max_blocks=1,
             # Workers start from a shell: put this interpreter's bin/ first so they find
             # process_worker_pool.py and import the same environment as the driver.
-            worker_init=f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}",
+            # On one node a watchdog in the pool's process group ends the pool when the
+            # driver dies (orphans); across nodes Slurm ends the srun steps with the job.
+            worker_init=(f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}"
+                         + ("" if alloc and nodes > 1 else "\n" + orphans.watch_command(os.getpid()))),
         ),
     )
     return Config(executors=[executor], retries=fleet.retries, run_dir=str(run_dir / "parsl"),
@@ -140,11 +146,76 @@ def noop(payload: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, Any]) -> dict[str, Any]:
-    """Run one task and return its result with its span (start, finish, slot)."""
+HEARTBEAT_S = 5.0
+"""How often a worker running a task touches its heartbeat file (progress for the stall check)."""
+
+
+def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, Any],
+           beat_dir: str | None = None, what: str = "") -> dict[str, Any]:
+    """Run one task and return its result with its span (start, finish, slot).
+
+    While it runs, a thread touches ``beat_dir/<host>-<pid>.json`` (which names the task)
+    every ``HEARTBEAT_S``: the driver's stall check reads these. Any exception leaves as a
+    picklable PairFlowError (see ``portable``), raised outside the ``except`` block so no
+    unpicklable ``__context__`` travels with it."""
+    import threading
+
     started = time.time()
-    result = fn(payload)
-    return {"result": result, "span": {"started": started, "finished": time.time(), **slot_identity()}}
+    beat = Path(beat_dir) / f"{socket.gethostname()}-{os.getpid()}.json" if beat_dir else None
+    stop = threading.Event()
+    if beat is not None:
+        from .atomic import write_text
+
+        write_text(beat, json.dumps({"what": what, "since": started, **slot_identity()}))
+
+        def touch() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                os.utime(beat)
+
+        threading.Thread(target=touch, name="pairflow-heartbeat", daemon=True).start()
+    try:
+        result = fn(payload)
+    except Exception as e:  # noqa: BLE001 - re-raised below in a form the driver can unpickle
+        error = portable(e)
+    else:
+        return {"result": result, "span": {"started": started, "finished": time.time(), **slot_identity()}}
+    finally:
+        stop.set()
+        if beat is not None:
+            with contextlib.suppress(OSError):
+                write_text(beat, json.dumps({"what": f"idle after {what}", "since": time.time(),
+                                             **slot_identity()}))
+    raise error
+
+
+TRACEBACK_CHARS = 8000
+"""How much of a task's formatted traceback (its tail) travels back to the driver."""
+
+
+def portable(exc: BaseException) -> PairFlowError:
+    """``exc`` as an exception Parsl can carry to the driver and the driver can unpickle.
+
+    A PairFlowError keeps its class and message but loses its ``__cause__`` chain (which
+    may hold an unpicklable library exception such as ``ffmpeg.Error``); anything else
+    becomes a TaskError naming the original type. Either way ``remote_traceback`` holds
+    the worker's formatted traceback, cause chain included.
+    """
+    import pickle
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
+    if isinstance(exc, PairFlowError) and not isinstance(exc, TaskError):
+        try:
+            clean = pickle.loads(pickle.dumps(type(exc)(*exc.args)))
+        except Exception:  # noqa: BLE001 - a subclass that cannot be rebuilt from args: wrap it below
+            pass
+        else:
+            clean.remote_traceback = text
+            return clean
+    if isinstance(exc, TaskError):
+        return exc
+    return TaskError(f"{type(exc).__name__}: {exc}", type(exc).__name__,
+                     tuple(c.__name__ for c in type(exc).__mro__), text)
 
 
 # --- runs in the driver -------------------------------------------------------------------
@@ -154,7 +225,7 @@ def classify_failure(exc: BaseException) -> str:
 
     A worker killed from outside (the kernel's OOM killer, a SIGKILL) reaches the driver
     as Parsl's WorkerLost or ManagerLost; the two cannot be told apart from here."""
-    names = {c.__name__ for c in type(exc).__mro__}
+    names = {c.__name__ for c in type(exc).__mro__} | set(getattr(exc, "mro", ()))
     text = str(exc)
     if "OutOfMemoryError" in names or "CUDA out of memory" in text or "CUDA error: out of memory" in text:
         return "device_oom"
@@ -176,21 +247,21 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
 
 def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable[dict[str, Any]],
               run_dir: Path, fleet: FleetSpec, grant: Grant, label: str, telemetry_out: Path | None = None,
-              failure_out: Callable[[dict[str, Any]], Path] | None = None) -> list[dict[str, Any]]:
+              failure_out: Callable[[dict[str, Any]], Path] | None = None,
+              describe: Callable[[dict[str, Any]], str] | None = None) -> list[dict[str, Any]]:
     """Run ``fn`` on every payload through Parsl; log progress; return results in
     payload order.
 
     Writes ``telemetry_out`` (spans, busy share, NVML samples) when given. A task that
     still fails after its retries is classified and, when ``failure_out`` is given,
     leaves a failure record at ``failure_out(payload)``; after every task has finished
-    TaskFailedError names the count per class. The DataFlowKernel is always cleaned up
-    (SIGTERM from a scheduler included), so no worker pool outlives the job.
+    TaskFailedError names the count per class. When no task finishes and no worker
+    reports progress for ``fleet.stall_timeout_s``, StalledError names each slot and what
+    it last did (``describe(payload)``, default the task's index). The DataFlowKernel is
+    always cleaned up (SIGTERM from a scheduler included), so no worker pool outlives the job.
     """
-    from concurrent.futures import as_completed
-
     import parsl
 
-    from .records import write_record
     from .telemetry import Sampler, nvml_reader, write_telemetry
 
     payloads = list(payloads)
@@ -201,58 +272,128 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
     previous = _trap_sigterm()
     read, nvml_status = nvml_reader()
     start = time.time()
+    beat_dir = Path(run_dir) / "heartbeats"
+    with contextlib.suppress(FileNotFoundError):
+        for old in beat_dir.iterdir():  # a previous job's slots are not this job's progress
+            old.unlink()
+    beat_dir.mkdir(parents=True, exist_ok=True)
     dfk = parsl.load(make_config(run_dir, fleet, grant))
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
-            queued = {}
-            futures = {}
+            queued, futures = {}, {}
             for i, p in enumerate(payloads):
                 queued[i] = time.time()
-                futures[app(fn, p)] = i
-            results: list[dict[str, Any] | None] = [None] * len(payloads)
-            spans: list[dict[str, Any]] = []
-            failures: dict[str, int] = {}
-            first_error = ""
-            for done, fut in enumerate(as_completed(futures), start=1):
-                i = futures[fut]
-                try:
-                    out = fut.result()
-                except Exception as e:  # noqa: BLE001 - classified, recorded and re-raised below
-                    kind = classify_failure(e)
-                    failures[kind] = failures.get(kind, 0) + 1
-                    first_error = first_error or f"{type(e).__name__}: {e}"
-                    spans.append({"queued": queued[i], "started": None, "finished": time.time(),
-                                  "failure": kind})
-                    if failure_out is not None:
-                        write_record(failure_out(payloads[i]), {
-                            "kind": "failure", "label": label, "class": kind, "exception": type(e).__name__,
-                            "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time()})
-                    log.error("%s: task %d failed after %d attempt(s) [%s]: %s", label, i, fleet.retries + 1,
-                              kind, e)
-                    continue
-                results[i] = out["result"]
-                spans.append({"queued": queued[i], **out["span"]})
-                elapsed = time.time() - start
-                rate = done / elapsed if elapsed > 0 else 0.0
-                log.info("%s: %d/%d done, %.2f/s, ~%.0fs left", label, done, len(payloads), rate,
-                         (len(payloads) - done) / rate if rate else float("nan"))
+                what = f"{label}: {describe(p) if describe else f'task {i}'}"
+                futures[app(fn, p, str(beat_dir), what)] = i
+            run = _Collect(payloads, queued, fleet, label, failure_out, start)
+            _wait_all(futures, run, fleet, beat_dir, label)
             window = (start, time.time())
         if telemetry_out is not None:
-            write_telemetry(telemetry_out, label, window, spans, _allocated_slots(fleet, grant), sampler,
+            write_telemetry(telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
                             nvml_status, {"allocation": grant.allocation.asdict() if grant.allocation else None,
                                           "accelerators": list(grant.accelerators), "retries": fleet.retries,
                                           "idle_timeout_s": fleet.idle_timeout_s})
-        if failures:
+        if run.failures:
             raise TaskFailedError(
-                f"{label}: {sum(failures.values())} of {len(payloads)} tasks failed after {fleet.retries + 1} "
-                f"attempt(s) ({json.dumps(failures, sort_keys=True)}); first: {first_error}. Completed tasks are "
-                "kept; fix the cause (for device_oom: fewer frames or a smaller batch; for host_oom_or_killed: "
-                "more memory per job) and rerun, which runs only the missing candidates")
-        return [r for r in results if r is not None]
+                f"{label}: {sum(run.failures.values())} of {len(payloads)} tasks failed after {fleet.retries + 1} "
+                f"attempt(s) ({json.dumps(run.failures, sort_keys=True)}); first: {run.first_error}. Completed "
+                "tasks are kept; fix the cause (for device_oom: fewer frames or a smaller batch; for "
+                "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
+        return [r for r in run.results if r is not None]
     finally:
         dfk.cleanup()
         parsl.clear()
         _restore_sigterm(previous)
+
+
+@dataclass
+class _Collect:
+    """What the driver gathers as tasks finish: results, spans, failure counts."""
+
+    payloads: list[dict[str, Any]]
+    queued: dict[int, float]
+    fleet: FleetSpec
+    label: str
+    failure_out: Callable[[dict[str, Any]], Path] | None
+    start: float
+    results: list[Any] = field(default_factory=list)
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+    first_error: str = ""
+    done: int = 0
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.payloads)
+
+    def take(self, i: int, fut: Any) -> None:
+        from .records import write_record
+
+        self.done += 1
+        fleet, label = self.fleet, self.label
+        try:
+            out = fut.result()
+        except Exception as e:  # noqa: BLE001 - classified, recorded and re-raised by run_tasks
+            kind = classify_failure(e)
+            self.failures[kind] = self.failures.get(kind, 0) + 1
+            self.first_error = self.first_error or f"{type(e).__name__}: {e}"
+            self.spans.append({"queued": self.queued[i], "started": None, "finished": time.time(),
+                               "failure": kind})
+            if self.failure_out is not None:
+                write_record(self.failure_out(self.payloads[i]), {
+                    "kind": "failure", "label": label, "class": kind,
+                    "exception": getattr(e, "exception", "") or type(e).__name__,
+                    "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time()})
+            remote = getattr(e, "remote_traceback", "")
+            log.error("%s: task %d failed after %d attempt(s) [%s]: %s%s", label, i, fleet.retries + 1, kind, e,
+                      f"\nworker traceback:\n{remote}" if remote else "")
+            return
+        self.results[i] = out["result"]
+        self.spans.append({"queued": self.queued[i], **out["span"]})
+        elapsed = time.time() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        n = len(self.payloads)
+        log.info("%s: %d/%d done, %.2f/s, ~%.0fs left", label, self.done, n, rate,
+                 (n - self.done) / rate if rate else float("nan"))
+
+
+def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str) -> None:
+    """Collect every future; raise StalledError when neither a task finished nor a worker
+    touched its heartbeat for ``fleet.stall_timeout_s``."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending = set(futures)
+    progress = time.time()
+    while pending:
+        finished, pending = wait(pending, timeout=min(HEARTBEAT_S, fleet.stall_timeout_s),
+                                 return_when=FIRST_COMPLETED)
+        if finished:
+            progress = time.time()
+            for fut in finished:
+                run.take(futures[fut], fut)
+            continue
+        beats = _heartbeats(beat_dir)
+        latest = max([progress, *(b["touched"] for b in beats)])
+        if time.time() - latest > fleet.stall_timeout_s:
+            slots = "; ".join(f"{b.get('host')}/pid {b.get('pid')} (rank {b.get('rank')}): {b.get('what')}, "
+                              f"last report {time.time() - b['touched']:.0f}s ago" for b in beats) or "none reported"
+            raise StalledError(
+                f"{label}: stalled: no task finished and no worker reported progress for "
+                f"{time.time() - latest:.0f}s (fleet/stall_timeout_s: {fleet.stall_timeout_s}); "
+                f"{len(pending)} of {len(futures)} tasks unfinished. Slots: {slots}. The worker pool is shut "
+                "down; check the worker logs under the job's run/workers directory, then rerun (completed "
+                "candidates are kept), or raise fleet/stall_timeout_s if a single step really takes that long")
+
+
+def _heartbeats(beat_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for f in sorted(beat_dir.glob("*.json")):
+        if f.name.startswith("."):  # an atomic write's temporary name
+            continue
+        try:
+            out.append({**json.loads(f.read_text()), "touched": f.stat().st_mtime})
+        except (OSError, ValueError):
+            continue  # being replaced right now; the next poll reads it
+    return out
 
 
 def _trap_sigterm() -> Any:

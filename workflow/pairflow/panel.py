@@ -167,6 +167,12 @@ def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
     return panel_dir(study, c.key.panel) / "failures" / stage / c.arm.name / f"{c.stem}.json"
 
 
+def _describe(payload: dict[str, Any]) -> str:
+    """A task as the stall error names it: arm/prompt-seed."""
+    c: Candidate = payload["candidate"]
+    return f"{c.arm.name}/{c.stem}"
+
+
 def _clear_failures(study: StudySpec, done: list[Candidate], stage: str) -> None:
     for c in done:
         failure_path(study, c, stage).unlink(missing_ok=True)
@@ -194,7 +200,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
                         run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
-                        lambda p: failure_path(study, p["candidate"], "generate"))
+                        lambda p: failure_path(study, p["candidate"], "generate"), _describe)
     _clear_failures(study, todo, "generate")
     for c in todo:  # every new record must verify before the manifest binds it
         path = record_path(study, c)
@@ -379,7 +385,8 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
                          "scorer": build, "weight_digests": digests})
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
     run_tasks(score_task, payloads, run_dir, study.fleet, grant, f"score {panel_name}",
-              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"))
+              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
+              _describe)
     _clear_failures(study, [p["candidate"] for p in payloads], "score")
     files = [score_path(study, c) for c in todo_all]
     for f in files:

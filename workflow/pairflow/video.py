@@ -38,6 +38,8 @@ FLAT_STD = 1.0
 DARK_MEAN = 16.0
 """A video whose mean is below this (uint8 levels) is flagged near-black."""
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+STDERR_LINES, STDERR_CHARS = 20, 4000
+"""How much of ffmpeg's stderr (its tail) an EncodeError carries."""
 _HDR_TRC = {"smpte2084": "PQ (SMPTE ST 2084)", "arib-std-b67": "HLG (ARIB STD-B67)"}
 _BT2020 = ("bt2020", "bt2020nc", "bt2020c")
 
@@ -239,7 +241,10 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
             if "No space left on device" in stderr or "Disk quota exceeded" in stderr:
                 cause = next(line for line in stderr.splitlines() if "No space" in line or "quota" in line)
                 raise no_space(Path(final), cause) from e
-            raise EncodeError(f"ffmpeg failed writing {final}: {stderr}") from e
+            # The tail: ffmpeg's last lines say why; the whole log can be megabytes.
+            tail = "\n".join(stderr.splitlines()[-STDERR_LINES:])[-STDERR_CHARS:]
+            raise EncodeError(f"ffmpeg ({ffmpeg_binary(spec)}) failed writing {final}; its "
+                              f"stderr ends:\n{tail}") from e
         except OSError as e:
             if e.errno in FULL:
                 raise no_space(Path(final), e) from e

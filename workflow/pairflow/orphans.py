@@ -1,0 +1,147 @@
+"""No process outlives the job that started it.
+
+A panel job is a chain: Snakemake → the rule script (the Parsl driver) → Parsl's
+interchange (a child of the driver) and one worker pool per block (started by Parsl's
+LocalProvider in a process group of its own, reparented to init once its launching shell
+exits). A SIGKILL to any link leaves the rest running, holding the panel lock and the
+allocation. Each link therefore watches the one above it and ends itself:
+
+* the rule script watches Snakemake (``watch_ancestors``) and on its death turns it into
+  the SIGTERM that ``fleet.run_tasks`` already handles (Parsl cleaned up, lock released);
+* the interchange gets ``PR_SET_PDEATHSIG`` (``python -m pairflow.orphans exec``), so the
+  kernel signals it when the driver dies;
+* each worker pool runs a watchdog (``python -m pairflow.orphans watch``) in its own
+  process group that, when the driver is gone, signals that process group: the manager,
+  its workers and multiprocessing's helper processes, and nothing else.
+
+Processes are identified by PID *and* start time (``/proc/<pid>/stat``), so a reused PID
+is never mistaken for the watched process; nothing is ever found or killed by name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+"""How often a watcher looks at the process it watches."""
+GRACE_S = 10.0
+"""Seconds between SIGTERM and SIGKILL when a watchdog ends its process group."""
+PR_SET_PDEATHSIG = 1
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None when it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int, started: int | None) -> bool:
+    """Whether process ``pid`` that started at ``started`` still runs (not a zombie, not a reused PID)."""
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def snakemake_ancestors(max_depth: int = 4) -> list[tuple[int, int | None]]:
+    """This process's ancestors up to and including the nearest Snakemake process (at
+    most ``max_depth`` levels; only the parent when none is found). Snakemake may start
+    a rule script directly or through ``bash -c``; both must be watched."""
+    chain: list[tuple[int, int | None]] = []
+    pid = os.getpid()
+    for _ in range(max_depth):
+        try:
+            pid = _parent(pid)
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            break
+        if pid <= 1:
+            break
+        chain.append((pid, start_time(pid)))
+        if b"snakemake" in cmd:  # identification of the process to watch only, never a kill criterion
+            return chain
+    return chain[:1] or [(os.getppid(), start_time(os.getppid()))]
+
+
+def watch_ancestors(ancestors: list[tuple[int, int | None]] | None = None) -> threading.Thread:
+    """Start a daemon thread that sends this process SIGTERM when any of ``ancestors``
+    (default ``snakemake_ancestors()``) dies, and exits it hard ``GRACE_S`` * 3 seconds
+    later if cleanup hangs. A rule script's SIGTERM handler (``fleet.run_tasks``) then
+    shuts Parsl down and the panel lock is released."""
+    watched = ancestors if ancestors is not None else snakemake_ancestors()
+
+    def run() -> None:
+        while all(alive(p, s) for p, s in watched):
+            time.sleep(POLL_S)
+        gone = [p for p, s in watched if not alive(p, s)]
+        log.error("parent process %s died; stopping this job and its Parsl workers", gone)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(GRACE_S * 3)
+        os._exit(128 + signal.SIGTERM)
+
+    thread = threading.Thread(target=run, name="pairflow-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def watch_command(pid: int) -> str:
+    """Shell line (for Parsl's ``worker_init``) that starts a watchdog in the background
+    for the worker pool's process group, watching process ``pid`` (the driver)."""
+    started = start_time(pid)
+    return f"{sys.executable} -m pairflow.orphans watch {pid} {started} &"
+
+
+def exec_command(pid: int, argv: list[str]) -> list[str]:
+    """argv that runs ``argv`` with the kernel's parent-death signal set (for the interchange)."""
+    return [sys.executable, "-m", "pairflow.orphans", "exec", str(pid), *argv]
+
+
+def _watch(pid: int, started: int | None) -> None:
+    group = os.getpgid(0)
+    while alive(pid, started):
+        time.sleep(POLL_S)
+    # The pool's own process group (Parsl's LocalProvider starts each block with setpgrp);
+    # this watchdog is in it too and goes last.
+    os.killpg(group, signal.SIGTERM)
+    time.sleep(GRACE_S)
+    os.killpg(group, signal.SIGKILL)
+
+
+def _exec(pid: int, argv: list[str]) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != pid:  # the driver died before the signal was armed
+        sys.exit(1)
+    os.execvp(argv[0], argv)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["watch"]:
+        _watch(int(argv[1]), None if argv[2] == "None" else int(argv[2]))
+    elif argv[:1] == ["exec"]:
+        _exec(int(argv[1]), argv[2:])
+    else:
+        raise SystemExit("usage: python -m pairflow.orphans watch PID START | exec PID ARGV...")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
