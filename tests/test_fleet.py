@@ -194,9 +194,11 @@ run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600}] * 2, d / "run", FleetSpec(
 """
 
 
-def test_sigterm_to_the_driver_takes_its_workers_down(tmp_path):
-    """Slurm sends SIGTERM at walltime or scancel: the driver cleans Parsl up, so no worker
-    keeps running (and holding the allocation) after it."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_driver_death_takes_its_interchange_and_workers_down(tmp_path, sig):
+    """Slurm sends SIGTERM at walltime or scancel: the driver cleans Parsl up. A SIGKILL
+    leaves no cleanup to the driver: the interchange (parent-death signal) and the pool's
+    watchdog (its process group: manager, workers, multiprocessing helpers) end themselves."""
     import subprocess
     import sys
 
@@ -206,14 +208,17 @@ def test_sigterm_to_the_driver_takes_its_workers_down(tmp_path):
         time.sleep(0.2)
     pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "workers did not start"
-    proc.send_signal(signal.SIGTERM)
+    pool = _pool_of(tmp_path)
+    started = [*_children_of(proc.pid), pool, *_children_of(pool)]  # interchange, pool, its children
+    assert len(started) >= 5
+    proc.send_signal(sig)
     assert proc.wait(timeout=60) != 0
     deadline = time.monotonic() + 30
-    alive = pids
+    alive = started
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if _alive(p)]
         time.sleep(0.2)
-    assert not alive, f"workers {alive} outlived their driver"
+    assert not alive, f"processes {alive} outlived their driver"
 
 
 def _alive(pid: int) -> bool:
@@ -222,3 +227,74 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+STALL_DRIVER = """
+import sys
+from pathlib import Path
+from pairflow.config import FleetSpec
+from pairflow.fleet import Grant, run_tasks
+from test_fleet import pid_then_sleep
+d = Path(sys.argv[1])
+run_tasks(pid_then_sleep, [{"dir": str(d), "s": 1}] * 400, d / "run", FleetSpec(2, 0, stall_timeout_s=10),
+          Grant(), "stall")
+"""
+
+
+def _pool_of(tmp_path: Path) -> int:
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmd.read_bytes()
+        except OSError:
+            continue
+        if b"process_worker_pool" in text and str(tmp_path).encode() in text:
+            return int(cmd.parent.name)
+    raise AssertionError("no worker pool found")
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(x) for x in task.read_text().split()]
+    return out
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@pytest.mark.slow
+def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tmp_path):
+    """Injected: SIGKILL to the worker pool's multiprocessing manager (not a task worker).
+    Its workers die as zombies while the pool keeps heartbeating to the interchange, so
+    Parsl never declares it lost (and its log grows by MB/s): the stall check must end it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", STALL_DRIVER, str(tmp_path)], env=dict(os.environ),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = {int(p.stem) for p in tmp_path.glob("*.pid")}
+        assert len(workers) == 2, "workers did not start"
+        pool = _pool_of(tmp_path)
+        tree = [pool, *_children_of(pool)]
+        manager = [p for p in _children_of(pool) if p not in workers
+                   and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(manager) == 1, manager
+        os.kill(manager[0], signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "StalledError" in err and "stalled: no task finished" in err and "stall_timeout_s: 10" in err
+    assert time.monotonic() - killed < 60
+    time.sleep(3)
+    assert not [p for p in tree if _alive(p)], "the pool outlived the stalled job"
+    size = _tree_bytes(tmp_path / "run")
+    time.sleep(5)
+    assert _tree_bytes(tmp_path / "run") == size, "a log still grows after the job ended"

@@ -61,11 +61,13 @@ def _parent(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
-def snakemake_ancestors(max_depth: int = 4) -> list[tuple[int, int | None]]:
-    """This process's ancestors up to and including the nearest Snakemake process (at
-    most ``max_depth`` levels; only the parent when none is found). Snakemake may start
-    a rule script directly or through ``bash -c``; both must be watched."""
+def snakemake_ancestors(max_depth: int = 6) -> list[tuple[int, int | None]]:
+    """This process's ancestors up to and including the outermost Snakemake process within
+    ``max_depth`` levels (only the parent when there is none). Snakemake may start a rule
+    script directly, through ``bash -c`` or through a job-runner Snakemake of its own;
+    each link must be watched."""
     chain: list[tuple[int, int | None]] = []
+    last = 0
     pid = os.getpid()
     for _ in range(max_depth):
         try:
@@ -76,9 +78,9 @@ def snakemake_ancestors(max_depth: int = 4) -> list[tuple[int, int | None]]:
         if pid <= 1:
             break
         chain.append((pid, start_time(pid)))
-        if b"snakemake" in cmd:  # identification of the process to watch only, never a kill criterion
-            return chain
-    return chain[:1] or [(os.getppid(), start_time(os.getppid()))]
+        if b"snakemake" in cmd:  # identifies the process to watch; never a kill criterion
+            last = len(chain)
+    return chain[:last] or [(os.getppid(), start_time(os.getppid()))]
 
 
 def watch_ancestors(ancestors: list[tuple[int, int | None]] | None = None) -> threading.Thread:

@@ -28,6 +28,26 @@ def log_to(path: Path) -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("parsl").setLevel(logging.WARNING)  # its INFO lines drown our progress lines
+    _log_uncaught()
+
+
+def _log_uncaught() -> None:
+    """Write an uncaught exception (type, message, traceback) to the log before Python
+    prints it: Snakemake points the user at the rule's log, which must say why."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "pairflow", False):
+        return
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        previous(kind, exc, tb)
+
+    hook.pairflow = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
@@ -181,7 +201,7 @@ def archive(study: StudySpec, out: Path) -> None:
 
 def study_for_rule(sm: Any) -> StudySpec:
     """What every rule script does first, given Snakemake's ``snakemake`` object: log to
-    the rule's log, type the config, and set this job's cache environment (which Parsl
+    the rule's log, end this process when Snakemake dies (``orphans``), type the config, and set this job's cache environment (which Parsl
     workers inherit). The project root is two levels above ``workflow/scripts``.
     """
     import copy
@@ -190,7 +210,10 @@ def study_for_rule(sm: Any) -> StudySpec:
     from .caches import cache_env
     from .config import study_from_raw
 
+    from .orphans import watch_ancestors
+
     log_to(Path(sm.log[0]))
+    watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
     study = study_from_raw(copy.deepcopy(dict(sm.config)), Path(sm.scriptdir).resolve().parents[1],
                            source="config")
     job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])

@@ -1,0 +1,27 @@
+"""steps: rule-script plumbing (logging to the rule's log)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import sys
+from pathlib import Path
+from pairflow.steps import log_to
+log_to(Path(sys.argv[1]))
+def deep():
+    raise ValueError("the sheet has 3 columns")
+deep()
+"""
+
+
+def test_an_uncaught_error_lands_in_the_rule_log(tmp_path: Path) -> None:
+    """Snakemake points at the rule's log; the error and its traceback must be there."""
+    log = tmp_path / "logs" / "rule.log"
+    res = subprocess.run([sys.executable, "-c", SCRIPT, str(log)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "ValueError: the sheet has 3 columns" in res.stderr  # console still has it
+    text = log.read_text()
+    assert "uncaught ValueError: the sheet has 3 columns" in text
+    assert "Traceback (most recent call last)" in text and "in deep" in text
