@@ -25,12 +25,16 @@ def test_default_config_loads_and_fills_defaults() -> None:
 
 
 @pytest.mark.parametrize("mutate, words", [
-    (lambda c: c.update(colour="blue"), ["colour", "Additional properties"]),
+    (lambda c: c.update(colour="blue"), ["colour", "not a PairFlow setting", "Allowed under"]),
+    (lambda c: c.update(generaton={}), ["'generaton'", "did you mean 'generation'?"]),
+    (lambda c: c["fleet"].update(retires=2) if "fleet" in c else c.update(fleet={"retires": 2}),
+     ["'fleet/retires'", "did you mean 'retries'?"]),
+    (lambda c: c["encoder"].update(preset="sloow"), ["encoder/preset", "did you mean 'slow'?"]),
     (lambda c: c["generation"].update(frames=10), ["generation/frames", "4k+1"]),
     (lambda c: c["generation"].update(height=60), ["generation/height", "multiple of 16"]),
     (lambda c: c["encoder"].update(preset="turbo"), ["encoder/preset", "turbo", "allowed"]),
     (lambda c: c["arms"].update({"../evil": {"cache": None}}), ["../evil", "allowed"]),
-    (lambda c: c["arms"]["fbcache"]["cache"].update({"class": "NoSuchCache"}), ["NoSuchCache"]),
+    (lambda c: c["arms"]["fbcache"].update({"cahce": None}), ["arms/fbcache/cahce", "did you mean 'cache'?"]),
     (lambda c: c["panels"].update({"a/b": {"sheet": "x.tsv", "seeds": [0]}}), ["a/b"]),
     (lambda c: c["panels"]["smoke"].update(seeds=[]), ["seeds"]),
     (lambda c: c.pop("arms"), ["arms", "required"]),
@@ -104,7 +108,52 @@ def test_storage_outside_the_project_through_a_symlink_is_resolved(tmp_path: Pat
     raw = default_raw()
     (project / "config" / "panels" / "smoke.tsv").write_text((ROOT / "config/panels/smoke.tsv").read_text())
     (project / "config" / "panels" / "motion.tsv").write_text((ROOT / "config/panels/motion.tsv").read_text())
-    raw["storage"] = {"scratch": "scratch-link", "work": "../work"}
+    raw["storage"] = {"scratch": "scratch-link", "work": str(tmp_path / "work")}
     s = study_from_raw(raw, project)
     assert s.scratch == real.resolve()
     assert s.work == (tmp_path / "work").resolve()
+
+
+def test_a_bad_key_is_one_line_per_error_not_a_schema_dump() -> None:
+    raw = default_raw()
+    raw["arms"]["fbcache"]["cache"] = {"class": "FirstBlockCacheConfig", "parms": {}}
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(raw, ROOT)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 2 and "'arms/fbcache/cache/parms'" in lines[1] and "did you mean 'params'?" in lines[1]
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("scratch", "/", ["storage/scratch", "file system root"]),
+    ("scratch", "/etc/pairflow", ["storage/scratch", "/etc/pairflow", "system directory"]),
+    ("work", "/var/lib/x", ["storage/work", "system directory"]),
+    ("work", "/usr", ["storage/work", "system directory"]),
+    ("scratch", "../outside", ["storage/scratch", "'../outside'", "absolute path"]),
+    ("scratch", "workflow/results", ["storage/scratch", "source folders"]),
+    ("work", "config", ["storage/work", "source folders"]),
+    ("model", "../../x", ["model/path", "'../../x'", "relative path"]),
+    ("model", "/proc/self", ["model/path", "system directory"]),
+    ("model", "tests/m", ["model/path", "source folders"]),
+])
+def test_storage_and_model_paths_that_escape_or_hit_system_or_source_dirs_are_refused(key, value, words) -> None:
+    raw = default_raw()
+    if key == "model":
+        raw["model"]["path"] = value
+    else:
+        raw["storage"][key] = value
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(raw, ROOT)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_absolute_storage_outside_the_project_is_allowed(tmp_path: Path) -> None:
+    raw = default_raw()
+    raw["storage"] = {"scratch": str(tmp_path / "s"), "work": str(tmp_path / "w")}
+    assert study_from_raw(raw, ROOT).scratch == (tmp_path / "s").resolve()
+
+
+def test_missing_sheet_message_names_the_panel(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        read_sheet(tmp_path / "nope.tsv", "motion")
+    assert "'panels/motion/sheet'" in str(e.value) and "{panel}" not in str(e.value)

@@ -62,8 +62,45 @@ def test_a_failure_mid_generation_does_not_leak_the_cache(pipe) -> None:  # type
 
 
 def test_unknown_cache_parameter_names_allowed_ones(pipe) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ConfigError, match="has no parameter.*thresh.*allowed"):
+    with pytest.raises(ConfigError, match="has no settable parameter 'thresh'; did you mean 'threshold'.*Allowed"):
         cache_config(ArmSpec("fb", "FirstBlockCacheConfig", {"thresh": 1}), pipe)
+
+
+@pytest.mark.parametrize("arm, words", [
+    (ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": "0.1"}),
+     ["arm 'fb'", "arms/fb/cache/params/threshold", "'0.1' (str)", "expects float"]),
+    (ArmSpec("pab", "PyramidAttentionBroadcastConfig", {"spatial_attention_block_skip_range": 2.5}),
+     ["arm 'pab'", "spatial_attention_block_skip_range", "2.5 (float)", "expects int | None"]),
+    (ArmSpec("pab", "PyramidAttentionBroadcastConfig", {"spatial_attention_timestep_skip_range": [0, "900"]}),
+     ["spatial_attention_timestep_skip_range", "expects tuple[int, int]"]),
+    (ArmSpec("pab", "PyramidAttentionBroadcastConfig", {"current_timestep_callback": 3}),
+     ["current_timestep_callback", "no settable parameter"]),
+    (ArmSpec("tay", "TaylorSeerCacheConfig", {"use_lite_mode": 1}), ["use_lite_mode", "1 (int)", "expects bool"]),
+    (ArmSpec("fb", "FirstBlockCachConfig", {}),
+     ["arms/fb/cache/class", "'FirstBlockCachConfig'", "did you mean 'FirstBlockCacheConfig'?"]),
+])
+def test_cache_class_and_params_are_checked_before_any_model_loads(tiny_model: Path, arm, words) -> None:  # type: ignore[no-untyped-def]
+    """The error names the arm, the key, the expected and the given type, from the
+    installed diffusers' dataclass fields; no weights are loaded to find out."""
+    from pairflow.generate import check_arms
+
+    with pytest.raises(ConfigError) as e:
+        check_arms((CONTROL, arm), ModelSpec("embedded-tiny", tiny_model))
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    check_arms((CONTROL, PAB), ModelSpec("embedded-tiny", tiny_model))  # the good arm passes
+
+
+def test_a_transformer_that_cannot_take_a_cache_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from pairflow.generate import check_arms
+
+    (tmp_path / "m" / "transformer").mkdir(parents=True)
+    (tmp_path / "m" / "transformer" / "config.json").write_text(json.dumps({"_class_name": "UNet2DModel"}))
+    with pytest.raises(ConfigError, match="UNet2DModel.*does not support diffusers caches"):
+        check_arms((CONTROL, PAB), ModelSpec("local", tmp_path / "m"))
+    check_arms((CONTROL,), ModelSpec("local", tmp_path / "m"))  # no cache arm: nothing to apply
 
 
 def test_tiny_model_build_is_byte_reproducible(tiny_model: Path, tmp_path: Path) -> None:

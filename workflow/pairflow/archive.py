@@ -29,7 +29,7 @@ SKIP_NAMES = ("archived.json",)
 REGENERATE = ("Videos are not archived. Each record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
-              "recorded commit and run `snakemake --configfile <config> --forcerun generate_panel`.")
+              "recorded commit and run this archive's `regenerate_command` (the config file(s) the run used).")
 
 
 def evidence_files(root: Path) -> list[Path]:

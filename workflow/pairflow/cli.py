@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "check-config":
             from .config import load_study
+            from .generate import check_arms
 
             s = load_study(args.config)
+            check_arms(s.arms, s.model)
             n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
             print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
             return 0

@@ -230,22 +230,47 @@ def _where(path: Any) -> str:
     return "/".join(str(p) for p in path) or "<top level>"
 
 
+def _message(e: Any) -> str:
+    """One line for one schema error: the key, the value, what is allowed, a close match."""
+    import difflib
+
+    from jsonschema.exceptions import best_match
+
+    if e.validator in ("oneOf", "anyOf") and e.context:  # say why the branch of the right type failed
+        typed = [c for c in e.context if c.validator != "type"]
+        if typed:
+            return _message(best_match(typed))
+    where = _where(e.absolute_path)
+    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+        allowed = sorted(e.schema.get("properties", {}))
+        parts = []
+        for key in sorted(set(e.instance) - set(allowed), key=str):
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            parts.append(f"  key {(where + '/' if e.absolute_path else '') + str(key)!r} is not a PairFlow "
+                         f"setting" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                         + f" Allowed under {where!r}: {allowed}")
+        if parts:
+            return "\n".join(parts)
+    allowed_values = e.schema.get("enum")
+    hint = (difflib.get_close_matches(str(e.instance), [str(v) for v in allowed_values], n=1)
+            if allowed_values else [])
+    allowed = allowed_values or e.schema.get("pattern") or e.schema.get("type")
+    desc = e.schema.get("description", "")
+    return (f"  key {where!r}: {e.message}" + (f" (allowed: {allowed})" if allowed else "")
+            + (f"; did you mean {hint[0]!r}?" if hint else "") + (f" -- {desc}" if desc else ""))
+
+
 def validate_raw(raw: Any, source: str) -> dict[str, Any]:
     """Validate a parsed config mapping against the schema, filling defaults in place.
 
-    Raises ConfigError naming the key, the offending value and what is allowed.
+    Raises ConfigError naming the key, the offending value and what is allowed, with a
+    close match for a misspelt key or value.
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a YAML mapping, got {type(raw).__name__}")
-    errors = sorted(_validator().iter_errors(raw), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator().iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        lines = []
-        for e in errors[:10]:
-            allowed = e.schema.get("enum") or e.schema.get("pattern") or e.schema.get("type")
-            desc = e.schema.get("description", "")
-            lines.append(f"  key {_where(e.absolute_path)!r}: {e.message}"
-                         + (f" (allowed: {allowed})" if allowed else "")
-                         + (f" -- {desc}" if desc else ""))
+        lines = [_message(e) for e in errors[:10]]
         raise ConfigError(f"{source}: invalid config; see config/README.md\n" + "\n".join(lines))
     unknown = set(raw["repeatability"]["panels"]) - set(raw["panels"])
     if unknown:
@@ -290,7 +315,8 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
 
     if not path.is_file():
         raise ConfigError(f"panel {panel!r}: prompt sheet {path} does not exist; create it "
-                          "(TSV with columns prompt_id and prompt) or fix 'panels/{panel}/sheet'")
+                          "(TSV with columns prompt_id and prompt) or fix "
+                          f"'panels/{panel}/sheet'")
     text = path.read_text(encoding="utf-8")
     rows = list(csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or rows[0] != ["prompt_id", "prompt"]:
@@ -324,6 +350,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
     def resolve(p: str) -> Path:
         return (root / p).resolve()
 
+    for key, value in (("storage/scratch", raw["storage"]["scratch"]), ("storage/work", raw["storage"]["work"]),
+                       ("model/path", raw["model"]["path"])):
+        check_location(key, value, resolve(value), root, source)
+
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(ArmSpec(name, (a["cache"] or {}).get("class"), dict((a["cache"] or {}).get("params", {})))
@@ -341,6 +371,38 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
         fleet=FleetSpec(**raw["fleet"]),
         weights=WeightsSpec(resolve(raw["weights"]["mirror"]) if raw["weights"]["mirror"] else None),
         scoring=ScoringSpec(**raw["scoring"]), raw=raw)
+
+
+SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",
+               "/sys", "/dev", "/var/lib")
+"""Trees a study never writes into or reads a model from (with ``/`` itself)."""
+SOURCE_DIRS = ("workflow", "config", "tests")
+"""The project's source folders: no storage or model path may lie inside them."""
+
+
+def check_location(key: str, value: str, path: Path, root: Path, source: str) -> None:
+    """Refuse a storage or model path (``value`` as written, ``path`` resolved) that is
+    ``/``, a system directory or inside one, inside the project's source folders, or a
+    relative path that climbs out of the project. Raises ConfigError naming the key."""
+    import os
+
+    def inside(p: Path, top: Path) -> bool:
+        return p == top or top in p.parents
+
+    bad = None
+    if path == Path("/"):
+        bad = "the file system root"
+    elif any(inside(path, Path(d)) for d in SYSTEM_DIRS):
+        bad = f"a system directory (refused: /, {', '.join(SYSTEM_DIRS)})"
+    elif any(inside(path, root / d) for d in SOURCE_DIRS):
+        bad = f"inside the project's source folders ({', '.join(SOURCE_DIRS)}/)"
+    elif not os.path.isabs(value) and os.path.normpath(value).split(os.sep)[0] == "..":
+        bad = (f"outside the project {root} by a relative path; write an absolute path if you mean a "
+               "place outside the project")
+    if bad:
+        raise ConfigError(f"{source}: key {key!r} is {value!r}, which resolves to {path}: {bad}. Point it at "
+                          "a directory of its own (e.g. results/scratch, or an absolute path on your scratch "
+                          "file system)")
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:

@@ -8,6 +8,8 @@ for its video and disabled in ``finally``: a failure never leaks cache state.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import logging
 import os
 import time
@@ -67,31 +69,143 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     return pipe
 
 
+def cache_class(arm: ArmSpec) -> Any:
+    """The installed diffusers cache config class an arm names. Raises ConfigError naming
+    the arm, the class, the installed diffusers version and the classes it has."""
+    import diffusers
+
+    cls = getattr(diffusers, arm.cache_class or "", None)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        known = sorted(n for n in dir(diffusers) if n.endswith("Config") and dataclasses.is_dataclass(
+            getattr(diffusers, n)) and ("Cache" in n or "Broadcast" in n))
+        hint = difflib.get_close_matches(arm.cache_class or "", known, n=1)
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/cache/class' is {arm.cache_class!r}, which "
+                          f"diffusers {diffusers.__version__} does not have"
+                          + (f"; did you mean {hint[0]!r}?" if hint else ".") + f" Cache configs: {known}")
+    return cls
+
+
+def cache_params(arm: ArmSpec, cls: Any) -> dict[str, Any]:
+    """The arm's cache parameters type-checked against ``cls``'s dataclass fields and
+    converted where YAML cannot say it (a list for a tuple field). Raises ConfigError
+    naming the arm, the key, the expected and the given type; callbacks and private fields
+    are PairFlow's to set, never the config's."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    settable = sorted(f.name for f in dataclasses.fields(cls)
+                      if not f.name.startswith("_") and not _is_callable(hints[f.name]))
+    out = {}
+    for key, value in arm.cache_params.items():
+        where = f"arm {arm.name!r}: key 'arms/{arm.name}/cache/params/{key}'"
+        if key not in settable:
+            hint = difflib.get_close_matches(key, settable, n=1)
+            raise ConfigError(f"{where}: {cls.__name__} has no settable parameter {key!r}"
+                              + (f"; did you mean {hint[0]!r}?" if hint else ".") + f" Allowed: {settable}")
+        converted = _typed(value, hints[key])
+        if converted is _BAD:
+            raise ConfigError(f"{where} is {value!r} ({type(value).__name__}); {cls.__name__} expects "
+                              f"{_type_name(hints[key])}. Fix the value in the config")
+        out[key] = converted
+    return out
+
+
+_BAD = object()
+
+
+def _is_callable(hint: Any) -> bool:
+    import collections.abc
+    import typing
+
+    return any(typing.get_origin(h) is collections.abc.Callable or h is collections.abc.Callable
+               for h in (hint, *typing.get_args(hint)))
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
+
+
+def _typed(value: Any, hint: Any) -> Any:
+    """``value`` (from YAML) as ``hint`` wants it, or ``_BAD``. Only the shapes diffusers'
+    cache configs use: int, float, bool, str, None, unions, tuple[T, T], tuple[T, ...], list[T]."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return None if value is None else _BAD
+    if origin in (typing.Union, types.UnionType):
+        for h in args:
+            got = _typed(value, h)
+            if got is not _BAD:
+                return got
+        return _BAD
+    if hint is bool:
+        return value if isinstance(value, bool) else _BAD
+    if hint is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if hint is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _BAD
+    if hint is str:
+        return value if isinstance(value, str) else _BAD
+    if origin in (tuple, list) and isinstance(value, (list, tuple)):
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
+            return _BAD
+        each = [args[0] if (origin is list or args[-1] is Ellipsis) else a
+                for a in (args if origin is tuple and args[-1] is not Ellipsis else [None] * len(value))]
+        items = [_typed(v, h) if h is not None else v for v, h in zip(value, each)] if args else list(value)
+        return _BAD if any(i is _BAD for i in items) else (tuple(items) if origin is tuple else items)
+    return _BAD  # tensors, dtypes, modules: not expressible in a config
+
+
+def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
+    """Everything about the arms' caches that can be known without loading weights: the
+    class exists in the installed diffusers, its parameters have the right names and types,
+    and the model's transformer class (from ``transformer/config.json``) can take a cache.
+    Raises ConfigError. Run before any model loads (``check-config``, the Snakefile)."""
+    cached = [a for a in arms if a.cache_class is not None]
+    for arm in cached:
+        cache_params(arm, cache_class(arm))
+    transformer = _transformer_class(model)
+    if cached and transformer is not None:
+        from diffusers.models.cache_utils import CacheMixin
+
+        if not issubclass(transformer, CacheMixin):
+            raise ConfigError(f"arm {cached[0].name!r}: the model's transformer {transformer.__name__} "
+                              f"({model.path}) does not support diffusers caches (no enable_cache); use a "
+                              "model whose transformer does, or run only the control arm")
+
+
+def _transformer_class(model: ModelSpec) -> Any:
+    """The model's transformer class named in ``transformer/config.json``, or None when
+    the model is not on disk yet (the embedded model is built by a rule) or is a hub mirror."""
+    import json
+
+    import diffusers
+
+    config = Path(model.path) / "transformer" / "config.json"
+    if model.kind == "hub-mirror" or not config.is_file():
+        return None
+    name = json.loads(config.read_text()).get("_class_name", "")
+    cls = getattr(diffusers, name, None)
+    if cls is None:
+        raise ConfigError(f"model {model.path}: its transformer class {name!r} is not in diffusers "
+                          f"{diffusers.__version__}; install the diffusers version the checkpoint needs")
+    return cls
+
+
 def cache_config(arm: ArmSpec, pipe: Any) -> Any:
     """Build the diffusers cache config object an arm names, or None for no cache.
 
     Configs that need the pipeline's current timestep (PAB, FasterCache) get a callback
-    bound to ``pipe``; everything else comes from the arm's params.
+    bound to ``pipe``; everything else comes from the arm's params (see ``cache_params``).
     """
     if arm.cache_class is None:
         return None
-    import diffusers
-
-    cls = getattr(diffusers, arm.cache_class, None)
-    if cls is None:
-        raise ConfigError(f"arm {arm.name!r}: diffusers {diffusers.__version__} has no {arm.cache_class}")
-    params = dict(arm.cache_params)
-    fields = getattr(cls, "__dataclass_fields__", {})
-    if "current_timestep_callback" in fields:
+    cls = cache_class(arm)
+    params = cache_params(arm, cls)
+    if "current_timestep_callback" in {f.name for f in dataclasses.fields(cls)}:
         params["current_timestep_callback"] = lambda: pipe.current_timestep
-    for key in ("spatial_attention_timestep_skip_range", "temporal_attention_timestep_skip_range",
-                "cross_attention_timestep_skip_range"):
-        if key in params:
-            params[key] = tuple(params[key])
-    unknown = set(params) - set(fields)
-    if unknown:
-        raise ConfigError(f"arm {arm.name!r}: {arm.cache_class} has no parameter(s) {sorted(unknown)}; "
-                          f"allowed: {sorted(f for f in fields if not f.endswith('callback'))}")
     return cls(**params)
 
 

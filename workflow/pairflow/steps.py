@@ -183,14 +183,19 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     write_text(out_md, utilisation_markdown(u, prov))
 
 
-def archive(study: StudySpec, out: Path) -> None:
+def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:
     """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
-    verify the snapshot, and record where it went in ``out``."""
+    verify the snapshot, and record where it went in ``out``. ``configfiles`` are the
+    config file(s) the run used; the snapshot's regenerate command names them."""
+    import shlex
+
     from .archive import promote, verify_tree
     from .errors import IntegrityError
 
     dest = study.work / study.study
-    manifest = promote(study.scratch, dest, {"study": study.study})
+    command = ["snakemake", "--configfile", *configfiles, "--forcerun", "generate_panel"]
+    manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
+                                             "regenerate_command": shlex.join(command)})
     pointer = json.loads((dest / "latest.json").read_text())
     problems = verify_tree(dest / pointer["snapshot"])
     if problems:
@@ -201,8 +206,8 @@ def archive(study: StudySpec, out: Path) -> None:
 
 def study_for_rule(sm: Any) -> StudySpec:
     """What every rule script does first, given Snakemake's ``snakemake`` object: log to
-    the rule's log, end this process when Snakemake dies (``orphans``), type the config, and set this job's cache environment (which Parsl
-    workers inherit). The project root is two levels above ``workflow/scripts``.
+    the rule's log, end this process when Snakemake dies (``orphans``), type the config,
+    and set this job's cache environment (which Parsl workers inherit). The project root is two levels above ``workflow/scripts``.
     """
     import copy
     import os

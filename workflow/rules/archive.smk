@@ -10,6 +10,8 @@ rule archive:
         f"{SCRATCH}/benchmarks/archive/study.tsv"
     log:
         f"{LOGS}/archive.log",
+    params:
+        configfiles=CONFIGFILES,
     conda:
         "../../envs/stats.yaml"
     script:

@@ -3,13 +3,18 @@
 import sys
 from pathlib import Path
 
-from snakemake.utils import validate
-
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from pairflow.config import study_from_raw  # noqa: E402
+from pairflow.generate import check_arms  # noqa: E402
 
-validate(config, "../schemas/config.schema.yaml")
-STUDY = study_from_raw(config, Path(workflow.basedir), source="config")
+# pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
+# defaults, as snakemake.utils.validate would) and turns each error into one line naming
+# the key, the value and a close match; validate() would print jsonschema's dump instead.
+# The whole config is checked here, before any job starts: the same checks as
+# `pairflow check-config`.
+CONFIGFILES = [str(f) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
+STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
+check_arms(STUDY.arms, STUDY.model)
 PANELS = [p.name for p in STUDY.panels]
 SCRATCH = str(STUDY.scratch)
 MODEL_INDEX = str(STUDY.model.path / "model_index.json")

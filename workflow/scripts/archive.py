@@ -5,4 +5,4 @@ from pairflow.steps import archive, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)
-archive(study, Path(sm.output[0]))
+archive(study, Path(sm.output[0]), tuple(sm.params.configfiles))
