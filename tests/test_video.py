@@ -206,3 +206,15 @@ def test_tiny_pipeline_float_output_encodes_to_matching_mean(tiny_model: Path, e
     encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
     back = read_video(tmp_path / "v.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
     assert abs(back.mean() - frames.mean() * 255) < 2.0, (back.mean(), frames.mean() * 255)
+
+
+def test_empty_and_ragged_frame_lists_say_so(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    """A list of frames (what some pipelines return) is checked as a list: an empty one is
+    not "shape (0,)" and a ragged one is not numpy's bare ValueError."""
+    with pytest.raises(E.FrameError, match="the frame list is empty"):
+        prepare_frames([], encoder_spec)
+    frames = [np.zeros((16, 16, 3), np.uint8)] * 3 + [np.zeros((16, 8, 3), np.uint8)]
+    with pytest.raises(E.FrameError, match=r"ragged frame list: 4 frames of 2 different shapes.*\(16, 8, 3\) first at frame 3"):
+        prepare_frames(frames, encoder_spec)
+    out, _ = prepare_frames([np.full((16, 16, 3), 0.5, np.float32)] * 3, encoder_spec)
+    assert out.shape == (3, 16, 16, 3) and out[0, 0, 0, 0] == 128

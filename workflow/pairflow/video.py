@@ -102,6 +102,23 @@ def _to_numpy(frames: Any) -> tuple[np.ndarray, str]:
         if t.dtype == torch.bfloat16:
             t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 exactly
         return t.numpy(), dtype
+    if isinstance(frames, (list, tuple)):
+        # A list of frames (PIL images, arrays, tensors): say what is wrong with the list
+        # itself, not numpy's "inhomogeneous shape" or "shape (0,)".
+        if not frames:
+            raise FrameError("empty video: the frame list is empty; the generator returned no frames")
+        parts = [_to_numpy(f)[0] for f in frames]
+        shapes = sorted({p.shape for p in parts}, key=str)
+        if len(shapes) > 1:
+            first = {shape: next(i for i, p in enumerate(parts) if p.shape == shape) for shape in shapes}
+            raise FrameError(f"ragged frame list: {len(parts)} frames of {len(shapes)} different shapes "
+                             f"({', '.join(f'{s} first at frame {i}' for s, i in first.items())}); every frame "
+                             "must have the same size and channels")
+        dtypes = {str(p.dtype) for p in parts}
+        if len(dtypes) > 1:
+            raise FrameError(f"frame list mixes dtypes {sorted(dtypes)}; give every frame the same dtype")
+        arr = np.stack(parts)
+        return arr, str(arr.dtype)
     arr = np.asarray(frames)
     return arr, str(arr.dtype)
 

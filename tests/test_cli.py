@@ -1,0 +1,54 @@
+"""cli and the Snakefile's entry: every entry point gives the same answer about a config,
+and ``--configfile`` means that file alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import ROOT, copy_project
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+PAIRFLOW = str(Path(sys.executable).with_name("pairflow"))
+
+
+def project_with(tmp_path: Path, mutate) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+    project = copy_project(tmp_path / "p")
+    (project / "config" / "panels").mkdir(parents=True)
+    for sheet in ("smoke.tsv", "motion.tsv"):
+        (project / "config" / "panels" / sheet).write_text((ROOT / "config" / "panels" / sheet).read_text())
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    mutate(cfg)
+    path = project / "config" / "one.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return project, path
+
+
+def test_check_config_and_snakemake_give_the_same_one_line_answer(tmp_path: Path) -> None:
+    """A cache parameter of the wrong type used to pass check-config and fail after the
+    model loaded with a bare TypeError; now both refuse it up front, naming arm and key."""
+    project, path = project_with(tmp_path, lambda c: c["arms"]["fbcache"]["cache"]["params"].update(threshold="high"))
+    check = subprocess.run([PAIRFLOW, "check-config", str(path)], capture_output=True, text=True, timeout=120)
+    dry = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/one.yaml"], cwd=project, capture_output=True,
+                         text=True, timeout=300)
+    want = "key 'arms/fbcache/cache/params/threshold' is 'high' (str); FirstBlockCacheConfig expects float"
+    assert check.returncode == 2 and want in check.stderr, check.stderr
+    assert dry.returncode != 0 and want in dry.stdout + dry.stderr
+    assert "jsonschema" not in dry.stdout + dry.stderr and not (project / "resources").exists()
+
+
+def test_configfile_replaces_the_default_config(tmp_path: Path) -> None:
+    """A config with one panel plans that panel only (Snakemake's default merge kept the other)."""
+    def one_panel(c: dict) -> None:
+        del c["panels"]["motion"]
+        c["storage"] = {"scratch": "elsewhere/scratch", "work": "elsewhere/work"}
+
+    project, _ = project_with(tmp_path, one_panel)
+    dry = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/one.yaml"], cwd=project, capture_output=True,
+                         text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "panels/smoke/generation.json" in dry.stdout and "elsewhere/scratch" in dry.stdout
+    assert "motion" not in dry.stdout and "results/scratch" not in dry.stdout
