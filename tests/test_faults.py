@@ -24,18 +24,49 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def kill_everything_under(project: Path, pgid: int) -> None:
-    """SIGKILL the run's process group and any process whose command line names the
-    project (Parsl's worker pools run in their own sessions)."""
+    """Cleanup for a test that failed half-way: SIGKILL the run's process group, then
+    every process left of the run (found by ``run_processes``, by PID)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+    for pid in run_processes(project, pgid):
         try:
-            if str(project).encode() in cmd.read_bytes():
-                os.kill(int(cmd.parent.name), signal.SIGKILL)
-        except (OSError, ValueError):
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def run_processes(project: Path, root: int) -> list[int]:
+    """Live (non-zombie) processes of a run: descendants of ``root`` and the Parsl worker
+    pools working for ``project`` (reparented to init by Parsl's launcher) with theirs."""
+    parents = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        st = _stat(int(d.name))
+        if st is not None and st[1] not in ("Z", "X"):
+            parents[int(d.name)] = st[0]
+    tops = {root}
+    for pid in parents:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"process_worker_pool" in cmd and str(project).encode() in cmd:
+            tops.add(pid)
+    out, frontier = set(), set(tops)
+    while frontier:
+        out |= frontier
+        frontier = {c for c, p in parents.items() if p in frontier} - out
+    return sorted(p for p in out if p in parents)
 
 
 def complete_records(scratch: Path) -> list[Path]:
@@ -88,8 +119,10 @@ def candidates_view(scratch: Path) -> dict:
 
 
 def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tmp_path: Path) -> None:
-    """Injected: SIGKILL to snakemake's process group and every Parsl process, once at
-    least 3 of 12 candidates have records. Then: unlock, rerun."""
+    """Injected: SIGKILL to the snakemake driver process alone, once at least 3 of 12
+    candidates have records. Its job process, Parsl interchange and worker pool (with
+    multiprocessing's helpers) must end by themselves within seconds, releasing the panel
+    lock; nothing is left running. Then: unlock, rerun."""
     project, cfg = make(tmp_path, tiny_model, "killed")
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml"],
@@ -97,9 +130,17 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: len(complete_records(scratch)) >= 3, 300, "three records")
+        running = run_processes(project, proc.pid)
+        assert len(running) >= 6, running  # snakemake, job, interchange, pool, its workers and helpers
+        proc.kill()
+        proc.wait()
+        killed = time.monotonic()
+        wait_for(lambda: not [p for p in running if _stat(p) and _stat(p)[1] not in "ZX"], 60,
+                 "every process of the killed run to end by itself")
+        orphan_s = time.monotonic() - killed
     finally:
         kill_everything_under(project, proc.pid)
-        proc.wait()
+    assert not run_processes(project, proc.pid)
     time.sleep(1)
     done_at_kill = len(complete_records(scratch))
     assert done_at_kill < 12
@@ -107,6 +148,7 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     for p in (scratch / "panels").rglob("*"):
         if p.is_file() and not p.name.startswith(".tmp-") and p.suffix == ".json" and "/records/" in str(p):
             read_record(p)
+    print(f"\nFAULT driver SIGKILL: {len(running)} processes of the run ended {orphan_s:.1f}s after it")
     started = time.monotonic()
     assert run(project, "--unlock").returncode == 0
     res = run(project)
@@ -290,3 +332,37 @@ def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tm
     assert candidates_view(scratch) == before  # regenerated bit for bit
     assert subprocess.run([pf, "verify", str(scratch)], capture_output=True).returncode == 0
     print(f"\nFAULT corruption: 4 damaged candidates detected and regenerated in {time.monotonic() - started:.1f}s")
+
+
+def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_rule_log(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """Injected: a bad ffmpeg binary (the real one, started with an option it does not know)
+    for every encode inside the Parsl workers. ffmpeg-python's error cannot be unpickled by
+    the driver, which used to wait forever; the job must fail with ffmpeg's words in its log."""
+    from pairflow.video import ffmpeg_binary
+    from pairflow.config import EncoderSpec
+
+    real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
+    bad = tmp_path / "bad-ffmpeg"
+    bad.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                   f'exec {real} -frobnicate 1 "$@"\n')
+    bad.chmod(0o755)
+    project, cfg = make(tmp_path, tiny_model, "badffmpeg", encoder={"ffmpeg": str(bad)},
+                        fleet={"cpu_workers": 1, "retries": 0})
+    started = time.monotonic()
+    res = run(project)
+    took = time.monotonic() - started
+    assert res.returncode != 0
+    log = (Path(cfg["storage"]["scratch"]) / "logs" / "generate" / "t.log").read_text()
+    assert "EncodeError" in log and "Unrecognized option 'frobnicate'" in log, log[-3000:]
+    assert "uncaught TaskFailedError" in log and "Traceback (most recent call last)" in log
+    import datetime
+
+    stamps = [(datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f"), line[24:]) for line in log.splitlines()
+              if line[:4].isdigit() and line[4:5] == "-"]
+    first_failure = next(t for t, rest in stamps if rest.startswith("ERROR"))
+    after = (stamps[-1][0] - first_failure).total_seconds()
+    assert after < 60, f"the job ran on {after:.0f}s after its first failed task"
+    assert took < 300, f"the failing run took {took:.0f}s"
+    print(f"\nFAULT bad ffmpeg in a worker: run failed after {took:.1f}s, {after:.1f}s after the first "
+          "failed task, with ffmpeg's message in the rule log")

@@ -109,3 +109,38 @@ def test_tiny_model_build_is_byte_reproducible(tiny_model: Path, tmp_path: Path)
 
     again = build_tiny_model(tmp_path / "again")
     assert digest_tree(again) == digest_tree(tiny_model)
+
+
+@pytest.mark.parametrize("family, pipeline, tokens", [("cogvideox", "CogVideoXPipeline", 16),
+                                                      ("ltx", "LTXPipeline", 64)])
+def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path: Path, family: str,
+                                                                       pipeline: str, tokens: int) -> None:
+    """Tiny CogVideoX and LTX pipelines built offline with diffusers' own classes, loaded
+    through from_pretrained like a user's checkpoint. CogVideoX's transformer caps text at
+    16 tokens (its pipeline's default is 226, which used to fail with a tensor-size mismatch)."""
+    from dataclasses import replace
+
+    from pairflow.generate import check_arms, pipeline_info, text_tokens
+    from pairflow.tinymodel import build_tiny_model
+
+    model = ModelSpec("local", build_tiny_model(tmp_path / family, family))
+    gen = replace(GEN, frames=9)
+    check_arms((CONTROL, PAB), model)
+    pipe = load_pipeline(model, "float32", 1)
+    n = text_tokens(pipe, GEN)
+    assert n == tokens
+    info = pipeline_info(pipe, n)
+    assert info["class"] == pipeline and info["family"] in ("cogvideo", "ltx") and info["max_text_tokens"] == tokens
+    control = generate(pipe, "a red fox", 3, CONTROL, gen, n).frames
+    cached = generate(pipe, "a red fox", 3, PAB, gen, n).frames
+    assert control.shape == cached.shape == (9, GEN.height, GEN.width, 3)
+    assert np.array_equal(control, generate(pipe, "a red fox", 3, CONTROL, gen, n).frames)
+    assert not pipe.transformer.is_cache_enabled
+    if family == "cogvideox":
+        from pairflow.errors import FrameError
+
+        with pytest.raises(FrameError, match="returned 8 frames for generation/frames 5"):
+            generate(pipe, "a red fox", 3, CONTROL, GEN, n)  # its VAE decodes 2 latent frames to 8
+        with pytest.raises(ConfigError, match="max_text_tokens' is 32.*at most 16"):
+            text_tokens(pipe, replace(GEN, max_text_tokens=32))
+    assert text_tokens(pipe, replace(GEN, max_text_tokens=8)) == 8

@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("verify", help="re-hash a results tree or archive; non-zero on any problem")
     v.add_argument("path", type=Path)
-    b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline")
+    b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline (or a tiny one of another family)")
     b.add_argument("out", type=Path)
+    b.add_argument("--family", default="wan", help="wan (the embedded model), cogvideox or ltx")
     c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
     c.add_argument("config", type=Path)
     m = sub.add_parser("mirror", help="download every scorer weight into DIR and lock its digests (needs internet; "
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "build-tiny-model":
             from .tinymodel import build_tiny_model
 
-            build_tiny_model(args.out)
+            build_tiny_model(args.out, args.family)
             return 0
         if args.cmd == "check-config":
             from .config import load_study

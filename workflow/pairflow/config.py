@@ -85,6 +85,7 @@ class GenerationSpec:
     dtype: str
     threads: int
     negative_prompt: str = ""
+    max_text_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -253,16 +253,51 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
         if config is not None:
             pipe.transformer.disable_cache()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    return GenerationResult(out.frames[0], seconds, peak, device, torch.get_num_threads())
+    frames = out.frames[0]
+    if len(frames) != gen.frames:
+        from .errors import FrameError
+
+        raise FrameError(f"{type(pipe).__name__} returned {len(frames)} frames for generation/frames "
+                         f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
+                         "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
+    return GenerationResult(frames, seconds, peak, device, torch.get_num_threads())
 
 
-def max_text_tokens(model: ModelSpec) -> int | None:
-    """The tiny model's short text length; None (the pipeline default) for real checkpoints."""
-    if model.kind != "embedded-tiny":
+def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:
+    """Text tokens per prompt (the pipeline's ``max_sequence_length``), or None when the
+    pipeline takes no such argument.
+
+    ``generation/max_text_tokens`` when set; otherwise the smallest of the pipeline's
+    default, the transformer's configured maximum (``max_text_seq_length``, e.g.
+    CogVideoX's) and the tokenizer's ``model_max_length`` (the embedded tiny model's 64).
+    Raises ConfigError when the configured value exceeds the transformer's maximum: a
+    longer text would fail deep inside diffusers with a tensor-size mismatch.
+    """
+    import inspect
+
+    param = inspect.signature(type(pipe).__call__).parameters.get("max_sequence_length")
+    if param is None:
         return None
-    from .tinymodel import MAX_TEXT_TOKENS
+    cap = getattr(getattr(pipe, "transformer", None), "config", {}).get("max_text_seq_length")
+    if gen.max_text_tokens is not None:
+        if cap is not None and gen.max_text_tokens > cap:
+            raise ConfigError(f"key 'generation/max_text_tokens' is {gen.max_text_tokens}, but the model's "
+                              f"transformer ({type(pipe.transformer).__name__}) takes at most {cap} text tokens; "
+                              f"set it to {cap} or less, or leave it unset")
+        return int(gen.max_text_tokens)
+    tokenizer_max = getattr(getattr(pipe, "tokenizer", None), "model_max_length", None)
+    limits = [param.default, cap, tokenizer_max if isinstance(tokenizer_max, int) and tokenizer_max < 1 << 20 else None]
+    return min(int(v) for v in limits if isinstance(v, int))
 
-    return MAX_TEXT_TOKENS
+
+def pipeline_info(pipe: Any, tokens: int | None) -> dict[str, Any]:
+    """What records say about the pipeline that ran: its class, the model family (the
+    diffusers pipelines subpackage, e.g. ``wan``, ``cogvideo``, ``ltx``), the transformer
+    class and the text tokens used."""
+    module = type(pipe).__module__.split(".")
+    family = module[2] if len(module) > 2 and module[:2] == ["diffusers", "pipelines"] else module[0]
+    return {"class": type(pipe).__name__, "family": family,
+            "transformer": type(getattr(pipe, "transformer", None)).__name__, "max_text_tokens": tokens}
 
 
 def model_digests(model: ModelSpec) -> dict[str, str]:

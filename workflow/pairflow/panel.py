@@ -119,8 +119,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     loaded = time.perf_counter()
     pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
     load_s = time.perf_counter() - loaded
-    result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation,
-                        g.max_text_tokens(study.model))
+    tokens = g.text_tokens(pipe, study.generation)
+    result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens)
     frames, stats = prepare_frames(result.frames, study.encoder)
     started = time.perf_counter()
     info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
@@ -131,6 +131,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                       "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
         "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
         "generation": study.generation.__dict__,
+        "pipeline": g.pipeline_info(pipe, tokens),
         # The video's path is relative to the panel directory, so records stay valid when a
         # scratch tree is moved and compare equal across sites.
         "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},

@@ -74,7 +74,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     window_start = time.time()
     if todo:
         pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
-        tokens = g.max_text_tokens(study.model)
+        tokens = g.text_tokens(pipe, study.generation)
         warm, reps = study.timing.warmup, study.timing.repeats
         for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
             first = next((c for c in todo if c.arm == arm), None)

@@ -1,4 +1,4 @@
-"""Build the embedded tiny Wan text-to-video pipeline.
+"""Build the embedded tiny Wan text-to-video pipeline (and tiny CogVideoX and LTX ones).
 
 The tiny model uses the same diffusers/transformers classes as Wan2.1-T2V-1.3B
 (WanTransformer3DModel, AutoencoderKLWan, UMT5EncoderModel, a fast tokenizer and the
@@ -67,16 +67,34 @@ def _reseed(module, generator) -> None:  # type: ignore[no-untyped-def]
                 param.zero_()
 
 
-def build_tiny_model(out_dir: Path) -> Path:
-    """Build the tiny Wan pipeline and save it to ``out_dir`` (atomically replaced).
+FAMILIES = ("wan", "cogvideox", "ltx")
+"""Text-to-video families the tiny builder makes (``pairflow build-tiny-model --family``)."""
 
-    Returns the directory. Raises nothing of its own; diffusers errors propagate.
-    """
+# CogVideoX and LTX at the sizes diffusers' own pipeline tests use, so a test of PairFlow
+# exercises what a user's checkpoint of that family does (a text length the transformer
+# caps, another VAE, another scheduler) in seconds on a CPU.
+_COGVIDEOX = dict(num_attention_heads=4, attention_head_dim=8, in_channels=4, out_channels=4, time_embed_dim=2,
+                  text_embed_dim=32, num_layers=2, sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
+                  temporal_compression_ratio=4, max_text_seq_length=16)
+_COGVIDEOX_VAE = dict(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+                      up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), latent_channels=4,
+                      layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4)
+_LTX = dict(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=4, attention_head_dim=8,
+            cross_attention_dim=32, num_layers=2, caption_channels=32)
+_LTX_VAE = dict(in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+                decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+                decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
+                decoder_spatio_temporal_scaling=(True, True, False, False),
+                decoder_inject_noise=(False, False, False, False, False), upsample_residual=(False, False, False, False),
+                upsample_factor=(1, 1, 1, 1), timestep_conditioning=False, patch_size=1, patch_size_t=1,
+                encoder_causal=True, decoder_causal=False)
+
+
+def _wan(gen):  # type: ignore[no-untyped-def]
     import torch
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    gen = torch.Generator().manual_seed(TINY_SEED)
     transformer = WanTransformer3DModel(**_TRANSFORMER)
     vae = AutoencoderKLWan(**_VAE)
     text_encoder = UMT5EncoderModel(UMT5Config(**_TEXT))
@@ -93,11 +111,53 @@ def build_tiny_model(out_dir: Path) -> Path:
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0,
         num_train_timesteps=1000)
-    pipe = WanPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae,
+    return WanPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae,
                        transformer=transformer, scheduler=scheduler)
+
+
+def _cogvideox(gen):  # type: ignore[no-untyped-def]
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline, CogVideoXTransformer3DModel
+    from transformers import T5Config, T5EncoderModel
+
+    transformer = CogVideoXTransformer3DModel(**_COGVIDEOX)
+    vae = AutoencoderKLCogVideoX(**_COGVIDEOX_VAE)
+    text_encoder = T5EncoderModel(T5Config(**_TEXT))
+    for module in (transformer, vae, text_encoder):
+        _reseed(module, gen)
+    return CogVideoXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
+                             scheduler=CogVideoXDDIMScheduler())
+
+
+def _ltx(gen):  # type: ignore[no-untyped-def]
+    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline, LTXVideoTransformer3DModel
+    from transformers import T5Config, T5EncoderModel
+
+    transformer = LTXVideoTransformer3DModel(**_LTX)
+    vae = AutoencoderKLLTXVideo(**_LTX_VAE)
+    text_encoder = T5EncoderModel(T5Config(**_TEXT))
+    for module in (transformer, vae, text_encoder):
+        _reseed(module, gen)
+    return LTXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
+                       scheduler=FlowMatchEulerDiscreteScheduler())
+
+
+def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
+    """Build a tiny pipeline of ``family`` (one of ``FAMILIES``; the embedded model is
+    ``wan``) and save it to ``out_dir`` (atomically replaced).
+
+    Returns the directory. Raises ConfigError for an unknown family; diffusers errors propagate.
+    """
+    import torch
+
+    from .errors import ConfigError
+
+    builders = {"wan": _wan, "cogvideox": _cogvideox, "ltx": _ltx}
+    if family not in builders:
+        raise ConfigError(f"tiny model family {family!r} is not one of {list(FAMILIES)}")
+    pipe = builders[family](torch.Generator().manual_seed(TINY_SEED))
     with replace_dir(out_dir) as tmp:
         pipe.save_pretrained(tmp, safe_serialization=True)
     return out_dir
 
 
-__all__ = ["build_tiny_model", "MAX_TEXT_TOKENS", "TINY_SEED"]
+__all__ = ["build_tiny_model", "FAMILIES", "MAX_TEXT_TOKENS", "TINY_SEED"]
