@@ -154,3 +154,29 @@ def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path
          for r in records(Path(cfg2["storage"]["scratch"]))}
     assert a == b
     assert len({r["worker"]["slot"] for r in records(Path(cfg2["storage"]["scratch"]))}) == 2
+
+
+@pytest.mark.parametrize("family, pipeline", [("cogvideox", "CogVideoXPipeline"), ("ltx", "LTXPipeline")])
+def test_other_families_run_the_default_workflow_with_a_cache_arm(tmp_path: Path, family: str,
+                                                                  pipeline: str) -> None:
+    """A tiny CogVideoX (its transformer takes 16 text tokens, its pipeline defaults to 226)
+    and a tiny LTX, built offline with diffusers' classes, as `model.kind: local`
+    checkpoints through the whole default workflow (generate, score, time, stats, archive)
+    with a cache arm. The tiny Wan runs it in study_run."""
+    from pairflow.tinymodel import build_tiny_model
+
+    model = build_tiny_model(tmp_path / f"tiny-{family}", family)
+    project = copy_project(tmp_path / "proj")
+    cfg = small_config(project, model, model={"kind": "local", "path": str(model)})
+    cfg["generation"]["frames"] = 9
+    (project / "config" / "panels" / "t.tsv").write_text("prompt_id\tprompt\na1\ta red fox running through "
+                                                          "fresh snow at dawn, cinematic\n")
+    write_config(project, cfg)
+    snakemake(project)
+    scratch = Path(cfg["storage"]["scratch"])
+    recs = records(scratch)
+    assert len(recs) == 2 and {r["arm"]["name"] for r in recs} == {"control", "pab"}
+    for r in recs:
+        assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
+        assert r["pipeline"]["max_text_tokens"] == (16 if family == "cogvideox" else 64)
+    assert (scratch / "study" / "archived.json").exists() and verify_tree(scratch) == []

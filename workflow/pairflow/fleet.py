@@ -170,7 +170,8 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
 
         def touch() -> None:
             while not stop.wait(HEARTBEAT_S):
-                os.utime(beat)
+                with contextlib.suppress(OSError):  # a missing file must not end the heartbeat
+                    os.utime(beat)
 
         threading.Thread(target=touch, name="pairflow-heartbeat", daemon=True).start()
     try:
