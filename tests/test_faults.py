@@ -141,6 +141,10 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     finally:
         kill_everything_under(project, proc.pid)
     assert not run_processes(project, proc.pid)
+    from pairflow.locks import hold
+
+    with hold(scratch / "panels" / "t", "test"):  # the panel lock went with the job process
+        pass
     time.sleep(1)
     done_at_kill = len(complete_records(scratch))
     assert done_at_kill < 12
@@ -339,8 +343,8 @@ def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_
     """Injected: a bad ffmpeg binary (the real one, started with an option it does not know)
     for every encode inside the Parsl workers. ffmpeg-python's error cannot be unpickled by
     the driver, which used to wait forever; the job must fail with ffmpeg's words in its log."""
-    from pairflow.video import ffmpeg_binary
     from pairflow.config import EncoderSpec
+    from pairflow.video import ffmpeg_binary
 
     real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
     bad = tmp_path / "bad-ffmpeg"

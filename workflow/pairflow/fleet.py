@@ -201,25 +201,32 @@ def portable(exc: BaseException) -> PairFlowError:
     becomes a TaskError naming the original type. Either way ``remote_traceback`` holds
     the worker's formatted traceback, cause chain included.
     """
-    import pickle
     import traceback
 
     text = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
-    if isinstance(exc, PairFlowError) and not isinstance(exc, TaskError):
-        try:
-            clean = pickle.loads(pickle.dumps(type(exc)(*exc.args)))
-        except Exception:  # noqa: BLE001 - a subclass that cannot be rebuilt from args: wrap it below
-            pass
-        else:
-            clean.remote_traceback = text
-            return clean
     if isinstance(exc, TaskError):
         return exc
+    if isinstance(exc, PairFlowError):
+        clean = _rebuilt(exc)
+        if clean is not None:
+            clean.remote_traceback = text  # type: ignore[attr-defined]
+            return clean
     return TaskError(f"{type(exc).__name__}: {exc}", type(exc).__name__,
                      tuple(c.__name__ for c in type(exc).__mro__), text)
 
 
 # --- runs in the driver -------------------------------------------------------------------
+
+def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
+    """A copy of ``exc`` without its cause chain that survives pickling, or None for a
+    subclass that cannot be rebuilt from its ``args`` (then wrapped as a TaskError)."""
+    import pickle
+
+    try:
+        return pickle.loads(pickle.dumps(type(exc)(*exc.args)))
+    except Exception:  # noqa: BLE001 - any failure to rebuild means: wrap it instead
+        return None
+
 
 def classify_failure(exc: BaseException) -> str:
     """``device_oom``, ``host_oom_or_killed`` or ``other`` for a task's final exception.

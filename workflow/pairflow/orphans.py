@@ -61,6 +61,12 @@ def _parent(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
+def _is_snakemake(cmdline: bytes) -> bool:
+    """Whether a command line runs Snakemake (``snakemake ...`` or ``python -m snakemake ...``)."""
+    args = [a for a in cmdline.split(b"\0") if a][:3]
+    return any(os.path.basename(a) == b"snakemake" for a in args)
+
+
 def snakemake_ancestors(max_depth: int = 6) -> list[tuple[int, int | None]]:
     """This process's ancestors up to and including the outermost Snakemake process within
     ``max_depth`` levels (only the parent when there is none). Snakemake may start a rule
@@ -78,9 +84,11 @@ def snakemake_ancestors(max_depth: int = 6) -> list[tuple[int, int | None]]:
         if pid <= 1:
             break
         chain.append((pid, start_time(pid)))
-        if b"snakemake" in cmd:  # identifies the process to watch; never a kill criterion
+        if _is_snakemake(cmd):  # identifies the process to watch; never a kill criterion
             last = len(chain)
-    return chain[:last] or [(os.getppid(), start_time(os.getppid()))]
+    if last:
+        return chain[:last]
+    return chain[:1]  # empty when the parent is already gone (reparented to init)
 
 
 def watch_ancestors(ancestors: list[tuple[int, int | None]] | None = None) -> threading.Thread:
@@ -91,7 +99,8 @@ def watch_ancestors(ancestors: list[tuple[int, int | None]] | None = None) -> th
     watched = ancestors if ancestors is not None else snakemake_ancestors()
 
     def run() -> None:
-        while all(alive(p, s) for p, s in watched):
+        # No ancestor at all: reparented to init already, the parent died before we looked.
+        while watched and all(alive(p, s) for p, s in watched):
             time.sleep(POLL_S)
         gone = [p for p, s in watched if not alive(p, s)]
         log.error("parent process %s died; stopping this job and its Parsl workers", gone)

@@ -214,7 +214,6 @@ def study_for_rule(sm: Any) -> StudySpec:
 
     from .caches import cache_env
     from .config import study_from_raw
-
     from .orphans import watch_ancestors
 
     log_to(Path(sm.log[0]))
