@@ -164,6 +164,8 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
     and the model's transformer class (from ``transformer/config.json``) can take a cache.
     Raises ConfigError. Run before any model loads (``check-config``, the Snakefile)."""
     cached = [a for a in arms if a.cache_class is not None]
+    if not cached:
+        return  # nothing to check, and no need to import diffusers
     for arm in cached:
         cache_params(arm, cache_class(arm))
     transformer = _transformer_class(model)
