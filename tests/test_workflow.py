@@ -167,7 +167,8 @@ def test_other_families_run_the_default_workflow_with_a_cache_arm(tmp_path: Path
 
     model = build_tiny_model(tmp_path / f"tiny-{family}", family)
     project = copy_project(tmp_path / "proj")
-    cfg = small_config(project, model, model={"kind": "local", "path": str(model)})
+    cfg = small_config(project, model)
+    cfg["model"] = {"kind": "local", "path": str(model)}
     cfg["generation"]["frames"] = 9
     (project / "config" / "panels" / "t.tsv").write_text("prompt_id\tprompt\na1\ta red fox running through "
                                                           "fresh snow at dawn, cinematic\n")
