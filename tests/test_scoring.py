@@ -1,5 +1,5 @@
-"""Metrics against reference implementations: skimage for PSNR/SSIM, a hand computation
-of VBench's temporal_flickering formula."""
+"""Metrics against reference implementations: skimage for PSNR/SSIM, a from-the-paper
+MS-SSIM, a hand computation of VBench's temporal_flickering formula."""
 
 from __future__ import annotations
 
@@ -31,18 +31,97 @@ def test_psnr_agrees_with_skimage() -> None:
     assert score("psnr", x, y) == pytest.approx(ref, abs=1e-4)
 
 
-def test_ssim_agrees_with_skimage_on_luma() -> None:
+def luma709(a: np.ndarray) -> np.ndarray:
+    a = a.astype(np.float64)
+    return 0.2126 * a[..., 0] + 0.7152 * a[..., 1] + 0.0722 * a[..., 2]
+
+
+def clip_pairs(h: int = 48, w: int = 48) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Three kinds of (treatment, control) clips: highly correlated, unrelated noise, and
+    negatively correlated (the control's photographic negative plus noise). The last two
+    are where a clamp of negative contrast-structure values changes SSIM."""
+    rng = np.random.default_rng(42)
+    x = clip(0, 3, h, w)
+    near = np.clip(x + rng.normal(0, 6, x.shape), 0, 255).astype(np.uint8)
+    noise = rng.integers(0, 256, x.shape, dtype=np.uint8)
+    negative = np.clip(255.0 - x + rng.normal(0, 20, x.shape), 0, 255).astype(np.uint8)
+    return {"correlated": (near, x), "unrelated": (noise, x), "negative": (negative, x)}
+
+
+def skimage_ssim(a: np.ndarray, b: np.ndarray) -> float:
     from skimage.metrics import structural_similarity
 
-    x, y = clip(0), clip(1)
+    return float(np.mean([structural_similarity(luma709(a[i]), luma709(b[i]), data_range=255, gaussian_weights=True,
+                                                sigma=1.5, use_sample_covariance=False) for i in range(len(a))]))
 
-    def luma(a: np.ndarray) -> np.ndarray:  # pyiqa's default: YIQ's Y, rounded on a 0-255 scale
-        a = a.astype(np.float64)
-        return np.round(0.299 * a[..., 0] + 0.587 * a[..., 1] + 0.114 * a[..., 2])
 
-    ref = np.mean([structural_similarity(luma(x[i]), luma(y[i]), data_range=255, gaussian_weights=True,
-                                         sigma=1.5, use_sample_covariance=False) for i in range(len(x))])
-    assert score("ssim", x, y) == pytest.approx(ref, abs=2e-3)
+@pytest.mark.parametrize("kind", ["correlated", "unrelated", "negative"])
+def test_ssim_is_standard_ssim_of_skimage_on_bt709_luma(kind: str) -> None:
+    a, b = clip_pairs()[kind]
+    assert score("ssim", a, b) == pytest.approx(skimage_ssim(a, b), abs=1e-4)
+
+
+def test_ssim_is_not_clamped() -> None:
+    """Regression (issue 15): pyiqa's SSIM clamps negative contrast-structure values to 0,
+    so unrelated noise read 0.08 and a negative image read above 0."""
+    pairs = clip_pairs()
+    assert abs(score("ssim", *pairs["unrelated"])) < 0.03
+    assert score("ssim", *pairs["negative"]) < -0.2
+
+
+def ms_ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
+    """MS-SSIM from Wang, Simoncelli and Bovik (2003), built from scipy/skimage pieces
+    independently of pairflow: cs = mean over valid 11x11 windows of (2 s_xy + C2) /
+    (s_x^2 + s_y^2 + C2) with scipy's Gaussian filter (sigma 1.5, border of 5 cropped), the
+    last scale's SSIM from skimage, 2x2 means between scales, weights from the paper, and
+    the sign kept for a negative factor (the convention PairFlow states)."""
+    from scipy.ndimage import gaussian_filter
+    from skimage.metrics import structural_similarity
+
+    weights = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
+    c2 = (0.03 * 255) ** 2
+    out = []
+    for i in range(len(a)):
+        x, y = luma709(a[i]), luma709(b[i])
+        value = 1.0
+        for j, w in enumerate(weights):
+            if j == len(weights) - 1:
+                f = structural_similarity(x, y, data_range=255, gaussian_weights=True, sigma=1.5,
+                                          use_sample_covariance=False)
+            else:
+                def g(z: np.ndarray) -> np.ndarray:
+                    return gaussian_filter(z, 1.5, truncate=3.5)[5:-5, 5:-5]
+                mx, my = g(x), g(y)
+                cs = (2 * (g(x * y) - mx * my) + c2) / (g(x * x) - mx * mx + g(y * y) - my * my + c2)
+                f = float(cs.mean())
+                h2, w2 = x.shape[0] // 2 * 2, x.shape[1] // 2 * 2
+                x = x[:h2, :w2].reshape(h2 // 2, 2, w2 // 2, 2).mean(axis=(1, 3))
+                y = y[:h2, :w2].reshape(h2 // 2, 2, w2 // 2, 2).mean(axis=(1, 3))
+            value *= np.sign(f) * abs(f) ** w
+        out.append(value)
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("kind", ["correlated", "unrelated", "negative"])
+def test_ms_ssim_matches_the_wang_2003_reference(kind: str) -> None:
+    a, b = clip_pairs(176, 184)[kind]
+    assert score("ms_ssim", a, b) == pytest.approx(ms_ssim_reference(a, b), abs=1e-4)
+
+
+def test_psnr_of_identical_frames_is_the_documented_80_db_cap() -> None:
+    from pairflow.scoring.fidelity import PSNR_CAP_DB
+
+    x = clip(4)
+    assert score("psnr", x, x) == pytest.approx(PSNR_CAP_DB, abs=1e-3)
+    assert "80 dB" in metric_spec("psnr").source
+
+
+def test_temporal_flickering_counts_darkening_as_much_as_brightening() -> None:
+    """Regression (issue 15): without abs(), a frame that brightens then darkens back
+    cancels to 'no flicker'."""
+    a = np.zeros((3, 2, 2, 3), np.uint8)
+    a[1] = 10  # +10 then -10: mean |diff| 10, signed mean 0
+    assert score("temporal_flickering", a) == pytest.approx((255 - 10) / 255)
 
 
 def test_metrics_are_deterministic_across_calls() -> None:
@@ -54,7 +133,7 @@ def test_metrics_are_deterministic_across_calls() -> None:
 
 def test_specs_come_from_pyiqa_table() -> None:
     assert metric_spec("psnr").kind == "FR" and metric_spec("psnr").higher_is_better
-    assert metric_spec("ssim").range == "0, 1"
+    assert metric_spec("ssim").range == "-1, 1" and "no clamp" in metric_spec("ssim").source
     assert metric_spec("temporal_flickering").kind == "NR"
 
 
