@@ -115,6 +115,8 @@ class StatsSpec:
     level: float
     seed: int
     missing: str
+    power: float = 0.8
+    target_effects: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -321,6 +323,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
     def resolve(p: str) -> Path:
         return (root / p).resolve()
 
+    unknown = sorted(set(raw["stats"]["target_effects"]) - set(raw["scorers"]))
+    if unknown:
+        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which {'is' if len(unknown) == 1 else 'are'} "
+                          f"not among scorers {list(raw['scorers'])}; add the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(ArmSpec(name, (a["cache"] or {}).get("class"), dict((a["cache"] or {}).get("params", {})))
