@@ -309,3 +309,72 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     assert rec["scorer"] == build and build["weights_origin"] == "random-init"
     assert "bit-identical" in rec["compared_frames"] and rec["static_filter"]["temporal_flickering"] == "none"
     assert rec["scores"]["psnr"]["value"] == pytest.approx(score("psnr", raw[treat_c.arm.name], raw[ctrl_c.arm.name]))
+
+
+def bt601_flicker_from_planes(path, spec, f: int, h: int, w: int) -> float:  # type: ignore[no-untyped-def]
+    """VBench's temporal_flickering on frames decoded as OpenCV 4.x decodes them, computed
+    here from the video's raw YUV 4:4:4 planes with the BT.601 limited-range formula
+    (R = 1.164(Y-16) + 1.596(V-128), G = 1.164(Y-16) - 0.392(U-128) - 0.813(V-128),
+    B = 1.164(Y-16) + 2.017(U-128); rounded, clipped), then (255 - mean |diff|) / 255."""
+    import subprocess
+
+    from pairflow.video import ffmpeg_binary
+
+    raw = subprocess.run([ffmpeg_binary(spec), "-hide_banner", "-loglevel", "error", "-i", str(path), "-f", "rawvideo",
+                          "-pix_fmt", "yuv444p", "pipe:"], capture_output=True, check=True).stdout
+    y, u, v = np.frombuffer(raw, np.uint8).reshape(f, 3, h, w).astype(np.float64).transpose(1, 0, 2, 3)
+    yy = 255 / 219 * (y - 16)
+    r = yy + 255 / 224 * 1.402 * (v - 128)
+    g = yy - 255 / 224 * (1.772 * 0.114 / 0.587) * (u - 128) - 255 / 224 * (1.402 * 0.299 / 0.587) * (v - 128)
+    b = yy + 255 / 224 * 1.772 * (u - 128)
+    rgb = np.clip(np.rint(np.stack([r, g, b], -1)), 0, 255).astype(np.int16)
+    return float((255 - np.abs(rgb[1:] - rgb[:-1]).mean()) / 255)
+
+
+def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Under scoring/decode: vbench, temporal_flickering sees frames decoded with BT.601 (as
+    VBench does through OpenCV 4.x) and equals the value computed from the raw planes with
+    the BT.601 formula within 1e-4; under the default bt709 it does not (the known offset),
+    FR metrics stay on BT.709 either way, and every score says how it was decoded."""
+    from conftest import small_config
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path
+    from pairflow.records import read_record
+    from pairflow.video import encode
+
+    values = {}
+    for mode in ("bt709", "vbench"):
+        cfg = small_config(tmp_path / mode, tmp_path / "model", encoder={"pix_fmt": "yuv444p"},
+                           scoring={"decode": mode}, scorers=["temporal_flickering", "psnr"])
+        study = study_from_raw(cfg, tmp_path / mode)
+        ctrl_c, treat_c = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
+        rng = np.random.default_rng(5)
+        base = clip(40, 9, 48, 64).astype(np.float64)
+        base[..., 0] = base[..., 0][:, :, ::-1]  # colour, so the matrices disagree
+        drift = np.arange(9)[:, None, None, None] * np.array([6.0, -3.0, 4.0])
+        raw = {ctrl_c.arm.name: np.clip(base + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8),
+               treat_c.arm.name: np.clip(base + drift + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8)}
+        recs = {}
+        for c in (ctrl_c, treat_c):
+            path = video_path(study, c)
+            info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
+            recs[c.arm.name] = {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
+                                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class,
+                                        "cache_params": c.arm.cache_params},
+                                "video": {**info.asdict(),
+                                          "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                                "record_digest": "xxh3_128:" + "0" * 32}
+        out = tmp_path / mode / "score.json"
+        build = scorer_build(study)
+        assert build["decode"] == mode  # a change of decoding is a different scorer build: rescored
+        score_task({"study": study, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
+                    "out": str(out), "candidate": treat_c, "scorer": build, "weight_digests": {}})
+        rec = read_record(out)
+        values[mode] = rec["scores"]
+        expected = bt601_flicker_from_planes(video_path(study, treat_c), study.encoder, 9, 48, 64)
+    assert values["vbench"]["temporal_flickering"]["decoded_with"] == "bt601"
+    assert values["vbench"]["temporal_flickering"]["value"] == pytest.approx(expected, abs=1e-4)
+    assert values["bt709"]["temporal_flickering"]["decoded_with"] == "bt709"
+    assert abs(values["bt709"]["temporal_flickering"]["value"] - expected) > 2e-4  # the offset is real
+    assert values["vbench"]["psnr"]["decoded_with"] == values["bt709"]["psnr"]["decoded_with"] == "bt709"
+    assert values["vbench"]["psnr"]["value"] == values["bt709"]["psnr"]["value"]

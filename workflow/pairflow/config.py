@@ -158,6 +158,7 @@ class ScoringSpec:
     batch: int
     threads: int
     static_filter: str
+    decode: str = "bt709"
 
 
 @dataclass(frozen=True)

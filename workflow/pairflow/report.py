@@ -106,7 +106,20 @@ def _notes(stats: dict[str, Any]) -> list[str]:
                "are both static; either way both arms use the same subset).")
     build = (f"Both arms of every pair were scored by one scorer build ({', '.join(builds)}; same code, weights, "
              "device, precision and process layout).")
-    out = [*notes, method, latency, fidelity, flicker, build]
+    decoding: dict[str, set[str]] = {}
+    for sc in setups:
+        for name, how in sc.get("decoding", {}).items():
+            decoding.setdefault(name, set()).update(how)
+    by_how: dict[str, list[str]] = {}
+    for name, hows in sorted(decoding.items()):
+        by_how.setdefault(" and ".join(sorted(hows)), []).append(name)
+    decoded = ("Decoding (YUV to RGB) per metric: " + "; ".join(f"{how}: {', '.join(names)}"
+                                                                for how, names in sorted(by_how.items()))
+               + ". bt709 is the matrix the videos were encoded with; bt601 is how VBench decodes (OpenCV). "
+               "The two differ: temporal_flickering from bt709 frames reads a few thousandths higher than VBench's "
+               "on the same files (about as large as typical cache effects), so compare with published VBench "
+               "numbers only under scoring/decode: vbench.") if by_how else None
+    out = [*notes, method, latency, fidelity, flicker, *([decoded] if decoded else []), build]
     if "motion_smoothness_proxy" in metrics:
         out.append("motion_smoothness_proxy is a PROXY of VBench motion_smoothness: linear frame interpolation "
                    "replaces AMT, so values compare arms but not published VBench numbers.")

@@ -367,7 +367,10 @@ def _scoring_setup(score_records: list[dict[str, Any]]) -> dict[str, Any]:
             "device": first.get("scorer", {}).get("device"), "precision": first.get("scorer", {}).get("precision"),
             "compared_frames": sorted({str(r.get("compared_frames")) for r in score_records}),
             "static_filter": sorted({str(r.get("static_filter", {}).get("temporal_flickering", "none"))
-                                     for r in score_records})}
+                                     for r in score_records}),
+            "decoding": {name: sorted({str(s.get("decoded_with", "bt709")) for r in score_records
+                                       for n, s in r.get("scores", {}).items() if n == name})
+                         for name in sorted({n for r in score_records for n in r.get("scores", {})})}}
 
 
 def index(records: list[dict[str, Any]]) -> Index:

@@ -73,7 +73,7 @@ def luma(frames: np.ndarray) -> Any:
     import torch
 
     w = torch.tensor(BT709_LUMA, dtype=torch.float64)
-    x = torch.from_numpy(np.ascontiguousarray(frames)).to(torch.float64)
+    x = torch.from_numpy(np.array(frames, dtype=np.float64))  # a copy: decoded frames are read-only buffers
     return (x @ w).unsqueeze(1)
 
 
