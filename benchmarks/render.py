@@ -52,7 +52,7 @@ def _stats(st: dict | None) -> list[str]:
         return []
     rows = st["rows"]
     return ["## Intervals and tests at 3 to 30 prompts", "",
-            f"Section alone: `.venv/bin/python benchmarks/run.py stats`"
+            "Section alone: `.venv/bin/python benchmarks/run.py stats`"
             + (f" (run {st['machine']['date']}, commit {st['machine']['code']['commit'][:12]})" if "machine" in st else "")
             + f". {rows[0]['reps']} synthetic studies per "
             f"cell: prompts x {st['seeds']} seeds, measurement noise sd {st['noise_sd']} per arm and pair, each "

@@ -113,7 +113,7 @@ def test_psnr_of_identical_frames_is_the_documented_80_db_cap() -> None:
 
     x = clip(4)
     assert score("psnr", x, x) == pytest.approx(PSNR_CAP_DB, abs=1e-3)
-    assert "80 dB" in metric_spec("psnr").source
+    assert "80 dB" in metric_spec("psnr").source and "at most 80 (identical frames)" in metric_spec("psnr").range
 
 
 def test_temporal_flickering_counts_darkening_as_much_as_brightening() -> None:

@@ -18,6 +18,7 @@ the score record by the caller.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,10 @@ PSNR_CAP_DB = 80.0
 def spec(name: str) -> MetricSpec:
     needs = models.needs("lpips") if name == "lpips" else ()
     how = {"psnr": "RGB; identical frames score 80 dB, the epsilon's cap", "lpips": "v0.1 AlexNet"}[name]
-    return pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}') ({how}), per frame against the control's "
-                      "frame, mean over frames", needs)
+    s = pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}') ({how}), per frame against the control's "
+                   "frame, mean over frames", needs)
+    # pyiqa's table gives PSNR's typical range; the value it can actually take tops out at the cap
+    return replace(s, range=f"{s.range}; at most {PSNR_CAP_DB:g} (identical frames)") if name == "psnr" else s
 
 
 @functools.lru_cache(maxsize=8)
