@@ -80,8 +80,12 @@ def test_known_latency_ratio_is_recovered_as_speedup() -> None:
 
 def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     gen, scores, timings = records(same_video=True)
-    flags = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["flags"]
-    assert "no effect: the arm did not change the computation" in flags
+    from pairflow.report import table
+
+    res = analyse(gen, scores, timings, ["treat"], S)
+    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
+    assert table(res)[1][0][0] == "treat (no effect: videos identical to control)"
+    assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 
 
 def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:

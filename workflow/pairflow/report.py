@@ -50,7 +50,9 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         by = {m["metric"]: m for m in c["metrics"]}
         lat = c["latency"]
         sp = c["speedup"]
-        cells = [c["treatment"], str(c["n_pairs"]),
+        # An arm whose videos equal control's bit for bit changed nothing: say so in its row
+        no_effect = any(f.startswith("no effect") for f in c["flags"])
+        cells = [c["treatment"] + (" (no effect: videos identical to control)" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
                  f"{sp['geomean']:.3f}× " + ("[no CI]" if sp["ci"][0] is None
                                              else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]")]

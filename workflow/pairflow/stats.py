@@ -293,7 +293,7 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
-                    "ci": [None, None] if lo is None else [float(math.exp(lo)), float(math.exp(hi))]},
+                    "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
     }
 
 
