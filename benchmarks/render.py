@@ -46,6 +46,33 @@ def _metrics(me: dict) -> list[str]:
             ""]
 
 
+def _stats(st: dict | None) -> list[str]:
+    """Coverage and false-positive rate of the interval/test procedures by prompt count."""
+    if not st:
+        return []
+    rows = st["rows"]
+    return ["## Intervals and tests at 3 to 30 prompts", "",
+            "Section alone: `.venv/bin/python benchmarks/run.py stats`"
+            + (f" (run {st['machine']['date']}, commit {st['machine']['code']['commit'][:12]})" if "machine" in st else "")
+            + f". {rows[0]['reps']} synthetic studies per "
+            f"cell: prompts x {st['seeds']} seeds, measurement noise sd {st['noise_sd']} per arm and pair, each "
+            f"prompt's true effect {st['effect']} (or 0 for the false-positive columns) plus a prompt-level spread of "
+            f"sd {st['prompt_sd']} (normal) or a centred exponential of sd {st.get('skewed_sd', st['prompt_sd'])} "
+            f"(skewed: a few prompts gain a lot, the hard case for a t-interval). Nominal level {st['level']:.0%}: "
+            f"coverage should be {st['level']:.2f}, false positives {1 - st['level']:.2f}. 't' is what PairFlow "
+            "reports (Student t-interval over prompts and the t-test inverted from it); 'bootstrap' is the "
+            f"percentile bootstrap over prompts it used before ({st['bootstrap_resamples']} resamples); 'sign-flip' "
+            "the exact permutation test (its smallest attainable p is 2/2^n). 'contradictions' counts studies "
+            "where the t-interval and the t-test disagree.", "",
+            "| shape | prompts | coverage t | coverage bootstrap | false pos. t | false pos. bootstrap | "
+            "false pos. sign-flip | power t | power sign-flip | min sign-flip p | contradictions |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+            *[f"| {r['shape']} | {r['prompts']} | {r['coverage_t']:.3f} | {r['coverage_bootstrap']:.3f} | "
+              f"{r['false_positive_t']:.3f} | {r['false_positive_bootstrap']:.3f} | {r['false_positive_signflip']:.3f} | "
+              f"{r['power_t']:.3f} | {r['power_signflip']:.3f} | {r['signflip_min_p']:.3g} | {r['contradictions_t']} |"
+              for r in rows], ""]
+
+
 def main() -> None:
     r = json.loads((ROOT / "benchmarks" / "results.json").read_text())
     m, v, h, p, rec, lo, sl, me = (r["machine"], r["video"], r["hash"], r["plan"], r["records"], r["loads"],
@@ -97,6 +124,7 @@ def main() -> None:
         f"({sl['noop_tasks']} tasks), {sl.get('noop_tasks_per_s_after_startup', float('nan')):.0f}/s after it.", "",
         *_slurm(r.get("slurm"), r.get("slurm_study")),
         *_metrics(me),
+        *_stats(r.get("stats")),
     ]
     if "generate_s_sum" in e:
         total = sum(e["job_wall_s_by_rule"].values())

@@ -5,7 +5,8 @@ Writes ``benchmarks/results.json`` with the machine, versions and commit. Timing
 medians over several runs; every ratio is measured side by side in one run. Sections:
 encode/decode (writer vs bare ffmpeg), hashing (xxh3 vs sha256), planning at 31,000
 candidates, model loads (once per worker vs per candidate), Parsl slot busy share and
-no-op task rate, metric throughput, and the default study's time by stage.
+no-op task rate, metric throughput, the default study's time by stage, and (``stats``) the
+coverage and false-positive rate of the statistics at 3 to 30 prompts.
 """
 
 from __future__ import annotations
@@ -317,7 +318,7 @@ def bench_metrics(runs: int, mirror: Path | None = None) -> dict[str, Any]:
         t = time.perf_counter()  # cold build of the scorer, as a worker does once (weights verified first)
         for m in scorer_models.get(name, []):
             models.load(m, str(mirror))
-        if name in ("psnr", "ssim", "ms_ssim"):
+        if name == "psnr":  # ssim and ms_ssim (scoring/structural.py) build nothing
             fid._metric(name)
         load = time.perf_counter() - t
         ref = b if spec.kind == "FR" else None
@@ -330,6 +331,79 @@ def bench_metrics(runs: int, mirror: Path | None = None) -> dict[str, Any]:
     if tmp is not None:
         shutil.rmtree(tmp)
     return {"mirror_origin": origin, "threads": 1, "metrics": out}
+
+
+def _study_diffs(rng: np.random.Generator, reps: int, n: int, effect: float, shape: str) -> np.ndarray:
+    """Per-prompt paired differences of ``reps`` synthetic studies: prompts x 2 seeds, each
+    arm N(0, 0.1) noise per pair, averaged over seeds; each prompt's true effect is
+    ``effect`` plus N(0, 0.05) ("normal") or a centred exponential of sd 0.2 ("skewed": the
+    prompt-level spread dominates and a few prompts gain a lot, the hard case for a t-interval)."""
+    spread = (rng.normal(0, 0.05, (reps, n)) if shape == "normal"
+              else rng.exponential(0.2, (reps, n)) - 0.2)
+    noise = rng.normal(0, 0.1, (reps, n, 2, 2))
+    return effect + spread + (noise[..., 1] - noise[..., 0]).mean(axis=-1)
+
+
+def _percentile_bootstrap(x: np.ndarray, rng: np.random.Generator, resamples: int = 1000,
+                          level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile bootstrap over prompts PairFlow used before (scipy's method='percentile'),
+    vectorised over studies: one set of resample indices per chunk of studies."""
+    lo, hi = np.empty(len(x)), np.empty(len(x))
+    for i in range(0, len(x), 500):
+        idx = rng.integers(0, x.shape[1], (resamples, x.shape[1]))
+        means = x[i:i + 500][:, idx].mean(axis=-1)
+        lo[i:i + 500], hi[i:i + 500] = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=1)
+    return lo, hi
+
+
+def _signflip_p(x: np.ndarray, rng: np.random.Generator, draws: int = 4000) -> np.ndarray:
+    """Two-sided sign-flip p of mean 0 per study: exact enumeration up to 12 prompts,
+    else ``draws`` random sign vectors (plus the observed one)."""
+    n = x.shape[1]
+    if n <= 12:
+        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    else:
+        signs = np.vstack([np.ones(n), rng.choice([-1.0, 1.0], (draws, n))])
+    null = np.abs(x @ signs.T.astype(np.float64))
+    obs = np.abs(x.sum(axis=1, keepdims=True))
+    return (null >= obs * (1 - 1e-12)).mean(axis=1)
+
+
+def bench_stats(runs: int, reps: int = 10000) -> dict[str, Any]:
+    """Coverage and false-positive rate of the interval and test procedures at the prompt
+    counts people run (``reps`` synthetic studies per cell, known effect 0.1 or 0): the
+    percentile bootstrap PairFlow used before, the t procedure it uses now
+    (``stats.t_procedure``), and the exact sign-flip test (with its smallest attainable p)."""
+    from pairflow.stats import signflip_min_p, t_procedure
+
+    rng = np.random.default_rng(20261201)
+    rows = []
+    t0 = time.perf_counter()
+    for shape in ("normal", "skewed"):
+        for n in (3, 4, 5, 7, 10, 15, 30):
+            x = _study_diffs(rng, reps, n, 0.1, shape)
+            lo, hi, p = t_procedure(x, 0.95)
+            blo, bhi = _percentile_bootstrap(x, rng)
+            x0 = _study_diffs(rng, reps, n, 0.0, shape)
+            _lo0, _hi0, p0 = t_procedure(x0, 0.95)
+            blo0, bhi0 = _percentile_bootstrap(x0, rng)
+            sf0 = _signflip_p(x0, rng)
+            sf1 = _signflip_p(x, rng)
+            rows.append({"shape": shape, "prompts": n, "reps": reps,
+                         "coverage_t": float(np.mean((lo <= 0.1) & (0.1 <= hi))),
+                         "coverage_bootstrap": float(np.mean((blo <= 0.1) & (0.1 <= bhi))),
+                         "false_positive_t": float(np.mean(p0 < 0.05)),
+                         "false_positive_bootstrap": float(np.mean((blo0 > 0) | (bhi0 < 0))),
+                         "false_positive_signflip": float(np.mean(sf0 < 0.05)),
+                         "power_t": float(np.mean(p < 0.05)), "power_signflip": float(np.mean(sf1 < 0.05)),
+                         "contradictions_t": int(np.sum(((lo > 0) | (hi < 0)) != (p < 0.05))),
+                         "signflip_min_p": signflip_min_p(n)})
+            print(f"  {shape} n={n}: coverage t {rows[-1]['coverage_t']:.3f} bootstrap "
+                  f"{rows[-1]['coverage_bootstrap']:.3f}", flush=True)
+    return {"machine": {k: v for k, v in machine().items() if k in ("platform", "cpus", "date", "code")},
+            "rows": rows, "effect": 0.1, "noise_sd": 0.1, "seeds": 2, "prompt_sd": 0.05, "skewed_sd": 0.2,
+            "level": 0.95,
+            "bootstrap_resamples": 1000, "seconds": time.perf_counter() - t0}
 
 
 def bench_e2e() -> dict[str, Any]:
@@ -378,7 +452,7 @@ def machine() -> dict[str, Any]:
 
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "records": bench_records,
             "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm,
-            "slurm_study": bench_slurm_study}
+            "slurm_study": bench_slurm_study, "stats": bench_stats}
 
 
 def main() -> None:

@@ -144,3 +144,46 @@ def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path:
         with pytest.raises(ConfigError, match="max_text_tokens' is 32.*at most 16"):
             text_tokens(pipe, replace(GEN, max_text_tokens=32))
     assert text_tokens(pipe, replace(GEN, max_text_tokens=8)) == 8
+
+
+def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(tiny_model: Path,
+                                                                                 tmp_path: Path) -> None:
+    """The pairing test (issue 15): the seed that reaches torch.Generator, not only the
+    recorded stream_seed, must be the same for every arm. A FirstBlockCache at threshold 0
+    recomputes every block, so its videos must equal control's bit for bit through the
+    real task (generate, guard, encode, record); a treatment seeded differently (e.g.
+    ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
+    from conftest import small_config
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, generate_task, provenance, record_path, video_path
+    from pairflow.records import read_record
+    from pairflow.stats import StatsSettings, analyse
+    from pairflow.video import prepare_frames, read_video
+
+    cfg = small_config(tmp_path, tiny_model, encoder={"lossless": True},
+                       arms={"control": {"cache": None},
+                             "never": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.0}}}})
+    study = study_from_raw(cfg, tmp_path)
+    cands = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
+    assert sorted(c.arm.name for c in cands) == ["control", "never"]
+    prov = provenance(study)
+    frames, gen = {}, []
+    for c in cands:
+        generate_task({"study": study, "candidate": c, "provenance": prov})
+        g = study.generation
+        frames[c.arm.name] = read_video(video_path(study, c), study.encoder, frames=g.frames, height=g.height,
+                                        width=g.width, fps=g.fps)
+        gen.append(read_record(record_path(study, c)))
+    assert np.array_equal(frames["control"], frames["never"])
+    # and that seed is the recorded stream seed: control equals a direct call with it
+    pipe = load_pipeline(study.model, "float32", 1)
+    direct = generate(pipe, cands[0].prompt.text, cands[0].key.stream_seed, CONTROL, study.generation, 64).frames
+    assert np.array_equal(frames["control"], prepare_frames(direct, study.encoder)[0])
+    timing = [{"candidate": r["candidate"], "arm": r["arm"], "timing": {"pass": "timed", "latency_s": 1.0}}
+              for r in gen]
+    scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
+    res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
+    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
+    from pairflow.report import table
+
+    assert table(res)[1][0][0] == "never (no effect: videos identical to control)"

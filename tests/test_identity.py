@@ -41,3 +41,23 @@ def test_ids_are_fixed_values_not_salted() -> None:
     # Python's hash() is salted per process; ours must not be. Pin one value.
     assert key().stream_seed == key().stream_seed
     assert digest_bytes(b"") == "xxh3_128:99aa06d3014798d86001c324468d497f"
+
+
+def test_stream_seed_is_the_same_in_separate_processes() -> None:
+    """Regression (issue 15): a stream seed from Python's salted ``hash()`` is stable within
+    one process and differs across processes (Parsl workers). Two fresh interpreters with
+    different hash salts must derive the seed and id this process derives."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from test_identity import key; "
+            "k = key(); print(k.stream_seed, k.candidate_id)")
+    here = Path(__file__).parent
+    out = set()
+    for salt in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": salt}
+        r = subprocess.run([sys.executable, "-c", code, str(here)], env=env, capture_output=True, text=True,
+                           check=True, timeout=120)
+        out.add(r.stdout.strip())
+    assert out == {f"{key().stream_seed} {key().candidate_id}"}

@@ -1,5 +1,5 @@
-"""Metrics against reference implementations: skimage for PSNR/SSIM, a hand computation
-of VBench's temporal_flickering formula."""
+"""Metrics against reference implementations: skimage for PSNR/SSIM, a from-the-paper
+MS-SSIM, a hand computation of VBench's temporal_flickering formula."""
 
 from __future__ import annotations
 
@@ -31,18 +31,97 @@ def test_psnr_agrees_with_skimage() -> None:
     assert score("psnr", x, y) == pytest.approx(ref, abs=1e-4)
 
 
-def test_ssim_agrees_with_skimage_on_luma() -> None:
+def luma709(a: np.ndarray) -> np.ndarray:
+    a = a.astype(np.float64)
+    return 0.2126 * a[..., 0] + 0.7152 * a[..., 1] + 0.0722 * a[..., 2]
+
+
+def clip_pairs(h: int = 48, w: int = 48) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Three kinds of (treatment, control) clips: highly correlated, unrelated noise, and
+    negatively correlated (the control's photographic negative plus noise). The last two
+    are where a clamp of negative contrast-structure values changes SSIM."""
+    rng = np.random.default_rng(42)
+    x = clip(0, 3, h, w)
+    near = np.clip(x + rng.normal(0, 6, x.shape), 0, 255).astype(np.uint8)
+    noise = rng.integers(0, 256, x.shape, dtype=np.uint8)
+    negative = np.clip(255.0 - x + rng.normal(0, 20, x.shape), 0, 255).astype(np.uint8)
+    return {"correlated": (near, x), "unrelated": (noise, x), "negative": (negative, x)}
+
+
+def skimage_ssim(a: np.ndarray, b: np.ndarray) -> float:
     from skimage.metrics import structural_similarity
 
-    x, y = clip(0), clip(1)
+    return float(np.mean([structural_similarity(luma709(a[i]), luma709(b[i]), data_range=255, gaussian_weights=True,
+                                                sigma=1.5, use_sample_covariance=False) for i in range(len(a))]))
 
-    def luma(a: np.ndarray) -> np.ndarray:  # pyiqa's default: YIQ's Y, rounded on a 0-255 scale
-        a = a.astype(np.float64)
-        return np.round(0.299 * a[..., 0] + 0.587 * a[..., 1] + 0.114 * a[..., 2])
 
-    ref = np.mean([structural_similarity(luma(x[i]), luma(y[i]), data_range=255, gaussian_weights=True,
-                                         sigma=1.5, use_sample_covariance=False) for i in range(len(x))])
-    assert score("ssim", x, y) == pytest.approx(ref, abs=2e-3)
+@pytest.mark.parametrize("kind", ["correlated", "unrelated", "negative"])
+def test_ssim_is_standard_ssim_of_skimage_on_bt709_luma(kind: str) -> None:
+    a, b = clip_pairs()[kind]
+    assert score("ssim", a, b) == pytest.approx(skimage_ssim(a, b), abs=1e-4)
+
+
+def test_ssim_is_not_clamped() -> None:
+    """Regression (issue 15): pyiqa's SSIM clamps negative contrast-structure values to 0,
+    so unrelated noise read 0.08 and a negative image read above 0."""
+    pairs = clip_pairs()
+    assert abs(score("ssim", *pairs["unrelated"])) < 0.03
+    assert score("ssim", *pairs["negative"]) < -0.2
+
+
+def ms_ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
+    """MS-SSIM from Wang, Simoncelli and Bovik (2003), built from scipy/skimage pieces
+    independently of pairflow: cs = mean over valid 11x11 windows of (2 s_xy + C2) /
+    (s_x^2 + s_y^2 + C2) with scipy's Gaussian filter (sigma 1.5, border of 5 cropped), the
+    last scale's SSIM from skimage, 2x2 means between scales, weights from the paper, and
+    the sign kept for a negative factor (the convention PairFlow states)."""
+    from scipy.ndimage import gaussian_filter
+    from skimage.metrics import structural_similarity
+
+    weights = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
+    c2 = (0.03 * 255) ** 2
+    out = []
+    for i in range(len(a)):
+        x, y = luma709(a[i]), luma709(b[i])
+        value = 1.0
+        for j, w in enumerate(weights):
+            if j == len(weights) - 1:
+                f = structural_similarity(x, y, data_range=255, gaussian_weights=True, sigma=1.5,
+                                          use_sample_covariance=False)
+            else:
+                def g(z: np.ndarray) -> np.ndarray:
+                    return gaussian_filter(z, 1.5, truncate=3.5)[5:-5, 5:-5]
+                mx, my = g(x), g(y)
+                cs = (2 * (g(x * y) - mx * my) + c2) / (g(x * x) - mx * mx + g(y * y) - my * my + c2)
+                f = float(cs.mean())
+                h2, w2 = x.shape[0] // 2 * 2, x.shape[1] // 2 * 2
+                x = x[:h2, :w2].reshape(h2 // 2, 2, w2 // 2, 2).mean(axis=(1, 3))
+                y = y[:h2, :w2].reshape(h2 // 2, 2, w2 // 2, 2).mean(axis=(1, 3))
+            value *= np.sign(f) * abs(f) ** w
+        out.append(value)
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("kind", ["correlated", "unrelated", "negative"])
+def test_ms_ssim_matches_the_wang_2003_reference(kind: str) -> None:
+    a, b = clip_pairs(176, 184)[kind]
+    assert score("ms_ssim", a, b) == pytest.approx(ms_ssim_reference(a, b), abs=1e-4)
+
+
+def test_psnr_of_identical_frames_is_the_documented_80_db_cap() -> None:
+    from pairflow.scoring.fidelity import PSNR_CAP_DB
+
+    x = clip(4)
+    assert score("psnr", x, x) == pytest.approx(PSNR_CAP_DB, abs=1e-3)
+    assert "80 dB" in metric_spec("psnr").source and "at most 80 (identical frames)" in metric_spec("psnr").range
+
+
+def test_temporal_flickering_counts_darkening_as_much_as_brightening() -> None:
+    """Regression (issue 15): without abs(), a frame that brightens then darkens back
+    cancels to 'no flicker'."""
+    a = np.zeros((3, 2, 2, 3), np.uint8)
+    a[1] = 10  # +10 then -10: mean |diff| 10, signed mean 0
+    assert score("temporal_flickering", a) == pytest.approx((255 - 10) / 255)
 
 
 def test_metrics_are_deterministic_across_calls() -> None:
@@ -54,7 +133,7 @@ def test_metrics_are_deterministic_across_calls() -> None:
 
 def test_specs_come_from_pyiqa_table() -> None:
     assert metric_spec("psnr").kind == "FR" and metric_spec("psnr").higher_is_better
-    assert metric_spec("ssim").range == "0, 1"
+    assert metric_spec("ssim").range == "-1, 1" and "no clamp" in metric_spec("ssim").source
     assert metric_spec("temporal_flickering").kind == "NR"
 
 
@@ -230,3 +309,72 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     assert rec["scorer"] == build and build["weights_origin"] == "random-init"
     assert "bit-identical" in rec["compared_frames"] and rec["static_filter"]["temporal_flickering"] == "none"
     assert rec["scores"]["psnr"]["value"] == pytest.approx(score("psnr", raw[treat_c.arm.name], raw[ctrl_c.arm.name]))
+
+
+def bt601_flicker_from_planes(path, spec, f: int, h: int, w: int) -> float:  # type: ignore[no-untyped-def]
+    """VBench's temporal_flickering on frames decoded as OpenCV 4.x decodes them, computed
+    here from the video's raw YUV 4:4:4 planes with the BT.601 limited-range formula
+    (R = 1.164(Y-16) + 1.596(V-128), G = 1.164(Y-16) - 0.392(U-128) - 0.813(V-128),
+    B = 1.164(Y-16) + 2.017(U-128); rounded, clipped), then (255 - mean |diff|) / 255."""
+    import subprocess
+
+    from pairflow.video import ffmpeg_binary
+
+    raw = subprocess.run([ffmpeg_binary(spec), "-hide_banner", "-loglevel", "error", "-i", str(path), "-f", "rawvideo",
+                          "-pix_fmt", "yuv444p", "pipe:"], capture_output=True, check=True).stdout
+    y, u, v = np.frombuffer(raw, np.uint8).reshape(f, 3, h, w).astype(np.float64).transpose(1, 0, 2, 3)
+    yy = 255 / 219 * (y - 16)
+    r = yy + 255 / 224 * 1.402 * (v - 128)
+    g = yy - 255 / 224 * (1.772 * 0.114 / 0.587) * (u - 128) - 255 / 224 * (1.402 * 0.299 / 0.587) * (v - 128)
+    b = yy + 255 / 224 * 1.772 * (u - 128)
+    rgb = np.clip(np.rint(np.stack([r, g, b], -1)), 0, 255).astype(np.int16)
+    return float((255 - np.abs(rgb[1:] - rgb[:-1]).mean()) / 255)
+
+
+def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Under scoring/decode: vbench, temporal_flickering sees frames decoded with BT.601 (as
+    VBench does through OpenCV 4.x) and equals the value computed from the raw planes with
+    the BT.601 formula within 1e-4; under the default bt709 it does not (the known offset),
+    FR metrics stay on BT.709 either way, and every score says how it was decoded."""
+    from conftest import small_config
+    from pairflow.config import study_from_raw
+    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path
+    from pairflow.records import read_record
+    from pairflow.video import encode
+
+    values = {}
+    for mode in ("bt709", "vbench"):
+        cfg = small_config(tmp_path / mode, tmp_path / "model", encoder={"pix_fmt": "yuv444p"},
+                           scoring={"decode": mode}, scorers=["temporal_flickering", "psnr"])
+        study = study_from_raw(cfg, tmp_path / mode)
+        ctrl_c, treat_c = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
+        rng = np.random.default_rng(5)
+        base = clip(40, 9, 48, 64).astype(np.float64)
+        base[..., 0] = base[..., 0][:, :, ::-1]  # colour, so the matrices disagree
+        drift = np.arange(9)[:, None, None, None] * np.array([6.0, -3.0, 4.0])
+        raw = {ctrl_c.arm.name: np.clip(base + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8),
+               treat_c.arm.name: np.clip(base + drift + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8)}
+        recs = {}
+        for c in (ctrl_c, treat_c):
+            path = video_path(study, c)
+            info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
+            recs[c.arm.name] = {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
+                                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class,
+                                        "cache_params": c.arm.cache_params},
+                                "video": {**info.asdict(),
+                                          "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                                "record_digest": "xxh3_128:" + "0" * 32}
+        out = tmp_path / mode / "score.json"
+        build = scorer_build(study)
+        assert build["decode"] == mode  # a change of decoding is a different scorer build: rescored
+        score_task({"study": study, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
+                    "out": str(out), "candidate": treat_c, "scorer": build, "weight_digests": {}})
+        rec = read_record(out)
+        values[mode] = rec["scores"]
+        expected = bt601_flicker_from_planes(video_path(study, treat_c), study.encoder, 9, 48, 64)
+    assert values["vbench"]["temporal_flickering"]["decoded_with"] == "bt601"
+    assert values["vbench"]["temporal_flickering"]["value"] == pytest.approx(expected, abs=1e-4)
+    assert values["bt709"]["temporal_flickering"]["decoded_with"] == "bt709"
+    assert abs(values["bt709"]["temporal_flickering"]["value"] - expected) > 2e-4  # the offset is real
+    assert values["vbench"]["psnr"]["decoded_with"] == values["bt709"]["psnr"]["decoded_with"] == "bt709"
+    assert values["vbench"]["psnr"]["value"] == values["bt709"]["psnr"]["value"]

@@ -6,6 +6,7 @@ import copy
 import math
 import random
 
+import numpy as np
 import pytest
 
 from pairflow.errors import PairingError
@@ -79,8 +80,12 @@ def test_known_latency_ratio_is_recovered_as_speedup() -> None:
 
 def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     gen, scores, timings = records(same_video=True)
-    flags = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["flags"]
-    assert "no effect: the arm did not change the computation" in flags
+    from pairflow.report import table
+
+    res = analyse(gen, scores, timings, ["treat"], S)
+    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
+    assert table(res)[1][0][0] == "treat (no effect: videos identical to control)"
+    assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 
 
 def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:
@@ -152,3 +157,179 @@ def test_static_filter_intersection_uses_the_same_pairs_for_both_arms() -> None:
     scores[0]["scores"]["q"].pop("static")
     with pytest.raises(PairingError, match="static flag for some videos only"):
         analyse(gen, scores, timings, ["treat"], S)
+
+
+# --- issue 15: intervals and tests that hold at the prompt counts people run ---------
+
+
+def simulate(n_prompts: int, reps: int, effect: float, rng: np.random.Generator, seeds: int = 2,
+             noise: float = 0.1, spread: float = 0.05) -> np.ndarray:
+    """Per-prompt paired differences of ``reps`` synthetic studies (reps, n_prompts): each
+    prompt's true effect is ``effect`` plus N(0, spread) (prompts are sampled), each arm
+    of each (prompt, seed) pair has N(0, noise) measurement noise, and seeds are averaged."""
+    prompt_effect = effect + rng.normal(0, spread, (reps, n_prompts))
+    pair_noise = rng.normal(0, noise, (reps, n_prompts, seeds, 2))
+    return prompt_effect + (pair_noise[..., 1] - pair_noise[..., 0]).mean(axis=-1)
+
+
+@pytest.mark.parametrize("n_prompts", [3, 4, 7, 30])
+def test_interval_covers_and_test_keeps_its_size_at_small_prompt_counts(n_prompts: int) -> None:
+    """Known answer, 2000 synthetic studies per prompt count: the 95% interval covers the
+    true effect at least 93% of the time and the test rejects a true null at most 6% of
+    the time (the percentile bootstrap it replaces covered 0.72 at 3 prompts)."""
+    from pairflow.stats import t_procedure
+
+    rng = np.random.default_rng(n_prompts)
+    lo, hi, _p = t_procedure(simulate(n_prompts, 2000, 0.1, rng), 0.95)
+    coverage = float(np.mean((lo <= 0.1) & (0.1 <= hi)))
+    _lo, _hi, p0 = t_procedure(simulate(n_prompts, 2000, 0.0, rng), 0.95)
+    size = float(np.mean(p0 < 0.05))
+    assert coverage >= 0.93, coverage
+    assert size <= 0.06, size
+
+
+def test_interval_and_test_never_contradict() -> None:
+    """The interval excludes 0 exactly when p < 1 - level, in every cell."""
+    from pairflow.stats import t_procedure
+
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 4, 7, 30):
+        for level in (0.9, 0.95, 0.99):
+            lo, hi, p = t_procedure(simulate(n, 3000, 0.05, rng), level)
+            near = np.abs(p - (1 - level)) < 1e-9  # exactly on the boundary either reading is fair
+            assert np.array_equal(((lo > 0) | (hi < 0))[~near], (p < 1 - level)[~near])
+
+
+def test_compare_uses_the_t_procedure_on_per_prompt_differences() -> None:
+    from scipy.stats import ttest_1samp
+
+    gen, scores, timings = records(effect=0.05, prompts=5, seeds=2)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
+    by = {}
+    for r in scores:
+        by.setdefault(r["candidate"]["prompt_id"], {}).setdefault(r["candidate"]["seed"], {})[r["arm"]["name"]] = \
+            r["scores"]["q"]["value"]
+    d = np.array([np.mean([v["treat"] - v["control"] for v in seeds.values()]) for _p, seeds in sorted(by.items())])
+    ref = ttest_1samp(d, 0.0)
+    ci = ref.confidence_interval(0.95)
+    assert m["ci"] == pytest.approx([ci.low, ci.high], rel=1e-12)
+    assert m["p_value"] == pytest.approx(ref.pvalue, rel=1e-12)
+    assert m["n_prompts"] == 5 and m["sd_prompt"] == pytest.approx(d.std(ddof=1))
+
+
+def test_small_prompt_count_says_no_distribution_free_test_can_reach_the_level() -> None:
+    from pairflow.report import table
+
+    gen, scores, timings = records(effect=0.3, prompts=4, seeds=2, noise=0.02)
+    res = analyse(gen, scores, timings, ["treat"], S)
+    m = metric(res, "q")
+    assert m["signflip_min_p"] == 0.125 and m["p_signflip"] >= 0.125  # exact: 2 / 2^4
+    assert m["p_value"] < 0.05 and m["ci"][0] > 0  # the t procedure can still reject, and agrees with itself
+    assert any("n=4 prompts" in n and "smallest attainable p = 0.125" in n for n in res["comparisons"][0]["notes"])
+    head, rows = table(res)
+    assert "n=4: smallest attainable sign-flip p = 0.125" in rows[0][head.index("q (higher is better) Δ [CI]")]
+    big = analyse(*records(effect=0.3, prompts=8), ["treat"], S)
+    assert not any("smallest attainable" in n for n in big["comparisons"][0]["notes"])
+
+
+def test_one_prompt_has_no_interval_and_says_so() -> None:
+    from pairflow.report import markdown
+
+    res = analyse(*records(effect=0.1, prompts=1), ["treat"], S)
+    m = metric(res, "q")
+    assert m["ci"] == [None, None] and m["p_value"] is None and m["verdict"].startswith("no interval")
+    assert res["comparisons"][0]["speedup"]["ci"] == [None, None]
+    assert "n=1 prompt (psnr, q): no interval and no test" in markdown(res, "t", {})
+
+
+def test_holm_is_applied_and_changes_the_answer() -> None:
+    """Regression (issue 15): Holm computed but not applied. Four metrics whose raw
+    p-values are all below 0.05 except one; after Holm one of them is not significant."""
+    from pairflow.report import table
+    from scipy.stats import ttest_1samp
+
+    diffs = {"a": [0.30, 0.32, 0.29, 0.31, 0.30, 0.33], "b": [0.05, 0.11, -0.01, 0.09, 0.07, 0.02],
+             "c": [0.02, 0.09, 0.01, 0.08, 0.06, 0.03], "d": [0.1, -0.1, 0.05, -0.02, 0.0, 0.01]}
+    gen, scores, timings = records(prompts=6, seeds=1, noise=0.0)
+    for r in scores:
+        if r["arm"]["name"] == "treat":
+            i = int(r["candidate"]["prompt_id"][1:])
+            r["scores"].update({k: {"value": 1.0 + v[i], "spec": NR} for k, v in diffs.items()})
+        else:
+            r["scores"].update({k: {"value": 1.0, "spec": NR} for k in diffs})
+    res = analyse(gen, scores, timings, ["treat"], S)
+    ms = {m["metric"]: m for m in res["comparisons"][0]["metrics"] if m["metric"] in diffs}
+    raw = {k: ttest_1samp(v, 0.0).pvalue for k, v in diffs.items()}
+    tested = [m for m in res["comparisons"][0]["metrics"] if m["p_value"] is not None]  # q (no effect) too
+    expected = dict(zip([m["metric"] for m in tested], holm([m["p_value"] for m in tested]), strict=True))
+    for k in diffs:
+        assert ms[k]["p_value"] == pytest.approx(raw[k], rel=1e-9)
+        assert ms[k]["p_holm"] == pytest.approx(expected[k], rel=1e-12)
+    assert ms["c"]["p_value"] < 0.05 <= ms["c"]["p_holm"]  # Holm changes the answer
+    head, rows = table(res)
+    assert f"Holm {ms['c']['p_holm']:.2g}" in rows[0][head.index("c (higher is better) Δ [CI]")]
+
+
+def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
+    """Regression (issue 15): win rate inverted for lower-is-better metrics."""
+    from pairflow.plots import forest_title
+    from pairflow.report import table
+
+    gen, scores, timings = records(effect=-0.1)
+    for r in scores:
+        r["scores"]["q"]["spec"] = {"kind": "NR", "higher_is_better": False}
+    res = analyse(gen, scores, timings, ["treat"], S)
+    m = metric(res, "q")
+    assert m["diff"] < 0 and m["ci"][1] < 0
+    assert m["win_rate"] > 0.8 and m["verdict"] == "treatment better"
+    head, _rows = table(res)
+    assert "q (lower is better) Δ [CI]" in head
+    assert "better to the left of 0" in forest_title(res, "q")
+    worse = metric(analyse(*records(effect=0.1), ["treat"], S), "q")
+    assert worse["verdict"] == "treatment better"  # higher is better there
+    for r in scores:
+        r["scores"]["q"]["value"] *= -1  # now the treatment raises a lower-is-better metric
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
+    assert m["win_rate"] < 0.2 and m["verdict"] == "treatment worse"
+
+
+def test_latency_columns_divide_to_the_speedup() -> None:
+    """Regression (issue 15): medians beside a geometric-mean speedup did not divide to it."""
+    gen, scores, timings = records(prompts=7)
+    rng = random.Random(9)
+    for r in timings:
+        if r["arm"]["name"] == "treat":
+            r["timing"]["latency_s"] *= rng.uniform(0.4, 1.1)
+    c = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    lat = c["latency"]
+    assert lat["control_geomean_s"] / lat["treatment_geomean_s"] == pytest.approx(c["speedup"]["geomean"], rel=1e-12)
+    assert lat["control_median_s"] / lat["treatment_median_s"] != pytest.approx(c["speedup"]["geomean"], rel=1e-3)
+
+
+def test_required_prompts_matches_the_textbook_value() -> None:
+    """Paired t-test, two-sided alpha 0.05, power 0.8, effect 0.5 sd: 34 pairs (Cohen;
+    G*Power gives 34). The detectable effect at n inverts it."""
+    from pairflow.stats import detectable_effect, required_prompts
+
+    assert required_prompts(1.0, 0.5, 0.95, 0.8) == 34
+    assert required_prompts(0.2, -0.1, 0.95, 0.8) == 34  # sign does not matter; scale does not either
+    d = detectable_effect(1.0, 34, 0.95, 0.8)
+    assert d <= 0.5 < detectable_effect(1.0, 33, 0.95, 0.8)
+    with pytest.raises(ValueError, match="target effect of 0"):
+        required_prompts(1.0, 0.0, 0.95, 0.8)
+
+
+def test_sample_size_section_from_a_pilot() -> None:
+    from pairflow.report import markdown
+    from pairflow.stats import required_prompts
+
+    gen, scores, timings = records(effect=0.02, prompts=4)
+    s = StatsSettings(2000, 0.95, 0, target_effects=(("q", 0.01),))
+    res = analyse(gen, scores, timings, ["treat"], s)
+    pl = metric(res, "q")["planning"]
+    assert pl["sd_prompt"] == pytest.approx(metric(res, "q")["sd_prompt"])
+    assert pl["prompts_needed"] == required_prompts(pl["sd_prompt"], 0.01, 0.95, 0.8) > 4
+    assert pl["detectable_effect"] > 0
+    md = markdown(res, "t", {})
+    assert "## Sample size from this study as a pilot" in md and f"| {pl['prompts_needed']} |" in md
+    assert metric(res, "psnr")["planning"] is None  # FR values are not differences from control

@@ -116,6 +116,8 @@ class StatsSpec:
     level: float
     seed: int
     missing: str
+    power: float = 0.8
+    target_effects: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class ScoringSpec:
     batch: int
     threads: int
     static_filter: str
+    decode: str = "bt709"
 
 
 @dataclass(frozen=True)
@@ -355,6 +358,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
                        ("model/path", raw["model"]["path"])):
         check_location(key, value, resolve(value), root, source)
 
+    unknown = sorted(set(raw["stats"]["target_effects"]) - set(raw["scorers"]))
+    if unknown:
+        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which {'is' if len(unknown) == 1 else 'are'} "
+                          f"not among scorers {list(raw['scorers'])}; add the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(ArmSpec(name, (a["cache"] or {}).get("class"), dict((a["cache"] or {}).get("params", {})))

@@ -270,6 +270,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
         "weights_lock": lock.digest if lock else None,
         "weights_origin": lock.origin if lock else None,
         "static_filter": study.scoring.static_filter,
+        "decode": study.scoring.decode,
         "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
         "workers": workers,
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
@@ -295,6 +296,22 @@ def compared_frames(study: StudySpec) -> str:
             "lossless copies")
 
 
+def metric_decoding(study: StudySpec, name: str) -> str:
+    """The YUV->RGB matrix a metric's frames are decoded with (``video.DECODE_MATRICES``):
+    under ``scoring/decode: vbench`` the VBench dimensions (NR metrics) see BT.601-decoded
+    frames as VBench does through OpenCV; FR metrics, and everything under ``bt709``, see
+    frames decoded with the BT.709 matrix the videos were encoded with."""
+    from .scoring import metric_spec
+
+    return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).kind == "NR" else "bt709"
+
+
+DECODING_MEANING = {
+    "bt709": "decoded with the BT.709 matrix the video was encoded with",
+    "bt601": "decoded with the BT.601 matrix, as VBench does through OpenCV 4.x (scoring/decode: vbench)",
+}
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: score one candidate's video (and against its control for FR metrics).
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
@@ -310,23 +327,28 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
 
-    def decode(r: dict[str, Any]) -> Any:
+    def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
         return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder, frames=r["video"]["frames"],
-                          height=r["video"]["height"], width=r["video"]["width"], fps=g.fps)
+                          height=r["video"]["height"], width=r["video"]["width"], fps=g.fps, matrix=matrix)
 
     started = time.perf_counter()
-    frames = decode(rec)
-    ref = decode(ctrl) if rec["arm"]["name"] != "control" else None
+    names = expected_scores(study, arm_of(rec))
+    decoding = {name: metric_decoding(study, name) for name in names}
+    wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
+    frames = {m: decode(rec, m) for m in sorted(wanted)}
+    ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
     digests = payload["weight_digests"]
-    scores = {name: {"value": score(name, frames, ref, ctx), "spec": metric_spec(name).asdict(digests)}
-              for name in expected_scores(study, arm_of(rec))}
+    scores = {name: {"value": score(name, frames[decoding[name]], ref, ctx), "spec": metric_spec(name).asdict(digests),
+                     "decoded_with": decoding[name]}
+              for name in names}
     if uses_static_filter(study):
         from .scoring.dynamic_degree import is_dynamic, pair_motion
 
-        pairs, n = pair_motion(frames, ctx)
+        seen = frames[metric_decoding(study, "temporal_flickering")]
+        pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
-        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(frames.shape[1:3]), n)
+        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
     record = {
         "kind": "score",
         "candidate": rec["candidate"],

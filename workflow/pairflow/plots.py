@@ -30,6 +30,19 @@ def _save(fig: Any, out: Path) -> None:
     _plt().close(fig)
 
 
+def forest_title(stats: dict[str, Any], name: str) -> str:
+    """A forest panel's title: what is plotted and which way is better (a lower-is-better
+    metric improves to the left of 0)."""
+    from .report import direction
+
+    ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
+    better = direction(ms[0]["higher_is_better"])
+    if any(m["kind"] == "NR" for m in ms):
+        side = "right" if ms[0]["higher_is_better"] else "left"
+        return f"{name}: treatment − control\n({better}: better to the {side} of 0)"
+    return f"{name} vs control (value; {better})"
+
+
 def forest(stats: dict[str, Any], out: Path) -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
     plt = _plt()
@@ -42,14 +55,13 @@ def forest(stats: dict[str, Any], out: Path) -> None:
             if m is None:
                 continue
             point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-            ax.errorbar([point], [i], xerr=[[point - m["ci"][0]], [m["ci"][1] - point]], fmt="o", capsize=4)
+            err = None if m["ci"][0] is None else [[point - m["ci"][0]], [m["ci"][1] - point]]
+            ax.errorbar([point], [i], xerr=err, fmt="o", capsize=4)
+        ax.set_title(forest_title(stats, name), fontsize=9)
         if any(m["kind"] == "NR" for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
-            ax.set_title(f"{name}: treatment − control", fontsize=9)
-        else:
-            ax.set_title(f"{name} vs control (value)", fontsize=9)
         ax.set_yticks(range(len(stats["comparisons"])), [c["treatment"] for c in stats["comparisons"]])
-    fig.suptitle(f"Paired estimates, {stats['level']:.0%} bootstrap CI over prompts", fontsize=10, y=1.04)
+    fig.suptitle(f"Paired estimates, {stats['level']:.0%} t-interval over prompts", fontsize=10, y=1.04)
     fig.tight_layout()
     _save(fig, out)
 
@@ -78,10 +90,12 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
     plt = _plt()
     table: dict[str, dict[tuple[str, str, int], dict[str, float]]] = defaultdict(dict)
     kinds: dict[str, str] = {}
+    better: dict[str, bool] = {}
     for r in score_records:
         key = (r["candidate"]["panel"], r["candidate"]["prompt_id"], int(r["candidate"]["seed"]))
         for name, s in r["scores"].items():
             kinds[name] = s["spec"]["kind"]
+            better[name] = s["spec"]["higher_is_better"]
             table[name].setdefault(key, {})[r["arm"]["name"]] = s["value"]
     names = sorted(n for n, k in kinds.items() if k == "NR")
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(3.4 * max(1, len(names)), 3.2), squeeze=False)
@@ -95,7 +109,7 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
         ax.set_xlabel("control")
         ax.set_ylabel("treatment")
-        ax.set_title(name, fontsize=9)
+        ax.set_title(f"{name} ({'above' if better[name] else 'below'} the diagonal: treatment better)", fontsize=9)
         ax.legend(fontsize=7)
     _save(fig, out)
 
@@ -108,10 +122,12 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
         lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     control: dict[tuple[str, str, str, int], float] = {}
     kinds: dict[str, str] = {}
+    better: dict[str, bool] = {}
     for r in score_records:
         c = r["candidate"]
         for name, s in r["scores"].items():
             kinds[name] = s["spec"]["kind"]
+            better[name] = s["spec"]["higher_is_better"]
             if r["arm"]["name"] == "control":
                 control[(name, c["panel"], c["prompt_id"], int(c["seed"]))] = s["value"]
     for r in score_records:
@@ -131,7 +147,8 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
             ys = [float(np.mean(vals[name][arm][p]["v"])) for p in prompts]
             ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm)
         ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=45, ha="right", fontsize=7)
-        ax.set_title(f"{name}: {'value' if kinds[name] == 'FR' else 'treatment − control'} per prompt", fontsize=9)
+        what = 'value' if kinds[name] == 'FR' else 'treatment − control'
+        ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better)", fontsize=9)
         ax.axhline(0, color="grey", lw=0.8)
         ax.legend(fontsize=7)
     fig.tight_layout()

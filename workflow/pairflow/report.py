@@ -12,27 +12,74 @@ def _fmt(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}g}"
 
 
+def direction(higher_is_better: bool) -> str:
+    """How a metric's numbers read, for headers and plot titles."""
+    return "higher is better" if higher_is_better else "lower is better"
+
+
+def _ci(ci: list[float | None]) -> str:
+    return "no CI" if ci[0] is None else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def cell(m: dict[str, Any], level: float) -> str:
+    """One metric's cell: the paired difference (value, for FR metrics) with its interval,
+    the t-test p and its Holm adjustment, the win rate in the metric's direction, and a
+    warning where the prompt count is too small for a distribution-free test."""
+    point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+    out = f"{_fmt(point)} {_ci(m['ci'])}"
+    if m.get("p_value") is not None:
+        out += f" p={_fmt(m['p_value'], 2)}, Holm {_fmt(m.get('p_holm'), 2)}"
+    if m.get("win_rate") is not None:
+        out += f", wins {m['win_rate']:.0%}"
+    n, min_p = m.get("n_prompts"), m.get("signflip_min_p")
+    if m.get("p_value") is not None and n is not None and min_p is not None and min_p > 1 - level:
+        out += f"; n={n}: smallest attainable sign-flip p = {min_p:.3g}"
+    return out
+
+
 def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The paper-style table: a header and one row per treatment, every cell a paired
     estimate with its interval."""
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
-    head = ["arm", "pairs", "latency ctrl/treat (s, median)", "speedup [CI]"] + [
-        f"{n} Δ or value [CI] (p_holm)" for n in metric_names]
+    hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
+    kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
+    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]"] + [
+        f"{n} ({direction(hib[n])}) {'value' if kinds[n] == 'FR' else 'Δ'} [CI]" for n in metric_names]
     rows = []
     for c in stats["comparisons"]:
         by = {m["metric"]: m for m in c["metrics"]}
-        cells = [c["treatment"], str(c["n_pairs"]),
-                 f"{_fmt(c['latency']['control_median_s'], 3)} / {_fmt(c['latency']['treatment_median_s'], 3)}",
-                 f"{c['speedup']['geomean']:.3f}× [{c['speedup']['ci'][0]:.3f}, {c['speedup']['ci'][1]:.3f}]"]
+        lat = c["latency"]
+        sp = c["speedup"]
+        # An arm whose videos equal control's bit for bit changed nothing: say so in its row
+        no_effect = any(f.startswith("no effect") for f in c["flags"])
+        cells = [c["treatment"] + (" (no effect: videos identical to control)" if no_effect else ""), str(c["n_pairs"]),
+                 f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
+                 f"{sp['geomean']:.3f}× " + ("[no CI]" if sp["ci"][0] is None
+                                             else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]")]
         for n in metric_names:
             m = by.get(n)
-            if m is None:
-                cells.append("")
-                continue
-            point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-            p = f" (p={_fmt(m.get('p_holm'), 3)})" if m.get("p_holm") is not None else ""
-            cells.append(f"{_fmt(point)} [{_fmt(m['ci'][0])}, {_fmt(m['ci'][1])}]{p}")
+            cells.append("" if m is None else cell(m, stats["level"]))
         rows.append(cells)
+    return head, rows
+
+
+def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Sample size from this study as a pilot, per arm and tested metric: per-prompt
+    standard deviation of the difference, the effect detectable at this prompt count, and
+    the prompts needed for each ``stats.target_effects`` entry."""
+    power = stats.get("power", 0.8)
+    head = ["arm", "metric", "prompts", "sd per prompt", f"detectable Δ ({power:.0%} power)", "target Δ",
+            "prompts needed"]
+    rows = []
+    for c in stats["comparisons"]:
+        for m in c["metrics"]:
+            pl = m.get("planning")
+            if not pl:
+                continue
+            need = pl["prompts_needed"]
+            rows.append([c["treatment"], m["metric"], str(m["n_prompts"]), _fmt(pl["sd_prompt"]),
+                         _fmt(pl["detectable_effect"]), _fmt(pl["target_effect"]),
+                         ("n/a" if pl["target_effect"] is None else "over 100000" if need is None else str(need))])
     return head, rows
 
 
@@ -45,8 +92,15 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     builds = sorted({str(sc.get("scorer_build")) for sc in setups})
     origins = sorted({str(sc.get("weights_origin")) for sc in setups if sc.get("weights_origin")})
     metrics = {m["metric"] for c in stats["comparisons"] for m in c["metrics"]}
-    latency = (f"Latency pass: {passes} (median of repeated batch-one runs in the exclusive timed pass, after "
-               "warm-up; bulk generation times are never reported).")
+    latency = (f"Latency pass: {passes} (each video's latency is the median of its repeated batch-one runs in the "
+               "exclusive timed pass, after warm-up; bulk generation times are never reported). The latency columns "
+               "are geometric means over prompts of the per-prompt geometric mean over seeds, the units of the "
+               "speedup, so control / treatment equals the speedup.")
+    method = (f"Each cell: treatment − control (FR metrics: the treatment's value against its control) with a "
+              f"{stats['level']:.0%} Student t-interval over prompts; p is the two-sided paired t-test, the same "
+              "procedure inverted (the interval excludes 0 exactly when p < "
+              f"{1 - stats['level']:.2g}); Holm adjusts p across the row's metrics; wins: share of pairs where the "
+              "treatment is strictly better in the metric's direction. Lower-is-better metrics improve when Δ < 0.")
     fidelity = ("Fidelity metrics (FR) compare each treatment video with its control, frame by frame, on: "
                 + ("; ".join(frames) or "decoded encoded videos") + ".")
     flicker = (f"temporal_flickering static filter: {', '.join(filters)} (VBench scores only videos its RAFT "
@@ -54,7 +108,20 @@ def _notes(stats: dict[str, Any]) -> list[str]:
                "are both static; either way both arms use the same subset).")
     build = (f"Both arms of every pair were scored by one scorer build ({', '.join(builds)}; same code, weights, "
              "device, precision and process layout).")
-    out = [*notes, latency, fidelity, flicker, build]
+    decoding: dict[str, set[str]] = {}
+    for sc in setups:
+        for name, how in sc.get("decoding", {}).items():
+            decoding.setdefault(name, set()).update(how)
+    by_how: dict[str, list[str]] = {}
+    for name, hows in sorted(decoding.items()):
+        by_how.setdefault(" and ".join(sorted(hows)), []).append(name)
+    decoded = ("Decoding (YUV to RGB) per metric: " + "; ".join(f"{how}: {', '.join(names)}"
+                                                                for how, names in sorted(by_how.items()))
+               + ". bt709 is the matrix the videos were encoded with; bt601 is how VBench decodes (OpenCV). "
+               "The two differ: on the default study's 42 videos temporal_flickering from bt709 frames reads 0.0023 "
+               "to 0.0027 higher than VBench's (OpenCV 4.10), about as large as typical cache effects, and equals it "
+               "exactly under scoring/decode: vbench; compare with published VBench numbers only in that mode.") if by_how else None
+    out = [*notes, method, latency, fidelity, flicker, *([decoded] if decoded else []), build]
     if "motion_smoothness_proxy" in metrics:
         out.append("motion_smoothness_proxy is a PROXY of VBench motion_smoothness: linear frame interpolation "
                    "replaces AMT, so values compare arms but not published VBench numbers.")
@@ -64,16 +131,41 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     return out
 
 
+_PLANNING_TEXT = ("Per-prompt standard deviation of each paired difference, the smallest true difference a two-sided "
+                  "paired t-test detects at this prompt count, and the prompts needed for the difference set in "
+                  "stats/target_effects (noncentral t; same level). Plan the next study's GPU budget from these.")
+
+
+def _intervals(stats: dict[str, Any]) -> str:
+    return (f"{stats['level']:.0%} Student t over prompts, test = the same t procedure inverted, Holm across "
+            f"metrics; sign-flip check with up to {stats['resamples']} resamples (exact while 2^n is fewer), "
+            f"seed {stats['seed']}")
+
+
+def _html_planning(stats: dict[str, Any], escape: Any) -> list[str]:
+    head, rows = planning(stats)
+    if not rows:
+        return []
+    return ["<h2>Sample size from this study as a pilot</h2>", f"<p>{escape(_PLANNING_TEXT)}</p><table><tr>",
+            "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
+            *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows), "</table>"]
+
+
 def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
     """Render ``stats`` (from ``stats.analyse``) as Markdown, with the manifest roots
     every number came from."""
     head, rows = table(stats)
     lines = [f"# {title}", "", f"Estimand: {stats['estimand']}.",
-             f"Intervals: {stats['level']:.0%} bootstrap, {stats['resamples']} resamples, seed {stats['seed']}. "
-             f"Missing pairs: {stats['missing_policy']}.", "",
+             f"Intervals: {_intervals(stats)}. Missing pairs: {stats['missing_policy']}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += [""] + [f"- {n}" for n in _notes(stats)] + ["", "## Provenance", ""]
+    lines += [""] + [f"- {n}" for n in _notes(stats)]
+    p_head, p_rows = planning(stats)
+    if p_rows:
+        lines += ["", "## Sample size from this study as a pilot", "", _PLANNING_TEXT, "",
+                  "| " + " | ".join(p_head) + " |", "|" + "---|" * len(p_head)]
+        lines += ["| " + " | ".join(r) + " |" for r in p_rows]
+    lines += ["", "## Provenance", ""]
     lines += [f"- `{name}`: `{root}`" for name, root in sorted(provenance.items())]
     return "\n".join(lines) + "\n"
 
@@ -87,11 +179,12 @@ def html(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
              "body{font-family:sans-serif;margin:1em} td,th{border:1px solid #ccc;padding:4px 8px}"
              "table{border-collapse:collapse} code{font-size:90%}</style></head><body>",
              f"<h1>{escape(title)}</h1><p>Estimand: {escape(stats['estimand'])}.</p>",
-             f"<p>Intervals: {stats['level']:.0%} bootstrap, {stats['resamples']} resamples, seed {stats['seed']}. "
+             f"<p>Intervals: {escape(_intervals(stats))}. "
              f"Missing pairs: {escape(stats['missing_policy'])}.</p><table><tr>",
              "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
              *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
-             "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul><h2>Provenance</h2><ul>",
+             "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
+             *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",
              *(f"<li><code>{escape(k)}</code>: <code>{escape(v)}</code></li>" for k, v in sorted(provenance.items())),
              "</ul></body></html>"]
     return "".join(parts) + "\n"

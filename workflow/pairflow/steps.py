@@ -66,7 +66,8 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
 def _settings(study: StudySpec) -> Any:
     from .stats import StatsSettings
 
-    return StatsSettings(study.stats.resamples, study.stats.level, study.stats.seed, study.stats.missing)
+    return StatsSettings(study.stats.resamples, study.stats.level, study.stats.seed, study.stats.missing,
+                         tuple(sorted(study.stats.target_effects.items())), study.stats.power)
 
 
 def _write_stats(stats: dict[str, Any], out_json: Path, out_md: Path, title: str,

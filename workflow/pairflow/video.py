@@ -390,17 +390,28 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
         raise err(f"{path}: {info.frames} frames decoded, {frames} expected; regenerate it")
 
 
+DECODE_MATRICES = ("bt709", "bt601")
+"""YUV->RGB matrices ``read_video`` applies: ``bt709`` is the encoded one; ``bt601`` is what
+OpenCV 4.x's ``VideoCapture`` applies whatever the tags say (swscale's default), so VBench,
+which reads videos through it, sees BT.601-decoded frames (temporal_flickering equal to the
+last digit on the default study's 42 videos decoded by opencv-python-headless 4.10)."""
+
+
 def read_video(path: Path, spec: EncoderSpec, *, frames: int, height: int, width: int,
-               fps: int) -> np.ndarray:
+               fps: int, matrix: str = "bt709") -> np.ndarray:
     """Probe, check, then decode to uint8 RGB (F, H, W, 3) through the project's ffmpeg with
-    an explicit BT.709 limited-range matrix. Raises the read-guard errors of ``check_probe``."""
+    an explicit limited-range ``matrix`` (one of ``DECODE_MATRICES``; BT.709 by default, the
+    one the video was encoded with). Raises the read-guard errors of ``check_probe``, and
+    ValueError for an unknown matrix."""
     import ffmpeg
 
+    if matrix not in DECODE_MATRICES:
+        raise ValueError(f"decode matrix {matrix!r} is not one of {DECODE_MATRICES}")
     check_probe(probe(path), path, frames=frames, height=height, width=width, fps=fps,
                 pix_fmt=expected_pix_fmt(spec))
     stream = (ffmpeg.input(str(path))
               .output("pipe:", format="rawvideo", pix_fmt="rgb24",
-                      vf="scale=in_color_matrix=bt709:in_range=tv")
+                      vf=f"scale=in_color_matrix={matrix}:in_range=tv")
               .global_args("-hide_banner", "-nostdin", "-loglevel", "error"))
     try:
         out, _ = stream.run(cmd=ffmpeg_binary(spec), capture_stdout=True, capture_stderr=True)

@@ -32,8 +32,8 @@ _MODULES = {
     "dynamic_degree": "dynamic_degree",
     "motion_smoothness_proxy": "motion_smoothness",
     "psnr": "fidelity",
-    "ssim": "fidelity",
-    "ms_ssim": "fidelity",
+    "ssim": "structural",
+    "ms_ssim": "structural",
     "lpips": "fidelity",
 }
 METRICS = tuple(_MODULES)

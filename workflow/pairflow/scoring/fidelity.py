@@ -1,8 +1,15 @@
 """Fidelity of a treatment video to its control (same prompt and seed) through pyiqa.
 
-PSNR, SSIM, MS-SSIM and LPIPS, each frame by frame on RGB in [0, 1] (pyiqa's defaults:
-PSNR on RGB, SSIM and MS-SSIM on YIQ's Y, LPIPS v0.1 on AlexNet), aggregated per video
-as the mean over frames. Specs (FR, direction, range) come from pyiqa's own table.
+PSNR and LPIPS, each frame by frame on RGB in [0, 1] (pyiqa's defaults: PSNR on RGB,
+LPIPS v0.1 on AlexNet), aggregated per video as the mean over frames. Specs (FR,
+direction, range) come from pyiqa's own table. SSIM and MS-SSIM are the standard
+definitions in ``structural`` (pyiqa's clamp negative contrast-structure values).
+
+PSNR cap: pyiqa computes ``10 log10(1 / (MSE + 1e-8))``, so identical frames score
+exactly ``PSNR_CAP_DB`` = 80 dB instead of infinity, and a video's mean over frames is
+finite. A value of 80 means "identical"; nothing else reaches it, but the epsilon
+compresses near-identical frames (one 8-bit step on one pixel of a 64x64 RGB frame is
+89.0 dB uncapped and 79.5 dB with it), so PSNR above about 70 dB ranks, it does not measure.
 pyiqa metrics are built once per process and reused; frames go through in batches.
 Which frames were compared (decoded lossy video, or lossless copies) is written into
 the score record by the caller.
@@ -11,22 +18,25 @@ the score record by the caller.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..errors import PairingError, ScoringError
+from ..errors import PairingError
 from . import MetricSpec, models, pyiqa_spec
 
-MS_SSIM_MIN_SIDE = 11 * 2 ** 4
-"""MS-SSIM's five scales halve the frame four times and need an 11-pixel window at the last."""
+PSNR_CAP_DB = 80.0
+"""pyiqa's PSNR of identical frames: 10 log10(1 / 1e-8)."""
 
 
 def spec(name: str) -> MetricSpec:
     needs = models.needs("lpips") if name == "lpips" else ()
-    how = {"psnr": "RGB", "ssim": "Y channel", "ms_ssim": "Y channel, 5 scales", "lpips": "v0.1 AlexNet"}[name]
-    return pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}') ({how}), per frame against the control's "
-                      "frame, mean over frames", needs)
+    how = {"psnr": "RGB; identical frames score 80 dB, the epsilon's cap", "lpips": "v0.1 AlexNet"}[name]
+    s = pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}') ({how}), per frame against the control's "
+                   "frame, mean over frames", needs)
+    # pyiqa's table gives PSNR's typical range; the value it can actually take tops out at the cap
+    return replace(s, range=f"{s.range}; at most {PSNR_CAP_DB:g} (identical frames)") if name == "psnr" else s
 
 
 @functools.lru_cache(maxsize=8)
@@ -39,13 +49,9 @@ def _metric(name: str) -> Any:
 def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str = "", batch: int = 16) -> float:
     """Mean over frames of pyiqa metric ``name`` of ``frames`` against ``reference``.
 
-    Both are uint8 (F, H, W, 3) of the same shape; raises PairingError otherwise, and
-    ScoringError for MS-SSIM on frames smaller than ``MS_SSIM_MIN_SIDE``."""
+    Both are uint8 (F, H, W, 3) of the same shape; raises PairingError otherwise."""
     if frames.shape != reference.shape:
         raise PairingError(f"cannot compare videos of shapes {frames.shape} and {reference.shape}")
-    if name == "ms_ssim" and min(frames.shape[1:3]) < MS_SSIM_MIN_SIDE:
-        raise ScoringError(f"ms_ssim needs frames at least {MS_SSIM_MIN_SIDE} px on the shorter side (5 scales of "
-                           f"an 11-tap window), got {frames.shape[2]}x{frames.shape[1]}; use ssim for smaller videos")
     metric = models.load("lpips", mirror) if name == "lpips" else _metric(name)
     x = models.float_frames(frames) / 255.0
     y = models.float_frames(reference) / 255.0

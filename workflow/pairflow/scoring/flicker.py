@@ -29,7 +29,8 @@ def spec(name: str) -> MetricSpec:
 
 
 def temporal_flickering(frames: np.ndarray) -> float:
-    """Score uint8 (F, H, W, 3) frames in [0, 1]; higher means less flicker.
+    """Score uint8 (F, H, W, 3) frames (values 0-255); the score is in [0, 1] and higher
+    means less flicker. Differences are absolute: brightening and darkening both count.
 
     A single-frame video has no pairs and scores 1.0.
     """
