@@ -164,9 +164,7 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
     beat = Path(beat_dir) / f"{socket.gethostname()}-{os.getpid()}.json" if beat_dir else None
     stop = threading.Event()
     if beat is not None:
-        from .atomic import write_text
-
-        write_text(beat, json.dumps({"what": what, "since": started, **slot_identity()}))
+        _beat(beat, {"what": what, "since": started, **slot_identity()})
 
         def touch() -> None:
             while not stop.wait(HEARTBEAT_S):
@@ -184,9 +182,16 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
         stop.set()
         if beat is not None:
             with contextlib.suppress(OSError):
-                write_text(beat, json.dumps({"what": f"idle after {what}", "since": time.time(),
-                                             **slot_identity()}))
+                _beat(beat, {"what": f"idle after {what}", "since": time.time(), **slot_identity()})
     raise error
+
+
+def _beat(path: Path, state: dict[str, Any]) -> None:
+    """Replace a heartbeat file in one rename. No fsync (unlike ``atomic``): it is
+    ephemeral and written twice per task, and probe-slots measures per-task overhead."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
 
 
 TRACEBACK_CHARS = 8000
