@@ -101,6 +101,15 @@ def test_a_transformer_that_cannot_take_a_cache_is_refused(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="UNet2DModel.*does not support diffusers caches"):
         check_arms((CONTROL, PAB), ModelSpec("local", tmp_path / "m"))
     check_arms((CONTROL,), ModelSpec("local", tmp_path / "m"))  # no cache arm: nothing to apply
+    # A hub mirror: the pinned snapshot in the Hugging Face cache layout, by commit or by ref.
+    repo = tmp_path / "hub" / "models--org--m"
+    (repo / "snapshots" / "abc" / "transformer").mkdir(parents=True)
+    (repo / "snapshots" / "abc" / "transformer" / "config.json").write_text(json.dumps({"_class_name": "UNet2DModel"}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    for revision in ("abc", "main"):
+        with pytest.raises(ConfigError, match="UNet2DModel.*does not support diffusers caches"):
+            check_arms((CONTROL, PAB), ModelSpec("hub-mirror", tmp_path / "hub", "org/m", revision))
 
 
 def test_tiny_model_build_is_byte_reproducible(tiny_model: Path, tmp_path: Path) -> None:

@@ -179,14 +179,21 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
 
 
 def _transformer_class(model: ModelSpec) -> Any:
-    """The model's transformer class named in ``transformer/config.json``, or None when
-    the model is not on disk yet (the embedded model is built by a rule) or is a hub mirror."""
+    """The model's transformer class named in ``transformer/config.json`` (for a hub
+    mirror, in the pinned snapshot of the Hugging Face cache layout), or None when the
+    model is not on disk yet (the embedded model is built by a rule)."""
     import json
 
     import diffusers
 
-    config = Path(model.path) / "transformer" / "config.json"
-    if model.kind == "hub-mirror" or not config.is_file():
+    root = Path(model.path)
+    if model.kind == "hub-mirror" and model.id and model.revision:
+        repo = root / f"models--{model.id.replace('/', '--')}"
+        ref = repo / "refs" / model.revision  # a branch or tag name points at a commit
+        commit = ref.read_text().strip() if ref.is_file() else model.revision
+        root = repo / "snapshots" / commit
+    config = root / "transformer" / "config.json"
+    if not config.is_file():
         return None
     name = json.loads(config.read_text()).get("_class_name", "")
     cls = getattr(diffusers, name, None)
