@@ -149,6 +149,16 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
 
 # --- runs in the driver -------------------------------------------------------------------
 
+def _failed_slot(exc: BaseException) -> str | None:
+    """The slot (``host``) a failed task last ran on, where Parsl's error says it: a lost
+    worker names its manager's host; a task's own exception carries no slot."""
+    for attr in ("hostname", "manager_id", "worker_id"):
+        value = getattr(exc, attr, None)
+        if value:
+            return str(value.decode() if isinstance(value, bytes) else value)
+    return None
+
+
 def classify_failure(exc: BaseException) -> str:
     """``device_oom``, ``host_oom_or_killed`` or ``other`` for a task's final exception.
 
@@ -224,9 +234,13 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
                     spans.append({"queued": queued[i], "started": None, "finished": time.time(),
                                   "failure": kind})
                     if failure_out is not None:
+                        # The task's identity (candidate id, arm, prompt id, seed: the payload's
+                        # "identity") and where it last ran, not only the record's path.
                         write_record(failure_out(payloads[i]), {
+                            **payloads[i].get("identity", {}),
                             "kind": "failure", "label": label, "class": kind, "exception": type(e).__name__,
-                            "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time()})
+                            "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time(),
+                            "slot": _failed_slot(e)})
                     log.error("%s: task %d failed after %d attempt(s) [%s]: %s", label, i, fleet.retries + 1,
                               kind, e)
                     continue
