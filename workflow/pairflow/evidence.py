@@ -297,12 +297,53 @@ def temp_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def heal_targets(study: StudySpec) -> list[str]:
-    """The workflow outputs a plain rerun must recompute so the tree verifies (the check
-    without re-hashing videos). Empty when the tree is complete or not started."""
+HEAL_DIR = "heal"
+"""Under scratch: one stamp per workflow output found stale when a run was planned."""
+
+
+def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
+    """The workflow outputs a plain rerun must recompute so the tree verifies, with the
+    problems each heals (the check without re-hashing videos). Empty when the tree is
+    complete or not started."""
     if not (study.scratch / "panels").exists():
-        return []
-    return sorted({p.heals for p in check_results(study, deep=False).problems if p.heals})
+        return {}
+    out: dict[str, list[Problem]] = {}
+    for p in check_results(study, deep=False).problems:
+        if p.heals:
+            out.setdefault(p.heals, []).append(p)
+    return out
+
+
+def heal_stamp(scratch: Path, output: str | Path) -> Path:
+    """The stamp file of one workflow output (``scratch/heal/<output path with -->.txt``)."""
+    rel = os.path.relpath(output, scratch).replace(os.sep, "--")
+    return Path(scratch) / HEAL_DIR / f"{rel}.txt"
+
+
+def mark_stale(study: StudySpec) -> list[Path]:
+    """Touch the heal stamp of every existing output the check finds stale, writing the
+    problems into it. Each rule takes its output's stamp as an input when it exists
+    (``stamp_input``), so a stamp newer than the output makes Snakemake rerun that job
+    and, through the updated output, everything downstream. Outputs that are missing
+    need no stamp: ``rule all`` lists every manifest, so Snakemake rebuilds them.
+    Returns the stamps written."""
+    from .atomic import write_text
+
+    written = []
+    for output, problems in sorted(heal_targets(study).items()):
+        if not Path(output).exists():
+            continue
+        stamp = heal_stamp(study.scratch, output)
+        write_text(stamp, f"{output} is recomputed by the next run: it does not match its evidence\n"
+                   + "".join(f"{p.line()}\n" for p in problems))
+        written.append(stamp)
+    return written
+
+
+def stamp_input(scratch: Path, output: str) -> list[str]:
+    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists, else ``[]``."""
+    stamp = heal_stamp(scratch, output)
+    return [str(stamp)] if stamp.exists() else []
 
 
 def write_verify_json(report: Report, path: Path) -> str:
