@@ -274,9 +274,11 @@ def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Re
         provenance = json.loads((study.scratch / "study" / "stats.json").read_text()).get("provenance")
     except (OSError, ValueError):
         return  # reported above as missing or altered
-    if provenance != recorded:
-        report.add("root", study.scratch / "study" / "stats.json", "computed from other roots than the study "
-                   "manifest binds", path)
+    provenance = provenance if isinstance(provenance, dict) else {}
+    for name in sorted(set(provenance) | set(roots)):
+        if provenance.get(name) != roots.get(name):
+            report.add("root", study.scratch / "study" / "stats.json", f"computed from panel root {name} "
+                       f"{provenance.get(name)}, the current manifest's is {roots.get(name)}", path)
 
 
 def _failure_text(path: Path) -> str:
