@@ -230,6 +230,7 @@ def verify_archive(dest: Path) -> Any:
             continue
         for line in verify_tree(sdir):
             file, _, message = line.partition(": ")
+            file = os.path.normpath(file)
             kind = "extra" if "extra file" in message else "missing" if message.startswith("missing") else "altered"
             report.add(kind, file, f"{message} (snapshot {sdir.name}; retire it with pairflow archive retire "
                        f"{sdir.name} --why \"...\")")
