@@ -120,6 +120,46 @@ def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFi
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
 
+def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A generation record sealed again with other run-specific fields (what a forced
+    regeneration of a complete candidate leaves): the score and timing records computed
+    from the old one must not count. Plus a record lost with its task's failure record
+    (the 23-of-24 case). A plain rerun regenerates, rescores and re-times exactly those."""
+    scratch = study / SCRATCH
+    pdir = scratch / "panels/t"
+    path = pdir / "records/pab/a1-s0.json"
+    old = read_record(path)
+    body = {k: v for k, v in old.items() if k != "record_digest"}
+    body["timing"] = {**body["timing"], "generate_s": body["timing"]["generate_s"] + 1.0}
+    new = write_record(path, body)["record_digest"]
+    lost = pdir / "records/control/a2-s0.json"
+    cid = read_record(lost)["candidate"]["candidate_id"]
+    lost.unlink()
+    failure = pdir / "failures/generate/control/a2-s0.json"
+    write_record(failure, {"candidate_id": cid, "panel": "t", "arm": "control", "prompt_id": "a2", "seed": 0,
+                           "kind": "failure", "label": "generate t", "class": "host_oom_or_killed",
+                           "exception": "WorkerLost", "message": "worker lost", "attempts": 2, "time": 0.0,
+                           "slot": "node1"})
+    rc, out = verify(scratch, capsys)
+    assert (rc, out) == (1, [
+        f"missing: {lost}: record is missing",
+        f"link: {pdir / 'scores/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}",
+        f"link: {pdir / 'timing/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}",
+        f"root: {pdir / 'generation.json'}: its root does not match its records: records/pab/a1-s0.json changed "
+        "after it was written",
+        f"failure: {failure}: generate t failed [host_oom_or_killed] (candidate_id {cid}, arm control, prompt_id a2, "
+        "seed 0, slot node1, attempts 2): worker lost",
+        f"verify {scratch}: 5 problem(s)"])
+    snakemake(study)
+    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate/t.log").read_text()
+    assert "score t: 4 candidates, 2 to score" in (scratch / "logs/score/t.log").read_text()
+    assert "timed pass: 4 candidates, 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
+    assert not failure.exists()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
 def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A timing record (validly sealed) whose run computed other frames than the bulk run."""
     scratch = study / SCRATCH
