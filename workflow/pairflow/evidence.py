@@ -286,6 +286,10 @@ def _failure_text(path: Path) -> str:
         f = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         return f"unreadable failure record ({e})"
+    slot = f.get("slot")
+    if isinstance(slot, dict):  # a worker's slot identity: host and GPU index or worker rank
+        f["slot"] = f"{slot.get('host')}/" + (f"gpu{slot['gpu_index']}" if slot.get("gpu_index")
+                                             else f"cpu{slot.get('rank')}")
     who = ", ".join(f"{k} {f[k]}" for k in ("candidate_id", "arm", "prompt_id", "seed", "slot", "attempts") if k in f)
     return f"{f.get('label', '?')} failed [{f.get('class', '?')}] ({who}): {f.get('message', '')[:300]}"
 

@@ -143,19 +143,23 @@ def noop(payload: dict[str, Any]) -> dict[str, Any]:
 def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, Any]) -> dict[str, Any]:
     """Run one task and return its result with its span (start, finish, slot)."""
     started = time.time()
-    result = fn(payload)
+    try:
+        result = fn(payload)
+    except BaseException as e:
+        e.pairflow_slot = slot_identity()  # type: ignore[attr-defined]  # travels pickled; for the failure record
+        raise
     return {"result": result, "span": {"started": started, "finished": time.time(), **slot_identity()}}
 
 
 # --- runs in the driver -------------------------------------------------------------------
 
-def _failed_slot(exc: BaseException) -> str | None:
-    """The slot (``host``) a failed task last ran on, where Parsl's error says it: a lost
-    worker names its manager's host; a task's own exception carries no slot."""
-    for attr in ("hostname", "manager_id", "worker_id"):
+def _failed_slot(exc: BaseException) -> dict[str, Any] | str | None:
+    """Where a failed task last ran: the slot ``traced`` attached to the task's own
+    exception, else the host Parsl's error names (a lost worker or manager)."""
+    for attr in ("pairflow_slot", "hostname", "manager_id", "worker_id"):
         value = getattr(exc, attr, None)
         if value:
-            return str(value.decode() if isinstance(value, bytes) else value)
+            return value if isinstance(value, dict) else str(value.decode() if isinstance(value, bytes) else value)
     return None
 
 
