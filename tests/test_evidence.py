@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, small_config, write_config
 from pairflow.cli import main
 from pairflow.records import read_record, write_record
@@ -27,7 +26,7 @@ SCRATCH = "results/scratch"
 
 def snakemake(project: Path, *args: str, check: bool = True) -> str:
     proc = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml", *args],
-                          cwd=project, capture_output=True, text=True, timeout=900)
+                          cwd=project, capture_output=True, text=True, timeout=900, check=False)
     if check and proc.returncode:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc.stdout + proc.stderr
@@ -112,8 +111,8 @@ def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFi
     assert (rc, out) == (1, [
         f"missing: {gm}: manifest is missing",
         f"root: {scratch / 'study/manifest.json'}: panel root generation:t is {root}, the current manifest's is None",
-        f"root: {scratch / 'study/stats.json'}: computed from panel root generation:t {root}, the current manifest's "
-        "is None",
+        (f"root: {scratch / 'study/stats.json'}: computed from panel root generation:t {root}, the current manifest's "
+        "is None"),
         f"verify {scratch}: 3 problem(s)"])
     snakemake(study)
     assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate/t.log").read_text()
@@ -143,14 +142,14 @@ def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys:
     rc, out = verify(scratch, capsys)
     assert (rc, out) == (1, [
         f"missing: {lost}: record is missing",
-        f"link: {pdir / 'scores/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
-        f"is {new}",
-        f"link: {pdir / 'timing/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
-        f"is {new}",
-        f"root: {pdir / 'generation.json'}: its root does not match its records: records/pab/a1-s0.json changed "
-        "after it was written",
-        f"failure: {failure}: generate t failed [host_oom_or_killed] (candidate_id {cid}, arm control, prompt_id a2, "
-        "seed 0, slot node1, attempts 2): worker lost",
+        (f"link: {pdir / 'scores/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}"),
+        (f"link: {pdir / 'timing/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}"),
+        (f"root: {pdir / 'generation.json'}: its root does not match its records: records/pab/a1-s0.json changed "
+        "after it was written"),
+        (f"failure: {failure}: generate t failed [host_oom_or_killed] (candidate_id {cid}, arm control, prompt_id a2, "
+        "seed 0, slot node1, attempts 2): worker lost"),
         f"verify {scratch}: 5 problem(s)"])
     snakemake(study)
     assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate/t.log").read_text()
@@ -170,8 +169,8 @@ def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: 
     rc, out = verify(scratch, capsys)
     timing = scratch / "study/timing.json"
     assert (rc, out) == (1, [
-        f"root: {timing}: its root does not match its records: panels/t/timing/pab/a1-s0.json changed after it "
-        "was written",
+        (f"root: {timing}: its root does not match its records: panels/t/timing/pab/a1-s0.json changed after it "
+        "was written"),
         f"frames: {path}: the timed run computed other frames than the bulk run; its latency is not reported",
         f"verify {scratch}: 2 problem(s)"])
     snakemake(study)
@@ -207,8 +206,8 @@ def test_damaged_snapshot_is_retired_and_a_new_one_promoted(study: Path, capsys:
     rc, out = verify(work, capsys)
     retired = f"note: retired: {snap}: retired {note['at']} by {note['by']}: table.md edited by hand"
     assert (rc, out) == (1, [
-        f"latest: {work / 'latest.json'}: missing: every snapshot is retired; rerun the workflow (snakemake "
-        "--profile profiles/local) to promote the evidence into a new snapshot",
+        (f"latest: {work / 'latest.json'}: missing: every snapshot is retired; rerun the workflow (snakemake "
+        "--profile profiles/local) to promote the evidence into a new snapshot"),
         retired, f"verify {work}: 1 problem(s) (1 note(s))"])
     snakemake(study)
     new = json.loads((work / "latest.json").read_text())["snapshot"]

@@ -86,9 +86,8 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
-    from .locks import hold
-
     from .atomic import job_start, sweep_temps
+    from .locks import hold
     from .panel import panel_dir
 
     with hold(Path(out_json).parent, "study statistics"):

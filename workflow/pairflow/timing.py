@@ -61,14 +61,12 @@ def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> dict[str, Any]:
     from . import generate as g
-    from .atomic import write_text
+    from .atomic import job_start, sweep_temps, write_text
     from .fleet import worker_identity
     from .identity import digest_bytes
     from .panel import candidates, panel_dir, record_path
     from .slurm import exclusivity
     from .video import prepare_frames
-
-    from .atomic import job_start, sweep_temps
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
