@@ -270,15 +270,19 @@ def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Re
         if recorded.get(name) != roots.get(name):
             report.add("root", path, f"panel root {name} is {recorded.get(name)}, the current manifest's is "
                        f"{roots.get(name)}", path)
-    try:
-        provenance = json.loads((study.scratch / "study" / "stats.json").read_text()).get("provenance")
-    except (OSError, ValueError):
-        return  # reported above as missing or altered
-    provenance = provenance if isinstance(provenance, dict) else {}
-    for name in sorted(set(provenance) | set(roots)):
-        if provenance.get(name) != roots.get(name):
-            report.add("root", study.scratch / "study" / "stats.json", f"computed from panel root {name} "
-                       f"{provenance.get(name)}, the current manifest's is {roots.get(name)}", path)
+    tables = [(study.scratch / "study" / "stats.json", sorted(roots))]
+    tables += [(panel_dir(study, p.name) / "stats.json", [f"generation:{p.name}", f"scores:{p.name}"])
+               for p in study.panels]
+    for stats_json, names in tables:
+        try:
+            provenance = json.loads(stats_json.read_text()).get("provenance")
+        except (OSError, ValueError, AttributeError):
+            continue  # reported above as missing or altered
+        provenance = provenance if isinstance(provenance, dict) else {}
+        for name in sorted(set(names) | (set(provenance) & set(roots))):
+            if provenance.get(name) != roots.get(name):
+                report.add("root", stats_json, f"computed from panel root {name} {provenance.get(name)}, the "
+                           f"current manifest's is {roots.get(name)}", path)
 
 
 def _failure_text(path: Path) -> str:
