@@ -282,3 +282,20 @@ def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path,
         assert f"stale: {r}: written with encoder recipe {old}, the recipe that runs now is {new}" in out
     assert all(complete_record(spec, c, new) is None for c in candidates(spec, spec.panels[0]))
     assert all(complete_record(spec, c, old) is not None for c in candidates(spec, spec.panels[0]))
+
+
+def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> None:
+    """Stats load score and timing records only when they name the current generation record."""
+    from pairflow.config import load_study
+    from pairflow.errors import IntegrityError
+    from pairflow.steps import panel_records
+
+    spec = load_study(study / "config/config.yaml")
+    assert len(panel_records(spec, ["t"])[1]) == 4
+    path = study / SCRATCH / "panels/t/records/control/a2-s0.json"
+    body = {k: v for k, v in read_record(path).items() if k != "record_digest"}
+    body["worker"] = {**body["worker"], "pid": -1}
+    current = write_record(path, body)["record_digest"]
+    with pytest.raises(IntegrityError, match=f"scores/control/a2-s0.json: names generation record .*, but the current "
+                       f"record .*records/control/a2-s0.json is {current}; it was computed from another generation"):
+        panel_records(spec, ["t"])
