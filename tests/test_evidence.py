@@ -108,14 +108,15 @@ def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFi
     root = json.loads(gm.read_text())["root_digest"]
     gm.unlink()
     rc, out = verify(scratch, capsys)
-    assert (rc, out) == (1, [
+    assert rc == 1
+    assert out == [
         f"missing: {gm}: manifest is missing",
         (f"root: {scratch / 'panels/t/stats.json'}: computed from panel root generation:t {root}, the current "
          "manifest's is None"),
         f"root: {scratch / 'study/manifest.json'}: panel root generation:t is {root}, the current manifest's is None",
         (f"root: {scratch / 'study/stats.json'}: computed from panel root generation:t {root}, the current manifest's "
          "is None"),
-        f"verify {scratch}: 4 problem(s)"])
+        f"verify {scratch}: 4 problem(s)"]
     snakemake(study)
     assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate/t.log").read_text()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])

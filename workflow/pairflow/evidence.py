@@ -270,7 +270,7 @@ def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Re
         if recorded.get(name) != roots.get(name):
             report.add("root", path, f"panel root {name} is {recorded.get(name)}, the current manifest's is "
                        f"{roots.get(name)}", path)
-    tables = [(study.scratch / "study" / "stats.json", sorted(roots))]
+    tables: list[tuple[Path, list[str] | None]] = [(study.scratch / "study" / "stats.json", None)]
     tables += [(panel_dir(study, p.name) / "stats.json", [f"generation:{p.name}", f"scores:{p.name}"])
                for p in study.panels]
     for stats_json, names in tables:
@@ -279,7 +279,9 @@ def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Re
         except (OSError, ValueError, AttributeError):
             continue  # reported above as missing or altered
         provenance = provenance if isinstance(provenance, dict) else {}
-        for name in sorted(set(names) | (set(provenance) & set(roots))):
+        # The study's statistics bind every root; a panel's, its own generation and scores roots.
+        expected = set(provenance) | set(roots) if names is None else set(names)
+        for name in sorted(expected):
             if provenance.get(name) != roots.get(name):
                 report.add("root", stats_json, f"computed from panel root {name} {provenance.get(name)}, the "
                            f"current manifest's is {roots.get(name)}", path)
