@@ -39,6 +39,7 @@ localrules:
 
 rule all:
     input:
+        MANIFESTS,
         ARCHIVE_DONE,
         STUDY_TABLE,
         STUDY_TABLE_HTML,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pairflow.archive import evidence_files, promote, verify_tree
+from pairflow.archive import evidence_files, promote, retire, verify_archive, verify_tree
 from pairflow.errors import ArchiveError
 from pairflow.records import write_record
 
@@ -28,6 +28,13 @@ def snapshot(work: Path) -> Path:
     return work / json.loads((work / "latest.json").read_text())["snapshot"]
 
 
+def writable(snap: Path) -> Path:
+    """Undo the read-only bits of a promoted snapshot, so a test can damage it."""
+    for p in [snap, *snap.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o200)
+    return snap
+
+
 def test_promote_copies_evidence_not_pixels_and_verifies(tmp_path: Path) -> None:
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     manifest = promote(scratch, work)
@@ -45,7 +52,7 @@ def test_promote_copies_evidence_not_pixels_and_verifies(tmp_path: Path) -> None
 ])
 def test_verify_names_flipped_missing_and_extra_files(tmp_path: Path, damage, words) -> None:  # type: ignore[no-untyped-def]
     promote(make_scratch(tmp_path), tmp_path / "work")
-    snap = snapshot(tmp_path / "work")
+    snap = writable(snapshot(tmp_path / "work"))
     damage(snap)
     problems = verify_tree(snap)
     for w in words:
@@ -54,7 +61,7 @@ def test_verify_names_flipped_missing_and_extra_files(tmp_path: Path, damage, wo
 
 def test_flipped_byte_in_archived_record_is_caught(tmp_path: Path) -> None:
     promote(make_scratch(tmp_path), tmp_path / "work")
-    rec = next(snapshot(tmp_path / "work").rglob("a-s0.json"))
+    rec = next(writable(snapshot(tmp_path / "work")).rglob("a-s0.json"))
     data = bytearray(rec.read_bytes())
     data[len(data) // 2] ^= 0x01
     rec.write_bytes(bytes(data))
@@ -74,7 +81,7 @@ def test_identical_promotion_is_a_noop_and_changes_make_a_new_snapshot(tmp_path:
 def test_archived_bytes_are_immutable(tmp_path: Path) -> None:
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     promote(scratch, work)
-    snap = snapshot(work)
+    snap = writable(snapshot(work))
     (snap / "study" / "table.md").write_text("tampered\n")
     with pytest.raises(ArchiveError, match="refusing to overwrite archived .*table.md: archived xxh3_128:.*new xxh3_128:"):
         promote(scratch, work)
@@ -87,3 +94,36 @@ def test_symlink_out_of_the_evidence_tree_is_refused(tmp_path: Path) -> None:
     os.symlink(secret, scratch / "study" / "leak.json")
     with pytest.raises(ArchiveError, match="leak.json is a symlink to .*outside the evidence tree"):
         evidence_files(scratch)
+
+
+def test_promoted_snapshot_is_read_only_and_follows_the_umask(tmp_path: Path) -> None:
+    """Copies are created with the umask's mode (group-readable under 002), then every
+    write bit of the complete snapshot is dropped."""
+    old = os.umask(0o002)
+    try:
+        promote(make_scratch(tmp_path), tmp_path / "work")
+    finally:
+        os.umask(old)
+    snap = snapshot(tmp_path / "work")
+    modes = {p.relative_to(snap).as_posix(): p.stat().st_mode & 0o777 for p in [snap, *snap.rglob("*")]}
+    assert modes["study/table.md"] == 0o444 and modes["archive.json"] == 0o444
+    assert modes["study"] == 0o555 and modes["."] == 0o555
+    assert (tmp_path / "work" / "latest.json").stat().st_mode & 0o777 == 0o664
+
+
+def test_retired_snapshot_is_kept_reported_and_replaced_on_next_promotion(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    first = snapshot(work)
+    with pytest.raises(ArchiveError, match="no snapshot 'nope' under .*; known: \\['" + first.name):
+        retire(work, "nope", "x")
+    with pytest.raises(ArchiveError, match="give the reason with --why"):
+        retire(work, first.name, "  ")
+    retire(work, first.name, "bad disk")
+    assert first.is_dir() and not (work / "latest.json").exists()
+    with pytest.raises(ArchiveError, match="already retired"):
+        retire(work, first.name, "again")
+    promote(scratch, work)  # the same evidence: a fresh snapshot id, never the retired one
+    assert snapshot(work).name == f"{first.name}-2"
+    report = verify_archive(work)
+    assert report.ok and [n.kind for n in report.notes] == ["retired"] and "bad disk" in report.notes[0].message

@@ -334,7 +334,12 @@ def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tm
     log = (scratch / "logs" / "generate" / "t.log").read_text()
     assert "generate t: 12 candidates, 8 complete, 4 to run" in log
     assert candidates_view(scratch) == before  # regenerated bit for bit
-    assert subprocess.run([pf, "verify", str(scratch)], capture_output=True).returncode == 0
+    # The run stops at the generation manifest, so verify (which proves the whole study
+    # complete) still lists the later stages as missing; nothing of generation is wrong.
+    after = json.loads(subprocess.run([pf, "verify", str(scratch), "--json"], capture_output=True, text=True).stdout)
+    generation = [p for p in after["problems"] if "/records/" in p["file"] or "/videos/" in p["file"]
+                  or p["file"].endswith("generation.json")]
+    assert generation == [] and {p["kind"] for p in after["problems"]} == {"missing"}
     print(f"\nFAULT corruption: 4 damaged candidates detected and regenerated in {time.monotonic() - started:.1f}s")
 
 

@@ -137,13 +137,19 @@ def test_grant_maps_visible_devices_to_physical_gpus():
 
 def test_failures_are_classified_and_spans_recorded(tmp_path):
     hows = ["ok", "host_oom", "device_oom", "bug", "killed", "ok"]
-    payloads = [{"how": h, "i": i} for i, h in enumerate(hows)]
+    payloads = [{"how": h, "i": i, "identity": {"candidate_id": f"c{i}", "arm": "pab", "prompt_id": "a1", "seed": i}}
+                for i, h in enumerate(hows)]
     with pytest.raises(TaskFailedError) as e:
         run_tasks(failing_task, payloads, tmp_path / "run", FleetSpec(2, 0), Grant(), "faults",
                   tmp_path / "tel.json", lambda p: tmp_path / "failures" / f"{p['i']}.json")
     assert "4 of 6 tasks failed" in str(e.value)
     got = {int(f.stem): json.loads(f.read_text())["class"] for f in (tmp_path / "failures").glob("*.json")}
     assert got == {1: "host_oom_or_killed", 2: "device_oom", 3: "other", 4: "host_oom_or_killed"}
+    bug = json.loads((tmp_path / "failures" / "3.json").read_text())  # a failure record names its task
+    assert {k: bug[k] for k in ("candidate_id", "arm", "prompt_id", "seed", "attempts")} == {
+        "candidate_id": "c3", "arm": "pab", "prompt_id": "a1", "seed": 3, "attempts": 1}
+    assert bug["message"] == "a bug in the task" and bug["slot"]["host"]
+    assert json.loads((tmp_path / "failures" / "4.json").read_text())["slot"]  # the lost worker's host
     t = json.loads((tmp_path / "tel.json").read_text())
     assert sum(1 for s in t["spans"] if s.get("failure")) == 4 and len(t["spans"]) == 6
     ran = [s for s in t["spans"] if not s.get("failure")]

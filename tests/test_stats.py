@@ -34,7 +34,7 @@ def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: i
                           "generation": {"frames": 9, "height": 64, "width": 64, "steps": 6}}
                 digest = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")
                 gen.append({"candidate": cand, "arm": {"name": arm}, "video": {"digest": digest}, **common})
-                timings.append({"candidate": cand, "arm": {"name": arm},
+                timings.append({"candidate": cand, "arm": {"name": arm}, "matches_bulk_frames": True,
                                 "timing": {"pass": "timed", "latency_s": lat if arm == "control" else lat / ratio}})
                 q = base + (noise_c if arm == "control" else noise_t + effect)
                 sc = {"q": {"value": q, "spec": NR}}
@@ -333,3 +333,21 @@ def test_sample_size_section_from_a_pilot() -> None:
     md = markdown(res, "t", {})
     assert "## Sample size from this study as a pilot" in md and f"| {pl['prompts_needed']} |" in md
     assert metric(res, "psnr")["planning"] is None  # FR values are not differences from control
+
+
+def test_timed_run_with_other_frames_drops_that_pairs_latency() -> None:
+    """A timing record whose run computed other frames than the bulk run (matches_bulk_frames
+    false) is an error for that pair: its latency is dropped and the note says how many."""
+    gen, scores, timings = records(ratio=2.0)
+    slow = next(t for t in timings if t["arm"]["name"] == "treat")
+    slow["matches_bulk_frames"] = False
+    slow["timing"]["latency_s"] = 1000.0  # would wreck the speedup if it were used
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    assert comp["latency"]["dropped_frames_differ"] == 1 and comp["latency"]["n_pairs"] == 23
+    assert math.isclose(comp["speedup"]["geomean"], 2.0, rel_tol=1e-9)
+    assert "latency: 1 of 24 pair(s) dropped because the timed run's frames differ from the bulk run's" in " ".join(
+        comp["notes"])
+    for t in timings:
+        t["matches_bulk_frames"] = False
+    with pytest.raises(PairingError, match="no pair has a timed run that computed the bulk run's frames"):
+        analyse(gen, scores, timings, ["treat"], S)

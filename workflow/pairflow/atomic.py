@@ -1,7 +1,12 @@
 """Atomic file and directory writes: temp name in the same directory, fsync, rename.
 
-No half-written file is ever visible under a final name: a crash or a kill leaves at
-most a ``.tmp-*`` sibling, which readers ignore and the next write replaces.
+No half-written file is ever visible under a final name. A crash or a kill can leave a
+``.tmp-*`` sibling behind: readers (records, manifests, ``pairflow verify``) ignore it,
+and every job sweeps the ``.tmp-*`` files older than itself from the folders it writes
+(``sweep_temps``); ``pairflow verify`` lists any that remain as safe to delete.
+
+Files and directories are created with the mode the process umask allows (``umask
+002`` gives group-readable evidence), not ``tempfile``'s private 0600/0700.
 """
 
 from __future__ import annotations
@@ -11,12 +16,61 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import StorageError
 
 TMP_PREFIX = ".tmp-"
+_UMASK_LOCK = threading.Lock()
+
+
+def umask() -> int:
+    """The process umask. POSIX can only read it by setting it, so set and restore it
+    under a lock (no other thread of ours changes it)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def _open_mode(path: Path, directory: bool = False) -> None:
+    """Give a temp file (0600) or dir (0700) from ``tempfile`` the mode a plain
+    ``open``/``mkdir`` would have had under the umask, before it takes a final name."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
+def sweep_temps(folders: Iterable[Path], older_than: float) -> list[Path]:
+    """Remove ``.tmp-*`` files and directories directly in ``folders`` last modified
+    before ``older_than`` (epoch seconds; a job passes its own start time, so a temp a
+    live writer is filling, which is newer, is left alone). Returns what was removed."""
+    removed = []
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for e in entries:
+            if not e.name.startswith(TMP_PREFIX):
+                continue
+            try:
+                if e.stat(follow_symlinks=False).st_mtime >= older_than:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path)
+                else:
+                    os.unlink(e.path)
+            except FileNotFoundError:
+                continue
+            removed.append(Path(e.path))
+    return removed
+
+
+def job_start() -> float:
+    """A job's start time for ``sweep_temps`` (one second of slack for coarse mtimes)."""
+    return time.time() - 1.0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -45,6 +99,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
+        _open_mode(tmp)
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
@@ -91,6 +146,7 @@ def replace_dir(final: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + final.name + ".", dir=final.parent))
     old = final.with_name(TMP_PREFIX + final.name + ".old")
     try:
+        _open_mode(tmp, directory=True)
         yield tmp
         for root, _dirs, files in os.walk(tmp):
             for f in files:

@@ -20,8 +20,18 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pairflow", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    v = sub.add_parser("verify", help="re-hash a results tree or archive; non-zero on any problem")
-    v.add_argument("path", type=Path)
+    v = sub.add_parser("verify", help="prove a results tree or archive complete and consistent; exit 1 on any "
+                       "problem")
+    v.add_argument("path", type=Path, help="a results tree (storage.scratch), an archive (work/<study>) or one snapshot")
+    v.add_argument("--configfile", type=Path, help="the study config (default: the snapshot the manifests record)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    a = sub.add_parser("archive", help="manage archive snapshots")
+    asub = a.add_subparsers(dest="archive_cmd", required=True)
+    ar = asub.add_parser("retire", help="set a damaged snapshot aside (kept, excluded from latest.json, reported as "
+                         "retired); the next run promotes a new one")
+    ar.add_argument("snapshot", help="snapshot id (a directory name under work/<study>/snapshots)")
+    ar.add_argument("--why", required=True, help="the reason, kept in the sealed retirement note")
+    ar.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
     b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline (or a tiny one of another family)")
     b.add_argument("out", type=Path)
     b.add_argument("--family", default="wan", help="wan (the embedded model), cogvideox or ltx")
@@ -48,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         if args.cmd == "verify":
-            from .archive import verify_tree
+            return verify(args.path, args.configfile, args.json)
+        if args.cmd == "archive":
+            from .archive import retire
+            from .config import load_study
 
-            problems = verify_tree(args.path)
-            for p in problems:
-                print(p)
-            print(f"verify {args.path}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
-            return 1 if problems else 0
+            study = load_study(args.configfile, Path.cwd())
+            note = retire(study.work / study.study, args.snapshot, args.why, study.scratch)
+            print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
+            return 0
         if args.cmd == "build-tiny-model":
             from .tinymodel import build_tiny_model
 
@@ -85,6 +97,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
+    """Verify a results tree, an archive or one snapshot; print one line per problem
+    (grouped by kind) and notes, then a summary. Returns 0 when everything holds, else 1."""
+    import dataclasses
+
+    from .archive import ARCHIVE_MANIFEST, verify_archive, verify_tree
+    from .config import load_study
+    from .evidence import Report, check_results, recorded_study, temp_files, write_verify_json
+
+    if (path / "latest.json").exists() or (path / "snapshots").is_dir():
+        report = verify_archive(path)
+    elif (path / ARCHIVE_MANIFEST).exists():
+        report = Report()
+        for line in verify_tree(path):
+            file, _, message = line.partition(": ")
+            report.add("extra" if "extra file" in message else "missing" if message.startswith("missing")
+                       else "altered", file, message)
+        for t in temp_files(path):
+            report.add("temp", t, "left by an interrupted write; safe to delete")
+    else:
+        if configfile is not None:
+            study = dataclasses.replace(load_study(configfile, Path.cwd()), scratch=path.resolve())
+        else:
+            study = recorded_study(path)
+        report = check_results(study, deep=True)
+    if as_json:
+        print(write_verify_json(report, path))
+    else:
+        for line in report.lines():
+            print(line)
+        n = len(report.problems)
+        notes = f" ({len(report.notes)} note(s))" if report.notes else ""
+        print(f"verify {path}: {'OK' if report.ok else f'{n} problem(s)'}{notes}")
+    return 0 if report.ok else 1
 
 
 def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:

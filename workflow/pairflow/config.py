@@ -90,7 +90,8 @@ class GenerationSpec:
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """The fixed encoder recipe. ``ffmpeg`` empty means the binary imageio-ffmpeg ships."""
+    """The encoder keys as configured. ``ffmpeg`` empty means the binary imageio-ffmpeg
+    ships. ``video.recipe`` owns the recipe these keys become (the exact ffmpeg argv)."""
 
     ffmpeg: str
     codec: str
@@ -101,13 +102,6 @@ class EncoderSpec:
     threads: int
     lossless: bool
     fail_on_flat: bool
-
-    def recipe(self, fps: int) -> dict[str, Any]:
-        """Everything that determines the encoded bytes except the binary (fingerprinted apart)."""
-        d = {k: v for k, v in self.__dict__.items() if k not in ("ffmpeg", "fail_on_flat")}
-        d["fps"] = f"{fps}/1"
-        d["colour"] = "bt709/bt709/bt709/tv"
-        return d
 
 
 @dataclass(frozen=True)
@@ -346,8 +340,11 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
     return tuple(prompts)
 
 
-def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> StudySpec:
-    """Validate ``raw`` and build the typed StudySpec, resolving paths against ``root``."""
+def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
+                   prompts: dict[str, tuple[Prompt, ...]] | None = None) -> StudySpec:
+    """Validate ``raw`` and build the typed StudySpec, resolving paths against ``root``.
+    ``prompts`` (panel name → prompts) replaces reading the sheets, for a study rebuilt
+    from the config snapshot its manifests record (``evidence.study_from_snapshot``)."""
     raw = validate_raw(raw, source)
     root = Path(root).resolve()
 
@@ -366,7 +363,8 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config") -> S
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(ArmSpec(name, (a["cache"] or {}).get("class"), dict((a["cache"] or {}).get("params", {})))
                  for name, a in raw["arms"].items())
-    panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]), read_sheet(resolve(p["sheet"]), name))
+    panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]),
+                             prompts[name] if prompts is not None else read_sheet(resolve(p["sheet"]), name))
                    for name, p in raw["panels"].items())
     return StudySpec(
         study=raw["study"], root=root, scratch=resolve(raw["storage"]["scratch"]),

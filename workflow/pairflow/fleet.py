@@ -176,6 +176,7 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
         result = fn(payload)
     except Exception as e:  # noqa: BLE001 - re-raised below in a form the driver can unpickle
         error = portable(e)
+        error.pairflow_slot = slot_identity()  # type: ignore[attr-defined]  # travels pickled; for the failure record
     else:
         return {"result": result, "span": {"started": started, "finished": time.time(), **slot_identity()}}
     finally:
@@ -231,6 +232,16 @@ def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
         return pickle.loads(pickle.dumps(type(exc)(*exc.args)))
     except Exception:  # noqa: BLE001 - any failure to rebuild means: wrap it instead
         return None
+
+
+def _failed_slot(exc: BaseException) -> dict[str, Any] | str | None:
+    """Where a failed task last ran: the slot ``traced`` attached to the task's own
+    exception, else the host Parsl's error names (a lost worker or manager)."""
+    for attr in ("pairflow_slot", "hostname", "manager_id", "worker_id"):
+        value = getattr(exc, attr, None)
+        if value:
+            return value if isinstance(value, dict) else str(value.decode() if isinstance(value, bytes) else value)
+    return None
 
 
 def classify_failure(exc: BaseException) -> str:
@@ -352,10 +363,14 @@ class _Collect:
             self.spans.append({"queued": self.queued[i], "started": None, "finished": time.time(),
                                "failure": kind})
             if self.failure_out is not None:
+                # The task's identity (candidate id, arm, prompt id, seed: the payload's
+                # "identity") and where it last ran, not only the record's path.
                 write_record(self.failure_out(self.payloads[i]), {
+                    **self.payloads[i].get("identity", {}),
                     "kind": "failure", "label": label, "class": kind,
                     "exception": getattr(e, "exception", "") or type(e).__name__,
-                    "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time()})
+                    "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time(),
+                    "slot": _failed_slot(e)})
             remote = getattr(e, "remote_traceback", "")
             log.error("%s: task %d failed after %d attempt(s) [%s]: %s%s", label, i, fleet.retries + 1, kind, e,
                       f"\nworker traceback:\n{remote}" if remote else "")

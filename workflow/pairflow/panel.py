@@ -73,14 +73,14 @@ def provenance(study: StudySpec) -> dict[str, Any]:
     """Fields shared by every record of a run (computed once in the driver)."""
     from .envinfo import code_version, environment
     from .generate import model_digests
-    from .video import encoder_fingerprint, recipe_digest
+    from .video import encoder_fingerprint, recipe, recipe_digest
 
     fingerprint = encoder_fingerprint(study.encoder)
     return {
         "code": code_version(str(study.root)),
         "environment": environment(),
         "model": {**study.model.identity(), "weights": model_digests(study.model)},
-        "encoder": {"recipe": study.encoder.recipe(study.generation.fps),
+        "encoder": {"recipe": recipe(study.encoder, study.generation.fps),
                     "recipe_digest": recipe_digest(study.encoder, study.generation.fps),
                     "fingerprint": {k: fingerprint[k] for k in ("version", "digest")}},
         "config_digest": study.subtree_digest("study", "model", "arms", "generation", "encoder"),
@@ -179,11 +179,32 @@ def _clear_failures(study: StudySpec, done: list[Candidate], stage: str) -> None
         failure_path(study, c, stage).unlink(missing_ok=True)
 
 
+def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str, ...]) -> None:
+    """Remove ``.tmp-*`` leftovers older than this job (``started``) from the folders a
+    panel job writes: the panel directory, its telemetry, and each arm's ``subdirs``
+    folder (records, videos, scores, failures/<stage>)."""
+    from .atomic import sweep_temps
+
+    pdir = panel_dir(study, panel)
+    folders = [pdir, pdir / "telemetry"] + [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
+    for f in sweep_temps(folders, started):
+        log.info("removed %s, left by an interrupted write", f)
+
+
+def task_identity(c: Candidate) -> dict[str, Any]:
+    """What a failure record names of its task (beside the path it is written to)."""
+    return {"candidate_id": c.key.candidate_id, "panel": c.key.panel, "arm": c.arm.name,
+            "prompt_id": c.key.prompt_id, "seed": c.key.seed}
+
+
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
+    from .atomic import job_start
+    from .evidence import config_snapshot
     from .fleet import run_tasks
     from .video import recipe_digest
 
+    sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
@@ -198,11 +219,12 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
              len(todo_all) - len(todo), len(todo))
     prov = provenance(study)
-    results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov} for c in todo],
+    results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov,
+                                         "identity": task_identity(c)} for c in todo],
                         run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
                         lambda p: failure_path(study, p["candidate"], "generate"), _describe)
-    _clear_failures(study, todo, "generate")
+    _clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:  # every new record must verify before the manifest binds it
         path = record_path(study, c)
         records[path] = read_record(path)
@@ -211,7 +233,8 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     check_streams(list(records.values()))
     manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
                               {"study": study.study, "panel": panel_name,
-                               "stable_root": stable_root(panel_dir(study, panel_name), records)})
+                               "stable_root": stable_root(panel_dir(study, panel_name), records),
+                               "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 
@@ -378,9 +401,11 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
+    from .atomic import job_start
     from .fleet import run_tasks
     from .weights import verify
 
+    sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
     build = scorer_build(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     digests = verify(study.weights.mirror, study_weights(study))
     panel = study.panel(panel_name)
@@ -397,7 +422,10 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         out = score_path(study, c)
         try:
             old = read_record(out)
-            if (old["video_digest"] == rec["video"]["digest"]
+            # A score is bound to its candidate's current generation record: a regenerated
+            # candidate is rescored even when its video came out bit-identical.
+            if (old["generation_record_digest"] == rec["record_digest"]
+                    and old["video_digest"] == rec["video"]["digest"]
                     and old["control_video_digest"] == ctrl["video"]["digest"]
                     and sorted(old["scores"]) == expected_scores(study, c.arm)
                     and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
@@ -405,12 +433,12 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         except (IntegrityError, KeyError):
             pass
         payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "candidate": c,
-                         "scorer": build, "weight_digests": digests})
+                         "scorer": build, "weight_digests": digests, "identity": task_identity(c)})
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
     run_tasks(score_task, payloads, run_dir, study.fleet, grant, f"score {panel_name}",
               telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
               _describe)
-    _clear_failures(study, [p["candidate"] for p in payloads], "score")
+    _clear_failures(study, todo_all, "score")  # every candidate is scored now
     files = [score_path(study, c) for c in todo_all]
     for f in files:
         read_record(f)

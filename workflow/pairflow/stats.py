@@ -276,9 +276,20 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
         if absent:
             raise PairingError(f"{arm}: no timed-pass latency for prompt {absent[0][0]} seed {absent[0][1]} "
                                "(and maybe others); latency is reported only from the timed pass, rerun it")
-    lat_c = {k: timings["control"][k]["timing"]["latency_s"] for k in keys}
-    lat_t = {k: timings[treatment][k]["timing"]["latency_s"] for k in keys}
-    log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in keys})
+    # A timed run that computed other frames than the bulk run timed another computation:
+    # that pair's latency is dropped (and said so), never reported.
+    differ = [k for k in keys if any(timings[a][k].get("matches_bulk_frames") is not True
+                                     for a in ("control", treatment))]
+    timed = [k for k in keys if k not in differ]
+    if differ:
+        notes.append(f"latency: {len(differ)} of {len(keys)} pair(s) dropped because the timed run's frames differ "
+                     f"from the bulk run's (e.g. {differ[0][0]} seed {differ[0][1]}); see pairflow verify")
+    if not timed:
+        raise PairingError(f"{treatment}: no pair has a timed run that computed the bulk run's frames; latency "
+                           "cannot be reported. Rerun the timed pass on the same stack as the bulk run")
+    lat_c = {k: timings["control"][k]["timing"]["latency_s"] for k in timed}
+    lat_t = {k: timings[treatment][k]["timing"]["latency_s"] for k in timed}
+    log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
     lo, hi, _p = _interval(log_ratio, s.level)
     return {
         "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
@@ -290,6 +301,7 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                                                         .mean())),
                     "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()})
                                                           .mean())),
+                    "n_pairs": len(timed), "dropped_frames_differ": len(differ),
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),

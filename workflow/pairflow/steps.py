@@ -54,13 +54,29 @@ Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]
 
 
 def panel_records(study: StudySpec, panels: list[str]) -> Records:
-    """(generation, score, timing) records of the named panels, each self-digest checked."""
+    """(generation, score, timing) records of the named panels, each self-digest checked
+    and each score and timing record bound to its candidate's current generation record.
+
+    Raises IntegrityError naming the record whose ``generation_record_digest`` is not
+    the current one (it was computed from another generation of the candidate)."""
+    from .errors import IntegrityError
     from .panel import candidates, record_path, score_path
     from .timing import timing_path
 
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
-    return ([read_record(record_path(study, c)) for c in cs], [read_record(score_path(study, c)) for c in cs],
-            [read_record(timing_path(study, c)) for c in cs])
+    gen = [read_record(record_path(study, c)) for c in cs]
+    linked = []
+    for where in (score_path, timing_path):
+        recs = [read_record(where(study, c)) for c in cs]
+        for c, g, r in zip(cs, gen, recs, strict=True):
+            if r.get("generation_record_digest") != g["record_digest"]:
+                raise IntegrityError(
+                    f"{where(study, c)}: names generation record {r.get('generation_record_digest')}, but the "
+                    f"current record {record_path(study, c)} is {g['record_digest']}; it was computed from another "
+                    "generation of the candidate. Rerun the workflow (snakemake --profile profiles/local): it "
+                    "recomputes records whose generation record changed")
+        linked.append(recs)
+    return gen, linked[0], linked[1]
 
 
 def _settings(study: StudySpec) -> Any:
@@ -91,14 +107,19 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
+    from .atomic import job_start, sweep_temps
     from .locks import hold
+    from .panel import panel_dir
 
     with hold(Path(out_json).parent, "study statistics"):
+        sweep_temps([Path(out_json).parent, Path(out_manifest).parent]
+                    + [panel_dir(study, p.name) for p in study.panels], job_start())
         _study_stats(study, manifests, out_json, out_md, out_manifest)
 
 
 def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                  out_manifest: Path) -> None:
+    from .evidence import config_snapshot
     from .panel import panel_dir
     from .stats import analyse
 
@@ -120,7 +141,7 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
                  roots)
     manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
                                                        *files],
-                              {"study": study.study, "panel_roots": roots},
+                              {"study": study.study, "panel_roots": roots, "config": config_snapshot(study)},
                               base=os.path.relpath(study.scratch, Path(out_manifest).parent))
     write_manifest(out_manifest, manifest)
 

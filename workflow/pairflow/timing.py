@@ -51,7 +51,9 @@ def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
     from .errors import PairFlowError
 
     try:
-        return read_record(timing_path(study, c))["generation_record_digest"] == bulk["record_digest"]
+        t = read_record(timing_path(study, c))
+        # A timing whose run computed other frames is re-timed, never kept.
+        return t["generation_record_digest"] == bulk["record_digest"] and t["matches_bulk_frames"] is True
     except (PairFlowError, KeyError):
         return False
 
@@ -59,14 +61,16 @@ def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any]) -> bool:
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> dict[str, Any]:
     from . import generate as g
-    from .atomic import write_text
+    from .atomic import job_start, sweep_temps, write_text
     from .fleet import worker_identity
     from .identity import digest_bytes
-    from .panel import candidates, record_path
+    from .panel import candidates, panel_dir, record_path
     from .slurm import exclusivity
     from .video import prepare_frames
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
+    sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
+                + [Path(manifest_out).parent, Path(manifest_out).parent / "telemetry"], job_start())
     bulk = {c.key.candidate_id: read_record(record_path(study, c)) for c in cands}
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id])]
     log.info("timed pass: %d candidates, %d already timed, %d to time", len(cands), len(cands) - len(todo), len(todo))

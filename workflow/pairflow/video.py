@@ -73,8 +73,24 @@ def encoder_fingerprint(spec: EncoderSpec) -> dict[str, str]:
     return {"binary": binary, "version": version, "digest": digest}
 
 
+OUTPUT_PLACEHOLDER = "{output}"
+"""Stands for the video's (temporary) path in the recorded argv."""
+SIZE_PLACEHOLDER = "{width}x{height}"
+"""Stands for the frame size in the recorded argv (the size is part of the candidate id)."""
+
+
+def recipe(spec: EncoderSpec, fps: int) -> dict[str, Any]:
+    """The encoder recipe as it runs: the exact ffmpeg argument list ``encode`` passes
+    (binary, output path and frame size normalised to placeholders) and its filter graph.
+    The binary is fingerprinted apart (``encoder_fingerprint``)."""
+    argv = _command(spec, fps, SIZE_PLACEHOLDER, OUTPUT_PLACEHOLDER).compile(cmd="ffmpeg")
+    return {"argv": argv[1:], "filter_graph": _output_args(spec, fps).get("vf")}
+
+
 def recipe_digest(spec: EncoderSpec, fps: int) -> str:
-    return digest_obj(spec.recipe(fps))
+    """Digest of ``recipe``: any change to an argument or the filter graph changes it, so
+    exactly the videos written with another recipe are regenerated."""
+    return digest_obj(recipe(spec, fps))
 
 
 # ---------------------------------------------------------------------------- write guards
@@ -190,6 +206,23 @@ def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameSta
 
 # ---------------------------------------------------------------------------- encode
 
+COLOUR_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,"
+                 "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv")
+"""The lossy recipe's filter graph. setparams tags the frames themselves; ffmpeg 7+ lets
+frame properties win over the -color_* options, which alone left primaries/transfer
+"unknown"."""
+
+
+def _command(spec: EncoderSpec, fps: int, size: str, out: str) -> Any:
+    """The one ffmpeg command ``encode`` runs and ``recipe`` records (ffmpeg-python stream)."""
+    import ffmpeg
+
+    return (ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=size, framerate=f"{fps}/1")
+            .output(out, **_output_args(spec, fps))
+            .global_args("-hide_banner", "-nostdin", "-loglevel", "error")
+            .overwrite_output())
+
+
 def _output_args(spec: EncoderSpec, fps: int) -> dict[str, Any]:
     common = {"r": f"{fps}/1", "g": spec.gop, "threads": spec.threads, "preset": spec.preset,
               "fflags": "+bitexact", "flags:v": "+bitexact", "map_metadata": -1,
@@ -198,10 +231,7 @@ def _output_args(spec: EncoderSpec, fps: int) -> dict[str, Any]:
         # RGB stays RGB: libx264rgb at QP 0 round-trips uint8 frames bit-exactly.
         return {**common, "vcodec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
     return {**common, "vcodec": spec.codec, "crf": spec.crf, "pix_fmt": spec.pix_fmt,
-            # setparams tags the frames themselves; ffmpeg 7+ lets frame properties win
-            # over the -color_* options, which alone left primaries/transfer "unknown".
-            "vf": ("scale=out_color_matrix=bt709:out_range=tv,"
-                   "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv"),
+            "vf": COLOUR_FILTER,
             "colorspace": "bt709", "color_primaries": "bt709", "color_trc": "bt709",
             "color_range": "tv"}
 
@@ -245,11 +275,7 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
     f, h, w, _ = frames.shape
     raw = memoryview(np.ascontiguousarray(frames)).cast("B")  # no copy: fed to ffmpeg and hashed as is
     with atomic_path(Path(final)) as tmp:
-        stream = (ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}",
-                               framerate=f"{fps}/1")
-                  .output(str(tmp), **_output_args(spec, fps))
-                  .global_args("-hide_banner", "-nostdin", "-loglevel", "error")
-                  .overwrite_output())
+        stream = _command(spec, fps, f"{w}x{h}", str(tmp))
         try:
             stream.run(cmd=ffmpeg_binary(spec), input=raw, capture_stdout=True,
                        capture_stderr=True)

@@ -3,8 +3,11 @@
 import sys
 from pathlib import Path
 
+from snakemake.logging import logger
+
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from pairflow.config import study_from_raw  # noqa: E402
+from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
 from pairflow.generate import check_arms  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
@@ -33,6 +36,9 @@ ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
 UTILISATION = f"{SCRATCH}/study/utilisation.json"
 UTILISATION_MD = f"{SCRATCH}/study/utilisation.md"
 LOGS = f"{SCRATCH}/logs"
+MANIFESTS = [*expand(GEN_MANIFEST, panel=PANELS), *expand(SCORE_MANIFEST, panel=PANELS), TIMING_MANIFEST,
+             STUDY_MANIFEST]
+"""Targets of rule all, so a manifest a killed job left missing is always rebuilt."""
 REPLICATE_OUTPUTS = [f"{SCRATCH}/replicates/r{n}/panels/{p}/timing.json"
                      for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
@@ -55,3 +61,17 @@ def panel_digest(wildcards):
 def model_input(wildcards):
     """The tiny model is built by a rule; a real checkpoint must already exist."""
     return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []
+
+
+# A plain rerun heals: when the run is planned (not inside a job), the evidence is
+# checked as `pairflow verify` does (videos by size, not re-hashed); every existing output
+# that no longer matches its records gets a newer heal stamp, which its rule takes as input.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    for stamp in mark_stale(STUDY):
+        logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+
+
+def healing(pattern):
+    """Input function: this job's heal stamp, when one exists (see above)."""
+    return lambda wildcards: stamp_input(STUDY.scratch, pattern.format(**wildcards))
+

@@ -3,6 +3,7 @@ rule generate_panel:
     input:
         model=model_input,
         sheet=panel_sheet,
+        heal=healing(GEN_MANIFEST),
     output:
         GEN_MANIFEST,
     benchmark:

@@ -1,6 +1,7 @@
 rule score_panel:
     input:
         GEN_MANIFEST,
+        heal=healing(SCORE_MANIFEST),
     output:
         SCORE_MANIFEST,
     benchmark:

@@ -3,6 +3,7 @@ rule study_stats:
         generation=expand(GEN_MANIFEST, panel=PANELS),
         scores=expand(SCORE_MANIFEST, panel=PANELS),
         timing=TIMING_MANIFEST,
+        heal=healing(STUDY_MANIFEST),
     output:
         panel_stats=expand(PANEL_STATS, panel=PANELS),
         panel_tables=expand(PANEL_TABLE, panel=PANELS),

@@ -1,0 +1,302 @@
+"""Evidence that proves itself: real faults injected into copies of one finished tiny
+study (built once per module through the real Snakemake, Parsl, diffusers, ffmpeg and
+pyiqa). Each test asserts the exact ``pairflow verify`` lines and exit code, then that a
+plain ``snakemake --profile profiles/local`` restores a tree that verifies."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import copy_project, small_config, write_config
+from pairflow.cli import main
+from pairflow.records import read_record, write_record
+
+pytestmark = pytest.mark.slow
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+SCRATCH = "results/scratch"
+
+
+def snakemake(project: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml", *args],
+                          cwd=project, capture_output=True, text=True, timeout=900, check=False)
+    if check and proc.returncode:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc.stdout + proc.stderr
+
+
+def verify(path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    rc = main(["verify", str(path), *args])
+    return rc, capsys.readouterr().out.splitlines()
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished study (1 panel, 2 prompts x 1 seed, control + pab) with relative
+    storage paths, so a copy of the project directory is a complete study of its own."""
+    project = copy_project(tmp_path_factory.mktemp("evidence") / "proj")
+    cfg = small_config(project, tiny_model)
+    cfg["storage"] = {"scratch": SCRATCH, "work": "results/work"}
+    cfg["panels"]["t"]["sheet"] = "config/panels/t.tsv"
+    write_config(project, cfg)
+    snakemake(project)
+    return project
+
+
+@pytest.fixture
+def study(finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the finished study; the test runs from inside it."""
+    project = tmp_path / "proj"
+    shutil.copytree(finished, project, symlinks=True)
+    monkeypatch.chdir(project)
+    return project
+
+
+def test_finished_study_verifies_and_a_rerun_does_nothing(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scratch = study / SCRATCH
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+    rc, out = verify(scratch, capsys, "--json")
+    assert rc == 0 and json.loads("\n".join(out)) == {"path": str(scratch), "ok": True, "problems": [], "notes": []}
+    assert verify(study / "results/work/test", capsys) == (0, [f"verify {study / 'results/work/test'}: OK"])
+    assert "Nothing to be done" in snakemake(study)
+
+
+def test_deleted_score_record_edited_study_manifest_and_temp_file(study: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Three faults at once: a score record deleted, a panel root edited in the study
+    manifest, a half-written record left by a killed write."""
+    scratch = study / SCRATCH
+    score = scratch / "panels/t/scores/pab/a2-s0.json"
+    score.unlink()
+    manifest = scratch / "study/manifest.json"
+    m = json.loads(manifest.read_text())
+    real = m["panel_roots"]["scores:t"]
+    m["panel_roots"]["scores:t"] = "xxh3_128:" + "0" * 32
+    manifest.write_text(json.dumps(m, indent=1, sort_keys=True) + "\n")
+    temp = scratch / "panels/t/scores/control/.tmp-a1-s0.json.k1ll3d.json"
+    temp.write_text('{"kind": "sco')
+    os.utime(temp, (time.time() - 3600, time.time() - 3600))
+    rc, out = verify(scratch, capsys)
+    assert rc == 1
+    assert out == [
+        f"missing: {score}: record is missing",
+        f"altered: {manifest}: root digest mismatch: the manifest itself was altered",
+        f"root: {manifest}: panel root scores:t is xxh3_128:{'0' * 32}, the current manifest's is {real}",
+        f"note: temp: {temp}: left by an interrupted write; safe to delete",
+        f"verify {scratch}: 3 problem(s) (1 note(s))",
+    ]
+    rc, out = verify(scratch, capsys, "--json")
+    report = json.loads("\n".join(out))
+    assert rc == 1 and not report["ok"] and [p["kind"] for p in report["problems"]] == ["missing", "altered", "root"]
+    log = snakemake(study)
+    assert "Nothing to be done" not in log
+    assert "score t: 4 candidates, 1 to score" in (scratch / "logs/score/t.log").read_text()
+    assert not temp.exists()  # swept by the scoring job
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scratch = study / SCRATCH
+    gm = scratch / "panels/t/generation.json"
+    root = json.loads(gm.read_text())["root_digest"]
+    gm.unlink()
+    rc, out = verify(scratch, capsys)
+    assert rc == 1
+    assert out == [
+        f"missing: {gm}: manifest is missing",
+        (f"root: {scratch / 'panels/t/stats.json'}: computed from panel root generation:t {root}, the current "
+         "manifest's is None"),
+        f"root: {scratch / 'study/manifest.json'}: panel root generation:t is {root}, the current manifest's is None",
+        (f"root: {scratch / 'study/stats.json'}: computed from panel root generation:t {root}, the current manifest's "
+         "is None"),
+        f"verify {scratch}: 4 problem(s)"]
+    snakemake(study)
+    assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate/t.log").read_text()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A generation record sealed again with other run-specific fields (what a forced
+    regeneration of a complete candidate leaves): the score and timing records computed
+    from the old one must not count. Plus a record lost with its task's failure record
+    (the 23-of-24 case). A plain rerun regenerates, rescores and re-times exactly those."""
+    scratch = study / SCRATCH
+    pdir = scratch / "panels/t"
+    path = pdir / "records/pab/a1-s0.json"
+    old = read_record(path)
+    body = {k: v for k, v in old.items() if k != "record_digest"}
+    body["timing"] = {**body["timing"], "generate_s": body["timing"]["generate_s"] + 1.0}
+    new = write_record(path, body)["record_digest"]
+    lost = pdir / "records/control/a2-s0.json"
+    cid = read_record(lost)["candidate"]["candidate_id"]
+    lost.unlink()
+    failure = pdir / "failures/generate/control/a2-s0.json"
+    write_record(failure, {"candidate_id": cid, "panel": "t", "arm": "control", "prompt_id": "a2", "seed": 0,
+                           "kind": "failure", "label": "generate t", "class": "host_oom_or_killed",
+                           "exception": "WorkerLost", "message": "worker lost", "attempts": 2, "time": 0.0,
+                           "slot": "node1"})
+    rc, out = verify(scratch, capsys)
+    assert (rc, out) == (1, [
+        f"missing: {lost}: record is missing",
+        (f"link: {pdir / 'scores/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}"),
+        (f"link: {pdir / 'timing/pab/a1-s0.json'}: names generation record {old['record_digest']}, the current one "
+        f"is {new}"),
+        (f"root: {pdir / 'generation.json'}: its root does not match its records: records/pab/a1-s0.json changed "
+        "after it was written"),
+        (f"failure: {failure}: generate t failed [host_oom_or_killed] (candidate_id {cid}, arm control, prompt_id a2, "
+        "seed 0, slot node1, attempts 2): worker lost"),
+        f"verify {scratch}: 5 problem(s)"])
+    snakemake(study)
+    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate/t.log").read_text()
+    assert "score t: 4 candidates, 2 to score" in (scratch / "logs/score/t.log").read_text()
+    assert "timed pass: 4 candidates, 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
+    assert not failure.exists()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A timing record (validly sealed) whose run computed other frames than the bulk run."""
+    scratch = study / SCRATCH
+    path = scratch / "panels/t/timing/pab/a1-s0.json"
+    record = read_record(path)
+    record["matches_bulk_frames"] = False
+    write_record(path, {k: v for k, v in record.items() if k != "record_digest"})
+    rc, out = verify(scratch, capsys)
+    timing = scratch / "study/timing.json"
+    assert (rc, out) == (1, [
+        (f"root: {timing}: its root does not match its records: panels/t/timing/pab/a1-s0.json changed after it "
+        "was written"),
+        f"frames: {path}: the timed run computed other frames than the bulk run; its latency is not reported",
+        f"verify {scratch}: 2 problem(s)"])
+    snakemake(study)
+    assert "timed pass: 4 candidates, 3 already timed, 1 to time" in (scratch / "logs/timing.log").read_text()
+    assert read_record(path)["matches_bulk_frames"] is True
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_damaged_snapshot_is_retired_and_a_new_one_promoted(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = study / "results/work/test"
+    snap = work / json.loads((work / "latest.json").read_text())["snapshot"]
+    table = snap / "study/table.md"
+    assert not table.stat().st_mode & 0o222 and not snap.stat().st_mode & 0o222  # promoted snapshots: read-only
+    os.chmod(table.parent, 0o755)
+    os.chmod(table, 0o644)
+    table.write_text(table.read_text() + "tampered\n")
+    rc, out = verify(work, capsys)
+    from pairflow.identity import digest_file
+
+    retire_hint = f"(snapshot {snap.name}; retire it with pairflow archive retire {snap.name} --why \"...\")"
+    listed = json.loads((snap / "archive.json").read_text())["files"]["study/table.md"]
+    assert (rc, out) == (1, [
+        f"altered: {table}: digest {digest_file(table)} differs from {listed} listed in {snap / 'archive.json'} "
+        + retire_hint,
+        f"altered: {table}: digest {digest_file(table)} differs from {listed} listed in {snap / 'study/manifest.json'} "
+        + retire_hint,
+        f"verify {work}: 2 problem(s)"])
+    assert main(["archive", "retire", snap.name, "--why", "table.md edited by hand"]) == 0
+    capsys.readouterr()
+    note = read_record(work / "retired" / f"{snap.name}.json")
+    assert note["why"] == "table.md edited by hand" and note["found"] and note["by"]
+    assert not (work / "latest.json").exists() and not (study / SCRATCH / "study/archived.json").exists()
+    rc, out = verify(work, capsys)
+    retired = f"note: retired: {snap}: retired {note['at']} by {note['by']}: table.md edited by hand"
+    assert (rc, out) == (1, [
+        (f"latest: {work / 'latest.json'}: missing: every snapshot is retired; rerun the workflow (snakemake "
+        "--profile profiles/local) to promote the evidence into a new snapshot"),
+        retired, f"verify {work}: 1 problem(s) (1 note(s))"])
+    snakemake(study)
+    new = json.loads((work / "latest.json").read_text())["snapshot"]
+    assert new != f"snapshots/{snap.name}" and (work / new / "archive.json").is_file()
+    assert verify(work, capsys) == (0, [retired, f"verify {work}: OK (1 note(s))"])
+
+
+def test_driver_killed_during_forced_regeneration_heals_on_plain_rerun(study: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL the whole run once Snakemake has deleted the panel manifest for a forced
+    regeneration and a candidate is being regenerated; a plain rerun must complete it."""
+    scratch = study / SCRATCH
+    gm = scratch / "panels/t/generation.json"
+    before = {p: p.stat().st_mtime_ns for p in (scratch / "panels/t/records").rglob("*.json")}
+    proc = subprocess.Popen([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml",
+                             "--forcerun", "generate_panel"], cwd=study, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        end = time.monotonic() + 300
+        while time.monotonic() < end and gm.exists():
+            time.sleep(0.1)
+        assert not gm.exists(), "snakemake never started the forced job"
+    finally:
+        _kill_all(study, proc.pid)
+        proc.wait(timeout=60)
+    rc, out = verify(scratch, capsys)
+    assert rc == 1 and f"missing: {gm}: manifest is missing" in out
+    snakemake(study, "--unlock")
+    log = snakemake(study)
+    assert "Nothing to be done" not in log
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+    assert verify(study / "results/work/test", capsys)[0] == 0
+    assert before  # the records existed before the kill
+
+
+def _kill_all(project: Path, pgid: int) -> None:
+    """SIGKILL the run's process group and any process whose command line names the
+    project (Parsl's worker pools run in their own sessions)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(project).encode() in cmd.read_bytes():
+                os.kill(int(cmd.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The recipe digest is the digest of the argv that runs: editing the filter graph
+    makes every video written with the old graph stale (to be regenerated), and the
+    generation job sees the same."""
+    from pairflow import video
+    from pairflow.config import load_study
+    from pairflow.panel import candidates, complete_record
+
+    spec = load_study(study / "config/config.yaml")
+    old = video.recipe_digest(spec.encoder, spec.generation.fps)
+    monkeypatch.setattr(video, "COLOUR_FILTER", video.COLOUR_FILTER.replace("range=tv", "range=pc"))
+    new = video.recipe_digest(spec.encoder, spec.generation.fps)
+    assert new != old and "range=pc" in " ".join(video.recipe(spec.encoder, spec.generation.fps)["argv"])
+    scratch = study / SCRATCH
+    rc, out = verify(scratch, capsys)
+    recs = sorted((scratch / "panels/t/records").rglob("*.json"))
+    assert rc == 1 and len(recs) == 4
+    for r in recs:
+        assert f"stale: {r}: written with encoder recipe {old}, the recipe that runs now is {new}" in out
+    assert all(complete_record(spec, c, new) is None for c in candidates(spec, spec.panels[0]))
+    assert all(complete_record(spec, c, old) is not None for c in candidates(spec, spec.panels[0]))
+
+
+def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> None:
+    """Stats load score and timing records only when they name the current generation record."""
+    from pairflow.config import load_study
+    from pairflow.errors import IntegrityError
+    from pairflow.steps import panel_records
+
+    spec = load_study(study / "config/config.yaml")
+    assert len(panel_records(spec, ["t"])[1]) == 4
+    path = study / SCRATCH / "panels/t/records/control/a2-s0.json"
+    body = {k: v for k, v in read_record(path).items() if k != "record_digest"}
+    body["worker"] = {**body["worker"], "pid": -1}
+    current = write_record(path, body)["record_digest"]
+    with pytest.raises(IntegrityError, match=f"scores/control/a2-s0.json: names generation record .*, but the current "
+                       f"record .*records/control/a2-s0.json is {current}; it was computed from another generation"):
+        panel_records(spec, ["t"])

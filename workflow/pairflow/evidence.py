@@ -1,0 +1,362 @@
+"""Completeness and consistency of a results tree: what ``pairflow verify`` proves and
+what the workflow heals.
+
+A results tree is complete and consistent when every candidate the study's config
+implies has its generation record (current candidate id and encoder recipe), its video,
+a score record per configured scorer and a timing record; every record names the
+current generation record of its candidate; every panel manifest and the timing
+manifest list exactly those records with their current digests; the study manifest's
+panel roots are the current manifests' roots and the statistics were computed from
+them; no failure record is left; no timed run computed other frames than the bulk run.
+
+``check_results`` returns one ``Problem`` per violation, each naming its file and the
+output whose rerun heals it. The workflow runs the same check (without re-hashing
+videos) when it builds its plan and forces those outputs, so a plain rerun sees what is
+missing (``heal_targets``). Imports without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .atomic import TMP_PREFIX
+from .config import Prompt, StudySpec, study_from_raw
+from .errors import ConfigError, PairFlowError
+from .identity import digest_file, digest_obj
+from .records import read_record
+
+KINDS = {
+    "missing": "missing files",
+    "altered": "altered files (digest differs from the one recorded)",
+    "stale": "stale records (another candidate, encoder recipe or scorer set than the config implies)",
+    "link": "broken links (a record names a generation record that is not current)",
+    "root": "manifests that do not match their records",
+    "frames": "timed runs whose frames differ from the bulk run (latency dropped for the pair)",
+    "failure": "failure records (tasks that failed after their retries)",
+    "extra": "extra files",
+    "snapshot": "incomplete or damaged snapshots",
+    "latest": "latest.json",
+    "config": "study config",
+}
+"""Problem kinds, in the order ``pairflow verify`` groups them."""
+NOTE_KINDS = {"temp": "temporary files left by an interrupted write (safe to delete)",
+              "retired": "retired snapshots (kept, excluded from latest.json)"}
+"""Findings that do not fail verification."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: its kind (``KINDS`` or ``NOTE_KINDS``), the file and what is wrong.
+    ``heals`` is the workflow output whose rerun repairs it (None: no rerun does)."""
+
+    kind: str
+    file: str
+    message: str
+    heals: str | None = None
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.file}: {self.message}"
+
+
+@dataclass
+class Report:
+    """What a check found: problems fail verification, notes do not."""
+
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
+
+    def add(self, kind: str, file: Path | str, message: str, heals: Path | str | None = None) -> None:
+        p = Problem(kind, str(file), message, None if heals is None else str(heals))
+        (self.notes if kind in NOTE_KINDS else self.problems).append(p)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """Problems grouped by kind (``KINDS`` order), then notes; sorted by file within a kind."""
+        order = {k: i for i, k in enumerate([*KINDS, *NOTE_KINDS])}
+        items = sorted(self.problems, key=lambda p: (order.get(p.kind, 99), p.file, p.message))
+        notes = sorted(self.notes, key=lambda p: (order.get(p.kind, 99), p.file, p.message))
+        return [p.line() for p in items] + [f"note: {p.line()}" for p in notes]
+
+    def asdict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": [asdict(p) for p in self.problems],
+                "notes": [asdict(p) for p in self.notes]}
+
+
+# ---------------------------------------------------------------------------- config snapshot
+
+def config_snapshot(study: StudySpec) -> dict[str, Any]:
+    """What verify needs to rebuild the study years later: the defaults-filled config,
+    the project root it was resolved against, and every panel's prompts (sheets move)."""
+    return {"raw": study.raw, "root": str(study.root),
+            "prompts": {p.name: [[q.prompt_id, q.text] for q in p.prompts] for p in study.panels}}
+
+
+def study_from_snapshot(snapshot: dict[str, Any], scratch: Path) -> StudySpec:
+    """The study a manifest recorded, with its scratch root set to ``scratch`` (where the
+    tree is now). Raises ConfigError when the snapshot does not validate."""
+    raw = json.loads(json.dumps(snapshot["raw"]))
+    raw["storage"]["scratch"] = str(Path(scratch).resolve())
+    prompts = {name: tuple(Prompt(pid, text) for pid, text in rows) for name, rows in snapshot["prompts"].items()}
+    return study_from_raw(raw, Path(snapshot["root"]), source="the config snapshot recorded in the manifests",
+                          prompts=prompts)
+
+
+def recorded_study(scratch: Path) -> StudySpec:
+    """The study config recorded in a results tree: the study manifest's snapshot, else
+    any panel generation manifest's. Raises ConfigError naming the fix when none is found."""
+    scratch = Path(scratch)
+    candidates = [scratch / "study" / "manifest.json", *sorted((scratch / "panels").glob("*/generation.json"))]
+    for path in candidates:
+        try:
+            snap = json.loads(path.read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return study_from_snapshot(snap, scratch)
+    raise ConfigError(f"{scratch}: no manifest records the study config (looked in {candidates[0]} and "
+                      "panels/*/generation.json); pass the study's config: pairflow verify "
+                      f"{scratch} --configfile config/config.yaml")
+
+
+# ---------------------------------------------------------------------------- results tree
+
+def _read(path: Path, report: Report, heals: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        report.add("missing", path, "record is missing", heals)
+        return None
+    try:
+        return read_record(path)
+    except PairFlowError as e:
+        report.add("altered", path, str(e).removeprefix(f"{path}: "), heals)
+        return None
+
+
+def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> dict[str, Any] | None:
+    """Check a manifest exists, is unaltered, and lists exactly ``expected`` with their
+    current digests. Returns it (None when missing or unreadable)."""
+    if not path.is_file():
+        report.add("missing", path, "manifest is missing", heals)
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        body = {k: v for k, v in manifest.items() if k != "root_digest"}
+        listed = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        report.add("altered", path, f"unreadable manifest ({e})", heals)
+        return None
+    if digest_obj(body) != manifest.get("root_digest"):
+        report.add("altered", path, "root digest mismatch: the manifest itself was altered", heals)
+    base = path.parent / manifest.get("base", ".")
+    want = {os.path.relpath(f, base): f for f in expected}
+    absent, extra = sorted(set(want) - set(listed)), sorted(set(listed) - set(want))
+    if absent or extra:
+        report.add("root", path, f"lists {len(listed)} file(s), the config implies {len(want)}"
+                   + (f"; not listed: {', '.join(absent[:3])}" if absent else "")
+                   + (f"; not implied: {', '.join(extra[:3])}" if extra else ""), heals)
+    for rel in sorted(set(want) & set(listed)):
+        f = want[rel]
+        if f.is_file() and digest_file(f) != listed[rel]:
+            report.add("root", path, f"its root does not match its records: {rel} changed after it was written",
+                       heals)
+    return manifest
+
+
+def check_results(study: StudySpec, deep: bool = True) -> Report:
+    """Completeness and consistency of ``study``'s results tree (see the module docstring).
+    ``deep`` re-hashes every video; without it a video is checked by existence and size
+    (what the workflow does when it plans a run)."""
+    from .panel import candidates, expected_scores, panel_dir, record_path, score_path
+    from .timing import timing_path
+    from .video import recipe_digest
+
+    report = Report()
+    scratch = study.scratch
+    timing_manifest = scratch / "study" / "timing.json"
+    study_manifest = scratch / "study" / "manifest.json"
+    rdigest = recipe_digest(study.encoder, study.generation.fps)
+    roots: dict[str, str] = {}
+    all_cands = []
+    current: dict[str, dict[str, Any]] = {}
+    for panel in study.panels:
+        pdir = panel_dir(study, panel.name)
+        gm, sm = pdir / "generation.json", pdir / "scores.json"
+        cands = candidates(study, panel)
+        all_cands += cands
+        for c in cands:
+            path = record_path(study, c)
+            rec = _read(path, report, gm)
+            if rec is None:
+                continue
+            if rec.get("candidate", {}).get("candidate_id") != c.key.candidate_id:
+                report.add("stale", path, f"names candidate {rec.get('candidate', {}).get('candidate_id')}, the config "
+                           f"implies {c.key.candidate_id}", gm)
+                continue
+            if rec.get("encoder", {}).get("recipe_digest") != rdigest:
+                report.add("stale", path, f"written with encoder recipe {rec.get('encoder', {}).get('recipe_digest')}, "
+                           f"the recipe that runs now is {rdigest}", gm)
+                continue
+            current[c.key.candidate_id] = rec
+            video = pdir / rec["video"]["path"]
+            if not video.is_file():
+                report.add("missing", video, f"video of {path} is missing", gm)
+            elif not deep and video.stat().st_size != rec["video"]["bytes"]:
+                report.add("altered", video, f"{video.stat().st_size} bytes, {rec['video']['bytes']} recorded in {path}",
+                           gm)
+            elif deep and (actual := digest_file(video)) != rec["video"]["digest"]:
+                report.add("altered", video, f"digest {actual} differs from {rec['video']['digest']} recorded in {path}",
+                           gm)
+        m = _manifest(gm, [record_path(study, c) for c in cands], report, gm)
+        if m is not None:
+            roots[f"generation:{panel.name}"] = m.get("root_digest", "")
+        for stage, heals in (("generate", gm), ("score", sm)):
+            for f in sorted((pdir / "failures" / stage).rglob("*.json")):
+                if f.name.startswith(TMP_PREFIX):
+                    continue
+                report.add("failure", f, _failure_text(f), heals)
+        for c in cands:
+            path = score_path(study, c)
+            rec = _read(path, report, sm)
+            if rec is None:
+                continue
+            gen = current.get(c.key.candidate_id)
+            if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
+                report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
+                           f"one is {gen['record_digest']}", sm)
+            if sorted(rec.get("scores", {})) != expected_scores(study, c.arm):
+                report.add("stale", path, f"scores {sorted(rec.get('scores', {}))}, the config implies "
+                           f"{expected_scores(study, c.arm)}", sm)
+        m = _manifest(sm, [score_path(study, c) for c in cands], report, sm)
+        if m is not None:
+            roots[f"scores:{panel.name}"] = m.get("root_digest", "")
+    for c in all_cands:
+        path = timing_path(study, c)
+        rec = _read(path, report, timing_manifest)
+        if rec is None:
+            continue
+        gen = current.get(c.key.candidate_id)
+        if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
+            report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
+                       f"one is {gen['record_digest']}", timing_manifest)
+        if rec.get("matches_bulk_frames") is not True:
+            report.add("frames", path, "the timed run computed other frames than the bulk run; its latency is not "
+                       "reported", timing_manifest)
+    m = _manifest(timing_manifest, [timing_path(study, c) for c in all_cands], report, timing_manifest)
+    if m is not None:
+        roots["timing"] = m.get("root_digest", "")
+    _check_study(study, study_manifest, roots, report)
+    for t in temp_files(scratch):
+        report.add("temp", t, "left by an interrupted write; safe to delete")
+    return report
+
+
+def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Report) -> None:
+    """The study manifest binds the current panel roots and the statistics computed from them."""
+    from .panel import panel_dir
+
+    stats = [study.scratch / "study" / n for n in ("stats.json", "table.md", "table.html")]
+    for p in study.panels:
+        stats += [panel_dir(study, p.name) / n for n in ("stats.json", "table.md", "table.html")]
+    m = _manifest(path, stats, report, path)
+    if m is None:
+        return
+    recorded = m.get("panel_roots", {})
+    for name in sorted(set(recorded) | set(roots)):
+        if recorded.get(name) != roots.get(name):
+            report.add("root", path, f"panel root {name} is {recorded.get(name)}, the current manifest's is "
+                       f"{roots.get(name)}", path)
+    tables: list[tuple[Path, list[str] | None]] = [(study.scratch / "study" / "stats.json", None)]
+    tables += [(panel_dir(study, p.name) / "stats.json", [f"generation:{p.name}", f"scores:{p.name}"])
+               for p in study.panels]
+    for stats_json, names in tables:
+        try:
+            provenance = json.loads(stats_json.read_text()).get("provenance")
+        except (OSError, ValueError, AttributeError):
+            continue  # reported above as missing or altered
+        provenance = provenance if isinstance(provenance, dict) else {}
+        # The study's statistics bind every root; a panel's, its own generation and scores roots.
+        expected = set(provenance) | set(roots) if names is None else set(names)
+        for name in sorted(expected):
+            if provenance.get(name) != roots.get(name):
+                report.add("root", stats_json, f"computed from panel root {name} {provenance.get(name)}, the "
+                           f"current manifest's is {roots.get(name)}", path)
+
+
+def _failure_text(path: Path) -> str:
+    try:
+        f = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return f"unreadable failure record ({e})"
+    slot = f.get("slot")
+    if isinstance(slot, dict):  # a worker's slot identity: host and GPU index or worker rank
+        f["slot"] = f"{slot.get('host')}/" + (f"gpu{slot['gpu_index']}" if slot.get("gpu_index")
+                                             else f"cpu{slot.get('rank')}")
+    who = ", ".join(f"{k} {f[k]}" for k in ("candidate_id", "arm", "prompt_id", "seed", "slot", "attempts") if k in f)
+    return f"{f.get('label', '?')} failed [{f.get('class', '?')}] ({who}): {f.get('message', '')[:300]}"
+
+
+def temp_files(root: Path) -> list[Path]:
+    """``.tmp-*`` files and directories under ``root`` (Parsl run directories skipped)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        out += [Path(dirpath) / n for n in filenames + dirnames if n.startswith(TMP_PREFIX)]
+        dirnames[:] = [d for d in dirnames if d != "run" and not d.startswith(TMP_PREFIX)]
+    return sorted(out)
+
+
+HEAL_DIR = "heal"
+"""Under scratch: one stamp per workflow output found stale when a run was planned."""
+
+
+def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
+    """The workflow outputs a plain rerun must recompute so the tree verifies, with the
+    problems each heals (the check without re-hashing videos). Empty when the tree is
+    complete or not started."""
+    if not (study.scratch / "panels").exists():
+        return {}
+    out: dict[str, list[Problem]] = {}
+    for p in check_results(study, deep=False).problems:
+        if p.heals:
+            out.setdefault(p.heals, []).append(p)
+    return out
+
+
+def heal_stamp(scratch: Path, output: str | Path) -> Path:
+    """The stamp file of one workflow output (``scratch/heal/<output path with -->.txt``)."""
+    rel = os.path.relpath(output, scratch).replace(os.sep, "--")
+    return Path(scratch) / HEAL_DIR / f"{rel}.txt"
+
+
+def mark_stale(study: StudySpec) -> list[Path]:
+    """Touch the heal stamp of every existing output the check finds stale, writing the
+    problems into it. Each rule takes its output's stamp as an input when it exists
+    (``stamp_input``), so a stamp newer than the output makes Snakemake rerun that job
+    and, through the updated output, everything downstream. Outputs that are missing
+    need no stamp: ``rule all`` lists every manifest, so Snakemake rebuilds them.
+    Returns the stamps written."""
+    from .atomic import write_text
+
+    written = []
+    for output, problems in sorted(heal_targets(study).items()):
+        if not Path(output).exists():
+            continue
+        stamp = heal_stamp(study.scratch, output)
+        write_text(stamp, f"{output} is recomputed by the next run: it does not match its evidence\n"
+                   + "".join(f"{p.line()}\n" for p in problems))
+        written.append(stamp)
+    return written
+
+
+def stamp_input(scratch: Path, output: str) -> list[str]:
+    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists, else ``[]``."""
+    stamp = heal_stamp(scratch, output)
+    return [str(stamp)] if stamp.exists() else []
+
+
+def write_verify_json(report: Report, path: Path) -> str:
+    return json.dumps({"path": str(path), **report.asdict()}, indent=1, sort_keys=True)
