@@ -148,7 +148,7 @@ def test_failures_are_classified_and_spans_recorded(tmp_path):
     bug = json.loads((tmp_path / "failures" / "3.json").read_text())  # a failure record names its task
     assert {k: bug[k] for k in ("candidate_id", "arm", "prompt_id", "seed", "attempts")} == {
         "candidate_id": "c3", "arm": "pab", "prompt_id": "a1", "seed": 3, "attempts": 1}
-    assert bug["message"] == "a bug in the task" and bug["slot"]["host"]
+    assert bug["exception"] == "ValueError" and bug["message"] == "ValueError: a bug in the task" and bug["slot"]["host"]
     assert json.loads((tmp_path / "failures" / "4.json").read_text())["slot"]  # the lost worker's host
     t = json.loads((tmp_path / "tel.json").read_text())
     assert sum(1 for s in t["spans"] if s.get("failure")) == 4 and len(t["spans"]) == 6

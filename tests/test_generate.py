@@ -188,7 +188,8 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     pipe = load_pipeline(study.model, "float32", 1)
     direct = generate(pipe, cands[0].prompt.text, cands[0].key.stream_seed, CONTROL, study.generation, 64).frames
     assert np.array_equal(frames["control"], prepare_frames(direct, study.encoder)[0])
-    timing = [{"candidate": r["candidate"], "arm": r["arm"], "timing": {"pass": "timed", "latency_s": 1.0}}
+    timing = [{"candidate": r["candidate"], "arm": r["arm"], "timing": {"pass": "timed", "latency_s": 1.0},
+               "matches_bulk_frames": True}
               for r in gen]
     scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
     res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
