@@ -137,6 +137,13 @@ def _read(path: Path, report: Report, heals: Path) -> dict[str, Any] | None:
         return None
 
 
+def _check_link(path: Path, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
+    """A score or timing record must name its candidate's current generation record."""
+    if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
+        report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
+                   f"one is {gen['record_digest']}", heals)
+
+
 def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> dict[str, Any] | None:
     """Check a manifest exists, is unaltered, and lists exactly ``expected`` with their
     current digests. Returns it (None when missing or unreadable)."""
@@ -224,10 +231,7 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
             rec = _read(path, report, sm)
             if rec is None:
                 continue
-            gen = current.get(c.key.candidate_id)
-            if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
-                report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
-                           f"one is {gen['record_digest']}", sm)
+            _check_link(path, rec, current.get(c.key.candidate_id), report, sm)
             if sorted(rec.get("scores", {})) != expected_scores(study, c.arm):
                 report.add("stale", path, f"scores {sorted(rec.get('scores', {}))}, the config implies "
                            f"{expected_scores(study, c.arm)}", sm)
@@ -239,10 +243,7 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
         rec = _read(path, report, timing_manifest)
         if rec is None:
             continue
-        gen = current.get(c.key.candidate_id)
-        if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
-            report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
-                       f"one is {gen['record_digest']}", timing_manifest)
+        _check_link(path, rec, current.get(c.key.candidate_id), report, timing_manifest)
         if rec.get("matches_bulk_frames") is not True:
             report.add("frames", path, "the timed run computed other frames than the bulk run; its latency is not "
                        "reported", timing_manifest)
