@@ -89,13 +89,20 @@ def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-u
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def make(tmp: Path, tiny_model: Path, name: str, **over: object) -> tuple[Path, dict]:
+SLOWER = {"frames": 9, "height": 64, "width": 64, "steps": 24}
+"""Generation heavy enough (about 5x slower than the default test size) that a run cannot finish
+in the second a kill takes to reach every process."""
+
+
+def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
+         **over: object) -> tuple[Path, dict]:
+    """A project copy with panel ``t``: 3 prompts x ``seeds`` (default [0, 1]) x 2 arms."""
     project = copy_project(tmp / name)
     cfg = small_config(project, tiny_model, **over)
     (project / "config" / "panels").mkdir(parents=True, exist_ok=True)
     sheet = project / "config" / "panels" / "t.tsv"
     sheet.write_text("prompt_id\tprompt\na1\ta red fox\na2\twaves\na3\ta paper boat\n")
-    cfg["panels"]["t"] = {"sheet": str(sheet), "seeds": [0, 1]}
+    cfg["panels"]["t"] = {"sheet": str(sheet), "seeds": seeds or [0, 1]}
     write_config(project, cfg)
     return project, cfg
 
@@ -119,11 +126,16 @@ def candidates_view(scratch: Path) -> dict:
 
 
 def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tmp_path: Path) -> None:
-    """Injected: SIGKILL to the snakemake driver process alone, once at least 3 of 12
+    """Injected: SIGKILL to the snakemake driver process alone, once at least 3 of 18
     candidates have records. Its job process, Parsl interchange and worker pool (with
     multiprocessing's helpers) must end by themselves within seconds, releasing the panel
-    lock; nothing is left running. Then: unlock, rerun."""
-    project, cfg = make(tmp_path, tiny_model, "killed")
+    lock; nothing is left running. Then: unlock, rerun.
+
+    Regression (CI, stop 19): at 32x32x5 frames and 3 steps a candidate takes about 65 ms,
+    so the ~1 s the orphans need to notice the kill finished all 12 candidates and left
+    nothing to resume. Candidates here are ~5x slower (~0.35 s) and there are 18 of them: about
+    5 s of work remains after the third record."""
+    project, cfg = make(tmp_path, tiny_model, "killed", generation=SLOWER, seeds=[0, 1, 2])
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
@@ -147,7 +159,7 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
         pass
     time.sleep(1)
     done_at_kill = len(complete_records(scratch))
-    assert done_at_kill < 12
+    assert done_at_kill < 18, "the run finished before the kill took effect: nothing left to resume"
     # Nothing partial under a final name: every final-named record and video verifies.
     for p in (scratch / "panels").rglob("*"):
         if p.is_file() and not p.name.startswith(".tmp-") and p.suffix == ".json" and "/records/" in str(p):
@@ -159,17 +171,17 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     assert res.returncode == 0, res.stderr[-5000:]
     recovery_s = time.monotonic() - started
     log = (scratch / "logs" / "generate" / "t.log").read_text()
-    assert f"generate t: 12 candidates, {done_at_kill} complete, {12 - done_at_kill} to run" in log
-    assert len(complete_records(scratch)) == 12
+    assert f"generate t: 18 candidates, {done_at_kill} complete, {18 - done_at_kill} to run" in log
+    assert len(complete_records(scratch)) == 18
     assert verify_tree(scratch) == []
     # Same bytes as an uninterrupted run of the same study.
-    other, cfg2 = make(tmp_path, tiny_model, "clean")
+    other, cfg2 = make(tmp_path, tiny_model, "clean", generation=SLOWER, seeds=[0, 1, 2])
     assert run(other).returncode == 0
     assert candidates_view(scratch) == candidates_view(Path(cfg2["storage"]["scratch"]))
     gen1 = json.loads((scratch / "panels" / "t" / "generation.json").read_text())
     gen2 = json.loads((Path(cfg2["storage"]["scratch"]) / "panels" / "t" / "generation.json").read_text())
     assert gen1["stable_root"] == gen2["stable_root"]
-    print(f"\nFAULT whole-run-kill: done at kill {done_at_kill}/12, recovery {recovery_s:.1f}s")
+    print(f"\nFAULT whole-run-kill: done at kill {done_at_kill}/18, recovery {recovery_s:.1f}s")
 
 
 def _payload(tmp: Path, tiny_model: Path) -> dict:
