@@ -286,7 +286,8 @@ def _children(pid: int) -> list[int]:
 def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Path, tmp_path: Path) -> None:
     """Injected: SIGKILL to one Parsl worker process (a child of the worker pool) while the
     panel is being generated. Parsl reports the task lost and retries it (retries: 1)."""
-    project, cfg = make(tmp_path, tiny_model, "worker", fleet={"cpu_workers": 2, "retries": 1})
+    project, cfg = make(tmp_path, tiny_model, "worker", fleet={"cpu_workers": 2, "retries": 1},
+                        generation=SLOWER)  # so the panel is still running when the kill lands
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
