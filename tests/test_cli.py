@@ -41,7 +41,7 @@ def test_check_config_and_snakemake_give_the_same_one_line_answer(tmp_path: Path
     dry = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/one.yaml"], cwd=project, capture_output=True,
                          text=True, timeout=300, check=False)
     want = "key 'arms/fbcache/cache/params/threshold' is 'high' (str); FirstBlockCacheConfig expects float"
-    assert check.returncode == 2 and want in check.stderr, check.stderr
+    assert check.returncode == 3 and want in check.stderr, check.stderr
     assert dry.returncode != 0 and want in dry.stdout + dry.stderr
     assert "jsonschema" not in dry.stdout + dry.stderr and not (project / "resources").exists()
 
@@ -61,7 +61,7 @@ def test_configfile_replaces_the_default_config(tmp_path: Path) -> None:
 
 def test_verify_without_a_recorded_config_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "panels").mkdir()
-    assert main(["verify", str(tmp_path)]) == 2
+    assert main(["verify", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert f"{tmp_path}: no manifest records the study config" in err
     assert f"pairflow verify {tmp_path} --configfile config/config.yaml" in err
@@ -86,3 +86,25 @@ def test_half_written_snapshot_is_reported_as_such(tmp_path: Path, capsys: pytes
     assert report["ok"] is False and [p["kind"] for p in report["problems"]] == ["snapshot"]
     snap = work / json.loads((work / "latest.json").read_text())["snapshot"]
     assert main(["verify", str(snap)]) == 0 and capsys.readouterr().out == f"verify {snap}: OK\n"
+
+
+def test_version_help_and_exit_codes_follow_conventions(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version; every subcommand and argument has help; the top-level help has examples
+    and no raw RST; a refused input (3) is told apart from argparse's usage error (2)."""
+    from pairflow.cli import EXIT_REFUSED, EXIT_USAGE, _parser
+
+    with pytest.raises(SystemExit) as ex:
+        main(["--version"])
+    assert ex.value.code == 0 and capsys.readouterr().out.startswith("pairflow 0.")
+    parser = _parser()
+    text = parser.format_help()
+    assert "examples:" in text and "exit codes" in text and "``" not in text
+    sub = next(a for a in parser._actions if a.choices and "verify" in a.choices)  # noqa: SLF001 - argparse has no public walk
+    helps = {a.dest: a.help for a in sub._choices_actions}  # noqa: SLF001
+    for name, cmd in sub.choices.items():
+        assert helps.get(name) and cmd.description, name
+        for action in cmd._actions:  # noqa: SLF001
+            assert action.help, (name, action.dest)
+    with pytest.raises(SystemExit) as ex:
+        main(["verify"])  # missing PATH: argparse's usage error
+    assert ex.value.code == EXIT_USAGE != EXIT_REFUSED

@@ -1,13 +1,43 @@
-"""``pairflow`` command line: verify trees, build the tiny model, mirror scorer weights, run one step by hand."""
+"""The ``pairflow`` command line: check a config, follow a running study, verify its
+evidence, rerun one panel, and the helpers that build models and weight mirrors.
+
+Exit codes (distinct from argparse's usage error, 2):
+
+    0  success
+    1  the check ran and found problems (verify: evidence incomplete or altered;
+       status --check: failures present)
+    2  usage error: unknown subcommand or option, missing argument (argparse)
+    3  PairFlow refused the input (config, sheet, tree, lock): the message says the fix
+    130  interrupted (Ctrl-C)
+
+A subcommand that runs Snakemake (rerun-panel) exits with Snakemake's own code.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import textwrap
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from .errors import PairFlowError
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+DEFAULT_CONFIG = Path("config/config.yaml")
+
+EXAMPLES = """\
+examples:
+  pairflow check-config config/config.yaml
+  pairflow status --watch 30              # while snakemake runs, here or on a login node
+  pairflow verify results/scratch         # prove the results complete and consistent
+  pairflow verify results/work/tiny-default --json
+  pairflow rerun-panel smoke -- --profile profiles/local
+  pairflow archive retire SNAPSHOT_ID --why "bit rot on /work"
+
+exit codes: 0 ok, 1 problems found, 2 usage error, 3 input refused (the message says the
+fix), 130 interrupted. Docs: README.md and config/README.md."""
 
 
 def _positive(text: str) -> int:
@@ -17,86 +47,161 @@ def _positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pairflow", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    v = sub.add_parser("verify", help="prove a results tree or archive complete and consistent; exit 1 on any "
-                       "problem")
-    v.add_argument("path", type=Path, help="a results tree (storage.scratch), an archive (work/<study>) or one snapshot")
-    v.add_argument("--configfile", type=Path, help="the study config (default: the snapshot the manifests record)")
+def _version() -> str:
+    try:
+        return version("pairflow")
+    except PackageNotFoundError:  # run from a checkout without `pip install -e .`
+        return "unknown (not installed)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="pairflow", formatter_class=fmt, epilog=EXAMPLES,
+        description=textwrap.fill(
+            "Paired evaluation of video-generation models: check a study config, follow a running study, verify "
+            "its evidence, rerun one panel. The study itself runs with `snakemake --profile profiles/local` (or "
+            "profiles/slurm).", 88))
+    parser.add_argument("--version", action="version", version=f"pairflow {_version()}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", title="commands")
+
+    def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        text = "\n\n".join(textwrap.fill(t, 88) for t in (summary[0].upper() + summary[1:] + ".", details) if t)
+        return sub.add_parser(name, help=summary, description=text, formatter_class=fmt)
+
+    c = command("check-config", "validate a study config and its prompt sheets; load no model",
+                "Prints the study, panel and candidate counts when the config is valid. Every error names the "
+                "key, the file and the fix.")
+    c.add_argument("config", type=Path, nargs="?", default=DEFAULT_CONFIG,
+                   help=f"the study config (default: {DEFAULT_CONFIG})")
+    st = command("status", "progress of a study per panel and stage: done/total, rate, time left, failures, "
+                 "active worker slots, busy share",
+                 "Reads the outputs, failure records, heartbeats and telemetry under storage.scratch; takes no "
+                 "lock and writes nothing, so it is safe beside running jobs.")
+    st.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
+                    f"{DEFAULT_CONFIG})")
+    st.add_argument("--watch", type=_positive, metavar="SECONDS", nargs="?", const=10, default=None,
+                    help="refresh every SECONDS (default 10) until every stage is done or Ctrl-C")
+    st.add_argument("--check", action="store_true", help="exit 1 when any failure record exists")
+    v = command("verify", "prove a results tree or an archive complete and consistent; exit 1 on any problem",
+                "One line per problem, grouped by kind and naming each file, then a summary.")
+    v.add_argument("path", type=Path, help="a results tree (storage.scratch), an archive (work/<study>) or one "
+                   "snapshot")
+    v.add_argument("--configfile", type=Path, help="the study config (default: the one the manifests record)")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
-    a = sub.add_parser("archive", help="manage archive snapshots")
-    asub = a.add_subparsers(dest="archive_cmd", required=True)
-    ar = asub.add_parser("retire", help="set a damaged snapshot aside (kept, excluded from latest.json, reported as "
-                         "retired); the next run promotes a new one")
+    r = command("rerun-panel", "regenerate, rescore and re-analyse one panel; other panels untouched",
+                "Everything after '--' goes to snakemake, e.g. pairflow rerun-panel smoke -- --profile "
+                "profiles/local")
+    r.add_argument("panel", help="a panel name from the config's panels")
+    r.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
+                   f"{DEFAULT_CONFIG})")
+    a = command("archive", "manage archive snapshots on work storage")
+    asub = a.add_subparsers(dest="archive_cmd", required=True, metavar="ACTION", help="retire")
+    ar = asub.add_parser("retire", help="set a damaged snapshot aside (kept, excluded from latest.json, reported "
+                         "as retired); the next run promotes a new one",
+                         description="Set a damaged snapshot aside: it is kept, excluded from latest.json and "
+                         "reported as retired; the next run promotes a new one.")
     ar.add_argument("snapshot", help="snapshot id (a directory name under work/<study>/snapshots)")
     ar.add_argument("--why", required=True, help="the reason, kept in the sealed retirement note")
-    ar.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
-    b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline (or a tiny one of another family)")
-    b.add_argument("out", type=Path)
-    b.add_argument("--family", default="wan", help="wan (the embedded model), cogvideox or ltx")
-    c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
-    c.add_argument("config", type=Path)
-    m = sub.add_parser("mirror", help="download every scorer weight into DIR and lock its digests (needs internet; "
-                       "run once per site, then set weights/mirror: DIR)")
-    m.add_argument("--dest", type=Path, required=True)
-    t = sub.add_parser("build-test-mirror", help="random-initialised weights in the mirror layout (tests and "
-                       "benchmarks only: the scores mean nothing)")
-    t.add_argument("dest", type=Path)
-    r = sub.add_parser("rerun-panel", help="regenerate, rescore and re-analyse one panel; others untouched")
-    r.add_argument("panel")
-    r.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
-    r.epilog = "Everything after '--' goes to snakemake, e.g. -- --profile profiles/local"
-    ps = sub.add_parser("probe-slots", help="run no-op tasks on this job's Parsl slots; report "
-                        "slots started and tasks per second (run it inside sbatch/salloc)")
-    ps.add_argument("--tasks", type=_positive, default=1000)
-    ps.add_argument("--cpu-workers", type=int, default=2, help="workers where no GPU was granted")
-    ps.add_argument("--out", type=Path, required=True, help="telemetry JSON (spans, slots, rate)")
+    ar.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
+                    f"{DEFAULT_CONFIG})")
+    b = command("build-tiny-model", "build a tiny random-weight pipeline (the embedded Wan model, or another "
+                "family for tests)", "Real diffusers classes, seeded weights, saved with save_pretrained; "
+                "byte-reproducible.")
+    b.add_argument("out", type=Path, help="the folder to write the pipeline to")
+    b.add_argument("--family", default="wan", choices=["wan", "cogvideox", "ltx"],
+                   help="pipeline family (default: wan, the embedded model)")
+    m = command("mirror", "download every scorer weight into DEST and lock its digests",
+                "Needs internet; run once per site, then set weights/mirror: DEST in the config.")
+    m.add_argument("--dest", type=Path, required=True, help="the mirror folder")
+    t = command("build-test-mirror", "random-initialised weights in the mirror layout (tests and benchmarks "
+                "only: the scores mean nothing)")
+    t.add_argument("dest", type=Path, help="the mirror folder")
+    ps = command("probe-slots", "run no-op tasks on this job's Parsl slots; report slots started and tasks per "
+                 "second", "Run it inside sbatch/salloc to see what an allocation really starts.")
+    ps.add_argument("--tasks", type=_positive, default=1000, help="no-op tasks to run (default 1000)")
+    ps.add_argument("--cpu-workers", type=_positive, default=2, help="workers where no GPU was granted "
+                    "(default 2)")
+    ps.add_argument("--out", type=Path, required=True, help="telemetry JSON to write (spans, slots, rate)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        if args.cmd == "verify":
-            return verify(args.path, args.configfile, args.json)
-        if args.cmd == "archive":
-            from .archive import retire
-            from .config import load_study
-
-            study = load_study(args.configfile, Path.cwd())
-            note = retire(study.work / study.study, args.snapshot, args.why, study.scratch)
-            print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
-            return 0
-        if args.cmd == "build-tiny-model":
-            from .tinymodel import build_tiny_model
-
-            build_tiny_model(args.out, args.family)
-            return 0
-        if args.cmd == "check-config":
-            from .config import load_study
-            from .generate import check_arms
-
-            s = load_study(args.config)
-            check_arms(s.arms, s.model)
-            n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
-            print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
-            return 0
-        if args.cmd in ("mirror", "build-test-mirror"):
-            from .weights import build_test_mirror, fetch
-
-            lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)
-            for rel, digest in sorted(lock.files.items()):
-                print(f"{digest}  {rel}")
-            print(f"{args.dest}: {len(lock.files)} file(s), origin {lock.origin}, lock {lock.digest}")
-            return 0
-        if args.cmd == "probe-slots":
-            return probe_slots(args.tasks, args.cpu_workers, args.out)
-        if args.cmd == "rerun-panel":
-            return rerun_panel(args.panel, args.configfile, extra)
+        return _run(args, extra)
     except PairFlowError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.cmd == "verify":
+        return verify(args.path, args.configfile, args.json)
+    if args.cmd == "status":
+        return status(args.configfile, args.watch, args.check)
+    if args.cmd == "archive":
+        from .archive import retire
+        from .config import load_study
+
+        study = load_study(args.configfile, Path.cwd())
+        note = retire(study.work / study.study, args.snapshot, args.why, study.scratch)
+        print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
+        return EXIT_OK
+    if args.cmd == "build-tiny-model":
+        from .tinymodel import build_tiny_model
+
+        build_tiny_model(args.out, args.family)
+        return EXIT_OK
+    if args.cmd == "check-config":
+        from .config import load_study
+        from .generate import check_arms
+
+        s = load_study(args.config)
+        check_arms(s.arms, s.model)
+        n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
+        print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
+        return EXIT_OK
+    if args.cmd in ("mirror", "build-test-mirror"):
+        from .weights import build_test_mirror, fetch
+
+        lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)
+        for rel, digest in sorted(lock.files.items()):
+            print(f"{digest}  {rel}")
+        print(f"{args.dest}: {len(lock.files)} file(s), origin {lock.origin}, lock {lock.digest}")
+        return EXIT_OK
+    if args.cmd == "probe-slots":
+        return probe_slots(args.tasks, args.cpu_workers, args.out)
+    if args.cmd == "rerun-panel":
+        return rerun_panel(args.panel, args.configfile, extra)
+    raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
+
+
+def status(configfile: Path, watch: int | None, check: bool) -> int:
+    """Print the study's progress once, or every ``watch`` seconds until every stage is
+    done. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
+    import time
+
+    from .config import load_study
+    from .status import render, study_status
+
+    study = load_study(configfile, Path.cwd())
+    while True:
+        rows = study_status(study)
+        text = render(rows, study)
+        if watch and sys.stdout.isatty():
+            print("\033[H\033[J", end="")  # clear the terminal between refreshes
+        print(time.strftime("%H:%M:%S"), text, sep="  ", flush=True)
+        if not watch or all(r.finished for r in rows):
+            break
+        time.sleep(watch)
+    return EXIT_PROBLEMS if check and any(r.failures for r in rows) else EXIT_OK
 
 
 def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
@@ -132,7 +237,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
         n = len(report.problems)
         notes = f" ({len(report.notes)} note(s))" if report.notes else ""
         print(f"verify {path}: {'OK' if report.ok else f'{n} problem(s)'}{notes}")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:

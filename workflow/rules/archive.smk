@@ -13,6 +13,6 @@ rule archive:
     params:
         configfiles=CONFIGFILES,
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/archive.py"

@@ -1,11 +1,15 @@
 # Validate the config against the schema (filling defaults), type it once, and name
 # every output path. Paths come from the config's storage roots.
+import os
 import sys
 from pathlib import Path
 
 from snakemake.logging import logger
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# envs/pairflow.yaml installs this checkout (`-e ${PAIRFLOW_HOME}`) when Snakemake
+# creates it (`--software-deployment-method conda`); pip expands the variable.
+os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
 from pairflow.generate import check_arms  # noqa: E402

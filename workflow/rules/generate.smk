@@ -16,6 +16,6 @@ rule generate_panel:
     resources:
         runtime=120,
     conda:
-        "../../envs/generate.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/generate_panel.py"

@@ -6,6 +6,6 @@ rule build_tiny_model:
     resources:
         runtime=10,
     conda:
-        "../../envs/generate.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/build_tiny_model.py"

@@ -9,7 +9,7 @@ rule replicate_panel:
         f"{LOGS}/replicates/{{rep}}-{{panel}}.log",
     threads: lambda wildcards: workflow.cores  # every local core; on Slurm: set-threads + --exclusive
     conda:
-        "../../envs/generate.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/replicate_panel.py"
 
@@ -25,6 +25,6 @@ rule repeatability:
     log:
         f"{LOGS}/repeatability.log",
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/repeatability.py"

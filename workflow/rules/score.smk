@@ -16,6 +16,6 @@ rule score_panel:
     resources:
         runtime=60,
     conda:
-        "../../envs/score.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/score_panel.py"

@@ -20,7 +20,7 @@ rule study_stats:
     params:
         stats=STUDY.raw["stats"],
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/study_stats.py"
 
@@ -39,6 +39,6 @@ rule plots:
     log:
         f"{LOGS}/plots.log",
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/plots.py"

@@ -11,6 +11,6 @@ rule utilisation:
     log:
         f"{LOGS}/utilisation.log",
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/utilisation.py"

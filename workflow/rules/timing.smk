@@ -17,6 +17,6 @@ rule timed_pass:
     resources:
         runtime=120,
     conda:
-        "../../envs/generate.yaml"
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/timed_pass.py"

@@ -1,0 +1,82 @@
+"""status: progress read from the files a study's jobs write, without locks or writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pairflow.cli import main
+from pairflow.config import study_from_raw
+from pairflow.panel import candidates, failure_path, panel_dir, record_path, score_path, telemetry_path
+from pairflow.status import study_status
+from pairflow.timing import timing_path
+
+from conftest import small_config, write_config
+
+
+def _touch(path: Path, mtime: float, text: str = "{}") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, (mtime, mtime))
+
+
+@pytest.fixture
+def half_done(tmp_path: Path, tiny_model: Path):  # type: ignore[no-untyped-def]
+    """A study of 4 candidates (2 prompts x 1 seed x 2 arms) caught mid-run: 3 generation
+    records finished 10 s apart, one failure, a live worker heartbeat, a stale one, and
+    the scoring stage's telemetry from an earlier job."""
+    cfg = small_config(tmp_path, tiny_model)
+    write_config(tmp_path, cfg)
+    study = study_from_raw(cfg, tmp_path)
+    cands = candidates(study, study.panels[0])
+    now = time.time()
+    for i, c in enumerate(cands[:3]):
+        _touch(record_path(study, c), now - 30 + 10 * i)
+    _touch(record_path(study, cands[3]).with_name(".tmp-abc.json"), now)  # an interrupted write never counts
+    _touch(failure_path(study, cands[3], "generate"), now)
+    _touch(score_path(study, cands[0]), now - 5000)
+    beats = panel_dir(study, "t") / "run" / "generate" / "heartbeats"
+    _touch(beats / "node1-11.json", now - 1)
+    _touch(beats / "node1-12.json", now - 300)  # a worker of an earlier job
+    _touch(telemetry_path(study, "t", "score"), now - 4000, json.dumps(
+        {"slots": {"a": {"busy_s": 30.0, "window_s": 40.0}, "b": {"busy_s": 10.0, "window_s": 40.0}}}))
+    return study, now
+
+
+def test_counts_rate_time_left_failures_slots_and_busy_share(half_done) -> None:  # type: ignore[no-untyped-def]
+    study, now = half_done
+    gen, score, timing = study_status(study, now=now)
+    assert (gen.stage, gen.done, gen.total, gen.failures, gen.active_slots) == ("generate", 3, 4, 1, 1)
+    assert gen.rate_per_s == pytest.approx(2 / 20)  # 3 records over 20 s
+    assert gen.left_s == pytest.approx(10.0)  # 1 left at 0.1/s
+    assert gen.busy_share is None and not gen.finished
+    assert (score.done, score.total, score.failures, score.active_slots) == (1, 4, 0, 0)
+    assert score.rate_per_s is None and score.left_s is None  # idle: its only output is old
+    assert score.busy_share == pytest.approx(0.5)  # 40 busy of 80 slot-seconds
+    assert (timing.stage, timing.done, timing.total) == ("timing", 0, 4)
+
+
+def test_cli_prints_a_table_and_check_fails_on_failures(half_done, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    study, _ = half_done
+    monkeypatch.chdir(study.root)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "generate" in out and "3/4" in out and "1/4" in out and "4/12 outputs (33%)" in out
+    assert "1 failure record(s)" in out
+    assert main(["status", "--check"]) == 1
+
+
+def test_watch_stops_when_every_stage_is_done(half_done, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    study, now = half_done
+    for c in candidates(study, study.panels[0]):
+        for path in (record_path(study, c), score_path(study, c), timing_path(study, c)):
+            if not path.exists():
+                _touch(path, now)
+    monkeypatch.chdir(study.root)
+    assert main(["status", "--watch", "1"]) == 0  # returns at once: nothing left to wait for
+    assert "12/12 outputs (100%)" in capsys.readouterr().out
