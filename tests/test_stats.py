@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from pairflow.errors import PairingError
+from pairflow.errors import PairingError, StatsError
 from pairflow.stats import StatsSettings, analyse, holm
 
 S = StatsSettings(resamples=2000, level=0.95, seed=0)
@@ -315,7 +315,7 @@ def test_required_prompts_matches_the_textbook_value() -> None:
     assert required_prompts(0.2, -0.1, 0.95, 0.8) == 34  # sign does not matter; scale does not either
     d = detectable_effect(1.0, 34, 0.95, 0.8)
     assert d <= 0.5 < detectable_effect(1.0, 33, 0.95, 0.8)
-    with pytest.raises(ValueError, match="target effect of 0"):
+    with pytest.raises(StatsError, match="target effect of 0"):
         required_prompts(1.0, 0.0, 0.95, 0.8)
 
 

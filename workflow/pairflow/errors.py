@@ -1,5 +1,5 @@
 """Every error PairFlow raises on purpose. Each message names the value, where it came
-from and the fix.
+from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
 
     PairFlowError
     ├── ConfigError            the study config or a prompt sheet is wrong
@@ -16,16 +16,19 @@ from and the fix.
     │   └── GeometryError          size or frame count differs from the record
     ├── IntegrityError         a digest does not match (record, video, archive)
     │   └── WeightDigestError      a mirrored weight file differs from the mirror's lock
-    ├── WeightsError           no weight mirror, no lock, or a weight file missing from it
+    ├── WeightsError           no weight mirror, no lock, a weight file missing from it, or one that
+    │                          does not fill its model
     │   └── WeightDigestError      (also an IntegrityError)
     ├── ScoringError           a metric cannot score these frames (too few, too small)
     ├── PairingError           a pair lacks a partner or its arms are not comparable
+    ├── StatsError             a statistic was asked of too little data (fewer than 2 pairs, a zero effect)
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
     ├── StorageError           the file system is full (or over quota) while writing
     ├── TaskFailedError        a fanned-out task still failed after its retries (classified in a failure record)
     ├── TaskError              a task's non-PairFlow exception as the driver receives it (type, message, traceback)
     ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
-    └── LockError              another run holds the results directory
+    ├── LockError              another run holds the results directory
+    └── SchedulerError         a Slurm command is missing, failed or did not answer
 """
 
 from __future__ import annotations
@@ -101,6 +104,14 @@ class ScoringError(PairFlowError):
 
 class PairingError(PairFlowError):
     """Records cannot be paired or compared."""
+
+
+class StatsError(PairFlowError):
+    """A statistic cannot be computed from what it was given (too few pairs, a zero target effect)."""
+
+
+class SchedulerError(PairFlowError):
+    """A Slurm command (scontrol) is missing, failed or timed out inside a job."""
 
 
 class ArchiveError(PairFlowError):

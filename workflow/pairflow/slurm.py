@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import PairFlowError
+from .errors import SchedulerError
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,17 @@ def gpu_map(visible: list[str], alloc: AllocationInfo | None) -> dict[str, str]:
 
 def job_details(job_id: str, timeout_s: float = 30.0) -> dict[str, str]:
     """``scontrol show job -o JOB`` as a mapping (e.g. ``OverSubscribe``, ``NumNodes``,
-    ``TRES``). Raises PairFlowError naming the command and its stderr if it fails."""
+    ``TRES``). Raises SchedulerError naming the command and its stderr if it fails."""
     argv = ["scontrol", "show", "job", "-o", str(job_id)]
     try:
         out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=timeout_s).stdout
     except FileNotFoundError as e:
-        raise PairFlowError(f"{argv[0]} not found on PATH inside Slurm job {job_id}; load the site's "
+        raise SchedulerError(f"{argv[0]} not found on PATH inside Slurm job {job_id}; load the site's "
                             "Slurm module in the job environment") from e
     except subprocess.CalledProcessError as e:
-        raise PairFlowError(f"{' '.join(argv)} failed ({e.returncode}): {e.stderr.strip()}") from e
+        raise SchedulerError(f"{' '.join(argv)} failed ({e.returncode}): {e.stderr.strip()}") from e
     except subprocess.TimeoutExpired as e:
-        raise PairFlowError(f"{' '.join(argv)} did not answer in {timeout_s:.0f}s; is slurmctld up?") from e
+        raise SchedulerError(f"{' '.join(argv)} did not answer in {timeout_s:.0f}s; is slurmctld up?") from e
     fields = {}
     for token in out.split():
         key, sep, value = token.partition("=")

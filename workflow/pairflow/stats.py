@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import IntegrityError, PairingError
+from .errors import IntegrityError, PairingError, StatsError
 
 ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control; "
             "summary: mean over prompts; CI: Student t-interval over prompts (df = prompts - 1); "
@@ -94,7 +94,8 @@ def t_procedure(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np
 
     x = np.asarray(x, dtype=np.float64)
     if x.shape[-1] < 2:
-        raise ValueError(f"a t-interval needs at least 2 values, got {x.shape[-1]}")
+        raise StatsError(f"a t-interval needs at least 2 paired values, got {x.shape[-1]}; add prompts or "
+                         "seeds to the panel")
     mean, sd = x.mean(axis=-1), x.std(axis=-1, ddof=1)
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # zero spread: handled below
@@ -148,7 +149,8 @@ def required_prompts(sd: float, effect: float, level: float, power: float, limit
     from scipy.stats import t as student
 
     if effect == 0:
-        raise ValueError("a target effect of 0 cannot be detected; give the smallest difference that matters")
+        raise StatsError("a target effect of 0 cannot be detected; give the smallest difference that matters "
+                         "(stats/targets in the config)")
     if sd == 0:
         return 2
     start = 2

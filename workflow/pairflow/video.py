@@ -25,7 +25,7 @@ import numpy as np
 
 from .atomic import FULL, atomic_path, no_space
 from .config import EncoderSpec
-from .errors import (BitDepthError, EncodeError, FrameError, FrameRateError, GamutError, GeometryError,
+from .errors import (BitDepthError, ConfigError, EncodeError, FrameError, FrameRateError, GamutError, GeometryError,
                      HDRVideoError, MissingVideoError, PixelFormatError, TruncatedVideoError)
 from .identity import digest_bytes, digest_file, digest_obj
 
@@ -428,11 +428,12 @@ def read_video(path: Path, spec: EncoderSpec, *, frames: int, height: int, width
     """Probe, check, then decode to uint8 RGB (F, H, W, 3) through the project's ffmpeg with
     an explicit limited-range ``matrix`` (one of ``DECODE_MATRICES``; BT.709 by default, the
     one the video was encoded with). Raises the read-guard errors of ``check_probe``, and
-    ValueError for an unknown matrix."""
+    ConfigError for an unknown matrix."""
     import ffmpeg
 
     if matrix not in DECODE_MATRICES:
-        raise ValueError(f"decode matrix {matrix!r} is not one of {DECODE_MATRICES}")
+        raise ConfigError(f"decode matrix {matrix!r} is not one of {DECODE_MATRICES}; set scoring/decode to a "
+                          "known one")
     check_probe(probe(path), path, frames=frames, height=height, width=width, fps=fps,
                 pix_fmt=expected_pix_fmt(spec))
     stream = (ffmpeg.input(str(path))

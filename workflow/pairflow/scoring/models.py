@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import WeightsError
 from ..weights import WEIGHTS, verify
 
 LOAD_COUNTS: Counter[str] = Counter()
@@ -65,7 +66,8 @@ def _check_materialised(model: Any, name: str) -> None:
     """Refuse a model with a parameter or buffer the weight file did not fill."""
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
-        raise RuntimeError(f"scorer model {name}: {left[:3]} not filled by its weight file")
+        raise WeightsError(f"scorer model {name}: {left[:3]} not filled by its weight file; the mirror holds "
+                           "another architecture's weights: rebuild it with `pairflow mirror --dest DIR`")
 
 
 @functools.lru_cache(maxsize=16)
