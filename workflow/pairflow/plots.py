@@ -66,22 +66,36 @@ def forest(stats: dict[str, Any], out: Path) -> None:
     _save(fig, out)
 
 
-def latency(gen_records: list[dict[str, Any]], out: Path) -> None:
-    """Distribution of per-video latency per arm (the pass each came from is in the label)."""
+def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
+    """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
+    video's timed latency to the treatment's (log scale, so equal ratios look equal), with
+    each arm's median marked. The pairing is what the speedup is computed over."""
     plt = _plt()
-    by: dict[str, list[float]] = defaultdict(list)
-    passes: dict[str, set[str]] = defaultdict(set)
-    for r in gen_records:
-        by[r["arm"]["name"]].append(r["timing"]["latency_s"])
-        passes[r["arm"]["name"]].add(r["timing"]["pass"])
-    arms = sorted(by, key=lambda a: (a != "control", a))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(arms), 3.2))
-    ax.boxplot([by[a] for a in arms], showfliers=True)
-    for i, a in enumerate(arms, start=1):
-        ax.scatter(np.full(len(by[a]), i) + np.linspace(-0.12, 0.12, len(by[a])), by[a], s=8, alpha=0.6)
-    ax.set_xticks(range(1, len(arms) + 1), [f"{a}\n({'/'.join(sorted(passes[a]))})" for a in arms])
-    ax.set_ylabel("latency per video (s)")
-    ax.set_title("Latency per arm", fontsize=10)
+    lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
+    for r in timing_records:
+        c = r["candidate"]
+        lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = r["timing"]["latency_s"]
+    treatments = sorted(a for a in lat if a != "control")
+    fig, axes = plt.subplots(1, max(1, len(treatments)), figsize=(2.6 * max(1, len(treatments)) + 0.6, 3.4),
+                             squeeze=False, sharey=True)
+    for ax, arm in zip(axes[0], treatments, strict=False):
+        pairs = sorted(k for k in lat[arm] if k in lat["control"])
+        ctrl = np.array([lat["control"][k] for k in pairs])
+        treat = np.array([lat[arm][k] for k in pairs])
+        for a, b in zip(ctrl, treat, strict=True):
+            ax.plot([0, 1], [a, b], color="tab:blue" if b < a else "tab:red", alpha=0.5, lw=0.9, marker="o", ms=3)
+        if pairs:
+            ax.plot([0, 1], [np.median(ctrl), np.median(treat)], color="black", lw=2.2, marker="D", ms=6,
+                    label="median")
+            ratio = float(np.exp(np.mean(np.log(ctrl / treat))))
+            ax.set_title(f"control → {arm}\n{len(pairs)} pairs, geo-mean speedup {ratio:.2f}x", fontsize=9)
+        ax.set_xticks([0, 1], ["control", arm])
+        ax.set_xlim(-0.3, 1.3)
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("timed latency per video (s, log scale)")
+    fig.suptitle("Paired latency from the exclusive timed pass (blue: treatment faster, red: slower)",
+                 fontsize=10, y=1.02)
+    fig.tight_layout()
     _save(fig, out)
 
 
@@ -110,7 +124,7 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
         ax.set_xlabel("control")
         ax.set_ylabel("treatment")
         ax.set_title(f"{name} ({'above' if better[name] else 'below'} the diagonal: treatment better)", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # never over points
     _save(fig, out)
 
 
@@ -118,6 +132,8 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     vals: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     control: dict[tuple[str, str, str, int], float] = {}
@@ -138,18 +154,24 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
             base = 0.0 if kinds[name] == "FR" else control[(name, c["panel"], c["prompt_id"], int(c["seed"]))]
             vals[name][arm][f"{c['panel']}/{c['prompt_id']}"]["v"].append(s["value"] - base)
     names = sorted(vals)
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.2 * len(names)), squeeze=False)
+    prompts = sorted({p for n in names for a in vals[n] for p in vals[n][a]})
+    # One shared prompt axis, labelled once at the bottom, vertically: its width grows
+    # with the prompts (about 0.28 in each) and its height with the longest label, so
+    # labels never overlap each other or the bars.
+    label_in = 0.075 * max((len(p) for p in prompts), default=0)
+    fig, axes = plt.subplots(len(names), 1, figsize=(max(8.0, 0.28 * len(prompts) + 2.5),
+                                                     2.2 * len(names) + label_in), squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], names, strict=True):
         arms = sorted(vals[name])
-        prompts = sorted({p for a in arms for p in vals[name][a]})
         width = 0.8 / max(1, len(arms))
         for j, arm in enumerate(arms):
-            ys = [float(np.mean(vals[name][arm][p]["v"])) for p in prompts]
+            ys = [float(np.mean(vals[name][arm][p]["v"])) if p in vals[name][arm] else np.nan for p in prompts]
             ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm)
-        ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=90, fontsize=7)
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
         what = 'value' if kinds[name] == 'FR' else 'treatment − control'
         ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better)", fontsize=9)
         ax.axhline(0, color="grey", lw=0.8)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar
     fig.tight_layout()
     _save(fig, out)

@@ -1,0 +1,96 @@
+"""plots: every figure draws from records shaped as the stages write them; tick labels
+never overlap, legends never sit over the data, and the latency figure shows pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import pytest
+from pairflow import plots
+
+matplotlib.use("Agg")
+
+PROMPTS = [f"prompt-{i:02d}-with-a-long-name" for i in range(24)]
+ARMS = ("control", "fbcache", "pab")
+
+
+def _score_records() -> list[dict[str, Any]]:
+    out = []
+    for i, p in enumerate(PROMPTS):
+        for arm_i, arm in enumerate(ARMS):
+            scores = {"temporal_flickering": {"value": 0.9 + 0.001 * i - 0.002 * arm_i,
+                                              "spec": {"kind": "NR", "higher_is_better": True}}}
+            if arm != "control":
+                scores["ssim"] = {"value": 0.8 + 0.005 * arm_i, "spec": {"kind": "FR", "higher_is_better": True}}
+            out.append({"candidate": {"panel": "smoke", "prompt_id": p, "seed": 0}, "arm": {"name": arm},
+                        "scores": scores})
+    return out
+
+
+def _timing_records() -> list[dict[str, Any]]:
+    return [{"candidate": {"panel": "smoke", "prompt_id": p, "seed": 0}, "arm": {"name": arm},
+             "timing": {"pass": "timed", "latency_s": 1.0 / (1 + arm_i) + 0.01 * i}}
+            for i, p in enumerate(PROMPTS) for arm_i, arm in enumerate(ARMS)]
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Figures handed to ``plots._save`` (which still writes them), drawn so that text
+    extents are known."""
+    figs: list[Any] = []
+    real = plots._save  # noqa: SLF001
+
+    def keep(fig: Any, out: Path) -> None:
+        fig.canvas.draw()
+        figs.append(fig)
+        real(fig, out)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots._plt(), "close", lambda fig: None)  # noqa: SLF001 - inspect after saving
+    return figs
+
+
+def _overlaps(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
+            if boxes[i].width and boxes[j].width and boxes[i].overlaps(boxes[j])]
+
+
+def test_per_prompt_ticks_never_overlap_and_legend_hides_no_bar(drawn: list[Any], tmp_path: Path) -> None:
+    plots.per_prompt(_score_records(), tmp_path / "per_prompt.png")
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    shown = [t.get_window_extent(renderer) for ax in fig.axes for t in ax.get_xticklabels()
+             if t.get_text() and t.get_visible()]
+    assert len(shown) == len(PROMPTS) and not _overlaps(shown)  # one shared prompt axis, labelled once
+    for ax in fig.axes:
+        ys = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text() and t.get_visible()]
+        assert ys and not _overlaps(ys)
+        assert not any(b.overlaps(ax.title.get_window_extent(renderer)) for b in shown)
+        legend = ax.get_legend().get_window_extent(renderer)
+        bars = [b.get_window_extent(renderer) for b in ax.patches]
+        assert bars and not any(legend.overlaps(b) for b in bars)
+    assert (tmp_path / "per_prompt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_latency_joins_each_pair_of_control_and_treatment(drawn: list[Any], tmp_path: Path) -> None:
+    plots.latency(_timing_records(), tmp_path / "latency.png")
+    (fig,) = drawn
+    axes = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_xticklabels()[1].get_text() for ax in axes] == ["fbcache", "pab"]
+    for ax in axes:
+        pairs = [ln for ln in ax.lines if ln.get_label() != "median"]
+        assert len(pairs) == len(PROMPTS)  # one line per (prompt, seed) pair
+        assert all(list(ln.get_xdata()) == [0, 1] for ln in pairs)
+        assert ax.get_yscale() == "log"
+    assert "2.00x" in axes[0].get_title() or "speedup" in axes[0].get_title()
+
+
+def test_scatter_legend_sits_outside_the_points(drawn: list[Any], tmp_path: Path) -> None:
+    plots.scatter(_score_records(), tmp_path / "scatter.png")
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend, frame = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.x0 >= frame.x1  # right of the axes
