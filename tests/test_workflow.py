@@ -181,3 +181,31 @@ def test_other_families_run_the_default_workflow_with_a_cache_arm(tmp_path: Path
         assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
         assert r["pipeline"]["max_text_tokens"] == (16 if family == "cogvideox" else 64)
     assert (scratch / "study" / "archived.json").exists() and verify_tree(scratch) == []
+
+
+def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Snakemake's HTML report, opened in Debian's chromium through playwright: the landing
+    page links the study table and the forest plot; the table has a row per treatment and
+    headers with their direction; every plot renders at a readable size. CI installs
+    chromium and sets PAIRFLOW_REQUIRE_BROWSER=1, so there it never skips."""
+    import importlib.util
+    import os
+    import shutil
+
+    if not (shutil.which("chromium") and importlib.util.find_spec("playwright")):
+        if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):
+            raise AssertionError("PAIRFLOW_REQUIRE_BROWSER is set but chromium or playwright is missing")
+        pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
+    project, _, _ = study_run
+    snakemake(project, "--report", "results/report.html")
+    sys.path.insert(0, str(project / "workflow" / "checks"))
+    from report_screenshot import inspect
+
+    found = inspect(project / "results" / "report.html", tmp_path / "shots")
+    assert found["landing_text"] and {"Study", "forest.png"} <= set(found["landing_links"])
+    assert found["table_rows"] == 1  # one treatment (pab) in this study
+    assert any("speedup" in h for h in found["table_headers"])
+    assert any("higher is better" in h for h in found["table_headers"])
+    for name, (natural_w, shown_w, shown_h) in found["plots"].items():
+        assert natural_w > 100 and shown_w > 100 and shown_h > 100, (name, natural_w, shown_w, shown_h)
+    assert (tmp_path / "shots" / "table.png").stat().st_size > 10_000

@@ -1,39 +1,77 @@
-"""Documented check: open the Snakemake HTML report in headless Chromium and screenshot
-the study table and a plot. Needs Debian's chromium and `pip install playwright` (no
-browser download: it drives /usr/bin/chromium).
+"""Open the Snakemake HTML report in headless Chromium, check that the landing page leads
+to the study table and the forest plot and that both render, and save screenshots.
+
+Needs Debian's chromium and playwright (`pip install -e ".[test]"`); no browser download:
+it drives /usr/bin/chromium (or $PAIRFLOW_CHROMIUM).
 
     python workflow/checks/report_screenshot.py results/report.html results/report-shots
+
+Prints what it found as JSON; exits 1 when the table or a plot is not visible.
 """
 
+from __future__ import annotations
+
+import json
+import os
 import sys
 from pathlib import Path
-
-from playwright.sync_api import sync_playwright
+from typing import Any
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
+CHROMIUM = os.environ.get("PAIRFLOW_CHROMIUM", "/usr/bin/chromium")
 
 
-def main(report: Path, out: Path) -> None:
+def _open_result(page: Any, uri: str, category: str, name: str) -> None:
+    """Navigate the report's sidebar: a category, then the eye icon of one result."""
+    page.goto(uri)
+    page.wait_for_timeout(1000)
+    page.get_by_text(category, exact=True).first.click()
+    page.wait_for_timeout(600)
+    page.locator("tr", has_text=name).locator("a[iconname=eye]").first.click()
+    page.wait_for_timeout(1200)
+
+
+def inspect(report: Path, out: Path) -> dict[str, Any]:
+    """What a reader sees: the landing page's links, the study table's headers and row
+    count (inside the report's frame), and each plot's rendered size in pixels."""
+    from playwright.sync_api import sync_playwright
+
     out.mkdir(parents=True, exist_ok=True)
+    uri = report.resolve().as_uri()
+    found: dict[str, Any] = {"plots": {}}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(report.resolve().as_uri())
+        page.goto(uri)
         page.wait_for_timeout(1500)
+        found["landing_links"] = sorted({a.inner_text() for a in page.locator("a").all()
+                                         if a.inner_text() in ("Study", "forest.png", "Plots", "Panels", "Fleet")})
+        found["landing_text"] = page.get_by_text("Start here").count() > 0
         page.screenshot(path=str(out / "home.png"))
-        for category, item, name in (("Plots", "forest.png", "forest"), ("Plots", "per_prompt.png", "per_prompt"),
-                                     ("Study", "table.html", "table")):
-            page.get_by_text(category, exact=True).first.click()
-            page.wait_for_timeout(800)
-            page.locator("tr", has_text=item).locator("a[iconname=eye]").first.click()
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(out / f"{name}.png"))
-            page.goto(report.resolve().as_uri())
-            page.wait_for_timeout(1000)
+        _open_result(page, uri, "Study", "table.html")
+        frame = next((f for f in page.frames if "filename=table.html" in f.url), None)
+        if frame is not None:
+            found["table_headers"] = [h.inner_text() for h in frame.locator("table").first.locator("th").all()]
+            found["table_rows"] = frame.locator("table").first.locator("tr").count() - 1
+        page.screenshot(path=str(out / "table.png"))
+        for name in ("forest.png", "latency.png", "per_prompt.png", "scatter.png"):
+            _open_result(page, uri, "Plots", name)
+            sizes = [img.evaluate("e => [e.naturalWidth, e.getBoundingClientRect().width, "
+                                  "e.getBoundingClientRect().height]") for img in page.locator("img").all()]
+            found["plots"][name] = max(sizes, key=lambda s: s[0] * s[2], default=None)
+            page.screenshot(path=str(out / name))
         browser.close()
-    print("screenshots in", out)
+    return found
+
+
+def main(report: Path, out: Path) -> int:
+    found = inspect(report, out)
+    print(json.dumps(found, indent=1))
+    ok = found.get("table_rows", 0) > 0 and all(s and s[1] > 100 and s[2] > 100 for s in found["plots"].values())
+    print(("OK" if ok else "NOT VISIBLE") + f": screenshots in {out}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
