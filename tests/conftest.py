@@ -13,6 +13,17 @@ from pairflow.config import EncoderSpec
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Processes the tests start (Snakemake, Parsl workers, ffmpeg) put their temporary
+    files under pytest's own temp folder, not the system one: workers that a fault test
+    kills leave multiprocessing's ``pymp-*`` folders behind, and pytest removes its own
+    folder (``tmp_path_retention_policy``)."""
+    import os
+
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded tiny Wan pipeline, built once (shared with the default config if built)."""
