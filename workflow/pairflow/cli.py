@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "check-config":
             from .config import load_study
-            from .generate import check_arms
+            from .arms import check_arms
 
             s = load_study(args.config)
             check_arms(s.arms, s.model)
