@@ -193,7 +193,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
               for r in gen]
     scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
     res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
-    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
+    assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
     from pairflow.report import table
 
-    assert table(res)[1][0][0] == "never (no effect: videos identical to control)"
+    assert table(res)[1][0][0] == "never (this arm changed nothing)"

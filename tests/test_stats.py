@@ -83,8 +83,8 @@ def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     from pairflow.report import table
 
     res = analyse(gen, scores, timings, ["treat"], S)
-    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
-    assert table(res)[1][0][0] == "treat (no effect: videos identical to control)"
+    assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
+    assert table(res)[1][0][0] == "treat (this arm changed nothing)"
     assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 
 

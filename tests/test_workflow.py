@@ -55,7 +55,7 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     assert len(timings) == 10 and all(t["timing"]["pass"] == "timed" and t["matches_bulk_frames"] for t in timings)
     table = (scratch / "study" / "table.md").read_text()
     assert "| pab | 5 |" in table and "xxh3_128:" in table and "Latency pass: timed" in table
-    for png in ("forest", "latency", "scatter", "per_prompt"):
+    for png in ("forest", "latency", "scatter", "per_prompt", "pareto"):
         assert (scratch / "study" / "plots" / f"{png}.png").stat().st_size > 1000
     stats = json.loads((scratch / "study" / "stats.json").read_text())
     assert {m["metric"] for m in stats["comparisons"][0]["metrics"]} == {"psnr", "ssim", "temporal_flickering"}

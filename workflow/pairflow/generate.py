@@ -233,10 +233,8 @@ def supported_caches(model: ModelSpec) -> Any:
         except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
             refused[name] = f"{type(e).__name__}: {e}"
         finally:
-            try:
+            if transformer.is_cache_enabled:
                 transformer.disable_cache()
-            except (ValueError, AttributeError):
-                pass
     applies = sorted(out)
     out.refused = {k: f"{v}. Caches that apply to {cls.__name__}: {applies}" for k, v in refused.items()}
     return out
