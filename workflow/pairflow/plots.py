@@ -184,9 +184,28 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
                 ax.annotate("control", (1.0, 0.0), fontsize=7, xytext=(3, -9), textcoords="offset points")
                 ax.axhline(0, color="grey", lw=0.8, ls="--")
             ax.set_xscale("log")
+            from matplotlib.ticker import ScalarFormatter
+
+            for axis in (ax.xaxis,):
+                axis.set_major_formatter(ScalarFormatter())
+                axis.set_minor_formatter(ScalarFormatter())
+            ax.tick_params(axis="x", which="both", labelsize=7)
             ax.set_xlabel("compute ratio (treatment / control FLOPs)" if what == "compute"
                           else "measured speedup (control / treatment latency)", fontsize=8)
-            ax.set_title(forest_title(stats, name) if name != "(no metric)" else name, fontsize=8)
+            ax.set_title(_pareto_title(stats, name, nr), fontsize=8)
     fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
     fig.tight_layout()
     _save(fig, out)
+
+
+def _pareto_title(stats: dict[str, Any], name: str, nr: bool) -> str:
+    """A Pareto panel's title: the metric, what its axis shows and which way is better."""
+    from .report import direction
+
+    ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
+    if not ms:
+        return name
+    better = direction(ms[0]["higher_is_better"])
+    if nr:
+        return f"{name}: treatment − control\n({better}: better {'above' if ms[0]['higher_is_better'] else 'below'} 0)"
+    return f"{name} vs control (value; {better})"
