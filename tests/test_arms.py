@@ -136,3 +136,25 @@ def test_search_keeps_the_verifiers_best_and_every_candidates_evidence(tiny_mode
     assert np.array_equal(r.frames, best)
     assert len({c["raw_digest"] for c in r.candidates}) == 3
     assert r.compute["generations"] == 3 and r.seconds >= sum(c["generate_s"] for c in r.candidates)
+
+
+def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(tiny_model: Path,
+                                                                               tmp_path: Path) -> None:
+    """A student that is a byte copy of its teacher reproduces control bit for bit (same
+    noise, same weights); a bfloat16 arm runs its own pipeline, starts from the same
+    latent shape, and computes other pixels."""
+    from pairflow.arms import arm_pipeline
+
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    teacher = ModelSpec("embedded-tiny", tiny_model)
+    base = run_arm(arm_pipeline(CONTROL, teacher, GEN), "a red fox", 5, CONTROL, GEN, 64, count=True)
+    copy = ArmSpec("student", model=ModelSpec("local", student))
+    pipe = arm_pipeline(copy, teacher, GEN)
+    assert pipe is not arm_pipeline(CONTROL, teacher, GEN)
+    same = run_arm(pipe, "a red fox", 5, copy, GEN, 64, count=True)
+    assert np.array_equal(same.frames, base.frames)
+    bf16 = ArmSpec("bf16", dtype="bfloat16")
+    low = run_arm(arm_pipeline(bf16, teacher, GEN), "a red fox", 5, bf16, GEN, 64, count=True)
+    assert low.compute["latent_shape"] == base.compute["latent_shape"]
+    assert not np.array_equal(np.asarray(low.frames, dtype=np.float32), base.frames)
