@@ -221,7 +221,7 @@ def bench_compute(runs: int) -> dict[str, Any]:
     verifier = Verifier("temporal_flickering", True, enc, None, 16, 8)
     arms = [ArmSpec("control"), ArmSpec("fbcache", "FirstBlockCacheConfig", {"threshold": 1.2}),
             ArmSpec("fewstep", steps=2), ArmSpec("best2", search=SearchSpec(2, "temporal_flickering"))]
-    out: dict[str, Any] = {"size": "9x64x64, 6 steps", "arms": {}}
+    out: dict[str, Any] = {"size": "9x64x64, 6 steps", "runs": runs, "arms": {}}
     for arm in arms:
         def plain() -> Any:
             return run_arm(pipe, "a fox", 0, arm, gen, 64, verifier=verifier)
@@ -239,6 +239,7 @@ def bench_compute(runs: int) -> dict[str, Any]:
         a["compute_ratio"] = a["work_flops"] / ctrl["work_flops"]
         a["speedup"] = ctrl["plain_s"] / a["plain_s"]
         a["counting_overhead"] = a["counted_s"] / a["plain_s"]
+    out["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return out
 
 
