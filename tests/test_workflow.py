@@ -157,11 +157,11 @@ def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path
 
 
 @pytest.mark.parametrize("family, pipeline", [("wan", "WanPipeline"), ("cogvideox", "CogVideoXPipeline"),
-                                              ("ltx", "LTXPipeline")])
+                                              ("ltx", "LTXPipeline"), ("hunyuanvideo", "HunyuanVideoPipeline")])
 def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(tmp_path: Path, family: str,
                                                                                pipeline: str) -> None:
     """Tiny Wan, CogVideoX (its transformer takes 16 text tokens, its pipeline defaults to
-    226) and LTX pipelines, built offline with diffusers' classes, as `model.kind: local`
+    226), LTX and HunyuanVideo pipelines, built offline with diffusers' classes, as `model.kind: local`
     checkpoints through the whole default workflow (generate, score, time, stats, plots,
     archive) with a cache arm and a few-step arm. Records name the pipeline class and
     family; the few-step arm's compute ratio is exactly its share of the steps."""
@@ -183,7 +183,8 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
     assert len(recs) == 3 and {r["arm"]["name"] for r in recs} == {"control", "pab", "fewstep"}
     for r in recs:
         assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
-        assert r["pipeline"]["family"] == {"wan": "wan", "cogvideox": "cogvideo", "ltx": "ltx"}[family]
+        assert r["pipeline"]["family"] == {"wan": "wan", "cogvideox": "cogvideo", "ltx": "ltx",
+                                           "hunyuanvideo": "hunyuan_video"}[family]
         assert r["pipeline"]["max_text_tokens"] == (16 if family == "cogvideox" else 64)
         assert r["compute"]["transformer_flops"] > 0
     stats = json.loads((scratch / "study" / "stats.json").read_text())

@@ -180,9 +180,12 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
     from .video import prepare_frames
 
     total = ComputeCount() if count else None
-    evidence, best, best_frames, seconds, r = [], None, None, 0.0, None
+    evidence: list[dict[str, Any]] = []
+    best: int | None = None
+    best_frames: Any = None
+    seconds, last = 0.0, None
     for i, seed in enumerate(search_seeds(stream_seed, arm.search.n)):
-        r = generate(pipe, prompt, seed, arm, gen, tokens, count=count)
+        r = last = generate(pipe, prompt, seed, arm, gen, tokens, count=count)
         started = time.perf_counter()
         frames, _ = prepare_frames(r.frames, verifier.encoder)
         value, vflops = verifier(frames, count)
@@ -196,10 +199,11 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
                                   else value < evidence[best]["score"])
         if better:
             best, best_frames = i, r.frames
-    if r is None or best is None:
+    if last is None or best is None:
         raise ValueError(f"arm {arm.name!r}: a search needs n >= 1 candidates")
     compute = None if total is None else {**total.asdict(), "verifier": arm.search.verifier}
-    return ArmResult(best_frames, seconds, r.peak_rss_mb, r.device, r.threads, compute, tuple(evidence), best)
+    return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
+                     best)
 
 
 @dataclass(frozen=True)

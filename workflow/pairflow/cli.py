@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ar.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
     b = sub.add_parser("build-tiny-model", help="build the embedded tiny Wan pipeline (or a tiny one of another family)")
     b.add_argument("out", type=Path)
-    b.add_argument("--family", default="wan", help="wan (the embedded model), cogvideox or ltx")
+    b.add_argument("--family", default="wan", help="wan (the embedded model), cogvideox, ltx or hunyuanvideo")
     c = sub.add_parser("check-config", help="validate a study config and its prompt sheets")
     c.add_argument("config", type=Path)
     m = sub.add_parser("mirror", help="download every scorer weight into DIR and lock its digests (needs internet; "

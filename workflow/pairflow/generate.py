@@ -208,7 +208,6 @@ def supported_caches(model: ModelSpec) -> Any:
     blocks are ones diffusers registers; their params are checked at run time."""
     import json
 
-    import diffusers
     import torch
 
     cls = _transformer_class(model)
@@ -217,6 +216,22 @@ def supported_caches(model: ModelSpec) -> Any:
         transformer = cls.from_config({k: v for k, v in config.items() if not k.startswith("_")})
     out = _Support()
     refused: dict[str, str] = {}
+    quiet = logging.getLogger("diffusers")  # the probe's default-config warnings are not the user's
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        _probe(transformer, out, refused)
+    finally:
+        quiet.setLevel(level)
+    applies = sorted(out)
+    out.refused = {k: f"{v}. Caches that apply to {cls.__name__}: {applies}" for k, v in refused.items()}
+    return out
+
+
+def _probe(transformer: Any, out: dict[str, bool], refused: dict[str, str]) -> None:
+    """Enable and disable each cache config on ``transformer`` (see ``supported_caches``)."""
+    import diffusers
+
     for name in _cache_names():
         ccls = getattr(diffusers, name)
         kwargs: dict[str, Any] = {}
@@ -235,9 +250,6 @@ def supported_caches(model: ModelSpec) -> Any:
         finally:
             if transformer.is_cache_enabled:
                 transformer.disable_cache()
-    applies = sorted(out)
-    out.refused = {k: f"{v}. Caches that apply to {cls.__name__}: {applies}" for k, v in refused.items()}
-    return out
 
 
 def _cache_names() -> list[str]:
@@ -441,7 +453,7 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
     return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
-                            work.asdict() if count else None)
+                            work.asdict() if work is not None else None)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:
