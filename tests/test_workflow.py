@@ -173,6 +173,10 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
     cfg["model"] = {"kind": "local", "path": str(model)}
     cfg["generation"].update(frames=9, steps=2)
     cfg["arms"]["fewstep"] = {"steps": 1}
+    arms = {"control", "pab", "fewstep"}
+    if family == "wan":  # the embedded family also runs a best-of-2 search arm
+        cfg["arms"]["best2"] = {"search": {"n": 2, "verifier": "temporal_flickering"}}
+        arms.add("best2")
     cfg["timing"] = {"warmup": 0, "repeats": 1}
     (project / "config" / "panels" / "t.tsv").write_text("prompt_id\tprompt\na1\ta red fox running through "
                                                           "fresh snow at dawn, cinematic\n")
@@ -180,7 +184,7 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
     snakemake(project)
     scratch = Path(cfg["storage"]["scratch"])
     recs = records(scratch)
-    assert len(recs) == 3 and {r["arm"]["name"] for r in recs} == {"control", "pab", "fewstep"}
+    assert len(recs) == len(arms) and {r["arm"]["name"] for r in recs} == arms
     for r in recs:
         assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
         assert r["pipeline"]["family"] == {"wan": "wan", "cogvideox": "cogvideo", "ltx": "ltx",
@@ -192,4 +196,10 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
     assert by["fewstep"]["compute"]["ratio"] == pytest.approx(0.5, rel=1e-12)
     assert by["pab"]["compute"]["attention_skipped"] > 0 and by["pab"]["compute"]["ratio"] < 1
     assert "compute ratio [CI]" in (scratch / "study" / "table.md").read_text()
+    if family == "wan":
+        assert by["best2"]["compute"]["ratio"] == pytest.approx(2.0, rel=1e-3)
+        search = next(r for r in recs if r["arm"]["name"] == "best2")["search"]
+        assert [c["index"] for c in search["candidates"]] == [0, 1] and search["chosen"] in (0, 1)
+        timed = json.loads(next((scratch / "panels" / "t" / "timing" / "best2").glob("*.json")).read_text())
+        assert timed["timing"]["covers"].startswith("2 generations") and timed["matches_bulk_frames"] is True
     assert (scratch / "study" / "archived.json").exists() and verify_tree(scratch) == []

@@ -7,7 +7,9 @@ asks for an exclusive node), batch one, ``warmup`` untimed runs per arm, device
 synchronisation around each call, and ``repeats`` measures per candidate whose median
 is the candidate's latency. Arms are interleaved within each pair so drift in machine
 speed affects all arms alike. Each timed run's frames are hashed and compared with the
-bulk record, so a timing is known to belong to the same computation.
+bulk record, so a timing is known to belong to the same computation. Each arm runs on
+its own pipeline (its checkpoint and dtype); a search arm's latency is its whole search,
+all N generations and verifier scorings. Compute is counted in the bulk pass, never here.
 """
 
 from __future__ import annotations
@@ -112,7 +114,10 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                 "timing": {"pass": "timed", "latency_s": statistics.median(seconds), "seconds": seconds,
                            "warmup_per_arm": warm, "repeats": reps, "batch": 1,
                            "synchronised": result.device == "cuda", "device": result.device,
-                           "threads": result.threads},
+                           "threads": result.threads,
+                           # what one timed run covers: a search arm's whole search
+                           "covers": (f"{c.arm.search.n} generations and {c.arm.search.n} {c.arm.search.verifier} "
+                                      "scorings (best-of-N search)" if c.arm.search else "one generation")},
                 "matches_bulk_frames": same,
                 "worker": {**worker_identity(), "device": result.device, "node": node},
             })
