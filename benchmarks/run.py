@@ -205,6 +205,44 @@ def bench_loads(runs: int) -> dict[str, Any]:
             "loads_once_per_worker": 1, "loads_per_candidate": n}
 
 
+def bench_compute(runs: int) -> dict[str, Any]:
+    """Compute accounting on the tiny model at the default study's size (9x64x64, 6
+    steps): generation with and without counting (hooks + FlopCounterMode, bulk pass
+    only), and each default arm's exact compute ratio beside its measured speedup."""
+    from pairflow import generate as g
+    from pairflow.arms import Verifier, run_arm
+    from pairflow.config import ArmSpec, EncoderSpec, GenerationSpec, ModelSpec, SearchSpec
+    from pairflow.tinymodel import build_tiny_model
+
+    model = ModelSpec("embedded-tiny", build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
+    gen = GenerationSpec(9, 64, 64, 6, 5.0, 8, "float32", 1)
+    pipe = g.load_pipeline(model, "float32", 1)
+    enc = EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False)
+    verifier = Verifier("temporal_flickering", True, enc, None, 16, 8)
+    arms = [ArmSpec("control"), ArmSpec("fbcache", "FirstBlockCacheConfig", {"threshold": 1.2}),
+            ArmSpec("fewstep", steps=2), ArmSpec("best2", search=SearchSpec(2, "temporal_flickering"))]
+    out: dict[str, Any] = {"size": "9x64x64, 6 steps", "runs": runs, "arms": {}}
+    for arm in arms:
+        def plain() -> Any:
+            return run_arm(pipe, "a fox", 0, arm, gen, 64, verifier=verifier)
+
+        def counted() -> Any:
+            return run_arm(pipe, "a fox", 0, arm, gen, 64, count=True, verifier=verifier)
+
+        plain()
+        work = counted().compute
+        out["arms"][arm.name] = {"plain_s": median_time(plain, runs), "counted_s": median_time(counted, runs),
+                                 "work_flops": work["work_flops"], "blocks_skipped": work["blocks_skipped"],
+                                 "blocks_computed": work["blocks_computed"]}
+    ctrl = out["arms"]["control"]
+    for a in out["arms"].values():
+        a["compute_ratio"] = a["work_flops"] / ctrl["work_flops"]
+        a["speedup"] = ctrl["plain_s"] / a["plain_s"]
+        a["counting_overhead"] = a["counted_s"] / a["plain_s"]
+    out["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return out
+
+
 def _sleep_task(payload: dict[str, Any]) -> dict[str, Any]:
     import time as _t
 
@@ -451,7 +489,7 @@ def machine() -> dict[str, Any]:
 
 
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "records": bench_records,
-            "loads": bench_loads, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm,
+            "loads": bench_loads, "compute": bench_compute, "slots": bench_slots, "metrics": bench_metrics, "slurm": bench_slurm,
             "slurm_study": bench_slurm_study, "stats": bench_stats}
 
 

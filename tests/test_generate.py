@@ -121,10 +121,11 @@ def test_tiny_model_build_is_byte_reproducible(tiny_model: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("family, pipeline, tokens", [("cogvideox", "CogVideoXPipeline", 16),
-                                                      ("ltx", "LTXPipeline", 64)])
+                                                      ("ltx", "LTXPipeline", 64),
+                                                      ("hunyuanvideo", "HunyuanVideoPipeline", 64)])
 def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path: Path, family: str,
                                                                        pipeline: str, tokens: int) -> None:
-    """Tiny CogVideoX and LTX pipelines built offline with diffusers' own classes, loaded
+    """Tiny CogVideoX, LTX and HunyuanVideo pipelines built offline with diffusers' own classes, loaded
     through from_pretrained like a user's checkpoint. CogVideoX's transformer caps text at
     16 tokens (its pipeline's default is 226, which used to fail with a tensor-size mismatch)."""
     from dataclasses import replace
@@ -139,7 +140,7 @@ def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path:
     n = text_tokens(pipe, GEN)
     assert n == tokens
     info = pipeline_info(pipe, n)
-    assert info["class"] == pipeline and info["family"] in ("cogvideo", "ltx") and info["max_text_tokens"] == tokens
+    assert info["class"] == pipeline and info["family"] in ("cogvideo", "ltx", "hunyuan_video") and info["max_text_tokens"] == tokens
     control = generate(pipe, "a red fox", 3, CONTROL, gen, n).frames
     cached = generate(pipe, "a red fox", 3, PAB, gen, n).frames
     assert control.shape == cached.shape == (9, GEN.height, GEN.width, 3)
@@ -193,7 +194,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
               for r in gen]
     scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
     res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
-    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
+    assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
     from pairflow.report import table
 
-    assert table(res)[1][0][0] == "never (no effect: videos identical to control)"
+    assert table(res)[1][0][0] == "never (this arm changed nothing)"

@@ -83,8 +83,8 @@ def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     from pairflow.report import table
 
     res = analyse(gen, scores, timings, ["treat"], S)
-    assert "no effect: the arm did not change the computation" in res["comparisons"][0]["flags"]
-    assert table(res)[1][0][0] == "treat (no effect: videos identical to control)"
+    assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
+    assert table(res)[1][0][0] == "treat (this arm changed nothing)"
     assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 
 
@@ -351,3 +351,60 @@ def test_timed_run_with_other_frames_drops_that_pairs_latency() -> None:
         t["matches_bulk_frames"] = False
     with pytest.raises(PairingError, match="no pair has a timed run that computed the bulk run's frames"):
         analyse(gen, scores, timings, ["treat"], S)
+
+
+def with_compute(gen: list[dict], ratio: float, kinds: list[str], skipped: int = 0,
+                 shape: list[int] | None = None) -> list[dict]:
+    """Give synthetic generation records compute counts: control 1e9 FLOPs and 8 computed
+    blocks per video; the treatment ``ratio`` of that, ``skipped`` blocks skipped."""
+    out = copy.deepcopy(gen)
+    for r in out:
+        treat = r["arm"]["name"] != "control"
+        r["arm"]["kinds"] = kinds if treat else []
+        r["video"]["raw_digest"] = r["video"]["digest"]
+        r["compute"] = {"work_flops": int(1e9 * (ratio if treat else 1.0)), "blocks_computed": 8 - (skipped if treat else 0),
+                        "blocks_skipped": skipped if treat else 0, "attention_computed": 8, "attention_skipped": 0,
+                        "generations": 1, "latent_shape": (shape if treat and shape else [16, 3, 8, 8]),
+                        "counter": "torch.utils.flop_counter.FlopCounterMode"}
+    return out
+
+
+def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pairflow.plots import pareto as pareto_plot
+    from pairflow.report import markdown, pareto, table
+
+    gen, scores, timings = records(effect=0.1, ratio=1.5)
+    res = analyse(with_compute(gen, 0.25, ["overrides"]), scores, timings, ["treat"], S)
+    c = res["comparisons"][0]["compute"]
+    assert c["ratio"] == pytest.approx(0.25) and c["ci"] == [pytest.approx(0.25), pytest.approx(0.25)]
+    head, rows = table(res)
+    assert head[3:5] == ["speedup [CI]", "compute ratio [CI]"]
+    assert rows[0][4] == "0.250× [0.250, 0.250]; skipped 0/192 blocks"
+    q_head, q_rows = pareto(res)
+    # cheaper and better than control on q; psnr (FR) has no control point and no other arm
+    assert q_rows[0][1] == "overrides" and q_rows[0][-1] == "psnr, q"
+    assert "## Quality against cost" in markdown(res, "t", {})
+    pareto_plot(res, tmp_path / "pareto.png")
+    assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # records without compute counts (older evidence) give n/a, not an error
+    assert table(analyse(gen, scores, timings, ["treat"], S))[1][0][4] == "n/a"
+
+
+def test_a_cache_arm_that_skipped_nothing_is_flagged_even_when_its_pixels_differ() -> None:
+    from pairflow.report import table
+
+    gen, scores, timings = records(effect=0.1)
+    res = analyse(with_compute(gen, 1.0, ["cache"]), scores, timings, ["treat"], S)
+    flags = res["comparisons"][0]["flags"]
+    assert len(flags) == 1 and flags[0].startswith("this arm changed nothing: its cache skipped no transformer block")
+    assert table(res)[1][0][0] == "treat (this arm changed nothing)"
+    skipping = analyse(with_compute(gen, 0.6, ["cache"], skipped=3), scores, timings, ["treat"], S)
+    assert skipping["comparisons"][0]["flags"] == []
+    # a few-step arm skips no block by design: not flagged
+    assert analyse(with_compute(gen, 0.5, ["overrides"]), scores, timings, ["treat"], S)["comparisons"][0]["flags"] == []
+
+
+def test_a_pair_whose_arms_started_from_other_latents_is_refused() -> None:
+    gen, scores, timings = records()
+    with pytest.raises(PairingError, match="did not share its initial noise"):
+        analyse(with_compute(gen, 1.0, ["model"], shape=[16, 3, 4, 4]), scores, timings, ["treat"], S)

@@ -55,7 +55,7 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     assert len(timings) == 10 and all(t["timing"]["pass"] == "timed" and t["matches_bulk_frames"] for t in timings)
     table = (scratch / "study" / "table.md").read_text()
     assert "| pab | 5 |" in table and "xxh3_128:" in table and "Latency pass: timed" in table
-    for png in ("forest", "latency", "scatter", "per_prompt"):
+    for png in ("forest", "latency", "scatter", "per_prompt", "pareto"):
         assert (scratch / "study" / "plots" / f"{png}.png").stat().st_size > 1000
     stats = json.loads((scratch / "study" / "stats.json").read_text())
     assert {m["metric"] for m in stats["comparisons"][0]["metrics"]} == {"psnr", "ssim", "temporal_flickering"}
@@ -156,30 +156,52 @@ def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path
     assert len({r["worker"]["slot"] for r in records(Path(cfg2["storage"]["scratch"]))}) == 2
 
 
-@pytest.mark.parametrize("family, pipeline", [("cogvideox", "CogVideoXPipeline"), ("ltx", "LTXPipeline")])
-def test_other_families_run_the_default_workflow_with_a_cache_arm(tmp_path: Path, family: str,
-                                                                  pipeline: str) -> None:
-    """A tiny CogVideoX (its transformer takes 16 text tokens, its pipeline defaults to 226)
-    and a tiny LTX, built offline with diffusers' classes, as `model.kind: local`
-    checkpoints through the whole default workflow (generate, score, time, stats, archive)
-    with a cache arm. The tiny Wan runs it in study_run."""
+@pytest.mark.parametrize("family, pipeline", [("wan", "WanPipeline"), ("cogvideox", "CogVideoXPipeline"),
+                                              ("ltx", "LTXPipeline"), ("hunyuanvideo", "HunyuanVideoPipeline")])
+def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(tmp_path: Path, family: str,
+                                                                               pipeline: str) -> None:
+    """Tiny Wan, CogVideoX (its transformer takes 16 text tokens, its pipeline defaults to
+    226), LTX and HunyuanVideo pipelines, built offline with diffusers' classes, as `model.kind: local`
+    checkpoints through the whole default workflow (generate, score, time, stats, plots,
+    archive) with a cache arm and a few-step arm. Records name the pipeline class and
+    family; the few-step arm's compute ratio is exactly its share of the steps."""
     from pairflow.tinymodel import build_tiny_model
 
     model = build_tiny_model(tmp_path / f"tiny-{family}", family)
     project = copy_project(tmp_path / "proj")
     cfg = small_config(project, model)
     cfg["model"] = {"kind": "local", "path": str(model)}
-    cfg["generation"]["frames"] = 9
+    cfg["generation"].update(frames=9, steps=2)
+    cfg["arms"]["fewstep"] = {"steps": 1}
+    arms = {"control", "pab", "fewstep"}
+    if family == "wan":  # the embedded family also runs a best-of-2 search arm
+        cfg["arms"]["best2"] = {"search": {"n": 2, "verifier": "temporal_flickering"}}
+        arms.add("best2")
+    cfg["timing"] = {"warmup": 0, "repeats": 1}
     (project / "config" / "panels" / "t.tsv").write_text("prompt_id\tprompt\na1\ta red fox running through "
                                                           "fresh snow at dawn, cinematic\n")
     write_config(project, cfg)
     snakemake(project)
     scratch = Path(cfg["storage"]["scratch"])
     recs = records(scratch)
-    assert len(recs) == 2 and {r["arm"]["name"] for r in recs} == {"control", "pab"}
+    assert len(recs) == len(arms) and {r["arm"]["name"] for r in recs} == arms
     for r in recs:
         assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
+        assert r["pipeline"]["family"] == {"wan": "wan", "cogvideox": "cogvideo", "ltx": "ltx",
+                                           "hunyuanvideo": "hunyuan_video"}[family]
         assert r["pipeline"]["max_text_tokens"] == (16 if family == "cogvideox" else 64)
+        assert r["compute"]["transformer_flops"] > 0
+    stats = json.loads((scratch / "study" / "stats.json").read_text())
+    by = {c["treatment"]: c for c in stats["comparisons"]}
+    assert by["fewstep"]["compute"]["ratio"] == pytest.approx(0.5, rel=1e-12)
+    assert by["pab"]["compute"]["attention_skipped"] > 0 and by["pab"]["compute"]["ratio"] < 1
+    assert "compute ratio [CI]" in (scratch / "study" / "table.md").read_text()
+    if family == "wan":
+        assert by["best2"]["compute"]["ratio"] == pytest.approx(2.0, rel=1e-3)
+        search = next(r for r in recs if r["arm"]["name"] == "best2")["search"]
+        assert [c["index"] for c in search["candidates"]] == [0, 1] and search["chosen"] in (0, 1)
+        timed = json.loads(next((scratch / "panels" / "t" / "timing" / "best2").glob("*.json")).read_text())
+        assert timed["timing"]["covers"].startswith("2 generations") and timed["matches_bulk_frames"] is True
     assert (scratch / "study" / "archived.json").exists() and verify_tree(scratch) == []
 
 

@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                 "family for tests)", "Real diffusers classes, seeded weights, saved with save_pretrained; "
                 "byte-reproducible.")
     b.add_argument("out", type=Path, help="the folder to write the pipeline to")
-    b.add_argument("--family", default="wan", choices=["wan", "cogvideox", "ltx"],
+    b.add_argument("--family", default="wan", choices=["wan", "cogvideox", "ltx", "hunyuanvideo"],
                    help="pipeline family (default: wan, the embedded model)")
     m = command("mirror", "download every scorer weight into DEST and lock its digests",
                 "Needs internet; run once per site, then set weights/mirror: DEST in the config.")
@@ -160,8 +160,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         build_tiny_model(args.out, args.family)
         return EXIT_OK
     if args.cmd == "check-config":
+        from .arms import check_arms
         from .config import load_study
-        from .generate import check_arms
 
         s = load_study(args.config)
         check_arms(s.arms, s.model)

@@ -40,20 +40,77 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class SearchSpec:
+    """Test-time search: best of ``n`` candidates under the NR metric ``verifier``
+    (candidate seeds: ``arms.search_seeds``)."""
+
+    n: int
+    verifier: str
+
+
+@dataclass(frozen=True)
 class ArmSpec:
-    """One arm: a name and an optional diffusers cache config (class name + parameters)."""
+    """One arm: a declared change to control, of one or more kinds (``config/README.md``).
+
+    ``cache_class``/``cache_params``: a diffusers cache config; ``steps``, ``guidance``,
+    ``scheduler_class``/``scheduler_params``: generation overrides; ``model``: another
+    checkpoint (a student); ``dtype`` and ``attention_backend``: precision and attention
+    kernels; ``search``: best of N under a verifier metric. None means "as control".
+    """
 
     name: str
-    cache_class: str | None
+    cache_class: str | None = None
     cache_params: dict[str, Any] = field(default_factory=dict, hash=False)
+    steps: int | None = None
+    guidance: float | None = None
+    scheduler_class: str | None = None
+    scheduler_params: dict[str, Any] = field(default_factory=dict, hash=False)
+    model: ModelSpec | None = None
+    dtype: str | None = None
+    attention_backend: str | None = None
+    search: SearchSpec | None = None
 
     @property
     def is_control(self) -> bool:
         return self.name == "control"
 
     @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of change this arm declares (empty for control)."""
+        out = []
+        if self.cache_class is not None:
+            out.append("cache")
+        if self.steps is not None or self.guidance is not None or self.scheduler_class is not None:
+            out.append("overrides")
+        for kind in ("model", "dtype", "attention_backend", "search"):
+            if getattr(self, kind) is not None:
+                out.append(kind)
+        return tuple(out)
+
+    def asdict(self) -> dict[str, Any]:
+        """Every field that changes the arm's output (what records carry and the digest covers)."""
+        out: dict[str, Any] = {"cache_class": self.cache_class, "cache_params": self.cache_params}
+        # Only declared kinds beyond the cache enter, so a cache-only arm keeps its old identity.
+        if self.steps is not None:
+            out["steps"] = self.steps
+        if self.guidance is not None:
+            out["guidance"] = self.guidance
+        if self.scheduler_class is not None:
+            out["scheduler_class"] = self.scheduler_class
+            out["scheduler_params"] = self.scheduler_params
+        if self.model is not None:
+            out["model"] = self.model.identity()
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        if self.attention_backend is not None:
+            out["attention_backend"] = self.attention_backend
+        if self.search is not None:
+            out["search"] = {"n": self.search.n, "verifier": self.search.verifier}
+        return out
+
+    @property
     def digest(self) -> str:
-        return digest_obj({"cache_class": self.cache_class, "cache_params": self.cache_params})
+        return digest_obj(self.asdict())
 
 
 @dataclass(frozen=True)
@@ -361,8 +418,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                           f"not among scorers {list(raw['scorers'])}; add the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
-    arms = tuple(ArmSpec(name, (a["cache"] or {}).get("class"), dict((a["cache"] or {}).get("params", {})))
-                 for name, a in raw["arms"].items())
+    arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())
     panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]),
                              prompts[name] if prompts is not None else read_sheet(resolve(p["sheet"]), name))
                    for name, p in raw["panels"].items())
@@ -409,6 +465,30 @@ def check_location(key: str, value: str, path: Path, root: Path, source: str) ->
         raise ConfigError(f"{source}: key {key!r} is {value!r}, which resolves to {path}: {bad}. Point it at "
                           "a directory of its own (e.g. results/scratch, or an absolute path on your scratch "
                           "file system)")
+
+
+def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source: str) -> ArmSpec:
+    """One validated arm mapping as an ArmSpec. Control must declare no change."""
+    cache = a.get("cache") or {}
+    sched = a.get("scheduler") or {}
+    model = None
+    if a.get("model") is not None:
+        m = a["model"]
+        check_location(f"arms/{name}/model/path", m["path"], resolve(m["path"]), root, source)
+        model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
+    search = SearchSpec(a["search"]["n"], a["search"]["verifier"]) if a.get("search") is not None else None
+    arm = ArmSpec(name, cache.get("class"), dict(cache.get("params", {})), a.get("steps"), a.get("guidance"),
+                  sched.get("class"), dict(sched.get("params", {})), model, a.get("dtype"),
+                  a.get("attention_backend"), search)
+    if arm.is_control and arm.kinds:
+        raise ConfigError(f"{source}: arm 'control' declares {list(arm.kinds)}; control is the reference and "
+                          "changes nothing. Move these keys to a treatment arm and leave 'arms/control' as "
+                          "{cache: null}")
+    if not arm.is_control and not arm.kinds:
+        raise ConfigError(f"{source}: arm {name!r} declares no change (cache, steps, guidance, scheduler, model, "
+                          "dtype, attention_backend or search); it would be control again. Declare what it "
+                          "changes or remove it")
+    return arm
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:

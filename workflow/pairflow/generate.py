@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import logging
 import os
 import time
@@ -161,21 +162,112 @@ def _typed(value: Any, hint: Any) -> Any:
 def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
     """Everything about the arms' caches that can be known without loading weights: the
     class exists in the installed diffusers, its parameters have the right names and types,
-    and the model's transformer class (from ``transformer/config.json``) can take a cache.
-    Raises ConfigError. Run before any model loads (``check-config``, the Snakefile)."""
+    and the transformer of the model the arm runs (its ``model`` or the study's, from
+    ``transformer/config.json``) takes that cache (``supported_caches``). Raises
+    ConfigError naming the caches that do apply. Run before any model loads
+    (``check-config``, the Snakefile); ``arms.check_arms`` runs it with every other check."""
     cached = [a for a in arms if a.cache_class is not None]
     if not cached:
         return  # nothing to check, and no need to import diffusers
     for arm in cached:
         cache_params(arm, cache_class(arm))
-    transformer = _transformer_class(model)
-    if cached and transformer is not None:
+    for arm in cached:
+        m = arm.model or model
+        transformer = _transformer_class(m)
+        if transformer is None:
+            continue  # not on disk yet (the embedded model is built by a rule): checked when it loads
         from diffusers.models.cache_utils import CacheMixin
 
         if not issubclass(transformer, CacheMixin):
-            raise ConfigError(f"arm {cached[0].name!r}: the model's transformer {transformer.__name__} "
-                              f"({model.path}) does not support diffusers caches (no enable_cache); use a "
+            raise ConfigError(f"arm {arm.name!r}: the model's transformer {transformer.__name__} "
+                              f"({m.path}) does not support diffusers caches (no enable_cache); use a "
                               "model whose transformer does, or run only the control arm")
+        supported = supported_caches(m)
+        if arm.cache_class not in supported:
+            raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/cache/class' is {arm.cache_class!r}, which "
+                              f"diffusers cannot apply to {transformer.__name__} ({m.path}): "
+                              f"{supported.refused.get(arm.cache_class, '')}")
+
+
+class _Support(dict):  # type: ignore[type-arg]
+    """Cache class name -> True for the caches a transformer takes; ``refused`` holds why
+    the others were refused, ``applies`` the list of those that apply."""
+
+    refused: dict[str, str]
+
+
+@functools.lru_cache(maxsize=8)
+def supported_caches(model: ModelSpec) -> Any:
+    """Which of the installed diffusers' cache configs the model's transformer takes:
+    each is enabled (with its defaults, and a timestep callback where it needs one) on
+    the transformer built from its config on the ``meta`` device (no weights, no
+    memory), exactly as ``enable_cache`` would at run time, then disabled. Returns a
+    mapping whose keys are the classes that apply, with ``refused`` naming why each other
+    class failed (its error, plus the list that applies). Configs whose defaults cannot be
+    built (MagCache needs calibrated ratios) count as applying when the transformer's
+    blocks are ones diffusers registers; their params are checked at run time."""
+    import json
+
+    import torch
+
+    cls = _transformer_class(model)
+    config = json.loads(_model_root(model).joinpath("transformer", "config.json").read_text())
+    with torch.device("meta"):
+        transformer = cls.from_config({k: v for k, v in config.items() if not k.startswith("_")})
+    out = _Support()
+    refused: dict[str, str] = {}
+    quiet = logging.getLogger("diffusers")  # the probe's default-config warnings are not the user's
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        _probe(transformer, out, refused)
+    finally:
+        quiet.setLevel(level)
+    applies = sorted(out)
+    out.refused = {k: f"{v}. Caches that apply to {cls.__name__}: {applies}" for k, v in refused.items()}
+    return out
+
+
+def _probe(transformer: Any, out: dict[str, bool], refused: dict[str, str]) -> None:
+    """Enable and disable each cache config on ``transformer`` (see ``supported_caches``)."""
+    import diffusers
+
+    for name in _cache_names():
+        ccls = getattr(diffusers, name)
+        kwargs: dict[str, Any] = {}
+        if "current_timestep_callback" in {f.name for f in dataclasses.fields(ccls)}:
+            kwargs["current_timestep_callback"] = lambda: 500
+        try:
+            cfg = ccls(**kwargs)
+        except (ValueError, TypeError):
+            out[name] = True  # needs calibrated params; diffusers checks them when enabling
+            continue
+        try:
+            transformer.enable_cache(cfg)
+            out[name] = True
+        except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as e:
+            refused[name] = f"{type(e).__name__}: {e}"
+        finally:
+            if transformer.is_cache_enabled:
+                transformer.disable_cache()
+
+
+def _cache_names() -> list[str]:
+    import diffusers
+
+    return sorted(n for n in dir(diffusers) if n.endswith("Config") and dataclasses.is_dataclass(
+        getattr(diffusers, n)) and ("Cache" in n or "Broadcast" in n))
+
+
+def _model_root(model: ModelSpec) -> Path:
+    """Where the model's component folders are (for a hub mirror, the pinned snapshot)."""
+    root = Path(model.path)
+    if model.kind == "hub-mirror" and model.id and model.revision:
+        repo = root / f"models--{model.id.replace('/', '--')}"
+        ref = repo / "refs" / model.revision  # a branch or tag name points at a commit
+        commit = ref.read_text().strip() if ref.is_file() else model.revision
+        root = repo / "snapshots" / commit
+    return root
 
 
 def _transformer_class(model: ModelSpec) -> Any:
@@ -186,13 +278,7 @@ def _transformer_class(model: ModelSpec) -> Any:
 
     import diffusers
 
-    root = Path(model.path)
-    if model.kind == "hub-mirror" and model.id and model.revision:
-        repo = root / f"models--{model.id.replace('/', '--')}"
-        ref = repo / "refs" / model.revision  # a branch or tag name points at a commit
-        commit = ref.read_text().strip() if ref.is_file() else model.revision
-        root = repo / "snapshots" / commit
-    config = root / "transformer" / "config.json"
+    config = _model_root(model) / "transformer" / "config.json"
     if not config.is_file():
         return None
     name = json.loads(config.read_text()).get("_class_name", "")
@@ -220,47 +306,144 @@ def cache_config(arm: ArmSpec, pipe: Any) -> Any:
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """Frames from one candidate and how they were made."""
+    """Frames from one candidate and how they were made. ``compute`` is the transformer
+    work counted (``compute.ComputeCount.asdict``), or None when counting was off."""
 
     frames: Any  # float32 numpy (F, H, W, 3) in [0, 1]
     seconds: float
     peak_rss_mb: float
     device: str
     threads: int
+    compute: dict[str, Any] | None = None
+
+
+def effective_generation(arm: ArmSpec, gen: GenerationSpec) -> GenerationSpec:
+    """The generation settings an arm runs with: the study's, with the arm's steps,
+    guidance and dtype overrides."""
+    return dataclasses.replace(gen, steps=arm.steps if arm.steps is not None else gen.steps,
+                               guidance=arm.guidance if arm.guidance is not None else gen.guidance,
+                               dtype=arm.dtype or gen.dtype)
+
+
+def scheduler_class(arm: ArmSpec) -> Any:
+    """The diffusers scheduler class an arm names. Raises ConfigError naming the arm, the
+    class and the scheduler classes the installed diffusers has."""
+    import diffusers
+    from diffusers import SchedulerMixin
+
+    cls = getattr(diffusers, arm.scheduler_class or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, SchedulerMixin)):
+        known = sorted(n for n in dir(diffusers) if n.endswith("Scheduler") and isinstance(getattr(diffusers, n), type)
+                       and issubclass(getattr(diffusers, n), SchedulerMixin))
+        hint = difflib.get_close_matches(arm.scheduler_class or "", known, n=1)
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/scheduler/class' is {arm.scheduler_class!r}, which "
+                          f"is not a scheduler of diffusers {diffusers.__version__}"
+                          + (f"; did you mean {hint[0]!r}?" if hint else ".") + f" Schedulers: {known}")
+    import inspect
+
+    allowed = sorted(k for k in inspect.signature(cls.__init__).parameters if k != "self")
+    for key in arm.scheduler_params:
+        if key not in allowed:
+            hint = difflib.get_close_matches(key, allowed, n=1)
+            raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/scheduler/params/{key}': {cls.__name__} has no "
+                              f"such parameter" + (f"; did you mean {hint[0]!r}?" if hint else ".")
+                              + f" Allowed: {allowed}")
+    return cls
+
+
+CPU_BACKENDS = ("native", "_native_math", "flex")
+"""Attention backends usable without an accelerator (torch's own kernels)."""
+
+
+def attention_backends(device: str) -> list[str]:
+    """The diffusers attention backends usable here: on CPU torch's own (``CPU_BACKENDS``);
+    on CUDA every backend whose package diffusers finds, except hub kernels (downloaded
+    at run time, which jobs never do)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _check_attention_backend_requirements
+
+    out = []
+    for b in AttentionBackendName:
+        if b.value.endswith("_hub") or (device != "cuda" and b.value not in CPU_BACKENDS):
+            continue
+        if any(k in b.value for k in ("npu", "xla")):
+            continue
+        try:
+            _check_attention_backend_requirements(b)
+        except (RuntimeError, ImportError):
+            continue
+        out.append(b.value)
+    return sorted(out)
+
+
+def check_attention_backend(arm: ArmSpec, device: str) -> None:
+    """Refuse an arm's attention backend that diffusers does not offer on ``device``,
+    naming the ones it does."""
+    if arm.attention_backend is None:
+        return
+    usable = attention_backends(device)
+    if arm.attention_backend not in usable:
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/attention_backend' is {arm.attention_backend!r}, "
+                          f"which diffusers cannot use on this {device} machine. Usable here: {usable}")
 
 
 def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpec,
-             max_sequence_length: int | None = None) -> GenerationResult:
+             max_sequence_length: int | None = None, count: bool = False) -> GenerationResult:
     """Generate one video from a fresh ``torch.Generator`` seeded with ``seed``.
 
-    The arm's cache is enabled for this call only and always disabled afterwards.
+    ``gen`` is the study's generation spec; the arm's steps and guidance override it.
+    The arm's scheduler, attention backend and cache are applied for this call only and
+    always restored afterwards (``pipe`` is shared by every arm of a worker). ``count``:
+    count the transformer's work (``compute.counting``; for the bulk pass, never the
+    timed one).
     """
+    import contextlib
     import resource
 
     import torch
 
+    from .compute import counting
+
+    eff = effective_generation(arm, gen)
     config = cache_config(arm, pipe)
     kwargs: dict[str, Any] = {}
     if max_sequence_length is not None:
         kwargs["max_sequence_length"] = max_sequence_length
     device = _device()
-    if config is not None:
-        pipe.transformer.enable_cache(config)
+    scheduler = pipe.scheduler
+    backend = None
     try:
+        if arm.scheduler_class is not None:
+            pipe.scheduler = scheduler_class(arm).from_config(scheduler.config, **arm.scheduler_params)
+        if arm.attention_backend is not None:
+            from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+            backend = _AttentionBackendRegistry._active_backend
+            check_attention_backend(arm, device)
+            pipe.transformer.set_attention_backend(arm.attention_backend)
+        if config is not None:
+            pipe.transformer.enable_cache(config)
         generator = torch.Generator(device="cpu").manual_seed(seed)
+        counter = counting(pipe.transformer) if count else contextlib.nullcontext()
         if device == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), counter as work:
             out = pipe(prompt=prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                       width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                       guidance_scale=gen.guidance, generator=generator, output_type="np", **kwargs)
+                       width=gen.width, num_frames=gen.frames, num_inference_steps=eff.steps,
+                       guidance_scale=eff.guidance, generator=generator, output_type="np", **kwargs)
         if device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
     finally:
         if config is not None:
             pipe.transformer.disable_cache()
+        if arm.attention_backend is not None:
+            pipe.transformer.reset_attention_backend()
+            if backend is not None:  # diffusers keeps the last backend set as the process default
+                from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+                _AttentionBackendRegistry.set_active_backend(backend)
+        pipe.scheduler = scheduler
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     frames = out.frames[0]
     if len(frames) != gen.frames:
@@ -269,7 +452,8 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
         raise FrameError(f"{type(pipe).__name__} returned {len(frames)} frames for generation/frames "
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
-    return GenerationResult(frames, seconds, peak, device, torch.get_num_threads())
+    return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
+                            work.asdict() if work is not None else None)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:

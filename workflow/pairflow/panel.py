@@ -111,16 +111,19 @@ def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> dict[
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
     from . import generate as g
+    from .arms import arm_model, arm_pipeline, run_arm, verifier_for
     from .fleet import worker_identity
     from .video import encode, prepare_frames
 
     study: StudySpec = payload["study"]
     c: Candidate = payload["candidate"]
     loaded = time.perf_counter()
-    pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
+    pipe = arm_pipeline(c.arm, study.model, study.generation)
     load_s = time.perf_counter() - loaded
     tokens = g.text_tokens(pipe, study.generation)
-    result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens)
+    # The bulk pass counts the transformer's work (compute.counting); the timed pass does not.
+    result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
+                     verifier=verifier_for(c.arm, study))
     frames, stats = prepare_frames(result.frames, study.encoder)
     started = time.perf_counter()
     info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
@@ -129,9 +132,12 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         "kind": "generation",
         "candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id,
                       "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
-        "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
+        "arm": arm_record(c.arm),
         "generation": study.generation.__dict__,
+        # What this arm ran with: the study's generation settings with its overrides.
+        "effective_generation": g.effective_generation(c.arm, study.generation).__dict__,
         "pipeline": g.pipeline_info(pipe, tokens),
+        "compute": result.compute,
         # The video's path is relative to the panel directory, so records stay valid when a
         # scratch tree is moved and compare equal across sites.
         "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},
@@ -142,6 +148,14 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                    "model_loads": dict(g.LOAD_COUNTS)},
         **payload["provenance"],
     }
+    if c.arm.search is not None:
+        record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier, "chosen": result.chosen,
+                            "seeds": "candidate 0: the pair's stream seed; i >= 1: xxh3_64(['search', stream_seed, "
+                                     "i]) & (2^63 - 1) (pairflow.arms.search_seeds)",
+                            "candidates": list(result.candidates)}
+    if c.arm.model is not None:
+        m = arm_model(c.arm, study.model)
+        record["arm_model"] = {**m.identity(), "weights": g.model_digests(m), "path": str(m.path)}
     write_record(record_path(study, c), record)
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
 
@@ -247,8 +261,14 @@ def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
     return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
 
 
+def arm_record(arm: ArmSpec) -> dict[str, Any]:
+    """What a record says of its arm: name, kinds of change and every output-changing field."""
+    return {"name": arm.name, "kinds": list(arm.kinds), **arm.asdict(), "digest": arm.digest}
+
+
 def arm_of(record: dict[str, Any]) -> ArmSpec:
-    return ArmSpec(record["arm"]["name"], record["arm"]["cache_class"], record["arm"]["cache_params"])
+    """The arm a record names, as far as scoring needs it (its name decides control)."""
+    return ArmSpec(record["arm"]["name"], record["arm"].get("cache_class"), record["arm"].get("cache_params", {}))
 
 
 def study_weights(study: StudySpec) -> list[str]:

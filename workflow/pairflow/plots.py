@@ -175,3 +175,59 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar
     fig.tight_layout()
     _save(fig, out)
+
+
+def pareto(stats: dict[str, Any], out: Path) -> None:
+    """Quality against cost per arm: for each metric, the paired difference [CI] (FR
+    metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
+    measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
+    Arms without compute counts are left out of the top row."""
+    plt = _plt()
+    names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]}) or ["(no metric)"]
+    fig, axes = plt.subplots(2, len(names), figsize=(3.8 * len(names), 6.4), squeeze=False)
+    for j, name in enumerate(names):
+        for row, what in enumerate(("compute", "speedup")):
+            ax = axes[row][j]
+            nr = False
+            for c in stats["comparisons"]:
+                m = next((m for m in c["metrics"] if m["metric"] == name), None)
+                x = c.get("compute") if what == "compute" else c["speedup"]
+                if m is None or not x:
+                    continue
+                nr = nr or m["kind"] == "NR"
+                point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+                xv = x["ratio"] if what == "compute" else x["geomean"]
+                yerr = None if m["ci"][0] is None else [[point - m["ci"][0]], [m["ci"][1] - point]]
+                xerr = None if x["ci"][0] is None else [[xv - x["ci"][0]], [x["ci"][1] - xv]]
+                ax.errorbar([xv], [point], xerr=xerr, yerr=yerr, fmt="o", capsize=3)
+                ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            if nr:
+                ax.scatter([1.0], [0.0], marker="s", color="black")
+                ax.annotate("control", (1.0, 0.0), fontsize=7, xytext=(3, -9), textcoords="offset points")
+                ax.axhline(0, color="grey", lw=0.8, ls="--")
+            ax.set_xscale("log")
+            from matplotlib.ticker import ScalarFormatter
+
+            for axis in (ax.xaxis,):
+                axis.set_major_formatter(ScalarFormatter())
+                axis.set_minor_formatter(ScalarFormatter())
+            ax.tick_params(axis="x", which="both", labelsize=7)
+            ax.set_xlabel("compute ratio (treatment / control FLOPs)" if what == "compute"
+                          else "measured speedup (control / treatment latency)", fontsize=8)
+            ax.set_title(_pareto_title(stats, name, nr), fontsize=8)
+    fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
+    fig.tight_layout()
+    _save(fig, out)
+
+
+def _pareto_title(stats: dict[str, Any], name: str, nr: bool) -> str:
+    """A Pareto panel's title: the metric, what its axis shows and which way is better."""
+    from .report import direction
+
+    ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
+    if not ms:
+        return name
+    better = direction(ms[0]["higher_is_better"])
+    if nr:
+        return f"{name}: treatment − control\n({better}: better {'above' if ms[0]['higher_is_better'] else 'below'} 0)"
+    return f"{name} vs control (value; {better})"

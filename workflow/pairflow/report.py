@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .stats import NO_EFFECT
+
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}g}"
@@ -43,24 +45,82 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
     kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
-    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]"] + [
+    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]", "compute ratio [CI]"] + [
         f"{n} ({direction(hib[n])}) {'value' if kinds[n] == 'FR' else 'Δ'} [CI]" for n in metric_names]
     rows = []
     for c in stats["comparisons"]:
         by = {m["metric"]: m for m in c["metrics"]}
         lat = c["latency"]
-        sp = c["speedup"]
-        # An arm whose videos equal control's bit for bit changed nothing: say so in its row
-        no_effect = any(f.startswith("no effect") for f in c["flags"])
-        cells = [c["treatment"] + (" (no effect: videos identical to control)" if no_effect else ""), str(c["n_pairs"]),
+        # An arm whose videos equal control's bit for bit, or whose cache never skipped,
+        # changed nothing: say so in its row, not only in the notes.
+        no_effect = any(f.startswith(NO_EFFECT) for f in c["flags"])
+        cells = [c["treatment"] + (f" ({NO_EFFECT})" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
-                 f"{sp['geomean']:.3f}× " + ("[no CI]" if sp["ci"][0] is None
-                                             else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]")]
+                 ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute"))]
         for n in metric_names:
             m = by.get(n)
             cells.append("" if m is None else cell(m, stats["level"]))
         rows.append(cells)
     return head, rows
+
+
+def ratio(point: float, ci: list[float | None]) -> str:
+    """A ratio with its interval: ``1.234× [1.1, 1.4]``."""
+    return f"{point:.3f}× " + ("[no CI]" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]")
+
+
+def compute_cell(compute: dict[str, Any] | None) -> str:
+    """The compute ratio cell: treatment / control FLOPs with its interval and the block
+    forwards the arm skipped; ``n/a`` for records without compute counts."""
+    if not compute:
+        return "n/a"
+    skipped = compute["blocks_skipped"]
+    total = skipped + compute["blocks_computed"]
+    return ratio(compute["ratio"], compute["ci"]) + f"; skipped {skipped}/{total} blocks"
+
+
+def pareto(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Quality against cost, one row per arm: its kinds of change, compute ratio [CI],
+    measured speedup [CI], and each NR metric's paired difference [CI] (FR metrics: the
+    value against control). ``front`` names the metrics on which no other arm (control
+    included, at ratio 1 and Δ 0) is at least as cheap and strictly better."""
+    metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
+    head = ["arm", "kinds", "compute ratio [CI]", "speedup [CI]"] + [f"{n} [CI]" for n in metric_names] + [
+        "Pareto front (compute ratio vs metric)"]
+    rows = []
+    for c in stats["comparisons"]:
+        by = {m["metric"]: m for m in c["metrics"]}
+        front = [n for n in metric_names if n in by and on_front(stats, c["treatment"], n)]
+        rows.append([c["treatment"] + (f" ({NO_EFFECT})" if any(f.startswith(NO_EFFECT) for f in c["flags"]) else ""),
+                     ", ".join(c.get("kinds", [])) or "n/a", compute_cell(c.get("compute")),
+                     ratio(c["speedup"]["geomean"], c["speedup"]["ci"])]
+                    + [("" if n not in by else f"{_fmt(_point(by[n]))} {_ci(by[n]['ci'])}") for n in metric_names]
+                    + [", ".join(front) or "none"])
+    return head, rows
+
+
+def _point(m: dict[str, Any]) -> float | None:
+    return m["diff"] if m["diff"] is not None else m["treatment_mean"]
+
+
+def on_front(stats: dict[str, Any], arm: str, metric: str) -> bool:
+    """Whether ``arm`` is Pareto-optimal for ``metric`` against compute ratio: no other
+    arm (control: ratio 1, Δ 0; NR metrics only for control) is at least as cheap and at
+    least as good with one of the two strictly. Point estimates; read with the intervals."""
+    points = {}
+    for c in stats["comparisons"]:
+        m = next((m for m in c["metrics"] if m["metric"] == metric), None)
+        if m is None or not c.get("compute") or _point(m) is None:
+            continue
+        sign = 1 if m["higher_is_better"] else -1
+        points[c["treatment"]] = (c["compute"]["ratio"], sign * _point(m))
+        if m["kind"] == "NR":
+            points["control"] = (1.0, 0.0)
+    if arm not in points:
+        return False
+    cost, good = points[arm]
+    return not any(o != arm and oc <= cost and og >= good and (oc < cost or og > good)
+                   for o, (oc, og) in points.items())
 
 
 def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -118,7 +178,7 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     decoded = ("Decoding (YUV to RGB) per metric: " + "; ".join(f"{how}: {', '.join(names)}"
                                                                 for how, names in sorted(by_how.items()))
                + ". bt709 is the matrix the videos were encoded with; bt601 is how VBench decodes (OpenCV). "
-               "The two differ: on the default study's 42 videos temporal_flickering from bt709 frames reads 0.0023 "
+               "The two differ: on 42 videos of the default study (control, FirstBlockCache, PAB arms) temporal_flickering from bt709 frames reads 0.0023 "
                "to 0.0027 higher than VBench's (OpenCV 4.10), about as large as typical cache effects, and equals it "
                "exactly under scoring/decode: vbench; compare with published VBench numbers only in that mode.") if by_how else None
     out = [*notes, method, latency, fidelity, flicker, *([decoded] if decoded else []), build]
@@ -134,6 +194,21 @@ def _notes(stats: dict[str, Any]) -> list[str]:
 _PLANNING_TEXT = ("Per-prompt standard deviation of each paired difference, the smallest true difference a two-sided "
                   "paired t-test detects at this prompt count, and the prompts needed for the difference set in "
                   "stats/target_effects (noncentral t; same level). Plan the next study's GPU budget from these.")
+
+
+_PARETO_TEXT = ("One row per arm: compute ratio = treatment / control FLOPs per video (transformer work counted with "
+                "torch's FlopCounterMode in the bulk pass, plus a search arm's verifier scorings; hardware-"
+                "independent), measured speedup from the timed pass, and each metric's paired difference, all "
+                "with their intervals over prompts. The Pareto column names the metrics on which no other arm "
+                "(control included) is both at most as costly and at least as good (point estimates). Plot: "
+                "plots/pareto.png.")
+
+
+def _html_table(title: str, text: str, table_: tuple[list[str], list[list[str]]], escape: Any) -> list[str]:
+    head, rows = table_
+    return [f"<h2>{escape(title)}</h2><p>{escape(text)}</p><table><tr>",
+            "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
+            *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows), "</table>"]
 
 
 def _intervals(stats: dict[str, Any]) -> str:
@@ -160,6 +235,10 @@ def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> s
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += [""] + [f"- {n}" for n in _notes(stats)]
+    q_head, q_rows = pareto(stats)
+    lines += ["", "## Quality against cost", "", _PARETO_TEXT, "",
+              "| " + " | ".join(q_head) + " |", "|" + "---|" * len(q_head)]
+    lines += ["| " + " | ".join(r) + " |" for r in q_rows]
     p_head, p_rows = planning(stats)
     if p_rows:
         lines += ["", "## Sample size from this study as a pilot", "", _PLANNING_TEXT, "",
@@ -184,6 +263,7 @@ def html(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
              "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
              *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
+             *_html_table("Quality against cost", _PARETO_TEXT, pareto(stats), escape),
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",
              *(f"<li><code>{escape(k)}</code>: <code>{escape(v)}</code></li>" for k, v in sorted(provenance.items())),
              "</ul></body></html>"]

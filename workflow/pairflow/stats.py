@@ -19,6 +19,9 @@ the level that way says so. p-values are Holm-adjusted across a comparison's met
 (``p_holm``). Speedup is the geometric mean over prompts of the per-prompt geometric
 mean (over seeds) of control/treatment latency, with the t-interval on the log scale;
 the latency columns are the geometric means over the same units, so they divide to it.
+The compute ratio (treatment FLOPs / control FLOPs, counted exactly per video in the bulk
+pass, ``compute.py``) is summarised the same way. An arm whose videos equal control's bit
+for bit, or whose cache skipped no block, is flagged "this arm changed nothing".
 Nothing depends on the number of workers, shards or the order records arrive in: inputs
 are sorted by pair key first.
 
@@ -233,9 +236,8 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
         raise PairingError(f"{treatment}: no complete pairs with control")
     for k in keys:
         _check_comparable(gen["control"][k], gen[treatment][k])
-    flags = []
-    if all(gen["control"][k]["video"]["digest"] == gen[treatment][k]["video"]["digest"] for k in keys):
-        flags.append("no effect: the arm did not change the computation")
+    compute = _compute(gen, treatment, keys, s)
+    flags = no_effect_flags(gen, treatment, keys, compute)
     scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
     metrics = []
     names = sorted(set().union(*(scores[treatment][k]["scores"] for k in keys)))
@@ -308,7 +310,62 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
                     "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
+        "compute": compute,
+        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"].get("kinds", [])}),
     }
+
+
+NO_EFFECT = "this arm changed nothing"
+"""How every no-effect flag begins (the table marks the arm's row with it)."""
+
+
+def no_effect_flags(gen: Index, treatment: str, keys: list[Any], compute: dict[str, Any] | None) -> list[str]:
+    """Flags for an arm that changed nothing: every video bit-identical to control's
+    (raw frames where recorded, else the encoded file), or a cache arm whose counted
+    block and attention skips are zero on every video (a cache that never engaged)."""
+    def same(k: Any) -> bool:
+        a, b = gen["control"][k]["video"], gen[treatment][k]["video"]
+        field = "raw_digest" if "raw_digest" in a and "raw_digest" in b else "digest"
+        return bool(a[field] == b[field])
+
+    flags = []
+    if all(same(k) for k in keys):
+        flags.append(f"{NO_EFFECT}: every video is bit-identical to control's")
+    cached = all("cache" in gen[treatment][k]["arm"].get("kinds", []) for k in keys)
+    if cached and compute is not None and compute["blocks_skipped"] == 0 and compute["attention_skipped"] == 0:
+        flags.append(f"{NO_EFFECT}: its cache skipped no transformer block and no attention call on any of "
+                     f"{len(keys)} videos (counted by hooks on the blocks); it cannot be faster or differ")
+    return flags
+
+
+def _compute(gen: Index, treatment: str, keys: list[Any], s: StatsSettings) -> dict[str, Any] | None:
+    """Compute ratio (treatment FLOPs / control FLOPs; FLOPs = transformer work plus any
+    search verifier's) as a geometric mean over prompts of the per-prompt geometric mean
+    over seeds, with the t-interval on the log scale (as the speedup), and the counted
+    block and attention forwards. None when the records carry no compute counts. Raises
+    PairingError when a pair's arms started from latents of different shapes (their noise
+    was not shared)."""
+    if not all(gen[a][k].get("compute") for a in ("control", treatment) for k in keys):
+        return None
+    for k in keys:
+        a, b = gen["control"][k]["compute"].get("latent_shape"), gen[treatment][k]["compute"].get("latent_shape")
+        if a != b:
+            raise PairingError(f"{treatment}: prompt {k[0]} seed {k[1]} started from latents of shape {b}, control "
+                               f"from {a}; the pair did not share its initial noise. Use a model with the same "
+                               "latent layout")
+    work = {a: {k: gen[a][k]["compute"]["work_flops"] for k in keys} for a in ("control", treatment)}
+    if any(v <= 0 for v in work["control"].values()):
+        return None
+    log_ratio = _per_prompt({k: math.log(work[treatment][k] / work["control"][k]) for k in keys})
+    lo, hi, _p = _interval(log_ratio, s.level)
+    total = {f: sum(int(gen[treatment][k]["compute"].get(f, 0)) for k in keys)
+             for f in ("blocks_computed", "blocks_skipped", "attention_computed", "attention_skipped", "generations")}
+    return {"ratio": float(math.exp(log_ratio.mean())),
+            "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)],
+            "control_flops_mean": float(np.mean(list(work["control"].values()))),
+            "treatment_flops_mean": float(np.mean(list(work[treatment].values()))),
+            "control_blocks_computed": sum(int(gen["control"][k]["compute"]["blocks_computed"]) for k in keys),
+            **total, "counter": gen["control"][keys[0]]["compute"].get("counter")}
 
 
 def _verdict(lo: float | None, hi: float | None, higher_is_better: bool) -> str:

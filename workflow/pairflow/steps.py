@@ -180,7 +180,9 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     from . import plots as P
 
     gen, scores, timings = panel_records(study, [p.name for p in study.panels])
-    P.forest(json.loads(Path(stats_json).read_text()), out["forest"])
+    stats = json.loads(Path(stats_json).read_text())
+    P.forest(stats, out["forest"])
+    P.pareto(stats, out["pareto"])
     P.latency(timings, out["latency"])
     P.scatter(scores, out["scatter"])
     P.per_prompt(scores, out["per_prompt"])

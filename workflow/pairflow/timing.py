@@ -7,7 +7,9 @@ asks for an exclusive node), batch one, ``warmup`` untimed runs per arm, device
 synchronisation around each call, and ``repeats`` measures per candidate whose median
 is the candidate's latency. Arms are interleaved within each pair so drift in machine
 speed affects all arms alike. Each timed run's frames are hashed and compared with the
-bulk record, so a timing is known to belong to the same computation.
+bulk record, so a timing is known to belong to the same computation. Each arm runs on
+its own pipeline (its checkpoint and dtype); a search arm's latency is its whole search,
+all N generations and verifier scorings. Compute is counted in the bulk pass, never here.
 """
 
 from __future__ import annotations
@@ -77,13 +79,23 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     node = exclusivity(alloc) if todo else None
     window_start = time.time()
     if todo:
-        pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
-        tokens = g.text_tokens(pipe, study.generation)
+        from .arms import arm_pipeline, run_arm, verifier_for
+
+        pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
+                 if any(c.arm == a for c in todo)}
+        tokens = {name: g.text_tokens(p, study.generation) for name, p in pipes.items()}
+        verifiers = {a.name: verifier_for(a, study) for a in study.arms}
         warm, reps = study.timing.warmup, study.timing.repeats
+
+        def run(c: Any) -> Any:
+            # A search arm's latency is its whole search: N generations and N scorings.
+            return run_arm(pipes[c.arm.name], c.prompt.text, c.key.stream_seed, c.arm, study.generation,
+                           tokens[c.arm.name], verifier=verifiers[c.arm.name])
+
         for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
             first = next((c for c in todo if c.arm == arm), None)
             for _ in range(warm if first is not None else 0):
-                g.generate(pipe, first.prompt.text, first.key.stream_seed, arm, study.generation, tokens)
+                run(first)
         # Arms interleaved per pair, so drift in machine speed affects every arm alike.
         ordered = sorted(todo, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed))
         started = time.monotonic()
@@ -91,7 +103,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
             b = bulk[c.key.candidate_id]
             seconds, same = [], True
             for _ in range(reps):
-                result = g.generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens)
+                result = run(c)
                 seconds.append(result.seconds)
                 frames, _ = prepare_frames(result.frames, study.encoder)
                 same = same and digest_bytes(frames.tobytes()) == b["video"]["raw_digest"]
@@ -102,7 +114,10 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                 "timing": {"pass": "timed", "latency_s": statistics.median(seconds), "seconds": seconds,
                            "warmup_per_arm": warm, "repeats": reps, "batch": 1,
                            "synchronised": result.device == "cuda", "device": result.device,
-                           "threads": result.threads},
+                           "threads": result.threads,
+                           # what one timed run covers: a search arm's whole search
+                           "covers": (f"{c.arm.search.n} generations and {c.arm.search.n} {c.arm.search.verifier} "
+                                      "scorings (best-of-N search)" if c.arm.search else "one generation")},
                 "matches_bulk_frames": same,
                 "worker": {**worker_identity(), "device": result.device, "node": node},
             })

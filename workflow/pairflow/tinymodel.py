@@ -1,4 +1,4 @@
-"""Build the embedded tiny Wan text-to-video pipeline (and tiny CogVideoX and LTX ones).
+"""Build the embedded tiny Wan text-to-video pipeline (and tiny CogVideoX, LTX and HunyuanVideo ones).
 
 The tiny model uses the same diffusers/transformers classes as Wan2.1-T2V-1.3B
 (WanTransformer3DModel, AutoencoderKLWan, UMT5EncoderModel, a fast tokenizer and the
@@ -67,7 +67,7 @@ def _reseed(module, generator) -> None:  # type: ignore[no-untyped-def]
                 param.zero_()
 
 
-FAMILIES = ("wan", "cogvideox", "ltx")
+FAMILIES = ("wan", "cogvideox", "ltx", "hunyuanvideo")
 """Text-to-video families the tiny builder makes (``pairflow build-tiny-model --family``)."""
 
 # CogVideoX and LTX at the sizes diffusers' own pipeline tests use, so a test of PairFlow
@@ -88,6 +88,15 @@ _LTX_VAE = dict(in_channels=3, out_channels=3, latent_channels=8, block_out_chan
                 decoder_inject_noise=(False, False, False, False, False), upsample_residual=(False, False, False, False),
                 upsample_factor=(1, 1, 1, 1), timestep_conditioning=False, patch_size=1, patch_size_t=1,
                 encoder_causal=True, decoder_causal=False)
+
+
+_HUNYUAN = dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=10, num_layers=1,
+                num_single_layers=1, num_refiner_layers=1, patch_size=1, patch_size_t=1, guidance_embeds=True,
+                text_embed_dim=16, pooled_projection_dim=8, rope_axes_dim=(2, 4, 4))
+_HUNYUAN_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+                    up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), layers_per_block=1,
+                    act_fn="silu", norm_num_groups=4, scaling_factor=0.476986, spatial_compression_ratio=8,
+                    temporal_compression_ratio=4, mid_block_add_attention=True)
 
 
 def _wan(gen):  # type: ignore[no-untyped-def]
@@ -141,6 +150,30 @@ def _ltx(gen):  # type: ignore[no-untyped-def]
                        scheduler=FlowMatchEulerDiscreteScheduler())
 
 
+def _hunyuanvideo(gen):  # type: ignore[no-untyped-def]
+    # HunyuanVideo: a Llama text encoder (its prompt template is cropped off), a CLIP text
+    # encoder for the pooled embedding, embedded guidance, a causal 3D VAE.
+    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline,
+                           HunyuanVideoTransformer3DModel)
+    from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
+
+    transformer = HunyuanVideoTransformer3DModel(**_HUNYUAN)
+    vae = AutoencoderKLHunyuanVideo(**_HUNYUAN_VAE)
+    text_encoder = LlamaModel(LlamaConfig(vocab_size=259, hidden_size=16, intermediate_size=37, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                                          pad_token_id=0))
+    text_encoder_2 = CLIPTextModel(CLIPTextConfig(vocab_size=259, hidden_size=8, intermediate_size=37, projection_dim=8,
+                                                  num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
+                                                  pad_token_id=0, eos_token_id=1, bos_token_id=2))
+    for module in (transformer, vae, text_encoder, text_encoder_2):
+        _reseed(module, gen)
+    tokenizer_2 = _tokenizer()
+    tokenizer_2.model_max_length = 77  # CLIP's positions
+    return HunyuanVideoPipeline(text_encoder=text_encoder, tokenizer=_tokenizer(), transformer=transformer, vae=vae,
+                                scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=text_encoder_2,
+                                tokenizer_2=tokenizer_2)
+
+
 def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
     """Build a tiny pipeline of ``family`` (one of ``FAMILIES``; the embedded model is
     ``wan``) and save it to ``out_dir`` (atomically replaced).
@@ -151,7 +184,7 @@ def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
 
     from .errors import ConfigError
 
-    builders = {"wan": _wan, "cogvideox": _cogvideox, "ltx": _ltx}
+    builders = {"wan": _wan, "cogvideox": _cogvideox, "ltx": _ltx, "hunyuanvideo": _hunyuanvideo}
     if family not in builders:
         raise ConfigError(f"tiny model family {family!r} is not one of {list(FAMILIES)}")
     pipe = builders[family](torch.Generator().manual_seed(TINY_SEED))

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
-from pairflow.generate import check_arms  # noqa: E402
+from pairflow.arms import check_arms  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming

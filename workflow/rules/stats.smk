@@ -34,6 +34,7 @@ rule plots:
         latency=report(f"{PLOTS}/latency.png", caption="../report/latency.rst", category="Plots"),
         scatter=report(f"{PLOTS}/scatter.png", caption="../report/scatter.rst", category="Plots"),
         per_prompt=report(f"{PLOTS}/per_prompt.png", caption="../report/per_prompt.rst", category="Plots"),
+        pareto=report(f"{PLOTS}/pareto.png", caption="../report/pareto.rst", category="Plots"),
     benchmark:
         f"{SCRATCH}/benchmarks/plots/study.tsv"
     log:

@@ -1,0 +1,161 @@
+"""Arms beyond caches: config typing, identity, checks before any model loads, search."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import small_config
+from pairflow.arms import check_arms, run_arm, search_seeds
+from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
+from pairflow.errors import ConfigError
+from pairflow.identity import digest_obj
+
+GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
+CONTROL = ArmSpec("control")
+
+ARMS = {"control": {"cache": None},
+        "fb": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.2}}},
+        "few": {"steps": 2, "guidance": 1.0, "scheduler": {"class": "FlowMatchEulerDiscreteScheduler",
+                                                           "params": {"shift": 3.0}}},
+        "best2": {"search": {"n": 2, "verifier": "temporal_flickering"}},
+        "bf16": {"dtype": "bfloat16", "attention_backend": "native"}}
+
+
+def test_every_kind_is_typed_from_the_config(tmp_path: Path, tiny_model: Path) -> None:
+    study = study_from_raw(small_config(tmp_path, tiny_model, arms=ARMS), tmp_path)
+    arms = {a.name: a for a in study.arms}
+    assert arms["control"].kinds == ()
+    assert arms["fb"].kinds == ("cache",)
+    assert arms["few"].kinds == ("overrides",) and arms["few"].steps == 2 and arms["few"].guidance == 1.0
+    assert arms["few"].scheduler_class == "FlowMatchEulerDiscreteScheduler"
+    assert arms["best2"].search == SearchSpec(2, "temporal_flickering")
+    assert arms["bf16"].kinds == ("dtype", "attention_backend")
+    check_arms(study.arms, study.model)  # all valid before any model loads
+
+
+def test_a_cache_only_arm_keeps_its_identity_and_every_field_changes_it() -> None:
+    fb = ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.2})
+    # the identity cache-only arms had before arms grew other kinds: their evidence stays valid
+    assert fb.digest == digest_obj({"cache_class": "FirstBlockCacheConfig", "cache_params": {"threshold": 0.2}})
+    variants = [ArmSpec("x", steps=2), ArmSpec("x", steps=3), ArmSpec("x", guidance=1.0),
+                ArmSpec("x", scheduler_class="FlowMatchEulerDiscreteScheduler"),
+                ArmSpec("x", scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler_params={"shift": 2.0}),
+                ArmSpec("x", model=ModelSpec("local", Path("/m/student"))), ArmSpec("x", dtype="bfloat16"),
+                ArmSpec("x", attention_backend="native"), ArmSpec("x", search=SearchSpec(2, "temporal_flickering")),
+                ArmSpec("x", search=SearchSpec(3, "temporal_flickering")),
+                ArmSpec("x", search=SearchSpec(2, "dynamic_degree")), fb]
+    assert len({v.digest for v in variants}) == len(variants)
+
+
+@pytest.mark.parametrize("arms, words", [
+    ({"control": {"steps": 2}, "t": {"steps": 1}}, ["arm 'control' declares ['overrides']", "changes nothing"]),
+    ({"control": {"cache": None}, "t": {}}, ["arm 't' declares no change"]),
+    ({"control": {"cache": None}, "t": {"stpes": 2}}, ["stpes", "did you mean 'steps'"]),
+    ({"control": {"cache": None}, "t": {"search": {"n": 0, "verifier": "psnr"}}}, ["arms/t/search/n"]),
+])
+def test_bad_arms_are_refused_by_the_config(tmp_path: Path, tiny_model: Path, arms: dict, words: list) -> None:
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(small_config(tmp_path, tiny_model, arms=arms), tmp_path)
+    for w in words:
+        assert w in str(e.value)
+
+
+@pytest.mark.parametrize("arm, words", [
+    (ArmSpec("s", scheduler_class="FlowMatchEulerScheduler"), ["arms/s/scheduler/class", "FlowMatchEulerDiscreteScheduler"]),
+    (ArmSpec("s", scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler_params={"shfit": 2}),
+     ["arms/s/scheduler/params/shfit", "did you mean 'shift'"]),
+    (ArmSpec("b", attention_backend="flash"), ["arms/b/attention_backend", "'flash'", "Usable here", "native"]),
+    (ArmSpec("v", search=SearchSpec(2, "psnr")), ["arms/v/search/verifier", "NR metric"]),
+])
+def test_arm_kinds_are_checked_before_any_model_loads(tiny_model: Path, arm: ArmSpec, words: list) -> None:
+    with pytest.raises(ConfigError) as e:
+        check_arms((CONTROL, arm), ModelSpec("embedded-tiny", tiny_model))
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_a_family_cache_combination_diffusers_refuses_names_the_caches_that_apply(tmp_path: Path) -> None:
+    """diffusers registers no FirstBlockCache block for LTX-2's transformer: refused at
+    config time (enabled on the transformer built on the meta device), with the list."""
+    model = tmp_path / "ltx2"
+    (model / "transformer").mkdir(parents=True)
+    (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": "LTX2VideoTransformer3DModel"}))
+    spec = ModelSpec("local", model)
+    with pytest.raises(ConfigError) as e:
+        check_arms((CONTROL, ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.1})), spec)
+    msg = str(e.value)
+    assert "arms/fb/cache/class" in msg and "LTX2VideoTransformer3DModel" in msg
+    assert "Caches that apply to LTX2VideoTransformer3DModel" in msg and "PyramidAttentionBroadcastConfig" in msg
+    check_arms((CONTROL, ArmSpec("pab", "PyramidAttentionBroadcastConfig",
+                                 {"spatial_attention_block_skip_range": 2})), spec)
+
+
+def test_a_student_must_make_the_teachers_latents(tiny_model: Path, tmp_path: Path) -> None:
+    same = tmp_path / "student"
+    shutil.copytree(tiny_model, same)
+    teacher = ModelSpec("embedded-tiny", tiny_model)
+    check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", same))), teacher)
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model, other)
+    cfg = json.loads((other / "transformer" / "config.json").read_text())
+    (other / "transformer" / "config.json").write_text(json.dumps({**cfg, "in_channels": 8}))
+    with pytest.raises(ConfigError, match=r"other latents.*transformer.in_channels.*share its initial noise"):
+        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", other))), teacher)
+    with pytest.raises(ConfigError, match="no model_index.json"):
+        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", tmp_path / "none"))), teacher)
+
+
+def test_search_seeds_start_at_the_pairs_stream_and_are_derived_from_it() -> None:
+    seeds = search_seeds(12345, 4)
+    assert seeds[0] == 12345 and len(set(seeds)) == 4
+    assert seeds == search_seeds(12345, 4) and search_seeds(12345, 2) == seeds[:2]
+    assert search_seeds(12346, 4)[1:] != seeds[1:]
+    assert all(0 <= s < 2 ** 63 for s in seeds)
+
+
+def test_search_keeps_the_verifiers_best_and_every_candidates_evidence(tiny_model: Path) -> None:
+    from pairflow.arms import Verifier
+    from pairflow.config import EncoderSpec
+    from pairflow.generate import generate, load_pipeline
+
+    pipe = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
+    enc = EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p", gop=9, threads=1,
+                      lossless=False, fail_on_flat=False)
+    verifier = Verifier("temporal_flickering", True, enc, None, 16, 8)
+    arm = ArmSpec("best3", search=SearchSpec(3, "temporal_flickering"))
+    r = run_arm(pipe, "a red fox", 99, arm, GEN, 64, count=True, verifier=verifier)
+    scores = [c["score"] for c in r.candidates]
+    assert [c["seed"] for c in r.candidates] == search_seeds(99, 3)
+    assert r.chosen == int(np.argmax(scores))
+    best = generate(pipe, "a red fox", search_seeds(99, 3)[r.chosen], CONTROL, GEN, 64).frames
+    assert np.array_equal(r.frames, best)
+    assert len({c["raw_digest"] for c in r.candidates}) == 3
+    assert r.compute["generations"] == 3 and r.seconds >= sum(c["generate_s"] for c in r.candidates)
+
+
+def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(tiny_model: Path,
+                                                                               tmp_path: Path) -> None:
+    """A student that is a byte copy of its teacher reproduces control bit for bit (same
+    noise, same weights); a bfloat16 arm runs its own pipeline, starts from the same
+    latent shape, and computes other pixels."""
+    from pairflow.arms import arm_pipeline
+
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    teacher = ModelSpec("embedded-tiny", tiny_model)
+    base = run_arm(arm_pipeline(CONTROL, teacher, GEN), "a red fox", 5, CONTROL, GEN, 64, count=True)
+    copy = ArmSpec("student", model=ModelSpec("local", student))
+    pipe = arm_pipeline(copy, teacher, GEN)
+    assert pipe is not arm_pipeline(CONTROL, teacher, GEN)
+    same = run_arm(pipe, "a red fox", 5, copy, GEN, 64, count=True)
+    assert np.array_equal(same.frames, base.frames)
+    bf16 = ArmSpec("bf16", dtype="bfloat16")
+    # on the copy, so this process's load count of the session's tiny model stays 1 (test_generate)
+    low = run_arm(arm_pipeline(bf16, ModelSpec("local", student), GEN), "a red fox", 5, bf16, GEN, 64, count=True)
+    assert low.compute["latent_shape"] == base.compute["latent_shape"]
+    assert not np.array_equal(np.asarray(low.frames, dtype=np.float32), base.frames)

@@ -1,0 +1,242 @@
+"""Arms beyond caches: what each kind of change needs before and while it runs.
+
+An arm (``config.ArmSpec``) is a declared change to control of one or more kinds:
+``cache`` (a diffusers cache config), generation overrides (``steps``, ``guidance``,
+``scheduler``), ``model`` (another checkpoint, e.g. a distilled student), ``dtype``,
+``attention_backend`` and ``search`` (best of N under a verifier metric). This module
+checks every kind before any model loads (``check_arms``), picks the pipeline an arm
+runs on (``arm_pipeline``) and runs an arm for one pair (``run_arm``), including the
+search's N candidates.
+
+Search seeds. Candidate 0 of a pair replays the pair's stream seed, the noise every
+other arm of the pair starts from; candidate i >= 1 uses
+``xxh3_64(canonical_json(["search", stream_seed, i])) & (2**63 - 1)`` (``search_seeds``).
+So candidate seeds depend only on the pair, never on worker or order, and a best-of-N arm
+always contains the control's own sample among its candidates.
+
+Cost. A search arm's video costs all N generations and all N verifier scorings: its
+compute count adds every candidate's, its timed latency is the wall time of the whole
+search (generation and scoring), and every candidate's seed, score, frame digest and
+compute is kept in the record as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from .config import ArmSpec, GenerationSpec, ModelSpec
+from .errors import ConfigError
+from .identity import canonical_json
+
+log = logging.getLogger(__name__)
+
+LATENT_KEYS = {"vae": ("latent_channels", "z_dim", "temporal_compression_ratio", "temperal_downsample",
+                       "spatial_compression_ratio", "block_out_channels", "patch_size", "patch_size_t",
+                       "spatio_temporal_scaling", "scale_factor_temporal", "scale_factor_spatial", "down_block_types"),
+               "transformer": ("in_channels", "patch_size", "patch_size_t")}
+"""Config keys that decide the latent shape a pipeline draws its initial noise in (VAE
+compression and channels, transformer input channels and patching)."""
+
+
+def search_seeds(stream_seed: int, n: int) -> list[int]:
+    """The generator seeds of a search arm's ``n`` candidates for a pair whose stream seed
+    is ``stream_seed`` (see the module docstring for the derivation)."""
+    return [stream_seed] + [xxhash.xxh3_64_intdigest(canonical_json(["search", stream_seed, i])) & 0x7FFF_FFFF_FFFF_FFFF
+                            for i in range(1, n)]
+
+
+def _component(model: ModelSpec, part: str) -> dict[str, Any] | None:
+    from .generate import _model_root
+
+    path = _model_root(model) / part / "config.json" if part != "model_index" else _model_root(model) / \
+        "model_index.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def latent_signature(model: ModelSpec) -> dict[str, Any] | None:
+    """What decides the latent shape ``model`` makes from a seed: its pipeline class and
+    the ``LATENT_KEYS`` of its VAE and transformer configs. None when the model is not on
+    disk yet."""
+    index = _component(model, "model_index")
+    if index is None:
+        return None
+    out: dict[str, Any] = {"pipeline": index.get("_class_name")}
+    for part, keys in LATENT_KEYS.items():
+        cfg = _component(model, part) or {}
+        out[part] = {k: cfg[k] for k in keys if k in cfg}
+    return out
+
+
+def check_same_latents(arm: ArmSpec, model: ModelSpec) -> None:
+    """Refuse a ``model`` arm whose checkpoint would not draw the same initial noise as
+    the study's model from the same seed (another pipeline class, VAE compression, latent
+    channels or patching): its pairs would not share their noise. Skipped while either
+    model is not on disk (the embedded model is built by a rule; generation checks again)."""
+    if arm.model is None:
+        return
+    a, b = latent_signature(model), latent_signature(arm.model)
+    if a is None or b is None:
+        if b is None and arm.model.kind != "hub-mirror":
+            raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/model/path' is {str(arm.model.path)!r}, which "
+                              "has no model_index.json; point it at a diffusers checkpoint directory")
+        return
+    if a != b:
+        diff = sorted(f"{part}.{k}" for part in ("vae", "transformer") for k in set(a[part]) | set(b[part])
+                      if a[part].get(k) != b[part].get(k)) + (["pipeline class"] if a["pipeline"] != b["pipeline"]
+                                                              else [])
+        raise ConfigError(f"arm {arm.name!r}: model {arm.model.path} makes other latents than the study's model "
+                          f"{model.path} from the same seed (differs in {diff}); a pair must share its initial noise. "
+                          "Use a student with the teacher's pipeline class, VAE and transformer input layout")
+
+
+def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
+    """Every check of every arm that needs no weights loaded: caches (class, params,
+    support by the arm's transformer: ``generate.check_arms``), scheduler class and
+    params, attention backend usable on this machine, a student's latent compatibility,
+    and a search verifier that is an NR metric. Raises ConfigError naming the arm, the
+    key, the value and what is allowed."""
+    from . import generate as g
+
+    g.check_arms(arms, model)
+    for arm in arms:
+        if arm.scheduler_class is not None:
+            g.scheduler_class(arm)
+        if arm.attention_backend is not None:
+            g.check_attention_backend(arm, g._device())
+        check_same_latents(arm, model)
+        if arm.search is not None:
+            check_verifier(arm)
+
+
+def check_verifier(arm: ArmSpec) -> None:
+    """A search verifier must be a registered NR metric (it scores one video alone)."""
+    from .scoring import metric_spec
+
+    if arm.search is None:
+        return
+    try:
+        spec = metric_spec(arm.search.verifier)
+    except (KeyError, ImportError, ModuleNotFoundError, ValueError):
+        spec = None
+    if spec is None or spec.kind != "NR":
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/search/verifier' is {arm.search.verifier!r}; a "
+                          "verifier scores one video alone, so it must be an NR metric (temporal_flickering, "
+                          "subject_consistency, background_consistency, aesthetic_quality, imaging_quality, "
+                          "dynamic_degree, motion_smoothness_proxy)")
+
+
+def arm_model(arm: ArmSpec, model: ModelSpec) -> ModelSpec:
+    return arm.model or model
+
+
+def arm_pipeline(arm: ArmSpec, model: ModelSpec, gen: GenerationSpec) -> Any:
+    """The pipeline ``arm`` runs on: its own checkpoint and dtype where it declares them
+    (loaded once per worker process, like control's)."""
+    from .generate import load_pipeline
+
+    if arm.model is not None:
+        check_same_latents(arm, model)  # the embedded model exists by now
+    return load_pipeline(arm_model(arm, model), arm.dtype or gen.dtype, gen.threads)
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """One arm's video for one pair. ``seconds``: wall time of everything the arm did for
+    it (all search candidates and their scorings); ``compute``: summed counts (None when
+    not counted); ``candidates``: a search's evidence, one entry per candidate."""
+
+    frames: Any
+    seconds: float
+    peak_rss_mb: float
+    device: str
+    threads: int
+    compute: dict[str, Any] | None
+    candidates: tuple[dict[str, Any], ...] = ()
+    chosen: int | None = None
+
+
+def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: GenerationSpec, tokens: int | None,
+            count: bool = False, verifier: Any = None) -> ArmResult:
+    """Run ``arm`` for one pair. Without ``search``: one generation from ``stream_seed``.
+    With it: N candidates (``search_seeds``), each generated and scored with ``verifier``
+    (a callable uint8 (F, H, W, 3) frames -> float, ``higher_is_better`` attribute), and
+    the best kept (ties: the lowest index). ``count``: count compute (bulk pass only)."""
+    from .compute import ComputeCount
+    from .generate import generate
+
+    if arm.search is None:
+        r = generate(pipe, prompt, stream_seed, arm, gen, tokens, count=count)
+        return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute)
+    if verifier is None:
+        raise ValueError(f"arm {arm.name!r} searches, so run_arm needs its verifier")
+    from .identity import digest_bytes
+    from .video import prepare_frames
+
+    total = ComputeCount() if count else None
+    evidence: list[dict[str, Any]] = []
+    best: int | None = None
+    best_frames: Any = None
+    seconds, last = 0.0, None
+    for i, seed in enumerate(search_seeds(stream_seed, arm.search.n)):
+        r = last = generate(pipe, prompt, seed, arm, gen, tokens, count=count)
+        started = time.perf_counter()
+        frames, _ = prepare_frames(r.frames, verifier.encoder)
+        value, vflops = verifier(frames, count)
+        seconds += r.seconds + time.perf_counter() - started
+        if total is not None and r.compute is not None:
+            total.add(ComputeCount(**{k: v for k, v in r.compute.items() if k != "work_flops"}))
+            total.verifier_flops += vflops
+        evidence.append({"index": i, "seed": seed, "score": value, "raw_digest": digest_bytes(frames.tobytes()),
+                         "generate_s": r.seconds, "compute": r.compute})
+        better = best is None or (value > evidence[best]["score"] if verifier.higher_is_better
+                                  else value < evidence[best]["score"])
+        if better:
+            best, best_frames = i, r.frames
+    if last is None or best is None:
+        raise ValueError(f"arm {arm.name!r}: a search needs n >= 1 candidates")
+    compute = None if total is None else {**total.asdict(), "verifier": arm.search.verifier}
+    return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
+                     best)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A search verifier: the NR metric ``name`` scored on the candidate's prepared uint8
+    frames (before encoding, so the choice does not depend on codec noise)."""
+
+    name: str
+    higher_is_better: bool
+    encoder: Any
+    mirror: Path | None
+    batch: int
+    fps: int
+
+    def __call__(self, frames: Any, count: bool = False) -> tuple[float, int]:
+        """(score, FLOPs the scoring took; 0 when not counted)."""
+        from .scoring import ScoreContext, score
+
+        ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps)
+        if not count:
+            return float(score(self.name, frames, None, ctx)), 0
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as fc:
+            value = float(score(self.name, frames, None, ctx))
+        return value, int(fc.get_total_flops())
+
+
+def verifier_for(arm: ArmSpec, study: Any) -> Verifier | None:
+    """The study's verifier for a search arm, or None for any other arm."""
+    if arm.search is None:
+        return None
+    from .scoring import metric_spec
+
+    return Verifier(arm.search.verifier, metric_spec(arm.search.verifier).higher_is_better, study.encoder,
+                    study.weights.mirror, study.scoring.batch, study.generation.fps)
