@@ -227,7 +227,7 @@ def test_small_prompt_count_says_no_distribution_free_test_can_reach_the_level()
     assert m["p_value"] < 0.05 and m["ci"][0] > 0  # the t procedure can still reject, and agrees with itself
     assert any("n=4 prompts" in n and "smallest attainable p = 0.125" in n for n in res["comparisons"][0]["notes"])
     head, rows = table(res)
-    assert "n=4: smallest attainable sign-flip p = 0.125" in rows[0][head.index("q (higher is better) Δ [CI]")]
+    assert "n=4: smallest attainable sign-flip p = 0.125" in rows[0][head.index("q: treatment − control [CI], higher is better")]
     big = analyse(*records(effect=0.3, prompts=8), ["treat"], S)
     assert not any("smallest attainable" in n for n in big["comparisons"][0]["notes"])
 
@@ -267,7 +267,7 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
         assert ms[k]["p_holm"] == pytest.approx(expected[k], rel=1e-12)
     assert ms["c"]["p_value"] < 0.05 <= ms["c"]["p_holm"]  # Holm changes the answer
     head, rows = table(res)
-    assert f"Holm {ms['c']['p_holm']:.2g}" in rows[0][head.index("c (higher is better) Δ [CI]")]
+    assert f"Holm {ms['c']['p_holm']:.2g}" in rows[0][head.index("c: treatment − control [CI], higher is better")]
 
 
 def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
@@ -283,7 +283,7 @@ def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
     assert m["diff"] < 0 and m["ci"][1] < 0
     assert m["win_rate"] > 0.8 and m["verdict"] == "treatment better"
     head, _rows = table(res)
-    assert "q (lower is better) Δ [CI]" in head
+    assert "q: treatment − control [CI], lower is better" in head
     assert "better to the left of 0" in forest_title(res, "q")
     worse = metric(analyse(*records(effect=0.1), ["treat"], S), "q")
     assert worse["verdict"] == "treatment better"  # higher is better there
@@ -378,7 +378,7 @@ def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_p
     c = res["comparisons"][0]["compute"]
     assert c["ratio"] == pytest.approx(0.25) and c["ci"] == [pytest.approx(0.25), pytest.approx(0.25)]
     head, rows = table(res)
-    assert head[3:5] == ["speedup [CI]", "compute ratio [CI]"]
+    assert head[3:5] == ["speedup [CI], higher is faster", "compute ratio [CI], lower is cheaper"]
     assert rows[0][4] == "0.250× [0.250, 0.250]; skipped 0/192 blocks"
     q_head, q_rows = pareto(res)
     # cheaper and better than control on q; psnr (FR) has no control point and no other arm

@@ -23,12 +23,41 @@ def _ci(ci: list[float | None]) -> str:
     return "no CI" if ci[0] is None else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
 
 
-def cell(m: dict[str, Any], level: float) -> str:
-    """One metric's cell: the paired difference (value, for FR metrics) with its interval,
-    the t-test p and its Holm adjustment, the win rate in the metric's direction, and a
-    warning where the prompt count is too small for a distribution-free test."""
+UNITS = {"psnr": "dB"}
+"""Metrics whose values carry a unit (pyiqa's metric table records direction and range,
+not units); every other metric is a unitless score."""
+
+
+def metric_header(name: str, kind: str, higher_is_better: bool) -> str:
+    """A metric column's header: what the number is, its unit, its interval and which way
+    is better, e.g. ``ssim vs control [CI], higher is better``."""
+    unit = f" ({UNITS[name]})" if name in UNITS else ""
+    what = f"{name} vs control{unit}" if kind == "FR" else f"{name}: treatment − control{unit}"
+    return f"{what} [CI], {direction(higher_is_better)}"
+
+
+def column_decimals(ms: list[dict[str, Any]]) -> int:
+    """One fixed number of decimals for a column: two significant digits of its narrowest
+    interval's half-width (1 to 6), so every estimate in the column reads alike and no
+    digit is shown that the interval does not support."""
+    import math
+
+    halves = [(m["ci"][1] - m["ci"][0]) / 2 for m in ms if m["ci"][0] is not None and m["ci"][1] > m["ci"][0]]
+    if not halves:
+        return 4
+    return max(1, min(6, 1 - math.floor(math.log10(min(halves)))))
+
+
+def cell(m: dict[str, Any], level: float, decimals: int | None = None) -> str:
+    """One metric's cell: the paired difference (value, for FR metrics) with its interval
+    at ``decimals`` fixed decimals (default: the cell's own), the t-test p and its Holm
+    adjustment, the win rate in the metric's direction, and a warning where the prompt
+    count is too small for a distribution-free test."""
+    d = column_decimals([m]) if decimals is None else decimals
     point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-    out = f"{_fmt(point)} {_ci(m['ci'])}"
+    ci = m["ci"]
+    out = "n/a" if point is None else f"{point:.{d}f}"
+    out += " [no CI]" if ci[0] is None else f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
     if m.get("p_value") is not None:
         out += f" p={_fmt(m['p_value'], 2)}, Holm {_fmt(m.get('p_holm'), 2)}"
     if m.get("win_rate") is not None:
@@ -45,8 +74,10 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
     kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
-    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]", "compute ratio [CI]"] + [
-        f"{n} ({direction(hib[n])}) {'value' if kinds[n] == 'FR' else 'Δ'} [CI]" for n in metric_names]
+    head = ["arm", "pairs", "latency ctrl / treat (s, geometric mean)", "speedup [CI], higher is faster",
+            "compute ratio [CI], lower is cheaper"] + [metric_header(n, kinds[n], hib[n]) for n in metric_names]
+    decimals = {n: column_decimals([m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == n])
+                for n in metric_names}
     rows = []
     for c in stats["comparisons"]:
         by = {m["metric"]: m for m in c["metrics"]}
@@ -59,7 +90,7 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                  ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute"))]
         for n in metric_names:
             m = by.get(n)
-            cells.append("" if m is None else cell(m, stats["level"]))
+            cells.append("" if m is None else cell(m, stats["level"], decimals[n]))
         rows.append(cells)
     return head, rows
 
