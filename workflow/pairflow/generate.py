@@ -33,6 +33,29 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+CUDA_SETTINGS = {"cudnn_benchmark": False, "cudnn_deterministic": True, "matmul_tf32": False, "cudnn_tf32": False}
+"""Pinned for bulk and timed runs alike, so both compute the same frames at a stable speed:
+no cuDNN autotuning (it picks kernels by timing them, so speed and sometimes results vary
+run to run), deterministic cuDNN kernels, and no TF32 in float32 matmuls and convolutions."""
+
+
+def pin_cuda() -> dict[str, Any] | None:
+    """Apply ``CUDA_SETTINGS`` where CUDA is in use and return the settings as torch now
+    reports them (for records); None on CPU."""
+    import torch
+
+    if _device() != "cuda":
+        return None
+    torch.backends.cudnn.benchmark = CUDA_SETTINGS["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = CUDA_SETTINGS["cudnn_deterministic"]
+    torch.backends.cuda.matmul.allow_tf32 = CUDA_SETTINGS["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = CUDA_SETTINGS["cudnn_tf32"]
+    return {"cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
 def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     """Return this process's pipeline for ``model``, loading it on first use.
 
@@ -45,6 +68,7 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     from diffusers import DiffusionPipeline
 
     torch.set_num_threads(threads)
+    pin_cuda()
     key = (str(model.path), dtype, _device())
     if key in _PIPELINES:
         return _PIPELINES[key]
@@ -178,6 +202,43 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
                               "model whose transformer does, or run only the control arm")
 
 
+def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) -> bool:
+    """``check_arms``, skipped when the same arms, model transformer config and diffusers
+    version already passed (a marker under ``scratch/checks``). Every Snakemake process
+    parses the Snakefile (on a cluster, every job does): importing diffusers there costs
+    seconds per job. Returns True when the check ran."""
+    from .atomic import write_text
+    from .envinfo import package_version
+    from .identity import digest_file, digest_obj
+
+    if not any(a.cache_class for a in arms):
+        return False
+    config = _transformer_config(model)
+    key = digest_obj({"arms": [(a.name, a.cache_class, a.cache_params) for a in arms],
+                      "model": model.identity(), "diffusers": package_version("diffusers"),
+                      "transformer_config": digest_file(config) if config is not None else None})
+    marker = Path(scratch) / "checks" / f"arms-{key.split(':', 1)[1]}.json"
+    if marker.is_file():
+        return False
+    check_arms(arms, model)
+    if config is not None:  # a model not built yet is checked again once it exists
+        write_text(marker, '{"check": "arms", "passed": true}\n')
+    return True
+
+
+def _transformer_config(model: ModelSpec) -> Path | None:
+    """The model's ``transformer/config.json`` (for a hub mirror, in the pinned snapshot
+    of the Hugging Face cache layout), or None when it is not on disk yet."""
+    root = Path(model.path)
+    if model.kind == "hub-mirror" and model.id and model.revision:
+        repo = root / f"models--{model.id.replace('/', '--')}"
+        ref = repo / "refs" / model.revision  # a branch or tag name points at a commit
+        commit = ref.read_text().strip() if ref.is_file() else model.revision
+        root = repo / "snapshots" / commit
+    config = root / "transformer" / "config.json"
+    return config if config.is_file() else None
+
+
 def _transformer_class(model: ModelSpec) -> Any:
     """The model's transformer class named in ``transformer/config.json`` (for a hub
     mirror, in the pinned snapshot of the Hugging Face cache layout), or None when the
@@ -186,14 +247,8 @@ def _transformer_class(model: ModelSpec) -> Any:
 
     import diffusers
 
-    root = Path(model.path)
-    if model.kind == "hub-mirror" and model.id and model.revision:
-        repo = root / f"models--{model.id.replace('/', '--')}"
-        ref = repo / "refs" / model.revision  # a branch or tag name points at a commit
-        commit = ref.read_text().strip() if ref.is_file() else model.revision
-        root = repo / "snapshots" / commit
-    config = root / "transformer" / "config.json"
-    if not config.is_file():
+    config = _transformer_config(model)
+    if config is None:
         return None
     name = json.loads(config.read_text()).get("_class_name", "")
     cls = getattr(diffusers, name, None)

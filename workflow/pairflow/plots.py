@@ -72,6 +72,8 @@ def latency(gen_records: list[dict[str, Any]], out: Path) -> None:
     by: dict[str, list[float]] = defaultdict(list)
     passes: dict[str, set[str]] = defaultdict(set)
     for r in gen_records:
+        if r["timing"].get("latency_s") is None:  # a pair outside the timing/pairs sample
+            continue
         by[r["arm"]["name"]].append(r["timing"]["latency_s"])
         passes[r["arm"]["name"]].add(r["timing"]["pass"])
     arms = sorted(by, key=lambda a: (a != "control", a))

@@ -43,7 +43,8 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
     kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
-    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]"] + [
+    head = ["arm", "pairs", "latency ctrl/treat (s, geometric mean)", "speedup [CI]",
+            "repeat CV ctrl/treat (median; pairs over max)"] + [
         f"{n} ({direction(hib[n])}) {'value' if kinds[n] == 'FR' else 'Δ'} [CI]" for n in metric_names]
     rows = []
     for c in stats["comparisons"]:
@@ -55,12 +56,18 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cells = [c["treatment"] + (" (no effect: videos identical to control)" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
                  f"{sp['geomean']:.3f}× " + ("[no CI]" if sp["ci"][0] is None
-                                             else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]")]
+                                             else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]"),
+                 f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
+                 f"{lat.get('pairs_over_max_cv', 0)}"]
         for n in metric_names:
             m = by.get(n)
             cells.append("" if m is None else cell(m, stats["level"]))
         rows.append(cells)
     return head, rows
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
 
 
 def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -93,7 +100,9 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     origins = sorted({str(sc.get("weights_origin")) for sc in setups if sc.get("weights_origin")})
     metrics = {m["metric"] for c in stats["comparisons"] for m in c["metrics"]}
     latency = (f"Latency pass: {passes} (each video's latency is the median of its repeated batch-one runs in the "
-               "exclusive timed pass, after warm-up; bulk generation times are never reported). The latency columns "
+               "exclusive timed pass, after warm-up, arms in a seeded random order within each repeat round; bulk "
+               "generation times are never reported). 'repeat CV' is the median over videos of each video's "
+               "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The latency columns "
                "are geometric means over prompts of the per-prompt geometric mean over seeds, the units of the "
                "speedup, so control / treatment equals the speedup.")
     method = (f"Each cell: treatment − control (FR metrics: the treatment's value against its control) with a "
