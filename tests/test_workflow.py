@@ -184,3 +184,18 @@ def test_other_families_run_the_default_workflow_with_a_cache_arm(tmp_path: Path
         assert r["pipeline"]["class"] == pipeline and r["video"]["frames"] == 9
         assert r["pipeline"]["max_text_tokens"] == (16 if family == "cogvideox" else 64)
     assert (scratch / "study" / "archived.json").exists() and verify_tree(scratch) == []
+
+
+def test_e2e_benchmark_reads_the_work_share_from_records_and_benchmark_files(study_run) -> None:  # type: ignore[no-untyped-def]
+    """The benchmark section that reports where a study's time goes runs on a real run."""
+    import importlib.util
+
+    _, cfg, _ = study_run
+    spec = importlib.util.spec_from_file_location("bench_run", Path(__file__).parents[1] / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(run)  # type: ignore[union-attr]
+    e = run.bench_e2e(1, True, Path(cfg["storage"]["scratch"]))
+    assert e["candidates"] == 10 and 0 < e["work_share"] < 1
+    assert e["work_s"] == pytest.approx(e["generate_s_sum"] + e["encode_s_sum"] + e["score_s_sum"])
+    assert {"generate_panel", "score_panel", "timed_pass"} <= set(e["job_wall_s_by_rule"])
+    assert e["warm_up_tasks"] >= 2 and e["model_load_s_sum"] > 0  # one warm-up per slot per fan-out job

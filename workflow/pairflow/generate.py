@@ -221,8 +221,9 @@ def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) 
     if marker.is_file():
         return False
     check_arms(arms, model)
-    if config is not None:  # a model not built yet is checked again once it exists
-        write_text(marker, '{"check": "arms", "passed": true}\n')
+    # A model not built yet has no transformer config: its key changes once it exists,
+    # so the transformer's cache support is checked then.
+    write_text(marker, '{"check": "arms", "passed": true}\n')
     return True
 
 
