@@ -335,21 +335,15 @@ def bench_slurm_study(runs: int, quick: bool = False) -> dict[str, Any]:
     utilisation report computes from per-task spans. Needs a cluster (``.ci/slurm-up``)."""
     if shutil.which("sbatch") is None:
         return {"skipped": "no Slurm here (sbatch not found); start the CI cluster with bash .ci/slurm-up"}
+    if quick:  # measured: 147 s at 6 candidates on the CI VM, almost all of it per-job start-up
+        return {"skipped": "quick: a study through Slurm takes minutes at any size (job start-up dominates); "
+                           "tests/test_slurm.py runs this study through profiles/slurm in CI"}
     project = Path(tempfile.mkdtemp()) / "project"
     project.mkdir()
     for name in ("Snakefile", "workflow", "envs", "profiles", "config"):
         src = ROOT / name
         (shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
          else shutil.copy(src, project / name))
-    if quick:  # one panel, one seed: the same jobs and profile, fewer candidates
-        import yaml
-
-        cfg = yaml.safe_load((project / "config" / "config.yaml").read_text())
-        first = next(iter(cfg["panels"]))
-        sheet = project / cfg["panels"][first]["sheet"]
-        sheet.write_text("\n".join(sheet.read_text().splitlines()[:3]) + "\n")  # header + 2 prompts
-        cfg["panels"] = {first: {**cfg["panels"][first], "seeds": [0]}}
-        (project / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     tick = time.perf_counter()
     subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--profile", "profiles/slurm"], cwd=project,

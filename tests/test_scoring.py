@@ -275,6 +275,7 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     lossless encode the FR metrics see the generated frames bit for bit."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
     from pairflow.records import read_record
     from pairflow.video import encode
@@ -297,8 +298,9 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     ctrl, treat = generation_record(ctrl_c), generation_record(treat_c)
     build = scorer_build(study)
     out = tmp_path / "score.json"
-    score_task({"study": study, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c,
-                "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    ref = write_context(study.scratch, {"study": study, "scorer": build,
+                                        "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    score_task({"context": ref, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c})
     rec = read_record(out)
     assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
     lpips = rec["scores"]["lpips"]["spec"]
@@ -338,6 +340,7 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     FR metrics stay on BT.709 either way, and every score says how it was decoded."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path
     from pairflow.records import read_record
     from pairflow.video import encode
@@ -367,8 +370,9 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
         out = tmp_path / mode / "score.json"
         build = scorer_build(study)
         assert build["decode"] == mode  # a change of decoding is a different scorer build: rescored
-        score_task({"study": study, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
-                    "out": str(out), "candidate": treat_c, "scorer": build, "weight_digests": {}})
+        ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": {}})
+        score_task({"context": ref, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
+                    "out": str(out), "candidate": treat_c})
         rec = read_record(out)
         values[mode] = rec["scores"]
         expected = bt601_flicker_from_planes(video_path(study, treat_c), study.encoder, 9, 48, 64)
