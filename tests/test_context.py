@@ -8,7 +8,6 @@ from pathlib import Path
 
 import dill
 import pytest
-
 from conftest import small_config
 from pairflow import context
 from pairflow.config import study_from_raw

@@ -170,7 +170,7 @@ class PhaseClock:
         self.stop("total")
         for h in self._hooks:
             h.remove()
-        if self._decode is not None:
+        if self._decode is not None and self._vae is not None:
             del self._vae.decode
 
     def seconds(self) -> dict[str, float]:
@@ -222,7 +222,6 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> dict[str, Any]:
     from . import generate as g
     from .atomic import job_start, sweep_temps, write_text
-    from .fleet import _gpu_uuid
     from .panel import candidates, panel_dir, record_path
     from .slurm import exclusivity
 
@@ -251,12 +250,18 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
         pipe = g.load_pipeline(study.model, study.generation.dtype, study.generation.threads)
         settings = g.pin_cuda()
         cuda = settings is not None
-        uuid = _gpu_uuid() if cuda else None
+        uuid = None
+        if cuda:
+            import torch
+
+            uuid = str(torch.cuda.get_device_properties(0).uuid)  # the device this process times on
         tokens = g.text_tokens(pipe, study.generation)
         warm, reps = study.timing.warmup, study.timing.repeats
         for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
             first = next((c for c in run if c.arm == arm), None)
-            for _ in range(warm if first is not None else 0):
+            if first is None:
+                continue
+            for _ in range(warm):
                 g.generate(pipe, first.prompt.text, first.key.stream_seed, arm, study.generation, tokens)
         by_pair: dict[tuple[str, str, int], list[Any]] = {}
         for c in sorted(run, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed, c.arm.name)):
