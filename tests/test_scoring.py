@@ -382,3 +382,23 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     assert abs(values["bt709"]["temporal_flickering"]["value"] - expected) > 2e-4  # the offset is real
     assert values["vbench"]["psnr"]["decoded_with"] == values["bt709"]["psnr"]["decoded_with"] == "bt709"
     assert values["vbench"]["psnr"]["value"] == values["bt709"]["psnr"]["value"]
+
+
+def test_metric_specs_come_from_pyiqas_table_without_importing_torch() -> None:
+    """The scoring driver reads directions and modes from pyiqa's table, not through a
+    torch import (seconds per job); a worker that imported pyiqa sees the same table."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json; from pairflow.scoring import METRICS, metric_spec; "
+            "specs = {n: metric_spec(n).asdict({}) for n in METRICS}; "
+            "assert 'torch' not in sys.modules and 'pyiqa' not in sys.modules; print(json.dumps(specs))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    from pairflow.scoring import METRICS, _pyiqa_table, metric_spec
+
+    _pyiqa_table.cache_clear()
+    import pyiqa  # noqa: F401 - now the worker's path: the imported table
+
+    assert json.loads(out.stdout) == {n: metric_spec(n).asdict({}) for n in METRICS}
