@@ -95,12 +95,23 @@ def _plan(p: dict | None, rec: dict | None) -> list[str]:
            "configs, importing diffusers; later runs find its marker under `scratch/checks`).", "",
            "| candidates | jobs | dry run s | dry run peak RSS MiB | (after the first) | no-op rerun s | "
            "no-op peak RSS MiB | ms per candidate |", "|---|---|---|---|---|---|---|---|"]
+    notes = []
     for x in points.values():
         after = x.get("dry_run_after_first_peak_rss_mib")
+        noop = ("not measured" if "noop_rerun_median_s" not in x else f"{x['noop_rerun_median_s']:.1f}"
+                + (f" ({x['noop_rerun_planned_jobs']} jobs replanned)" if x.get("noop_rerun_planned_jobs") else ""))
+        noop_rss = f"{x['noop_rerun_peak_rss_mib']:.0f}" if "noop_rerun_peak_rss_mib" in x else "-"
         out.append(f"| {x['candidates']} | {x['snakemake_jobs']} | {x['dry_run_median_s']:.1f} | "
-                   f"{x['dry_run_peak_rss_mib']:.0f} | {'-' if after is None else f'{after:.0f}'} | "
-                   f"{x['noop_rerun_median_s']:.1f} | {x['noop_rerun_peak_rss_mib']:.0f} | "
-                   f"{x['planning_ms_per_candidate']:.3f} |")
+                   f"{x['dry_run_peak_rss_mib']:.0f} | {'-' if after is None else f'{after:.0f}'} | {noop} | "
+                   f"{noop_rss} | {x['planning_ms_per_candidate']:.3f} |")
+        if isinstance(x.get("noop"), str):
+            notes.append(f"At {x['candidates']} candidates the no-op rerun was {x['noop']}.")
+        if x.get("noop_rerun_planned_jobs"):
+            notes.append(f"At {x['candidates']} candidates the no-op rerun runs over placeholder outputs (every "
+                         "file a finished study has, marked done with `--touch`); they are not valid evidence, so "
+                         f"the plan-time evidence check replanned {x['noop_rerun_planned_jobs']} study-level jobs. "
+                         "The time is that of planning over a complete tree, the evidence check included.")
+    out += ["", *notes] if notes else []
     if rec:
         out += ["", f"Per record: write (seal, fsync, rename) {rec['write_record_ms']:.2f} ms, read and verify "
                     f"{rec['read_verify_record_ms']:.2f} ms, manifest {rec['manifest_ms_per_record']:.3f} ms."]
