@@ -96,7 +96,7 @@ def _plan(p: dict | None, rec: dict | None) -> list[str]:
            "| candidates | jobs | dry run s | dry run peak RSS MiB | (after the first) | no-op rerun s | "
            "no-op peak RSS MiB | ms per candidate |", "|---|---|---|---|---|---|---|---|"]
     notes = []
-    for x in points.values():
+    for x in sorted(points.values(), key=lambda x: x["candidates"]):
         after = x.get("dry_run_after_first_peak_rss_mib")
         noop = ("not measured" if "noop_rerun_median_s" not in x else f"{x['noop_rerun_median_s']:.1f}"
                 + (f" ({x['noop_rerun_planned_jobs']} jobs replanned)" if x.get("noop_rerun_planned_jobs") else ""))
@@ -130,7 +130,8 @@ def _payload(pl: dict | None) -> list[str]:
             "| context file bytes |", "|---|---|---|---|---|---|---|---|",
             *[f"| {x['candidates']} | {x['old_bytes']} | {x['old_serialize_ms']:.2f} | {x['old_driver_s_per_stage']:.0f} "
               f"| {x['new_bytes']} | {x['new_serialize_ms']:.3f} | {x['new_driver_s_per_stage']:.1f} "
-              f"| {x['context_file_bytes']} |" for x in pl["points"].values()], ""]
+              f"| {x['context_file_bytes']} |" for x in sorted(pl["points"].values(), key=lambda x: x["candidates"])],
+            ""]
 
 
 def _e2e(e: dict | None) -> list[str]:
@@ -160,7 +161,10 @@ def _e2e(e: dict | None) -> list[str]:
 
 def _gpu(g: dict | None) -> list[str]:
     if not g:
-        return []
+        return ["## On a GPU", "", "Not measured yet: no accelerator was lent when these figures were taken. On a "
+                "GPU machine, `bash benchmarks/gpu_check.sh` (under 8 minutes) runs the default study on CUDA in "
+                "bfloat16, the timed pass and NVML telemetry, writes `benchmarks/gpu_check.json` and renders its "
+                "figures here with the GPU named.", ""]
     lines = ["## On a GPU (`benchmarks/gpu_check.sh`)", "",
              f"GPU: {g.get('gpu', {}).get('name', '?')} (driver {g.get('gpu', {}).get('driver', '?')}, CUDA "
              f"{g.get('gpu', {}).get('cuda', '?')}); {g.get('date', '')}; default study on CUDA in "
