@@ -156,7 +156,11 @@ def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path
     b = {(r["arm"]["name"], r["candidate"]["prompt_id"], r["candidate"]["seed"]): r["video"]["digest"]
          for r in records(Path(cfg2["storage"]["scratch"]))}
     assert a == b
-    assert len({r["worker"]["slot"] for r in records(Path(cfg2["storage"]["scratch"]))}) == 2
+    # Two workers served the run (a warmed worker takes tasks while the other still warms
+    # up, so with tiny tasks one worker may run all of a panel's candidates).
+    spans = [s for t in (Path(cfg2["storage"]["scratch"]) / "panels").glob("*/telemetry/*.json")
+             for s in json.loads(t.read_text())["spans"]]
+    assert len({s["rank"] for s in spans}) == 2
 
 
 @pytest.mark.parametrize("family, pipeline", [("cogvideox", "CogVideoXPipeline"), ("ltx", "LTXPipeline")])

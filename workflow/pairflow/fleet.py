@@ -362,14 +362,17 @@ def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
     """Spans of the warm-up tasks (all finished before the work: they were queued first)."""
     from concurrent.futures import wait
 
-    wait(list(warming), timeout=HEARTBEAT_S)
+    done, running = wait(list(warming), timeout=HEARTBEAT_S)
+    if running:  # a slot still warming when the work ran out: it did no task, and is not waited for
+        log.info("%s: %d warm-up task(s) still running after the last task; not waited for", label, len(running))
     spans = []
-    for fut, queued in warming.items():
+    for fut in done:
         try:
-            out = fut.result(timeout=0)
+            out = fut.result()
         except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation; the tasks report real faults
             log.warning("%s: a warm-up task failed (%s: %s); tasks load what they need", label, type(e).__name__, e)
             continue
+        queued = warming[fut]
         spans.append({"queued": queued, **out["span"], "kind": "warm-up", "warm_up": out["result"]})
     return spans
 
