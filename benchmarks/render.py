@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _slurm(su: dict | None, st: dict | None) -> list[str]:
     if not su:
         return []
-    study = [] if not st else [
+    study = [] if not _ok(st) else [
         f"The default study through `snakemake --profile profiles/slurm` (shipped profile, one GPU per panel job, "
         f"exclusive timed pass): {st['wall_s']:.0f} s wall; slot busy share {st['busy_share']:.1%} of "
         f"{st['allocated_slot_s']:.0f} allocated slot-seconds (from `study/utilisation.json`). Per job:", "",
