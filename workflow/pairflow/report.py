@@ -57,8 +57,8 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
                  f"{sp['geomean']:.3f}× " + ("[no CI]" if sp["ci"][0] is None
                                              else f"[{sp['ci'][0]:.3f}, {sp['ci'][1]:.3f}]"),
-                 f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
-                 f"{lat.get('pairs_over_max_cv', 0)}"]
+                 (f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
+                  f"{lat.get('pairs_over_max_cv', 0)}")]
         for n in metric_names:
             m = by.get(n)
             cells.append("" if m is None else cell(m, stats["level"]))
