@@ -180,6 +180,38 @@ def _gpu(g: dict | None) -> list[str]:
     return lines
 
 
+def _goals(r: dict) -> list[str]:
+    """Issue 17's speed goals beside what was measured (only where the figure exists)."""
+    rows = []
+    pl = (r.get("payload") or {}).get("points", {})
+    if pl:
+        worst = max(x["new_bytes"] for x in pl.values())
+        rows.append(("task payload, flat with study size", "<= 16 KB", f"{worst} B at up to "
+                     f"{max(x['candidates'] for x in pl.values())} candidates", worst <= 16 * 1024))
+    big = (r.get("plan") or {}).get("points", {}).get("100k")
+    if big:
+        rows.append(("dry run at 100k candidates", "< 10 s", f"{big['dry_run_median_s']:.1f} s",
+                     big["dry_run_median_s"] < 10))
+        after = big.get("dry_run_after_first_peak_rss_mib")
+        rows.append(("planning peak RSS at 100k", "< 400 MiB", f"{big['dry_run_peak_rss_mib']:.0f} MiB (first run), "
+                     + (f"{after:.0f} MiB after" if after else "-"), big["dry_run_peak_rss_mib"] < 400))
+        if "noop_rerun_median_s" in big:
+            rows.append(("no-op rerun at 100k", "< 15 s", f"{big['noop_rerun_median_s']:.1f} s",
+                         big["noop_rerun_median_s"] < 15))
+    e = r.get("e2e") or {}
+    if e.get("work_share") is not None:
+        rows.append(("default study: generation + encoding + scoring share of wall time", ">= 50%",
+                     f"{e['work_share']:.1%}", e["work_share"] >= 0.5))
+    st = r.get("slurm_study") or {}
+    if st.get("busy_share") is not None:
+        rows.append(("slot busy share through profiles/slurm", ">= 85%", f"{st['busy_share']:.1%}",
+                     st["busy_share"] >= 0.85))
+    if not rows:
+        return []
+    return ["## Speed goals (issue 17)", "", "| goal | target | measured | met |", "|---|---|---|---|",
+            *[f"| {g} | {t} | {m} | {'yes' if ok else '**no**'} |" for g, t, m, ok in rows], ""]
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -201,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
         f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}; torch {m['packages']['torch']}, "
         f"diffusers {m['packages']['diffusers']}, parsl {m['packages']['parsl']}, snakemake "
         f"{m['packages']['snakemake']}; commit {code['commit']} (dirty: {code['dirty']}); {m['date']}"
-        + (" **(quick mode: tiny sizes, not figures to quote)**" if r.get("quick") else "") + ".", ""]
+        + (" **(quick mode: tiny sizes, not figures to quote)**" if r.get("quick") else "") + ".", "",
+        *_goals(r)]
     v, h = r.get("video"), r.get("hash")
     if _ok(v):
         lines += [
