@@ -186,12 +186,13 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
 
 def _payload(tmp: Path, tiny_model: Path) -> dict:
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, provenance
 
     cfg = small_config(tmp, tiny_model)
     study = study_from_raw(cfg, tmp)
     c = candidates(study, study.panels[0])[0]
-    return {"study": study, "candidate": c, "provenance": provenance(study)}
+    return {"context": write_context(study.scratch, {"study": study, "provenance": provenance(study)}), "candidate": c}
 
 
 def _generate(payload: dict) -> None:
@@ -205,6 +206,7 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
     or a retry racing a slow success). Atomic renames onto one deterministic name."""
     import multiprocessing as mp
 
+    from pairflow.context import load_context
     from pairflow.panel import record_path, video_path
     from pairflow.records import check_video
 
@@ -216,7 +218,7 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
     for p in procs:
         p.join(300)
         assert p.exitcode == 0
-    study, c = payload["study"], payload["candidate"]
+    study, c = load_context(payload["context"])["study"], payload["candidate"]
     rec_dir = record_path(study, c).parent
     assert [p.name for p in rec_dir.iterdir()] == [record_path(study, c).name]
     assert [p.name for p in video_path(study, c).parent.iterdir()] == [video_path(study, c).name]

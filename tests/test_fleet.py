@@ -162,6 +162,45 @@ def test_failures_are_classified_and_spans_recorded(tmp_path):
     assert t["nvml"]["status"]  # a reason when NVML is absent, the GPU count when present
 
 
+WARMED: dict[str, float] = {}
+
+
+def warm_up(p: dict) -> dict:
+    """An import-only warm-up: what the worker spent, kept for its later tasks."""
+    started = time.perf_counter()
+    import numpy  # noqa: F401
+
+    WARMED["s"] = time.perf_counter() - started
+    return {"import_s": WARMED["s"]}
+
+
+def report_warm(p: dict) -> dict:
+    return {"warmed": bool(WARMED), "pid": os.getpid()}
+
+
+def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(tmp_path):
+    prepared = []
+
+    def prepare() -> list[dict]:
+        time.sleep(3)  # the driver hashing videos; the pool starts meanwhile
+        prepared.append(time.time())
+        return [{"i": i} for i in range(4)]
+
+    out = run_tasks(report_warm, prepare, tmp_path / "run", FleetSpec(1, 0), Grant(), "warm", tmp_path / "tel.json",
+                    warm=(warm_up, {}), start_early=True)
+    assert [r["warmed"] for r in out] == [True] * 4 and len({r["pid"] for r in out}) == 1
+    t = json.loads((tmp_path / "tel.json").read_text())
+    warm = [s for s in t["spans"] if s.get("kind") == "warm-up"]
+    assert len(warm) == 1 and "import_s" in warm[0]["warm_up"]
+    assert warm[0]["queued"] < prepared[0]  # queued before preparation ended
+    assert sum(v["tasks"] for v in t["slots"].values()) == 4  # a warm-up is busy time, not a task
+    # Nothing to do: no pool starts when the work is found before starting it.
+    tick = time.perf_counter()
+    assert run_tasks(report_warm, lambda: [], tmp_path / "run2", FleetSpec(1, 0), Grant(), "none",
+                     warm=(warm_up, {})) == []
+    assert time.perf_counter() - tick < 1 and not (tmp_path / "run2" / "parsl").exists()
+
+
 def test_classify_failure_by_message():
     assert classify_failure(RuntimeError("CUDA error: out of memory")) == "device_oom"
     assert classify_failure(OSError("disk")) == "other"

@@ -165,6 +165,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, generate_task, provenance, record_path, video_path
     from pairflow.records import read_record
     from pairflow.stats import StatsSettings, analyse
@@ -176,10 +177,10 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     study = study_from_raw(cfg, tmp_path)
     cands = [c for c in candidates(study, study.panels[0]) if c.key.prompt_id == "a1"]
     assert sorted(c.arm.name for c in cands) == ["control", "never"]
-    prov = provenance(study)
+    ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
     frames, gen = {}, []
     for c in cands:
-        generate_task({"study": study, "candidate": c, "provenance": prov})
+        generate_task({"context": ref, "candidate": c})
         g = study.generation
         frames[c.arm.name] = read_video(video_path(study, c), study.encoder, frames=g.frames, height=g.height,
                                         width=g.width, fps=g.fps)

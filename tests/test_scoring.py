@@ -275,6 +275,7 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     lossless encode the FR metrics see the generated frames bit for bit."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
     from pairflow.records import read_record
     from pairflow.video import encode
@@ -297,8 +298,9 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     ctrl, treat = generation_record(ctrl_c), generation_record(treat_c)
     build = scorer_build(study)
     out = tmp_path / "score.json"
-    score_task({"study": study, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c,
-                "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    ref = write_context(study.scratch, {"study": study, "scorer": build,
+                                        "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    score_task({"context": ref, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c})
     rec = read_record(out)
     assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
     lpips = rec["scores"]["lpips"]["spec"]
@@ -338,6 +340,7 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     FR metrics stay on BT.709 either way, and every score says how it was decoded."""
     from conftest import small_config
     from pairflow.config import study_from_raw
+    from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path
     from pairflow.records import read_record
     from pairflow.video import encode
@@ -367,8 +370,9 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
         out = tmp_path / mode / "score.json"
         build = scorer_build(study)
         assert build["decode"] == mode  # a change of decoding is a different scorer build: rescored
-        score_task({"study": study, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
-                    "out": str(out), "candidate": treat_c, "scorer": build, "weight_digests": {}})
+        ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": {}})
+        score_task({"context": ref, "record": recs[treat_c.arm.name], "control": recs[ctrl_c.arm.name],
+                    "out": str(out), "candidate": treat_c})
         rec = read_record(out)
         values[mode] = rec["scores"]
         expected = bt601_flicker_from_planes(video_path(study, treat_c), study.encoder, 9, 48, 64)
@@ -378,3 +382,23 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     assert abs(values["bt709"]["temporal_flickering"]["value"] - expected) > 2e-4  # the offset is real
     assert values["vbench"]["psnr"]["decoded_with"] == values["bt709"]["psnr"]["decoded_with"] == "bt709"
     assert values["vbench"]["psnr"]["value"] == values["bt709"]["psnr"]["value"]
+
+
+def test_metric_specs_come_from_pyiqas_table_without_importing_torch() -> None:
+    """The scoring driver reads directions and modes from pyiqa's table, not through a
+    torch import (seconds per job); a worker that imported pyiqa sees the same table."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json; from pairflow.scoring import METRICS, metric_spec; "
+            "specs = {n: metric_spec(n).asdict({}) for n in METRICS}; "
+            "assert 'torch' not in sys.modules and 'pyiqa' not in sys.modules; print(json.dumps(specs))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    from pairflow.scoring import METRICS, _pyiqa_table, metric_spec
+
+    _pyiqa_table.cache_clear()
+    import pyiqa  # noqa: F401 - now the worker's path: the imported table
+
+    assert json.loads(out.stdout) == {n: metric_spec(n).asdict({}) for n in METRICS}

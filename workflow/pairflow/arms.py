@@ -115,6 +115,33 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
             check_verifier(arm)
 
 
+
+def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) -> bool:
+    """``check_arms``, skipped when the same arms (every field of each, students
+    included), model transformer config and diffusers version already passed (a marker
+    under ``scratch/checks``). Every Snakemake process parses the Snakefile (on a cluster,
+    every job does): importing diffusers there costs seconds per job. Returns True when
+    the check ran."""
+    from . import generate as g
+    from .atomic import write_text
+    from .envinfo import package_version
+    from .identity import digest_file, digest_obj
+
+    if all(a.is_control for a in arms):
+        return False
+    config = g._transformer_config(model)  # noqa: SLF001 - the same lookup the check itself makes
+    key = digest_obj({"arms": [a.asdict() for a in arms],
+                      "model": model.identity(), "diffusers": package_version("diffusers"),
+                      "transformer_config": digest_file(config) if config is not None else None})
+    marker = Path(scratch) / "checks" / f"arms-{key.split(':', 1)[1]}.json"
+    if marker.is_file():
+        return False
+    check_arms(arms, model)
+    # A model not built yet has no transformer config: its key changes once it exists,
+    # so the transformer's cache support is checked then.
+    write_text(marker, '{"check": "arms", "passed": true}\n')
+    return True
+
 def check_verifier(arm: ArmSpec) -> None:
     """A search verifier must be a registered NR metric (it scores one video alone)."""
     from .scoring import metric_spec

@@ -175,6 +175,9 @@ class StatsSpec:
 class TimingSpec:
     warmup: int
     repeats: int
+    pairs: int | str = "all"  # "all" or pairs timed per panel (a seeded sample)
+    seed: int = 0
+    max_cv: float = 0.05
 
 
 @dataclass(frozen=True)

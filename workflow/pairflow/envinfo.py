@@ -51,22 +51,48 @@ def environment() -> dict[str, Any]:
         "packages": {p: package_version(p) for p in _PACKAGES},
         "installed_digest": digest_obj(dists),
     }
-    try:
-        import torch
-
-        env["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
-    except ImportError:
-        env["cuda"] = None
-    env["driver"] = _driver() if env["cuda"] else None
+    # Without importing torch (5 s in a driver that never computes): the CUDA version
+    # torch was built for, where an NVIDIA driver is present to run it.
+    driver = _driver()
+    env["cuda"] = torch_cuda_version() if driver else None
+    env["driver"] = driver if env["cuda"] else None
     return env
 
 
+def torch_cuda_version() -> str | None:
+    """The CUDA version the installed torch was built for (``torch.version.cuda``), read
+    from ``torch/version.py`` without importing torch; None for a CPU build or no torch."""
+    import ast
+    from importlib.util import find_spec
+
+    spec = find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "version.py"
+        if path.is_file():
+            for node in ast.parse(path.read_text()).body:
+                if (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant)
+                        and any(getattr(t, "id", None) == "cuda"
+                                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                    return None if node.value.value is None else str(node.value.value)
+    return None
+
+
 def _driver() -> str | None:
-    """The NVIDIA driver version through NVML (nvidia-ml-py), or None without it."""
+    """The NVIDIA driver version through NVML (nvidia-ml-py), else from the kernel
+    module's ``/proc/driver/nvidia/version``; None where there is no NVIDIA driver."""
     try:
         import pynvml
     except ImportError:
-        return None
+        try:
+            text = Path("/proc/driver/nvidia/version").read_text()
+        except OSError:
+            return None
+        import re
+
+        found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)  # "... Kernel Module [for x86_64]  550.54.14 ..."
+        return found.group(1) if found else None
     try:
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()

@@ -269,14 +269,24 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
     return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]
 
 
-def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable[dict[str, Any]],
+def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]],
+              payloads: Iterable[dict[str, Any]] | Callable[[], Iterable[dict[str, Any]]],
               run_dir: Path, fleet: FleetSpec, grant: Grant, label: str, telemetry_out: Path | None = None,
               failure_out: Callable[[dict[str, Any]], Path] | None = None,
-              describe: Callable[[dict[str, Any]], str] | None = None) -> list[dict[str, Any]]:
+              describe: Callable[[dict[str, Any]], str] | None = None,
+              warm: tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]] | None = None,
+              start_early: bool = False) -> list[dict[str, Any]]:
     """Run ``fn`` on every payload through Parsl; log progress; return results in
     payload order.
 
-    Writes ``telemetry_out`` (spans, busy share, NVML samples) when given. A task that
+    ``payloads`` may be a function that prepares them. With ``start_early`` the worker
+    pool starts first and the function runs while it starts; otherwise it runs first and
+    no pool starts when it returns nothing. ``warm`` = (function, payload): one warm-up
+    task per slot is queued ahead of the work (imports, model load), so workers warm up
+    while the driver prepares; a failed warm-up is logged and left to the tasks to report.
+
+    Writes ``telemetry_out`` (spans, busy share, NVML samples) when given; warm-up spans
+    carry ``"kind": "warm-up"`` and their figures. A task that
     still fails after its retries is classified and, when ``failure_out`` is given,
     leaves a failure record at ``failure_out(payload)``; after every task has finished
     TaskFailedError names the count per class. When no task finishes and no worker
@@ -288,8 +298,11 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
 
     from .telemetry import Sampler, nvml_reader, write_telemetry
 
-    payloads = list(payloads)
-    if not payloads:
+    prepare = payloads if callable(payloads) else None
+    payloads = [] if prepare is not None else list(payloads)
+    if prepare is not None and not start_early:
+        payloads, prepare = list(prepare()), None
+    if prepare is None and not payloads:
         log.info("%s: nothing to do", label)
         return []
     app = parsl.python_app(traced, executors=["slots"])
@@ -304,6 +317,14 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
     dfk = parsl.load(make_config(run_dir, fleet, grant))
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
+            warming = {}
+            for k in range(_slot_count(fleet, grant) if warm else 0):
+                warming[app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up")] = time.time()  # type: ignore[index]
+            if prepare is not None:
+                payloads = list(prepare())
+                if not payloads:
+                    log.info("%s: nothing to do", label)
+                    return []
             queued, futures = {}, {}
             for i, p in enumerate(payloads):
                 queued[i] = time.time()
@@ -311,6 +332,7 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
                 futures[app(fn, p, str(beat_dir), what)] = i
             run = _Collect(payloads, queued, fleet, label, failure_out, start)
             _wait_all(futures, run, fleet, beat_dir, label)
+            run.spans += _warm_spans(warming, label)
             window = (start, time.time())
         if telemetry_out is not None:
             write_telemetry(telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
@@ -328,6 +350,31 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], payloads: Iterable
         dfk.cleanup()
         parsl.clear()
         _restore_sigterm(previous)
+
+
+def _slot_count(fleet: FleetSpec, grant: Grant) -> int:
+    """Worker processes this job's pool will run (one warm-up task each)."""
+    nodes = grant.allocation.nodes if grant.allocation else 1
+    return nodes * (len(grant.accelerators) or fleet.cpu_workers)
+
+
+def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
+    """Spans of the warm-up tasks (all finished before the work: they were queued first)."""
+    from concurrent.futures import wait
+
+    done, running = wait(list(warming), timeout=HEARTBEAT_S)
+    if running:  # a slot still warming when the work ran out: it did no task, and is not waited for
+        log.info("%s: %d warm-up task(s) still running after the last task; not waited for", label, len(running))
+    spans = []
+    for fut in done:
+        try:
+            out = fut.result()
+        except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation; the tasks report real faults
+            log.warning("%s: a warm-up task failed (%s: %s); tasks load what they need", label, type(e).__name__, e)
+            continue
+        queued = warming[fut]
+        spans.append({"queued": queued, **out["span"], "kind": "warm-up", "warm_up": out["result"]})
+    return spans
 
 
 @dataclass

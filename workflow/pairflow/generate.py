@@ -34,6 +34,29 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+CUDA_SETTINGS = {"cudnn_benchmark": False, "cudnn_deterministic": True, "matmul_tf32": False, "cudnn_tf32": False}
+"""Pinned for bulk and timed runs alike, so both compute the same frames at a stable speed:
+no cuDNN autotuning (it picks kernels by timing them, so speed and sometimes results vary
+run to run), deterministic cuDNN kernels, and no TF32 in float32 matmuls and convolutions."""
+
+
+def pin_cuda() -> dict[str, Any] | None:
+    """Apply ``CUDA_SETTINGS`` where CUDA is in use and return the settings as torch now
+    reports them (for records); None on CPU."""
+    import torch
+
+    if _device() != "cuda":
+        return None
+    torch.backends.cudnn.benchmark = CUDA_SETTINGS["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = CUDA_SETTINGS["cudnn_deterministic"]
+    torch.backends.cuda.matmul.allow_tf32 = CUDA_SETTINGS["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = CUDA_SETTINGS["cudnn_tf32"]
+    return {"cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
 def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     """Return this process's pipeline for ``model``, loading it on first use.
 
@@ -46,6 +69,7 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     from diffusers import DiffusionPipeline
 
     torch.set_num_threads(threads)
+    pin_cuda()
     key = (str(model.path), dtype, _device())
     if key in _PIPELINES:
         return _PIPELINES[key]
@@ -270,6 +294,13 @@ def _model_root(model: ModelSpec) -> Path:
     return root
 
 
+def _transformer_config(model: ModelSpec) -> Path | None:
+    """The model's ``transformer/config.json`` (for a hub mirror, in the pinned snapshot
+    of the Hugging Face cache layout), or None when it is not on disk yet."""
+    config = _model_root(model) / "transformer" / "config.json"
+    return config if config.is_file() else None
+
+
 def _transformer_class(model: ModelSpec) -> Any:
     """The model's transformer class named in ``transformer/config.json`` (for a hub
     mirror, in the pinned snapshot of the Hugging Face cache layout), or None when the
@@ -278,8 +309,8 @@ def _transformer_class(model: ModelSpec) -> Any:
 
     import diffusers
 
-    config = _model_root(model) / "transformer" / "config.json"
-    if not config.is_file():
+    config = _transformer_config(model)
+    if config is None:
         return None
     name = json.loads(config.read_text()).get("_class_name", "")
     cls = getattr(diffusers, name, None)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ArmSpec, PanelSpec, Prompt, StudySpec
+from .context import load_context, write_context
 from .errors import IntegrityError, PairFlowError
 from .fleet import Grant
 from .identity import CandidateKey, digest_obj
@@ -108,6 +109,41 @@ def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> dict[
     return record
 
 
+WARM_UP: dict[str, float] = {}
+"""This worker's warm-up task's figures (seconds importing, loading), empty when none ran here."""
+
+
+def _timed_imports(modules: tuple[str, ...]) -> float:
+    """Seconds spent importing ``modules`` now (about 0 when this process already has them)."""
+    import importlib
+
+    started = time.perf_counter()
+    for m in modules:
+        importlib.import_module(m)
+    return time.perf_counter() - started
+
+
+def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl warm-up task: import torch and diffusers and load the model in this worker
+    while the driver still prepares the job's candidates. Returns (and keeps for the
+    worker's records) the seconds spent on each."""
+    from . import generate as g
+
+    import_s = _timed_imports(("torch", "diffusers"))
+    started = time.perf_counter()
+    g.load_pipeline(payload["model"], payload["dtype"], payload["threads"])
+    WARM_UP.update({"import_s": import_s, "load_s": time.perf_counter() - started})
+    return dict(WARM_UP)
+
+
+def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl warm-up task: import torch, pyiqa and the scorers in this worker while the
+    driver still verifies the job's records (scorer models load on first use)."""
+    import_s = _timed_imports(("torch", "pyiqa", "pairflow.scoring", "pairflow.video"))
+    WARM_UP.update({"import_s": import_s})
+    return dict(WARM_UP)
+
+
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
     from . import generate as g
@@ -115,8 +151,10 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     from .fleet import worker_identity
     from .video import encode, prepare_frames
 
-    study: StudySpec = payload["study"]
+    shared = load_context(payload["context"])
+    study: StudySpec = shared["study"]
     c: Candidate = payload["candidate"]
+    import_s = _timed_imports(("torch", "diffusers"))
     loaded = time.perf_counter()
     pipe = arm_pipeline(c.arm, study.model, study.generation)
     load_s = time.perf_counter() - loaded
@@ -142,11 +180,14 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         # scratch tree is moved and compare equal across sites.
         "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},
         "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
-        "timing": {"pass": "bulk", "generate_s": result.seconds, "encode_s": encode_s,
-                   "load_s": load_s, "peak_rss_mb": result.peak_rss_mb},
+        # import_s and load_s are what this task spent importing and loading (0 when the
+        # worker's warm-up task or an earlier task already did); the warm-up's own figures
+        # are under worker.warm_up.
+        "timing": {"pass": "bulk", "import_s": import_s, "load_s": load_s, "generate_s": result.seconds,
+                   "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
         "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
-                   "model_loads": dict(g.LOAD_COUNTS)},
-        **payload["provenance"],
+                   "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
+        **shared["provenance"],
     }
     if c.arm.search is not None:
         record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier, "chosen": result.chosen,
@@ -223,21 +264,29 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     todo_all = candidates(study, panel)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     records: dict[Path, dict[str, Any]] = {}  # verified records, so each video is hashed once per job
-    todo = []
-    for c in todo_all:
-        record = complete_record(study, c, rdigest)
-        if record is None:
-            todo.append(c)
-        else:
-            records[record_path(study, c)] = record
-    log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
-             len(todo_all) - len(todo), len(todo))
-    prov = provenance(study)
-    results = run_tasks(generate_task, [{"study": study, "candidate": c, "provenance": prov,
-                                         "identity": task_identity(c)} for c in todo],
-                        run_dir, study.fleet, grant, f"generate {panel_name}",
+    todo: list[Candidate] = []
+
+    def prepare() -> list[dict[str, Any]]:
+        """Runs while the workers start and warm up: find the incomplete candidates."""
+        for c in todo_all:
+            record = complete_record(study, c, rdigest)
+            if record is None:
+                todo.append(c)
+            else:
+                records[record_path(study, c)] = record
+        log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
+                 len(todo_all) - len(todo), len(todo))
+        ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
+        return [{"context": ref, "candidate": c, "identity": task_identity(c)} for c in todo]
+
+    warm = (warm_generation, {"model": study.model, "dtype": study.generation.dtype,
+                              "threads": study.generation.threads})
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
-                        lambda p: failure_path(study, p["candidate"], "generate"), _describe)
+                        lambda p: failure_path(study, p["candidate"], "generate"), _describe, warm=warm,
+                        # Start the pool before preparing only when work is certain (a record is
+                        # missing); else only once prepare() found some, so a no-op job starts none.
+                        start_early=any(not record_path(study, c).exists() for c in todo_all))
     _clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:  # every new record must verify before the manifest binds it
         path = record_path(study, c)
@@ -355,6 +404,12 @@ DECODING_MEANING = {
 }
 
 
+def _task_view(record: dict[str, Any]) -> dict[str, Any]:
+    """What a score task needs of a generation record (not its provenance): a task's
+    payload stays the same size whatever the study."""
+    return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: score one candidate's video (and against its control for FR metrics).
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
@@ -365,7 +420,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     from .scoring.models import LOAD_COUNTS
     from .video import read_video
 
-    study: StudySpec = payload["study"]
+    shared = load_context(payload["context"])
+    study: StudySpec = shared["study"]
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
@@ -381,7 +437,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     frames = {m: decode(rec, m) for m in sorted(wanted)}
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
-    digests = payload["weight_digests"]
+    digests = shared["weight_digests"]
     scores = {name: {"value": score(name, frames[decoding[name]], ref, ctx), "spec": metric_spec(name).asdict(digests),
                      "decoded_with": decoding[name]}
               for name in names}
@@ -403,9 +459,9 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "static_filter": {"temporal_flickering": study.scoring.static_filter,
                           "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
         "scores": scores,
-        "scorer": payload["scorer"],
+        "scorer": shared["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
-        "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS)},
+        "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
     }
     write_record(Path(payload["out"]), record)
     return {"candidate_id": rec["candidate"]["candidate_id"]}
@@ -430,34 +486,42 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     digests = verify(study.weights.mirror, study_weights(study))
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
-    records = {}
-    for c in todo_all:
-        path = record_path(study, c)
-        records[c.key.candidate_id] = read_record(path)
-        check_video(records[c.key.candidate_id], path)
-    control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
-    payloads = []
-    for c in todo_all:
-        rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
-        out = score_path(study, c)
-        try:
-            old = read_record(out)
-            # A score is bound to its candidate's current generation record: a regenerated
-            # candidate is rescored even when its video came out bit-identical.
-            if (old["generation_record_digest"] == rec["record_digest"]
-                    and old["video_digest"] == rec["video"]["digest"]
-                    and old["control_video_digest"] == ctrl["video"]["digest"]
-                    and sorted(old["scores"]) == expected_scores(study, c.arm)
-                    and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
-                continue
-        except (IntegrityError, KeyError):
-            pass
-        payloads.append({"study": study, "record": rec, "control": ctrl, "out": str(out), "candidate": c,
-                         "scorer": build, "weight_digests": digests, "identity": task_identity(c)})
-    log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
-    run_tasks(score_task, payloads, run_dir, study.fleet, grant, f"score {panel_name}",
+    payloads: list[dict[str, Any]] = []
+
+    def prepare() -> list[dict[str, Any]]:
+        """Runs while the workers start and warm up: verify every generation record and
+        video, and find the candidates whose score is missing or stale."""
+        records = {}
+        for c in todo_all:
+            path = record_path(study, c)
+            records[c.key.candidate_id] = read_record(path)
+            check_video(records[c.key.candidate_id], path)
+        control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
+        ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": digests})
+        for c in todo_all:
+            rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
+            out = score_path(study, c)
+            try:
+                old = read_record(out)
+                # A score is bound to its candidate's current generation record: a regenerated
+                # candidate is rescored even when its video came out bit-identical.
+                if (old["generation_record_digest"] == rec["record_digest"]
+                        and old["video_digest"] == rec["video"]["digest"]
+                        and old["control_video_digest"] == ctrl["video"]["digest"]
+                        and sorted(old["scores"]) == expected_scores(study, c.arm)
+                        and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
+                    continue
+            except (IntegrityError, KeyError):
+                pass
+            payloads.append({"context": ref, "record": _task_view(rec), "control": _task_view(ctrl),
+                             "out": str(out), "candidate": c, "identity": task_identity(c)})
+        log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
+        return payloads
+
+    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}",
               telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
-              _describe)
+              _describe, warm=(warm_scoring, {}),
+              start_early=any(not score_path(study, c).exists() for c in todo_all))
     _clear_failures(study, todo_all, "score")  # every candidate is scored now
     files = [score_path(study, c) for c in todo_all]
     for f in files:

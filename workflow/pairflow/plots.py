@@ -74,6 +74,8 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
     lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
     for r in timing_records:
         c = r["candidate"]
+        if r["timing"].get("latency_s") is None:  # a pair outside the timing/pairs sample
+            continue
         lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = r["timing"]["latency_s"]
     treatments = sorted(a for a in lat if a != "control")
     fig, axes = plt.subplots(1, max(1, len(treatments)), figsize=(2.6 * max(1, len(treatments)) + 0.6, 3.4),

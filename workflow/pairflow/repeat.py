@@ -53,6 +53,8 @@ def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]
     within = []
     for _name, (_g, _s, timings) in runs.items():
         for r in timings:
+            if r["timing"].get("latency_s") is None:  # a pair outside the timing/pairs sample
+                continue
             lat.setdefault(key(r), []).append(r["timing"]["latency_s"])
             xs = r["timing"]["seconds"]
             if len(xs) > 1:

@@ -75,7 +75,8 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
     kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
     head = ["arm", "pairs", "latency ctrl / treat (s, geometric mean)", "speedup [CI], higher is faster",
-            "compute ratio [CI], lower is cheaper"] + [metric_header(n, kinds[n], hib[n]) for n in metric_names]
+            "compute ratio [CI], lower is cheaper", "repeat CV ctrl / treat (median; pairs over max)"] + [
+        metric_header(n, kinds[n], hib[n]) for n in metric_names]
     decimals = {n: column_decimals([m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == n])
                 for n in metric_names}
     rows = []
@@ -87,7 +88,9 @@ def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         no_effect = any(f.startswith(NO_EFFECT) for f in c["flags"])
         cells = [c["treatment"] + (f" ({NO_EFFECT})" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
-                 ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute"))]
+                 ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute")),
+                 (f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
+                  f"{lat.get('pairs_over_max_cv', 0)}")]
         for n in metric_names:
             m = by.get(n)
             cells.append("" if m is None else cell(m, stats["level"], decimals[n]))
@@ -154,6 +157,10 @@ def on_front(stats: dict[str, Any], arm: str, metric: str) -> bool:
                    for o, (oc, og) in points.items())
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Sample size from this study as a pilot, per arm and tested metric: per-prompt
     standard deviation of the difference, the effect detectable at this prompt count, and
@@ -184,7 +191,9 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     origins = sorted({str(sc.get("weights_origin")) for sc in setups if sc.get("weights_origin")})
     metrics = {m["metric"] for c in stats["comparisons"] for m in c["metrics"]}
     latency = (f"Latency pass: {passes} (each video's latency is the median of its repeated batch-one runs in the "
-               "exclusive timed pass, after warm-up; bulk generation times are never reported). The latency columns "
+               "exclusive timed pass, after warm-up, arms in a seeded random order within each repeat round; bulk "
+               "generation times are never reported). 'repeat CV' is the median over videos of each video's "
+               "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The latency columns "
                "are geometric means over prompts of the per-prompt geometric mean over seeds, the units of the "
                "speedup, so control / treatment equals the speedup.")
     method = (f"Each cell: treatment − control (FR metrics: the treatment's value against its control) with a "

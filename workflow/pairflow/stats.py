@@ -280,11 +280,16 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
         if absent:
             raise PairingError(f"{arm}: no timed-pass latency for prompt {absent[0][0]} seed {absent[0][1]} "
                                "(and maybe others); latency is reported only from the timed pass, rerun it")
+    # timing/pairs: N times a seeded sample of pairs; the others carry no latency.
+    sampled = [k for k in keys if all(timings[a][k].get("sampled", True) for a in ("control", treatment))]
+    if len(sampled) < len(keys):
+        notes.append(f"latency: from a seeded sample of {len(sampled)} of {len(keys)} pair(s) (timing/pairs); the "
+                     "speedup's interval rests on the sampled prompts only")
     # A timed run that computed other frames than the bulk run timed another computation:
     # that pair's latency is dropped (and said so), never reported.
-    differ = [k for k in keys if any(timings[a][k].get("matches_bulk_frames") is not True
-                                     for a in ("control", treatment))]
-    timed = [k for k in keys if k not in differ]
+    differ = [k for k in sampled if any(timings[a][k].get("matches_bulk_frames") is not True
+                                        for a in ("control", treatment))]
+    timed = [k for k in sampled if k not in differ]
     if differ:
         notes.append(f"latency: {len(differ)} of {len(keys)} pair(s) dropped because the timed run's frames differ "
                      f"from the bulk run's (e.g. {differ[0][0]} seed {differ[0][1]}); see pairflow verify")
@@ -293,6 +298,11 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                            "cannot be reported. Rerun the timed pass on the same stack as the bulk run")
     lat_c = {k: timings["control"][k]["timing"]["latency_s"] for k in timed}
     lat_t = {k: timings[treatment][k]["timing"]["latency_s"] for k in timed}
+    cvs = {a: [timings[a][k]["timing"].get("cv") for k in timed] for a in ("control", treatment)}
+    over_cv = sum(1 for k in timed if any(timings[a][k]["timing"].get("over_max_cv") for a in ("control", treatment)))
+    if over_cv:
+        notes.append(f"latency: {over_cv} of {len(timed)} timed pair(s) vary between repeats more than timing/max_cv "
+                     f"({timings['control'][timed[0]]['timing'].get('max_cv')}); a noisy machine or too few repeats")
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
     lo, hi, _p = _interval(log_ratio, s.level)
     return {
@@ -306,6 +316,10 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                     "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()})
                                                           .mean())),
                     "n_pairs": len(timed), "dropped_frames_differ": len(differ),
+                    "sampled_pairs": len(sampled), "pairs_over_max_cv": over_cv,
+                    # median over candidates of each candidate's repeat CV (None with one repeat)
+                    "control_cv_median": _median_or_none(cvs["control"]),
+                    "treatment_cv_median": _median_or_none(cvs[treatment]),
                     "control_median_s": float(np.median(list(lat_c.values()))),
                     "treatment_median_s": float(np.median(list(lat_t.values())))},
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
@@ -366,6 +380,11 @@ def _compute(gen: Index, treatment: str, keys: list[Any], s: StatsSettings) -> d
             "treatment_flops_mean": float(np.mean(list(work[treatment].values()))),
             "control_blocks_computed": sum(int(gen["control"][k]["compute"]["blocks_computed"]) for k in keys),
             **total, "counter": gen["control"][keys[0]]["compute"].get("counter")}
+
+
+def _median_or_none(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return float(np.median(vals)) if vals else None
 
 
 def _verdict(lo: float | None, hi: float | None, higher_is_better: bool) -> str:

@@ -43,7 +43,8 @@ def slot_key(span: dict[str, Any]) -> str:
 
 def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
                slots: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per slot: seconds spent running tasks, the allocation window in seconds, and their
+    """Per slot: seconds spent running tasks (warm-up tasks included: importing and loading
+    is the job's work; they are not counted as tasks), the allocation window in seconds, and their
     ratio. ``slots`` lists every slot that was allocated (so an idle one shows 0 %)."""
     length = max(window[1] - window[0], 1e-9)
     out: dict[str, dict[str, float]] = {s: {"busy_s": 0.0, "tasks": 0} for s in (slots or [])}
@@ -53,7 +54,7 @@ def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
         k = slot_key(s)
         out.setdefault(k, {"busy_s": 0.0, "tasks": 0})
         out[k]["busy_s"] += max(0.0, min(s["finished"], window[1]) - max(s["started"], window[0]))
-        out[k]["tasks"] += 1
+        out[k]["tasks"] += s.get("kind") != "warm-up"  # a warm-up (imports, model load) is busy, not a task
     for v in out.values():
         v["window_s"] = length
         v["share"] = v["busy_s"] / length
@@ -91,6 +92,50 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
         return rows
 
     return read, f"NVML {count} GPU(s)"
+
+
+THROTTLE_REASONS = {  # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
+    """One GPU's state through NVML, found by the UUID torch reports for the device this
+    process uses: SM and memory clocks (MHz), throttle reasons, temperature (C), power
+    (W), memory used (MiB) and the other processes computing on it. Where NVML or the
+    device is unavailable: ``{"unavailable": <reason>}`` (recorded, never raised)."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"unavailable": "nvidia-ml-py is not installed"}
+    if not uuid:
+        return {"unavailable": "no CUDA device in this process"}
+    try:
+        pynvml.nvmlInit()
+        h = None
+        for name in (uuid, f"GPU-{uuid}"):  # torch prints the UUID without NVML's "GPU-" prefix
+            try:
+                h = pynvml.nvmlDeviceGetHandleByUUID(name.encode() if isinstance(name, str) else name)
+                break
+            except pynvml.NVMLError:
+                continue
+        if h is None:
+            return {"unavailable": f"NVML has no device with UUID {uuid}"}
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "throttle_reasons": [n for bit, n in THROTTLE_REASONS.items() if reasons & bit],
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "memory_used_mb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                "other_processes": [{"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20}
+                                    for p in procs if p.pid != own_pid]}
+    except pynvml.NVMLError as e:
+        return {"unavailable": f"NVML: {e}"}
 
 
 class Sampler:
@@ -172,7 +217,7 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     jobs, busy, alloc = [], 0.0, 0.0
     for name, r in sorted(records.items()):
         slots = r["slots"]
-        jobs.append({"job": name, "label": r["label"], "tasks": len(r["spans"]),
+        jobs.append({"job": name, "label": r["label"], "tasks": sum(s.get("kind") != "warm-up" for s in r["spans"]),
                      "failed": sum(1 for s in r["spans"] if s.get("failure")),
                      "window_s": r["window"]["end"] - r["window"]["start"],
                      "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],

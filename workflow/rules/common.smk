@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
-from pairflow.arms import check_arms  # noqa: E402
+from pairflow.arms import check_arms_once  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming
@@ -21,7 +21,7 @@ from pairflow.arms import check_arms  # noqa: E402
 # `pairflow check-config`.
 CONFIGFILES = [str(f) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
-check_arms(STUDY.arms, STUDY.model)
+check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
 SCRATCH = str(STUDY.scratch)
 MODEL_INDEX = str(STUDY.model.path / "model_index.json")

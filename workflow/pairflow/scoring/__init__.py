@@ -14,7 +14,9 @@ worker process (``models.load``) and frames go through them in batches.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,13 +79,33 @@ class ScoreContext:
     device: str = "cpu"
 
 
+@functools.lru_cache(maxsize=1)
+def _pyiqa_table() -> tuple[dict[str, Any], str]:
+    """pyiqa's own metric table (``pyiqa/default_model_configs.py``) and pyiqa's version,
+    read without importing the pyiqa package (which imports torch: seconds in a driver
+    that only needs the table). The table module itself imports nothing but OrderedDict."""
+    from importlib import metadata
+    from importlib.util import find_spec, module_from_spec, spec_from_file_location
+
+    if "pyiqa" in sys.modules:  # a worker has it already: the same table, no file read
+        from pyiqa.default_model_configs import DEFAULT_CONFIGS
+
+        return DEFAULT_CONFIGS, metadata.version("pyiqa")
+    pkg = find_spec("pyiqa")
+    if pkg is None or not pkg.submodule_search_locations:
+        raise ConfigError("pyiqa is not installed; install the environment (envs/score.yaml) before scoring")
+    path = Path(next(iter(pkg.submodule_search_locations))) / "default_model_configs.py"
+    spec = spec_from_file_location("_pairflow_pyiqa_table", path)
+    module = module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.DEFAULT_CONFIGS, metadata.version("pyiqa")
+
+
 def pyiqa_spec(name: str, version: str, source: str, needs: tuple[str, ...] = ()) -> MetricSpec:
     """A spec whose mode, direction and range come from pyiqa's own metric table."""
-    import pyiqa
-    from pyiqa.default_model_configs import DEFAULT_CONFIGS
-
-    cfg = DEFAULT_CONFIGS[name]
-    return MetricSpec(name=name, version=f"{version}+pyiqa-{pyiqa.__version__}", kind=cfg["metric_mode"],
+    table, pyiqa_version = _pyiqa_table()
+    cfg = table[name]
+    return MetricSpec(name=name, version=f"{version}+pyiqa-{pyiqa_version}", kind=cfg["metric_mode"],
                       higher_is_better=not cfg.get("lower_better", False), range=str(cfg.get("score_range", "")),
                       source=source, needs=needs)
 

@@ -1,0 +1,128 @@
+"""timing: the timed pass's order, pair sample, repeat CV, phase split and CUDA record.
+
+The pass runs in this process on the embedded tiny model; bulk records come from the
+real generation task, called in-process (the same function Parsl workers run)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from conftest import small_config
+from pairflow.config import study_from_raw
+from pairflow.context import write_context
+from pairflow.panel import candidates, generate_task, panel_dir, provenance, record_path, task_identity
+from pairflow.records import read_record
+from pairflow.stats import StatsSettings, analyse
+from pairflow.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
+
+
+def _study(tmp: Path, model: Path, **timing: object):  # type: ignore[no-untyped-def]
+    cfg = small_config(tmp, model, timing={"warmup": 1, "repeats": 2, **timing})
+    return study_from_raw(copy.deepcopy(cfg), tmp, source="test")
+
+
+def _bulk(study) -> None:  # type: ignore[no-untyped-def]
+    """Generation records for every candidate, made by the worker's own task function."""
+    ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
+    for p in study.panels:
+        for c in candidates(study, p):
+            generate_task({"context": ref, "candidate": c, "identity": task_identity(c)})
+
+
+def test_run_order_is_seeded_keeps_pairs_adjacent_and_varies_which_arm_runs_first() -> None:
+    pairs = [[f"c{i}", f"t{i}"] for i in range(6)]
+    first = run_order(pairs, 7, 0)
+    assert first == run_order(pairs, 7, 0)  # seeded: the same order on a rerun
+    assert sorted(first) == sorted(x for p in pairs for x in p)
+    for i in range(0, len(first), 2):  # a pair's arms run back to back
+        assert first[i][1:] == first[i + 1][1:]
+    leaders = {run_order(pairs, 7, r)[0][0] for r in range(12)} | {x[0] for x in first[::2]}
+    assert leaders == {"c", "t"}  # neither arm always goes first
+    assert run_order(pairs, 7, 1) != first
+
+
+def test_cv_is_sample_sd_over_mean() -> None:
+    assert cv([1.0]) is None
+    assert cv([1.0, 3.0]) == pytest.approx(2 ** 0.5 / 2)
+
+
+def test_pair_sample_is_per_panel_seeded_and_all_by_default(tiny_model: Path, tmp_path: Path) -> None:
+    assert len(sampled_pairs(_study(tmp_path, tiny_model), ["t"])) == 2
+    one = sampled_pairs(_study(tmp_path, tiny_model, pairs=1), ["t"])
+    assert len(one) == 1 and one == sampled_pairs(_study(tmp_path, tiny_model, pairs=1), ["t"])
+    seeds = {frozenset(sampled_pairs(_study(tmp_path, tiny_model, pairs=1, seed=s), ["t"])) for s in range(8)}
+    assert len(seeds) == 2  # the seed chooses the sample
+
+
+def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path, tmp_path: Path) -> None:
+    study = _study(tmp_path, tiny_model, pairs=1, max_cv=1e-9)
+    _bulk(study)
+    out = study.scratch / "study" / "timing.json"
+    run_timed_pass(study, ["t"], out)
+    cs = candidates(study, study.panels[0])
+    recs = {(c.arm.name, c.key.prompt_id): read_record(timing_path(study, c)) for c in cs}
+    timed = [r for r in recs.values() if r["sampled"]]
+    assert len(timed) == 2 and {r["arm"]["name"] for r in timed} == {"control", "pab"}
+    assert len({r["candidate"]["prompt_id"] for r in timed}) == 1  # both arms of one pair
+    for r in timed:
+        t = r["timing"]
+        assert r["matches_bulk_frames"] is True and t["clock"] == "perf_counter" and t["rounds"] == [0, 1]
+        assert t["latency_s"] == pytest.approx(sorted(t["seconds"])[0] / 2 + sorted(t["seconds"])[1] / 2)
+        assert t["cv"] == pytest.approx(cv(t["seconds"])) and t["over_max_cv"] is True  # max_cv 1e-9
+        ph = t["phases_s"]
+        assert ph["denoise"] > 0 and ph["decode"] > 0 and ph["denoise"] + ph["decode"] <= ph["total"]
+        assert t["cuda_settings"] is None and r["gpu"] is None
+    skipped = [r for r in recs.values() if not r["sampled"]]
+    assert len(skipped) == 2 and all(r["timing"]["latency_s"] is None for r in skipped)
+    gen = [read_record(record_path(study, c)) for c in cs]
+    scores = [{"candidate": g["candidate"], "arm": g["arm"], "scores": {}} for g in gen]
+    stats = analyse(gen, scores, list(recs.values()), ["pab"], StatsSettings(200, 0.95, 0))
+    lat = stats["comparisons"][0]["latency"]
+    assert lat["n_pairs"] == 1 and lat["sampled_pairs"] == 1 and lat["pairs_over_max_cv"] == 1
+    assert lat["control_cv_median"] == pytest.approx(recs[("control", timed[0]["candidate"]["prompt_id"])]
+                                                    ["timing"]["cv"])
+    assert any("seeded sample of 1 of 2" in n for n in stats["comparisons"][0]["notes"])
+    before = {k: r["record_digest"] for k, r in recs.items()}
+    run_timed_pass(study, ["t"], out)  # nothing to time: every record kept
+    assert {(c.arm.name, c.key.prompt_id): read_record(timing_path(study, c))["record_digest"] for c in cs} == before
+    every = _study(tmp_path, tiny_model)  # timing/pairs: all now: only the two unsampled candidates run
+    run_timed_pass(every, ["t"], out)
+    after = {(c.arm.name, c.key.prompt_id): read_record(timing_path(every, c)) for c in cs}
+    assert all(r["sampled"] for r in after.values())
+    assert {k for k, r in after.items() if r["record_digest"] == before[k]} == {k for k, r in recs.items()
+                                                                               if r["sampled"]}
+    assert panel_dir(study, "t").is_dir()
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device: this machine has none (run benchmarks/gpu_check.sh "
+                                        "where one is lent)")
+def test_on_cuda_events_time_the_run_settings_are_pinned_and_the_device_is_read(tiny_model: Path,
+                                                                                 tmp_path: Path) -> None:
+    import torch
+    from pairflow.generate import CUDA_SETTINGS
+
+    study = _study(tmp_path, tiny_model)
+    _bulk(study)
+    run_timed_pass(study, ["t"], study.scratch / "study" / "timing.json")
+    for c in candidates(study, study.panels[0]):
+        r = read_record(timing_path(study, c))
+        t = r["timing"]
+        assert t["clock"] == "cuda_events" and t["device"] == "cuda" and r["matches_bulk_frames"] is True
+        assert {k: t["cuda_settings"][k] for k in CUDA_SETTINGS} == CUDA_SETTINGS
+        assert torch.backends.cudnn.benchmark is False and torch.backends.cudnn.allow_tf32 is False
+        assert t["peak_device_mb"] > 0 and t["phases_s"]["denoise"] > 0 and t["phases_s"]["decode"] > 0
+        for run in r["gpu"]:
+            for side in ("gpu_before", "gpu_after"):
+                state = run[side]
+                assert "unavailable" in state or ({"sm_clock_mhz", "throttle_reasons", "temperature_c", "power_w",
+                                                   "other_processes"} <= set(state))
