@@ -122,7 +122,8 @@ def render(rows: list[StageStatus], study: StudySpec) -> str:
     for r in rows:
         lines.append(
             f"{r.panel:<16} {r.stage:<9} {f'{r.done}/{r.total}':>11} "
-            f"{(f'{r.rate_per_s * 60:.1f}' if r.rate_per_s else '-'):>9} {_duration(r.left_s):>8} "
+            f"{(f'{r.rate_per_s * 60:.1f}' if r.rate_per_s and not r.finished else '-'):>9} "
+            f"{('done' if r.finished else _duration(r.left_s)):>8} "
             f"{r.failures:>6} {r.active_slots:>5} {(f'{r.busy_share:.0%}' if r.busy_share is not None else '-'):>6}")
     done, total = sum(r.done for r in rows), sum(r.total for r in rows)
     failed = sum(r.failures for r in rows)
