@@ -139,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `pairflow status | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
