@@ -32,6 +32,7 @@ from typing import Any
 from .atomic import atomic_path, write_text
 from .errors import ArchiveError, PairFlowError
 from .identity import digest_file, digest_obj
+from .layout import Layout
 from .records import build_manifest, check_video, read_record, verify_manifest, write_manifest
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
@@ -168,7 +169,7 @@ def retire(dest: Path, snapshot: str, why: str, scratch: Path | None = None) -> 
     if pointed in (None, f"snapshots/{snapshot}"):
         _repoint_latest(dest)
     if scratch is not None:
-        done = Path(scratch) / "study" / "archived.json"
+        done = Layout(scratch).archived
         try:
             if Path(json.loads(done.read_text())["archive"]).name == snapshot:
                 done.unlink()

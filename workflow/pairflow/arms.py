@@ -126,6 +126,7 @@ def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) 
     from .atomic import write_text
     from .envinfo import package_version
     from .identity import digest_file, digest_obj
+    from .layout import Layout
 
     if all(a.is_control for a in arms):
         return False
@@ -133,7 +134,7 @@ def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) 
     key = digest_obj({"arms": [a.asdict() for a in arms],
                       "model": model.identity(), "diffusers": package_version("diffusers"),
                       "transformer_config": digest_file(config) if config is not None else None})
-    marker = Path(scratch) / "checks" / f"arms-{key.split(':', 1)[1]}.json"
+    marker = Layout(scratch).checks / f"arms-{key.split(':', 1)[1]}.json"
     if marker.is_file():
         return False
     check_arms(arms, model)

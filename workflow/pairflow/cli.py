@@ -281,16 +281,17 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
     import subprocess
 
     from .config import load_study
+    from .layout import CANDIDATE_KINDS, Layout
     from .locks import hold
     from .panel import panel_dir
 
     study = load_study(configfile, Path.cwd())
     pdir = panel_dir(study, study.panel(panel).name)
     with hold(pdir, f"rerun-panel {panel}"):
-        for sub in ("records", "scores", "timing", "videos"):
+        for sub in CANDIDATE_KINDS:
             shutil.rmtree(pdir / sub, ignore_errors=True)
     argv = [str(Path(sys.executable).with_name("snakemake")), "--configfile", str(configfile),
-            "--forcerun", str(pdir / "generation.json"), *extra]
+            "--forcerun", str(Layout(study.scratch).generation_manifest(study.panel(panel).name)), *extra]
     print("running:", " ".join(argv), flush=True)
     return subprocess.run(argv, check=False).returncode
 

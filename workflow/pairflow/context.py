@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IntegrityError
+from .layout import Layout
 
 _LOADED: dict[str, Any] = {}
 """This process's contexts, by digest (a worker reads each file once)."""
@@ -38,7 +39,7 @@ def write_context(scratch: Path, shared: dict[str, Any]) -> ContextRef:
 
     data = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
     digest = digest_bytes(data)
-    path = Path(scratch) / "contexts" / f"{digest.split(':', 1)[1]}.pkl"
+    path = Layout(scratch).contexts / f"{digest.split(':', 1)[1]}.pkl"
     if not path.exists() or path.stat().st_size != len(data):
         write_bytes(path, data)
     _LOADED[digest] = shared  # the driver has it already (tasks run in-process in tests too)

@@ -27,6 +27,7 @@ from .atomic import TMP_PREFIX
 from .config import Prompt, StudySpec, study_from_raw
 from .errors import ConfigError, PairFlowError
 from .identity import digest_file, digest_obj
+from .layout import Layout
 from .records import read_record
 
 KINDS = {
@@ -112,7 +113,8 @@ def recorded_study(scratch: Path) -> StudySpec:
     """The study config recorded in a results tree: the study manifest's snapshot, else
     any panel generation manifest's. Raises ConfigError naming the fix when none is found."""
     scratch = Path(scratch)
-    candidates = [scratch / "study" / "manifest.json", *sorted((scratch / "panels").glob("*/generation.json"))]
+    layout = Layout(scratch)
+    candidates = [layout.study_manifest, *sorted(layout.panels.glob("*/generation.json"))]
     for path in candidates:
         try:
             snap = json.loads(path.read_text())["config"]
@@ -184,15 +186,15 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
 
     report = Report()
     scratch = study.scratch
-    timing_manifest = scratch / "study" / "timing.json"
-    study_manifest = scratch / "study" / "manifest.json"
+    timing_manifest = Layout(scratch).timing_manifest
+    study_manifest = Layout(scratch).study_manifest
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     roots: dict[str, str] = {}
     all_cands = []
     current: dict[str, dict[str, Any]] = {}
     for panel in study.panels:
         pdir = panel_dir(study, panel.name)
-        gm, sm = pdir / "generation.json", pdir / "scores.json"
+        gm, sm = Layout(study.scratch).generation_manifest(panel.name), Layout(study.scratch).score_manifest(panel.name)
         cands = candidates(study, panel)
         all_cands += cands
         for c in cands:
@@ -222,7 +224,7 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
         if m is not None:
             roots[f"generation:{panel.name}"] = m.get("root_digest", "")
         for stage, heals in (("generate", gm), ("score", sm)):
-            for f in sorted((pdir / "failures" / stage).rglob("*.json")):
+            for f in sorted(Layout(study.scratch).failures(panel.name, stage).rglob("*.json")):
                 if f.name.startswith(TMP_PREFIX):
                     continue
                 report.add("failure", f, _failure_text(f), heals)
@@ -258,11 +260,10 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
 
 def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Report) -> None:
     """The study manifest binds the current panel roots and the statistics computed from them."""
-    from .panel import panel_dir
-
-    stats = [study.scratch / "study" / n for n in ("stats.json", "table.md", "table.html")]
+    layout = Layout(study.scratch)
+    stats = [layout.study_stats, layout.study_table(), layout.study_table(".html")]
     for p in study.panels:
-        stats += [panel_dir(study, p.name) / n for n in ("stats.json", "table.md", "table.html")]
+        stats += [layout.panel_stats(p.name), layout.panel_table(p.name), layout.panel_table(p.name, ".html")]
     m = _manifest(path, stats, report, path)
     if m is None:
         return
@@ -271,8 +272,8 @@ def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Re
         if recorded.get(name) != roots.get(name):
             report.add("root", path, f"panel root {name} is {recorded.get(name)}, the current manifest's is "
                        f"{roots.get(name)}", path)
-    tables: list[tuple[Path, list[str] | None]] = [(study.scratch / "study" / "stats.json", None)]
-    tables += [(panel_dir(study, p.name) / "stats.json", [f"generation:{p.name}", f"scores:{p.name}"])
+    tables: list[tuple[Path, list[str] | None]] = [(layout.study_stats, None)]
+    tables += [(layout.panel_stats(p.name), [f"generation:{p.name}", f"scores:{p.name}"])
                for p in study.panels]
     for stats_json, names in tables:
         try:
@@ -310,15 +311,11 @@ def temp_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-HEAL_DIR = "heal"
-"""Under scratch: one stamp per workflow output found stale when a run was planned."""
-
-
 def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
     """The workflow outputs a plain rerun must recompute so the tree verifies, with the
     problems each heals (the check without re-hashing videos). Empty when the tree is
     complete or not started."""
-    if not (study.scratch / "panels").exists():
+    if not Layout(study.scratch).panels.exists():
         return {}
     out: dict[str, list[Problem]] = {}
     for p in check_results(study, deep=False).problems:
@@ -330,7 +327,7 @@ def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
 def heal_stamp(scratch: Path, output: str | Path) -> Path:
     """The stamp file of one workflow output (``scratch/heal/<output path with -->.txt``)."""
     rel = os.path.relpath(output, scratch).replace(os.sep, "--")
-    return Path(scratch) / HEAL_DIR / f"{rel}.txt"
+    return Layout(scratch).heal / f"{rel}.txt"
 
 
 def mark_stale(study: StudySpec) -> list[Path]:

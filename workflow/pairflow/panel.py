@@ -1,13 +1,7 @@
 """A panel's work: enumerate its candidates, skip the complete ones, fan out the rest.
 
-Layout under ``scratch/panels/<panel>/``::
-
-    videos/<arm>/<prompt_id>-s<seed>.mp4      pixels (stay on scratch)
-    records/<arm>/<prompt_id>-s<seed>.json    one generation record per candidate
-    scores/<arm>/<prompt_id>-s<seed>.json     one score record per candidate
-    generation.json, scores.json              panel manifests (root digests)
-    telemetry/<stage>.json (+ .nvml.csv)      spans, slot busy share, GPU samples of the last run
-    failures/<stage>/<arm>/<stem>.json        tasks that failed after their retries, classified
+Where each file lives is ``layout``'s business; the functions below name a candidate's
+files through it.
 
 A candidate is complete when its record verifies (self-digest), names the same
 candidate id and encoder recipe, and its video's bytes match the recorded digest. Only
@@ -28,6 +22,7 @@ from .context import load_context, write_context
 from .errors import IntegrityError, PairFlowError
 from .fleet import Grant
 from .identity import CandidateKey, digest_obj
+from .layout import Layout
 from .locks import hold
 from .records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
 from .stats import check_streams
@@ -47,19 +42,19 @@ class Candidate:
 
 
 def panel_dir(study: StudySpec, panel: str) -> Path:
-    return study.scratch / "panels" / panel
+    return Layout(study.scratch).panel(panel)
 
 
 def video_path(study: StudySpec, c: Candidate) -> Path:
-    return panel_dir(study, c.key.panel) / "videos" / c.arm.name / f"{c.stem}.mp4"
+    return Layout(study.scratch).output(c.key.panel, "videos", c.arm.name, c.stem)
 
 
 def record_path(study: StudySpec, c: Candidate) -> Path:
-    return panel_dir(study, c.key.panel) / "records" / c.arm.name / f"{c.stem}.json"
+    return Layout(study.scratch).output(c.key.panel, "records", c.arm.name, c.stem)
 
 
 def score_path(study: StudySpec, c: Candidate) -> Path:
-    return panel_dir(study, c.key.panel) / "scores" / c.arm.name / f"{c.stem}.json"
+    return Layout(study.scratch).output(c.key.panel, "scores", c.arm.name, c.stem)
 
 
 def candidates(study: StudySpec, panel: PanelSpec) -> list[Candidate]:
@@ -214,13 +209,13 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
 
 def telemetry_path(study: StudySpec, panel: str, stage: str) -> Path:
     """The stage's telemetry record (spans, busy share, NVML) for its last run with work."""
-    return panel_dir(study, panel) / "telemetry" / f"{stage}.json"
+    return Layout(study.scratch).telemetry(panel, stage)
 
 
 def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
     """Where a candidate's task that failed after its retries is recorded (never a record
     location, so a failure can never look complete)."""
-    return panel_dir(study, c.key.panel) / "failures" / stage / c.arm.name / f"{c.stem}.json"
+    return Layout(study.scratch).failure(c.key.panel, stage, c.arm.name, c.stem)
 
 
 def _describe(payload: dict[str, Any]) -> str:
@@ -241,7 +236,8 @@ def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str
     from .atomic import sweep_temps
 
     pdir = panel_dir(study, panel)
-    folders = [pdir, pdir / "telemetry"] + [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
+    folders = [pdir, Layout(study.scratch).telemetry_dir(panel)]
+    folders += [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
     for f in sweep_temps(folders, started):
         log.info("removed %s, left by an interrupted write", f)
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .config import StudySpec
+from .layout import Layout
 
 
 def replicate_study(study: StudySpec, rep: str) -> StudySpec:
     """The same study with its scratch moved under ``replicates/<rep>``."""
-    return dataclasses.replace(study, scratch=study.scratch / "replicates" / rep)
+    return dataclasses.replace(study, scratch=Layout(study.scratch).replicate(rep).scratch)
 
 
 def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]]

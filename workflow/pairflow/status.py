@@ -23,7 +23,8 @@ from pathlib import Path
 
 from .config import StudySpec
 from .fleet import HEARTBEAT_S
-from .panel import candidates, failure_path, panel_dir, record_path, score_path, telemetry_path
+from .layout import Layout
+from .panel import candidates, failure_path, record_path, score_path, telemetry_path
 from .timing import timing_path
 
 RATE_WINDOW_S = 600.0
@@ -89,7 +90,7 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
     out = []
     for panel in study.panels:
         cands = candidates(study, panel)
-        pdir = panel_dir(study, panel.name)
+        layout = Layout(study.scratch)
         outputs = {"generate": [record_path(study, c) for c in cands],
                    "score": [score_path(study, c) for c in cands],
                    "timing": [timing_path(study, c) for c in cands]}
@@ -102,7 +103,7 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
             out.append(StageStatus(
                 panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
-                active_slots=_active_slots(pdir / "run" / stage / "heartbeats", now),
+                active_slots=_active_slots(layout.run_dir(panel.name, stage) / "heartbeats", now),
                 busy_share=_busy_share(telemetry_path(study, panel.name, stage))))
     return out
 

@@ -149,14 +149,15 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
 def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path, grant: Any) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>`` with what this
     job was granted (``fleet.grant_from_env``)."""
-    from .panel import panel_dir, run_generation, run_scoring
+    from .layout import Layout
+    from .panel import run_generation, run_scoring
     from .repeat import replicate_study
     from .timing import run_timed_pass
 
     r = replicate_study(study, rep)
-    pdir = panel_dir(r, panel)
-    run_generation(r, panel, pdir / "generation.json", pdir / "run" / "generate", grant)
-    run_scoring(r, panel, pdir / "scores.json", pdir / "run" / "score", grant)
+    at = Layout(r.scratch)
+    run_generation(r, panel, at.generation_manifest(panel), at.run_dir(panel, "generate"), grant)
+    run_scoring(r, panel, at.score_manifest(panel), at.run_dir(panel, "score"), grant)
     run_timed_pass(r, [panel], Path(out), grant.allocation)
 
 
@@ -192,6 +193,7 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
     telemetry records), the timed pass's window, and the digests of the records used."""
     from .identity import digest_file
+    from .layout import Layout
     from .panel import telemetry_path
     from .telemetry import utilisation as summarise
     from .telemetry import utilisation_markdown
@@ -200,7 +202,7 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
              for p in study.panels for stage in ("generate", "score")}
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
-    timed = Path(out_json).parent / "telemetry" / "timed_pass.json"
+    timed = Layout(study.scratch).timed_pass_telemetry
     u["timed_pass"] = json.loads(timed.read_text()) if timed.exists() else None
     prov = {k: digest_file(v) for k, v in paths.items()}
     write_text(out_json, json.dumps({**u, "provenance": prov}, indent=1, sort_keys=True) + "\n")

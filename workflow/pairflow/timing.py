@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import StudySpec
+from .layout import Layout
 from .records import build_manifest, read_record, write_manifest, write_record
 from .slurm import AllocationInfo
 
@@ -40,9 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def timing_path(study: StudySpec, c: Any) -> Path:
-    from .panel import panel_dir
-
-    return panel_dir(study, c.key.panel) / "timing" / c.arm.name / f"{c.stem}.json"
+    return Layout(study.scratch).output(c.key.panel, "timing", c.arm.name, c.stem)
 
 
 def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
@@ -229,7 +228,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
-                + [Path(manifest_out).parent, Path(manifest_out).parent / "telemetry"], job_start())
+                + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
     bulk = {c.key.candidate_id: read_record(record_path(study, c)) for c in cands}
     sample = sampled_pairs(study, panels)
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
@@ -303,7 +302,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
             rate = done / (time.monotonic() - started)
             log.info("timed pass: %d/%d done, %.2f/s, ~%.0fs left", done, len(run), rate, (len(run) - done) / rate)
     if todo:
-        write_text(Path(manifest_out).parent / "telemetry" / "timed_pass.json", json.dumps(
+        write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
             {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},
              "timed": len(run), "not_sampled": len(skipped), "pairs": study.timing.pairs,
              "seed": study.timing.seed, "per_arm": per_arm, "cuda_settings": settings, "node": node,

@@ -7,7 +7,7 @@ rule archive:
     output:
         ARCHIVE_DONE,
     benchmark:
-        f"{SCRATCH}/benchmarks/archive/study.tsv"
+        str(LAYOUT.benchmark("archive", "study"))
     log:
         f"{LOGS}/archive.log",
     params:

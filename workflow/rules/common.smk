@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
+from pairflow.layout import Layout  # noqa: E402
 from pairflow.arms import check_arms_once  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
@@ -23,27 +24,32 @@ CONFIGFILES = [str(f) for f in workflow.overwrite_configfiles or ["config/config
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
 check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
-SCRATCH = str(STUDY.scratch)
+# Every output path comes from pairflow.layout (the one owner of the tree's shape);
+# "{panel}" and "{rep}" stay Snakemake wildcards.
+LAYOUT = Layout(STUDY.scratch)
 MODEL_INDEX = str(STUDY.model.path / "model_index.json")
-GEN_MANIFEST = f"{SCRATCH}/panels/{{panel}}/generation.json"
-SCORE_MANIFEST = f"{SCRATCH}/panels/{{panel}}/scores.json"
-TIMING_MANIFEST = f"{SCRATCH}/study/timing.json"
-PANEL_STATS = f"{SCRATCH}/panels/{{panel}}/stats.json"
-PANEL_TABLE = f"{SCRATCH}/panels/{{panel}}/table.md"
-PANEL_TABLE_HTML = f"{SCRATCH}/panels/{{panel}}/table.html"
-STUDY_STATS = f"{SCRATCH}/study/stats.json"
-STUDY_TABLE = f"{SCRATCH}/study/table.md"
-STUDY_TABLE_HTML = f"{SCRATCH}/study/table.html"
-STUDY_MANIFEST = f"{SCRATCH}/study/manifest.json"
-PLOTS = f"{SCRATCH}/study/plots"
-ARCHIVE_DONE = f"{SCRATCH}/study/archived.json"
-UTILISATION = f"{SCRATCH}/study/utilisation.json"
-UTILISATION_MD = f"{SCRATCH}/study/utilisation.md"
-LOGS = f"{SCRATCH}/logs"
+GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
+SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
+TIMING_MANIFEST = str(LAYOUT.timing_manifest)
+PANEL_STATS = str(LAYOUT.panel_stats("{panel}"))
+PANEL_TABLE = str(LAYOUT.panel_table("{panel}"))
+PANEL_TABLE_HTML = str(LAYOUT.panel_table("{panel}", ".html"))
+STUDY_STATS = str(LAYOUT.study_stats)
+STUDY_TABLE = str(LAYOUT.study_table())
+STUDY_TABLE_HTML = str(LAYOUT.study_table(".html"))
+STUDY_MANIFEST = str(LAYOUT.study_manifest)
+PLOTS = str(LAYOUT.plots)
+ARCHIVE_DONE = str(LAYOUT.archived)
+UTILISATION = str(LAYOUT.utilisation())
+UTILISATION_MD = str(LAYOUT.utilisation(".md"))
+LOGS = str(LAYOUT.logs)
+REPLICATE_TIMING = str(LAYOUT.replicate_timing("{rep}", "{panel}"))
+REPEATABILITY = str(LAYOUT.repeatability())
+REPEATABILITY_MD = str(LAYOUT.repeatability(".md"))
 MANIFESTS = [*expand(GEN_MANIFEST, panel=PANELS), *expand(SCORE_MANIFEST, panel=PANELS), TIMING_MANIFEST,
              STUDY_MANIFEST]
 """Targets of rule all, so a manifest a killed job left missing is always rebuilt."""
-REPLICATE_OUTPUTS = [f"{SCRATCH}/replicates/r{n}/panels/{p}/timing.json"
+REPLICATE_OUTPUTS = [str(LAYOUT.replicate_timing(f"r{n}", p))
                      for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 

@@ -7,7 +7,7 @@ rule generate_panel:
     output:
         GEN_MANIFEST,
     benchmark:
-        f"{SCRATCH}/benchmarks/generate_panel/{{panel}}.tsv"
+        str(LAYOUT.benchmark("generate_panel", "{panel}"))
     log:
         f"{LOGS}/generate/{{panel}}.log",
     params:

@@ -4,7 +4,7 @@ rule replicate_panel:
         scores=SCORE_MANIFEST,
         timing=TIMING_MANIFEST,
     output:
-        f"{SCRATCH}/replicates/{{rep}}/panels/{{panel}}/timing.json",
+        REPLICATE_TIMING,
     log:
         f"{LOGS}/replicates/{{rep}}-{{panel}}.log",
     threads: lambda wildcards: workflow.cores  # every local core; on Slurm: set-threads + --exclusive
@@ -19,8 +19,8 @@ rule repeatability:
         stats=STUDY_STATS,
         replicates=REPLICATE_OUTPUTS,
     output:
-        json=f"{SCRATCH}/repeatability/report.json",
-        table=report(f"{SCRATCH}/repeatability/report.md", caption="../report/repeatability.rst",
+        json=REPEATABILITY,
+        table=report(REPEATABILITY_MD, caption="../report/repeatability.rst",
                      category="Repeatability"),
     log:
         f"{LOGS}/repeatability.log",

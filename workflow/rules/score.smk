@@ -5,7 +5,7 @@ rule score_panel:
     output:
         SCORE_MANIFEST,
     benchmark:
-        f"{SCRATCH}/benchmarks/score_panel/{{panel}}.tsv"
+        str(LAYOUT.benchmark("score_panel", "{panel}"))
     log:
         f"{LOGS}/score/{{panel}}.log",
     params:

@@ -14,7 +14,7 @@ rule study_stats:
         html=report(STUDY_TABLE_HTML, caption="../report/study_table.rst", category="Study"),
         manifest=STUDY_MANIFEST,
     benchmark:
-        f"{SCRATCH}/benchmarks/study_stats/study.tsv"
+        str(LAYOUT.benchmark("study_stats", "study"))
     log:
         f"{LOGS}/stats/study.log",
     params:
@@ -36,7 +36,7 @@ rule plots:
         per_prompt=report(f"{PLOTS}/per_prompt.png", caption="../report/per_prompt.rst", category="Plots"),
         pareto=report(f"{PLOTS}/pareto.png", caption="../report/pareto.rst", category="Plots"),
     benchmark:
-        f"{SCRATCH}/benchmarks/plots/study.tsv"
+        str(LAYOUT.benchmark("plots", "study"))
     log:
         f"{LOGS}/plots.log",
     conda:

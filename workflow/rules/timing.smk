@@ -8,7 +8,7 @@ rule timed_pass:
     output:
         TIMING_MANIFEST,
     benchmark:
-        f"{SCRATCH}/benchmarks/timed_pass/study.tsv"
+        str(LAYOUT.benchmark("timed_pass", "study"))
     log:
         f"{LOGS}/timing.log",
     params:

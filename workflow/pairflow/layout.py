@@ -1,0 +1,169 @@
+"""Where every output lives: the one owner of the results tree's shape.
+
+Rules (``workflow/rules/common.smk``), rule scripts, the package and ``pairflow status``
+ask this module; nobody else spells a path under ``storage.scratch``. A panel's folder
+name is its config name and a candidate's file stem is ``<prompt_id>-s<seed>``, so every
+path is deterministic (dates go inside files, never into names)::
+
+    <scratch>/
+      panels/<panel>/
+        videos/<arm>/<stem>.mp4            pixels (stay on scratch, never archived)
+        records/<arm>/<stem>.json          one generation record per candidate
+        scores/<arm>/<stem>.json           one score record per candidate
+        timing/<arm>/<stem>.json           timed-pass latency per candidate
+        failures/<stage>/<arm>/<stem>.json tasks that failed after their retries
+        telemetry/<stage>.json             spans, busy share, NVML of the stage's last job
+        run/<stage>/                       Parsl run folder, worker logs, heartbeats/
+        generation.json, scores.json       panel manifests (root digests)
+        stats.json, table.md, table.html   the panel's paired statistics
+      study/
+        stats.json, table.md, table.html, manifest.json, timing.json, archived.json
+        utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
+      contexts/<digest>.pkl                study context shared by a job's tasks
+      checks/                              memoised config checks (arms)
+      heal/<output>.txt                    why a plain run recomputes an output
+      logs/<stage>/<panel>.log             one log per job
+      benchmarks/<rule>/<panel>.tsv        Snakemake's per-job wall time and memory
+      replicates/r<n>/                     repeatability reruns, the same shape again
+      repeatability/report.json, report.md the noise floor measured by those reruns
+
+Pass ``"{panel}"`` as a panel name to get the wildcard pattern a Snakemake rule uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CANDIDATE_KINDS = ("videos", "records", "scores", "timing")
+"""The per-candidate folders of a panel (``<kind>/<arm>/<stem>``): all a panel rerun clears."""
+STAGES = ("generate", "score")
+"""Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The results tree rooted at ``scratch`` (a study's ``storage.scratch``)."""
+
+    scratch: Path
+
+    # --- one panel ----------------------------------------------------------------------
+    @property
+    def panels(self) -> Path:
+        """The folder holding every panel's folder."""
+        return Path(self.scratch) / "panels"
+
+    def panel(self, panel: str) -> Path:
+        return self.panels / panel
+
+    def output(self, panel: str, kind: str, arm: str, stem: str) -> Path:
+        """A candidate's file of ``kind``: videos (``.mp4``), records, scores or timing (``.json``)."""
+        suffix = ".mp4" if kind == "videos" else ".json"
+        return self.panel(panel) / kind / arm / f"{stem}{suffix}"
+
+    def failures(self, panel: str, stage: str) -> Path:
+        """A stage's failure records of one panel (``<arm>/<stem>.json`` below it)."""
+        return self.panel(panel) / "failures" / stage
+
+    def failure(self, panel: str, stage: str, arm: str, stem: str) -> Path:
+        """Where a task that failed after its retries is recorded: never a record location,
+        so a failure can never look complete."""
+        return self.failures(panel, stage) / arm / f"{stem}.json"
+
+    def telemetry_dir(self, panel: str) -> Path:
+        return self.panel(panel) / "telemetry"
+
+    def telemetry(self, panel: str, stage: str) -> Path:
+        return self.telemetry_dir(panel) / f"{stage}.json"
+
+    def run_dir(self, panel: str, stage: str) -> Path:
+        """A fan-out job's Parsl run folder (worker logs, ``heartbeats/``)."""
+        return self.panel(panel) / "run" / stage
+
+    def generation_manifest(self, panel: str) -> Path:
+        return self.panel(panel) / "generation.json"
+
+    def score_manifest(self, panel: str) -> Path:
+        return self.panel(panel) / "scores.json"
+
+    def panel_stats(self, panel: str) -> Path:
+        return self.panel(panel) / "stats.json"
+
+    def panel_table(self, panel: str, suffix: str = ".md") -> Path:
+        return self.panel(panel) / f"table{suffix}"
+
+    # --- the study ------------------------------------------------------------------------
+    @property
+    def study(self) -> Path:
+        return Path(self.scratch) / "study"
+
+    @property
+    def study_stats(self) -> Path:
+        return self.study / "stats.json"
+
+    def study_table(self, suffix: str = ".md") -> Path:
+        return self.study / f"table{suffix}"
+
+    @property
+    def study_manifest(self) -> Path:
+        return self.study / "manifest.json"
+
+    @property
+    def timing_manifest(self) -> Path:
+        return self.study / "timing.json"
+
+    @property
+    def timed_pass_telemetry(self) -> Path:
+        return self.study / "telemetry" / "timed_pass.json"
+
+    @property
+    def archived(self) -> Path:
+        """The marker the archive rule writes once a snapshot is promoted."""
+        return self.study / "archived.json"
+
+    def utilisation(self, suffix: str = ".json") -> Path:
+        return self.study / f"utilisation{suffix}"
+
+    @property
+    def plots(self) -> Path:
+        return self.study / "plots"
+
+    # --- shared folders ---------------------------------------------------------------------
+    @property
+    def contexts(self) -> Path:
+        return Path(self.scratch) / "contexts"
+
+    @property
+    def checks(self) -> Path:
+        return Path(self.scratch) / "checks"
+
+    @property
+    def heal(self) -> Path:
+        return Path(self.scratch) / "heal"
+
+    @property
+    def logs(self) -> Path:
+        return Path(self.scratch) / "logs"
+
+    @property
+    def benchmarks(self) -> Path:
+        return Path(self.scratch) / "benchmarks"
+
+    def log(self, stage: str, name: str) -> Path:
+        """One job's log (``name``: its panel, or ``study``)."""
+        return self.logs / stage / f"{name}.log"
+
+    def benchmark(self, rule: str, name: str) -> Path:
+        """Snakemake's ``benchmark:`` file of one job (``name``: its panel, or ``study``)."""
+        return self.benchmarks / rule / f"{name}.tsv"
+
+    def replicate(self, rep: str) -> Layout:
+        """A repeatability rerun's tree (``rep`` like ``r1``): the same shape again."""
+        return Layout(Path(self.scratch) / "replicates" / rep)
+
+    def replicate_timing(self, rep: str, panel: str) -> Path:
+        """The marker a repeatability rerun of one panel ends with (its timing manifest)."""
+        return self.replicate(rep).panel(panel) / "timing.json"
+
+    def repeatability(self, suffix: str = ".json") -> Path:
+        return Path(self.scratch) / "repeatability" / f"report{suffix}"
