@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def gpu_info() -> dict[str, Any]:
     """The GPU this check runs on (device 0), as torch and NVML report it."""
     import torch
+
     from pairflow.envinfo import environment
     from pairflow.telemetry import gpu_state
 

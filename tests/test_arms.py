@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import small_config
+
 from pairflow.arms import check_arms, run_arm, search_seeds
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from pairflow.atomic import replace_dir, sweep_temps, write_text
 
 

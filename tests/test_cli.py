@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT, copy_project
+
 from pairflow.archive import promote
 from pairflow.cli import main
 from pairflow.records import write_record
-
-from conftest import ROOT, copy_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PAIRFLOW = str(Path(sys.executable).with_name("pairflow"))
@@ -99,11 +99,11 @@ def test_version_help_and_exit_codes_follow_conventions(capsys: pytest.CaptureFi
     parser = _parser()
     text = parser.format_help()
     assert "examples:" in text and "exit codes" in text and "``" not in text
-    sub = next(a for a in parser._actions if a.choices and "verify" in a.choices)  # noqa: SLF001 - argparse has no public walk
-    helps = {a.dest: a.help for a in sub._choices_actions}  # noqa: SLF001
+    sub = next(a for a in parser._actions if a.choices and "verify" in a.choices)
+    helps = {a.dest: a.help for a in sub._choices_actions}
     for name, cmd in sub.choices.items():
         assert helps.get(name) and cmd.description, name
-        for action in cmd._actions:  # noqa: SLF001
+        for action in cmd._actions:
             assert action.help, (name, action.dest)
     with pytest.raises(SystemExit) as ex:
         main(["verify"])  # missing PATH: argparse's usage error

@@ -27,7 +27,6 @@ def pipe(tiny_model: Path):  # type: ignore[no-untyped-def]
 def records(pipe, arm: ArmSpec, verifier=None) -> dict:  # type: ignore[no-untyped-def]
     """Generation records (the fields stats reads) for two prompts, seed 0."""
     from pairflow.identity import digest_bytes
-    from pairflow.video import prepare_frames
 
     out = {}
     for i, prompt in enumerate(PROMPTS):

@@ -9,6 +9,7 @@ from pathlib import Path
 import dill
 import pytest
 from conftest import small_config
+
 from pairflow import context
 from pairflow.config import study_from_raw
 from pairflow.context import ContextRef, load_context, write_context

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+
 import tomllib
-
 import yaml
-from packaging.requirements import Requirement
-
 from conftest import ROOT
+from packaging.requirements import Requirement
 
 ENV = ROOT / "envs" / "pairflow.yaml"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_project, small_config, write_config
+
 from pairflow.cli import main
 from pairflow.records import read_record, write_record
 
@@ -157,7 +158,7 @@ def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys:
     snakemake(study)
     assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate/t.log").read_text()
     assert "score t: 4 candidates, 2 to score" in (scratch / "logs/score/t.log").read_text()
-    assert "timed pass: 4 candidates, 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
+    assert "timed pass: 4 candidates (2 pairs sampled), 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
     assert not failure.exists()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
@@ -177,7 +178,7 @@ def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: 
         f"frames: {path}: the timed run computed other frames than the bulk run; its latency is not reported",
         f"verify {scratch}: 2 problem(s)"])
     snakemake(study)
-    assert "timed pass: 4 candidates, 3 already timed, 1 to time" in (scratch / "logs/timing.log").read_text()
+    assert "timed pass: 4 candidates (2 pairs sampled), 3 already timed, 1 to time" in (scratch / "logs/timing.log").read_text()
     assert read_record(path)["matches_bulk_frames"] is True
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 

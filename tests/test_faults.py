@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, small_config, write_config
+
 from pairflow.archive import verify_tree
 from pairflow.errors import PairFlowError
 from pairflow.records import read_record

@@ -164,6 +164,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     real task (generate, guard, encode, record); a treatment seeded differently (e.g.
     ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
     from pairflow.panel import candidates, generate_task, provenance, record_path, video_path

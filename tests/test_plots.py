@@ -8,6 +8,7 @@ from typing import Any
 
 import matplotlib
 import pytest
+
 from pairflow import plots
 
 matplotlib.use("Agg")
@@ -40,7 +41,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Figures handed to ``plots._save`` (which still writes them), drawn so that text
     extents are known."""
     figs: list[Any] = []
-    real = plots._save  # noqa: SLF001
+    real = plots._save
 
     def keep(fig: Any, out: Path) -> None:
         fig.canvas.draw()
@@ -48,7 +49,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         real(fig, out)
 
     monkeypatch.setattr(plots, "_save", keep)
-    monkeypatch.setattr(plots._plt(), "close", lambda fig: None)  # noqa: SLF001 - inspect after saving
+    monkeypatch.setattr(plots._plt(), "close", lambda fig: None)
     return figs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from pairflow.scoring import metric_spec, score
 
 
@@ -166,6 +167,7 @@ def test_motion_smoothness_proxy_by_hand() -> None:
 
 def test_dynamic_degree_rule_follows_vbench() -> None:
     import torch
+
     from pairflow.scoring.dynamic_degree import is_dynamic, pad8, sample_indices, top5_mean
 
     assert sample_indices(9, 8) == list(range(9)) and sample_indices(9, 16) == [0, 2, 4, 6, 8]
@@ -189,6 +191,7 @@ def test_fidelity_refuses_frames_too_small_for_ms_ssim() -> None:
 
 def test_registry_matches_schema_and_pyiqa_table() -> None:
     import yaml
+
     from pairflow.config import SCHEMA_PATH
     from pairflow.scoring import METRICS
 
@@ -274,6 +277,7 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     digests, the scorer build, the compared frames and the static-filter policy; on a
     lossless encode the FR metrics see the generated frames bit for bit."""
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
@@ -339,6 +343,7 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     the BT.601 formula within 1e-4; under the default bt709 it does not (the known offset),
     FR metrics stay on BT.709 either way, and every score says how it was decoded."""
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
     from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, copy_project
 
 pytestmark = pytest.mark.slow

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import small_config, write_config
+
 from pairflow.cli import main
 from pairflow.config import study_from_raw
 from pairflow.panel import candidates, failure_path, panel_dir, record_path, score_path, telemetry_path
 from pairflow.status import study_status
 from pairflow.timing import timing_path
-
-from conftest import small_config, write_config
 
 
 def _touch(path: Path, mtime: float, text: str = "{}") -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import small_config
+
 from pairflow.config import study_from_raw
 from pairflow.context import write_context
 from pairflow.panel import candidates, generate_task, panel_dir, provenance, record_path, task_identity
@@ -109,6 +110,7 @@ def _cuda() -> bool:
 def test_on_cuda_events_time_the_run_settings_are_pinned_and_the_device_is_read(tiny_model: Path,
                                                                                  tmp_path: Path) -> None:
     import torch
+
     from pairflow.generate import CUDA_SETTINGS
 
     study = _study(tmp_path, tiny_model)

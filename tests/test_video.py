@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pairflow import errors as E
-from pairflow.video import (FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video)
+from pairflow.video import FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video
 
 F, H, W, FPS = 9, 64, 64, 8
 

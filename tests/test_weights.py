@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from pairflow.errors import IntegrityError, WeightDigestError, WeightsError
 from pairflow.weights import LOCK_NAME, WEIGHTS, build_test_mirror, read_lock, verify
 
@@ -72,6 +73,7 @@ def test_lock_format_is_checked(tmp_path: Path) -> None:
 def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> None:
     """run_scoring checks the weights before reading records or starting Parsl."""
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.fleet import Grant
     from pairflow.panel import run_scoring
@@ -85,6 +87,7 @@ def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> N
 
 def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) -> None:
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.fleet import Grant
     from pairflow.panel import run_scoring
@@ -103,6 +106,7 @@ def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) 
 
 def test_scorer_build_names_code_weights_device_and_layout(tmp_path: Path, test_mirror: Path) -> None:
     from conftest import small_config
+
     from pairflow.config import study_from_raw
     from pairflow.panel import compared_frames, scorer_build
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, small_config, write_config
+
 from pairflow.archive import verify_tree
 from pairflow.identity import digest_file
 

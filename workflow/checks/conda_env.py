@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -122,7 +122,7 @@ def snapshot_id(dest: Path, base: str) -> str:
 
 def make_read_only(root: Path) -> None:
     """Drop every write bit under ``root`` (files, then directories bottom-up)."""
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
             p = os.path.join(dirpath, name)
             if not os.path.islink(p):
@@ -271,7 +271,8 @@ def verify_tree(root: Path) -> list[str]:
     """
     root = Path(root)
     problems: list[str] = []
-    manifests = sorted(p for p in root.rglob("*.json") if ".tmp-" not in p.as_posix() and p.name in (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json"))
+    names = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
+    manifests = sorted(p for p in root.rglob("*.json") if ".tmp-" not in p.as_posix() and p.name in names)
     if not manifests:
         return [f"{root}: no manifest found (archive.json, generation.json, scores.json)"]
     for m in manifests:

@@ -130,7 +130,7 @@ def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) 
 
     if all(a.is_control for a in arms):
         return False
-    config = g._transformer_config(model)  # noqa: SLF001 - the same lookup the check itself makes
+    config = g._transformer_config(model)
     key = digest_obj({"arms": [a.asdict() for a in arms],
                       "model": model.identity(), "diffusers": package_version("diffusers"),
                       "transformer_config": digest_file(config) if config is not None else None})

@@ -417,8 +417,9 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
 
     unknown = sorted(set(raw["stats"]["target_effects"]) - set(raw["scorers"]))
     if unknown:
-        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which {'is' if len(unknown) == 1 else 'are'} "
-                          f"not among scorers {list(raw['scorers'])}; add the metric to scorers or remove the entry")
+        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which "
+                          f"{'is' if len(unknown) == 1 else 'are'} not among scorers {list(raw['scorers'])}; add "
+                          "the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())

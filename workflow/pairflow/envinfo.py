@@ -91,7 +91,8 @@ def _driver() -> str | None:
             return None
         import re
 
-        found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)  # "... Kernel Module [for x86_64]  550.54.14 ..."
+        # "... Kernel Module [for x86_64]  550.54.14 ..."
+        found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)
         return found.group(1) if found else None
     try:
         pynvml.nvmlInit()

@@ -215,11 +215,11 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
             if not video.is_file():
                 report.add("missing", video, f"video of {path} is missing", gm)
             elif not deep and video.stat().st_size != rec["video"]["bytes"]:
-                report.add("altered", video, f"{video.stat().st_size} bytes, {rec['video']['bytes']} recorded in {path}",
-                           gm)
+                report.add("altered", video,
+                           f"{video.stat().st_size} bytes, {rec['video']['bytes']} recorded in {path}", gm)
             elif deep and (actual := digest_file(video)) != rec["video"]["digest"]:
-                report.add("altered", video, f"digest {actual} differs from {rec['video']['digest']} recorded in {path}",
-                           gm)
+                report.add("altered", video,
+                           f"digest {actual} differs from {rec['video']['digest']} recorded in {path}", gm)
         m = _manifest(gm, [record_path(study, c) for c in cands], report, gm)
         if m is not None:
             roots[f"generation:{panel.name}"] = m.get("root_digest", "")

@@ -174,7 +174,7 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
         threading.Thread(target=touch, name="pairflow-heartbeat", daemon=True).start()
     try:
         result = fn(payload)
-    except Exception as e:  # noqa: BLE001 - re-raised below in a form the driver can unpickle
+    except Exception as e:
         error = portable(e)
         error.pairflow_slot = slot_identity()  # type: ignore[attr-defined]  # travels pickled; for the failure record
     else:
@@ -230,7 +230,7 @@ def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
 
     try:
         return pickle.loads(pickle.dumps(type(exc)(*exc.args)))
-    except Exception:  # noqa: BLE001 - any failure to rebuild means: wrap it instead
+    except Exception:
         return None
 
 
@@ -318,7 +318,7 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]],
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
             warming = {}
-            for k in range(_slot_count(fleet, grant) if warm else 0):
+            for _ in range(_slot_count(fleet, grant) if warm else 0):
                 warming[app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up")] = time.time()  # type: ignore[index]
             if prepare is not None:
                 payloads = list(prepare())
@@ -369,7 +369,7 @@ def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
     for fut in done:
         try:
             out = fut.result()
-        except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation; the tasks report real faults
+        except Exception as e:
             log.warning("%s: a warm-up task failed (%s: %s); tasks load what they need", label, type(e).__name__, e)
             continue
         queued = warming[fut]
@@ -403,7 +403,7 @@ class _Collect:
         fleet, label = self.fleet, self.label
         try:
             out = fut.result()
-        except Exception as e:  # noqa: BLE001 - classified, recorded and re-raised by run_tasks
+        except Exception as e:
             kind = classify_failure(e)
             self.failures[kind] = self.failures.get(kind, 0) + 1
             self.first_error = self.first_error or f"{type(e).__name__}: {e}"

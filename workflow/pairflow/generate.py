@@ -178,7 +178,8 @@ def _typed(value: Any, hint: Any) -> Any:
             return _BAD
         each = [args[0] if (origin is list or args[-1] is Ellipsis) else a
                 for a in (args if origin is tuple and args[-1] is not Ellipsis else [None] * len(value))]
-        items = [_typed(v, h) if h is not None else v for v, h in zip(value, each)] if args else list(value)
+        pairs = zip(value, each, strict=False)
+        items = [_typed(v, h) if h is not None else v for v, h in pairs] if args else list(value)
         return _BAD if any(i is _BAD for i in items) else (tuple(items) if origin is tuple else items)
     return _BAD  # tensors, dtypes, modules: not expressible in a config
 

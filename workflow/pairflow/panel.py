@@ -423,8 +423,9 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(study.scoring.threads)
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
-        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder, frames=r["video"]["frames"],
-                          height=r["video"]["height"], width=r["video"]["width"], fps=g.fps, matrix=matrix)
+        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+                          frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"],
+                          fps=g.fps, matrix=matrix)
 
     started = time.perf_counter()
     names = expected_scores(study, arm_of(rec))

@@ -122,5 +122,15 @@ def verify_manifest(path: Path) -> list[str]:
     return problems
 
 
-__all__ = ["build_manifest", "check_video", "read_record", "seal", "stable_view", "verify_manifest",
-           "write_manifest", "write_record", "canonical_json", "digest_bytes"]
+__all__ = [
+    "build_manifest",
+    "canonical_json",
+    "check_video",
+    "digest_bytes",
+    "read_record",
+    "seal",
+    "stable_view",
+    "verify_manifest",
+    "write_manifest",
+    "write_record",
+]

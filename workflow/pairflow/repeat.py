@@ -79,7 +79,8 @@ def markdown(report: dict[str, Any], flags: list[str]) -> str:
              f"{report['videos_compared']}; bitwise identical: {share:.1%}." if share is not None else "",
              "", "| metric | candidates | max range | median range | max SD |", "|---|---|---|---|---|"]
     for m, f in report["noise_floor"].items():
-        lines.append(f"| {m} | {f['candidates']} | {f['max_range']:.4g} | {f['median_range']:.4g} | {f['max_sd']:.4g} |")
+        lines.append(f"| {m} | {f['candidates']} | {f['max_range']:.4g} | {f['median_range']:.4g} "
+                     f"| {f['max_sd']:.4g} |")
     cv = report["latency_cv"]
     fmt = lambda x: "n/a" if x is None else f"{x:.2%}"  # noqa: E731
     lines += ["", f"Timed latency CV: across runs median {fmt(cv['across_runs_median'])}, max "

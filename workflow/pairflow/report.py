@@ -193,9 +193,9 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     latency = (f"Latency pass: {passes} (each video's latency is the median of its repeated batch-one runs in the "
                "exclusive timed pass, after warm-up, arms in a seeded random order within each repeat round; bulk "
                "generation times are never reported). 'repeat CV' is the median over videos of each video's "
-               "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The latency columns "
-               "are geometric means over prompts of the per-prompt geometric mean over seeds, the units of the "
-               "speedup, so control / treatment equals the speedup.")
+               "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The "
+               "latency columns are geometric means over prompts of the per-prompt geometric mean over seeds, "
+               "the units of the speedup, so control / treatment equals the speedup.")
     method = (f"Each cell: treatment − control (FR metrics: the treatment's value against its control) with a "
               f"{stats['level']:.0%} Student t-interval over prompts; p is the two-sided paired t-test, the same "
               "procedure inverted (the interval excludes 0 exactly when p < "
@@ -218,9 +218,10 @@ def _notes(stats: dict[str, Any]) -> list[str]:
     decoded = ("Decoding (YUV to RGB) per metric: " + "; ".join(f"{how}: {', '.join(names)}"
                                                                 for how, names in sorted(by_how.items()))
                + ". bt709 is the matrix the videos were encoded with; bt601 is how VBench decodes (OpenCV). "
-               "The two differ: on 42 videos of the default study (control, FirstBlockCache, PAB arms) temporal_flickering from bt709 frames reads 0.0023 "
-               "to 0.0027 higher than VBench's (OpenCV 4.10), about as large as typical cache effects, and equals it "
-               "exactly under scoring/decode: vbench; compare with published VBench numbers only in that mode.") if by_how else None
+               "The two differ: on 42 videos of the default study (control, FirstBlockCache, PAB arms) "
+               "temporal_flickering from bt709 frames reads 0.0023 to 0.0027 higher than VBench's (OpenCV "
+               "4.10), about as large as typical cache effects, and equals it exactly under scoring/decode: "
+               "vbench; compare with published VBench numbers only in that mode.") if by_how else None
     out = [*notes, method, latency, fidelity, flicker, *([decoded] if decoded else []), build]
     if "motion_smoothness_proxy" in metrics:
         out.append("motion_smoothness_proxy is a PROXY of VBench motion_smoothness: linear frame interpolation "

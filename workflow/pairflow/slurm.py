@@ -53,7 +53,7 @@ def gpu_map(visible: list[str], alloc: AllocationInfo | None) -> dict[str, str]:
     Without Slurm (or when Slurm's list does not line up with the visible list) the
     visible index is the best physical index known."""
     if alloc is not None and len(alloc.gpus) == len(visible):
-        return dict(zip(visible, alloc.gpus))
+        return dict(zip(visible, alloc.gpus, strict=True))
     return {v: v for v in visible}
 
 

@@ -233,7 +233,8 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
 def study_for_rule(sm: Any) -> StudySpec:
     """What every rule script does first, given Snakemake's ``snakemake`` object: log to
     the rule's log, end this process when Snakemake dies (``orphans``), type the config,
-    and set this job's cache environment (which Parsl workers inherit). The project root is two levels above ``workflow/scripts``.
+    and set this job's cache environment (which Parsl workers inherit). The project root is
+    two levels above ``workflow/scripts``.
     """
     import copy
     import os

@@ -151,7 +151,7 @@ class Sampler:
     def _sample(self) -> None:
         try:
             self.rows += self.read() if self.read else []
-        except Exception as e:  # noqa: BLE001 - telemetry must never fail the work it watches
+        except Exception as e:
             log.warning("NVML sample failed (%s); sampling stops", e)
             self.read = None
 

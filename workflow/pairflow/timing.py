@@ -280,7 +280,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
         for b0 in range(0, len(pairs), BLOCK_PAIRS):
             block = pairs[b0:b0 + BLOCK_PAIRS]
             runs: dict[str, list[dict[str, Any]]] = {c.key.candidate_id: [] for p in block for c in p}
-            same: dict[str, bool] = {cid: True for cid in runs}
+            same: dict[str, bool] = dict.fromkeys(runs, True)
             device = threads = None
             for r in range(reps):
                 for c in run_order(block, study.timing.seed, b0 * reps + r):

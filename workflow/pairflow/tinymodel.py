@@ -85,7 +85,8 @@ _LTX_VAE = dict(in_channels=3, out_channels=3, latent_channels=8, block_out_chan
                 decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
                 decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
                 decoder_spatio_temporal_scaling=(True, True, False, False),
-                decoder_inject_noise=(False, False, False, False, False), upsample_residual=(False, False, False, False),
+                decoder_inject_noise=(False, False, False, False, False),
+                upsample_residual=(False, False, False, False),
                 upsample_factor=(1, 1, 1, 1), timestep_conditioning=False, patch_size=1, patch_size_t=1,
                 encoder_causal=True, decoder_causal=False)
 
@@ -138,7 +139,12 @@ def _cogvideox(gen):  # type: ignore[no-untyped-def]
 
 
 def _ltx(gen):  # type: ignore[no-untyped-def]
-    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline, LTXVideoTransformer3DModel
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
     from transformers import T5Config, T5EncoderModel
 
     transformer = LTXVideoTransformer3DModel(**_LTX)
@@ -153,8 +159,12 @@ def _ltx(gen):  # type: ignore[no-untyped-def]
 def _hunyuanvideo(gen):  # type: ignore[no-untyped-def]
     # HunyuanVideo: a Llama text encoder (its prompt template is cropped off), a CLIP text
     # encoder for the pooled embedding, embedded guidance, a causal 3D VAE.
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline,
-                           HunyuanVideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
 
     transformer = HunyuanVideoTransformer3DModel(**_HUNYUAN)
@@ -162,9 +172,9 @@ def _hunyuanvideo(gen):  # type: ignore[no-untyped-def]
     text_encoder = LlamaModel(LlamaConfig(vocab_size=259, hidden_size=16, intermediate_size=37, num_hidden_layers=2,
                                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                                           pad_token_id=0))
-    text_encoder_2 = CLIPTextModel(CLIPTextConfig(vocab_size=259, hidden_size=8, intermediate_size=37, projection_dim=8,
-                                                  num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
-                                                  pad_token_id=0, eos_token_id=1, bos_token_id=2))
+    text_encoder_2 = CLIPTextModel(CLIPTextConfig(
+        vocab_size=259, hidden_size=8, intermediate_size=37, projection_dim=8, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=77, pad_token_id=0, eos_token_id=1, bos_token_id=2))
     for module in (transformer, vae, text_encoder, text_encoder_2):
         _reseed(module, gen)
     tokenizer_2 = _tokenizer()
@@ -193,4 +203,4 @@ def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
     return out_dir
 
 
-__all__ = ["build_tiny_model", "FAMILIES", "MAX_TEXT_TOKENS", "TINY_SEED"]
+__all__ = ["FAMILIES", "MAX_TEXT_TOKENS", "TINY_SEED", "build_tiny_model"]

@@ -25,8 +25,19 @@ import numpy as np
 
 from .atomic import FULL, atomic_path, no_space
 from .config import EncoderSpec
-from .errors import (BitDepthError, ConfigError, EncodeError, FrameError, FrameRateError, GamutError, GeometryError,
-                     HDRVideoError, MissingVideoError, PixelFormatError, TruncatedVideoError)
+from .errors import (
+    BitDepthError,
+    ConfigError,
+    EncodeError,
+    FrameError,
+    FrameRateError,
+    GamutError,
+    GeometryError,
+    HDRVideoError,
+    MissingVideoError,
+    PixelFormatError,
+    TruncatedVideoError,
+)
 from .identity import digest_bytes, digest_file, digest_obj
 
 log = logging.getLogger(__name__)
@@ -179,7 +190,8 @@ def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameSta
                              "model diverged (try float32, or check the scheduler and guidance)")
         lo, hi = float(arr.min()), float(arr.max())
         if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
-            cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first" if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
+            cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first"
+                     if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
                      else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
                      else "values just outside [0, 1]: clamp in the model's post-processing")
             raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
