@@ -66,7 +66,7 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
     scratch = slurm_study / "results/scratch"
     assert (scratch / "study/table.md").exists() and (scratch / "study/archived.json").exists()
     gen = _records(slurm_study, "records")
-    assert len(gen) == 42  # 2 panels: (4 + 3 prompts) x 2 seeds x 3 arms
+    assert len(gen) == 56  # 2 panels: (4 + 3 prompts) x 2 seeds x 4 arms
     jobs = {r["worker"]["slurm_job"] for r in gen}
     assert None not in jobs and len(jobs) == 2  # one Slurm job per panel
     # Physical slot, logical device and stream are three different things, all recorded.
@@ -78,7 +78,7 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
 
 def test_timed_pass_ran_alone(slurm_study: Path) -> None:
     timings = _records(slurm_study, "timing")
-    assert len(timings) == 42
+    assert len(timings) == 56
     nodes = {json.dumps(t["worker"]["node"], sort_keys=True) for t in timings}
     assert len(nodes) == 1
     node = json.loads(nodes.pop())
