@@ -186,15 +186,15 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
 
     report = Report()
     scratch = study.scratch
-    timing_manifest = Layout(scratch).timing_manifest
-    study_manifest = Layout(scratch).study_manifest
+    layout = Layout(scratch)
+    timing_manifest, study_manifest = layout.timing_manifest, layout.study_manifest
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     roots: dict[str, str] = {}
     all_cands = []
     current: dict[str, dict[str, Any]] = {}
     for panel in study.panels:
         pdir = panel_dir(study, panel.name)
-        gm, sm = Layout(study.scratch).generation_manifest(panel.name), Layout(study.scratch).score_manifest(panel.name)
+        gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
         cands = candidates(study, panel)
         all_cands += cands
         for c in cands:
@@ -224,7 +224,7 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
         if m is not None:
             roots[f"generation:{panel.name}"] = m.get("root_digest", "")
         for stage, heals in (("generate", gm), ("score", sm)):
-            for f in sorted(Layout(study.scratch).failures(panel.name, stage).rglob("*.json")):
+            for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
                 if f.name.startswith(TMP_PREFIX):
                     continue
                 report.add("failure", f, _failure_text(f), heals)

@@ -235,8 +235,9 @@ def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str
     folder (records, videos, scores, failures/<stage>)."""
     from .atomic import sweep_temps
 
-    pdir = panel_dir(study, panel)
-    folders = [pdir, Layout(study.scratch).telemetry_dir(panel)]
+    layout = Layout(study.scratch)
+    pdir = layout.panel(panel)
+    folders = [pdir, layout.telemetry_dir(panel)]
     folders += [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
     for f in sweep_temps(folders, started):
         log.info("removed %s, left by an interrupted write", f)
