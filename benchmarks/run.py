@@ -212,8 +212,9 @@ def bench_payload(runs: int, quick: bool = False) -> dict[str, Any]:
     (the candidate and a reference to the job's context file)."""
     import dill
 
+    from pairflow.candidates import candidates, task_identity
     from pairflow.context import write_context
-    from pairflow.panel import candidates, provenance, task_identity
+    from pairflow.provenance import provenance
 
     sizes = {"100": (2, 25), "1k": (16, 31)} if quick else {"1k": (16, 31), "31k": (500, 31), "100k": (1613, 31)}
     out = {}

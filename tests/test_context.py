@@ -11,10 +11,10 @@ import pytest
 from conftest import small_config
 
 from pairflow import context
+from pairflow.candidates import candidates, task_identity
 from pairflow.config import study_from_raw
 from pairflow.context import ContextRef, load_context, write_context
 from pairflow.errors import IntegrityError
-from pairflow.panel import candidates, task_identity
 
 
 def _study(tmp: Path, prompts: int):  # type: ignore[no-untyped-def]

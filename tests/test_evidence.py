@@ -268,8 +268,9 @@ def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path,
     makes every video written with the old graph stale (to be regenerated), and the
     generation job sees the same."""
     from pairflow import video
+    from pairflow.candidates import candidates
     from pairflow.config import load_study
-    from pairflow.panel import candidates, complete_record
+    from pairflow.stages.generation import complete_record
 
     spec = load_study(study / "config/config.yaml")
     old = video.recipe_digest(spec.encoder, spec.generation.fps)

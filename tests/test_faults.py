@@ -185,9 +185,10 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
 
 
 def _payload(tmp: Path, tiny_model: Path) -> dict:
+    from pairflow.candidates import candidates
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
-    from pairflow.panel import candidates, provenance
+    from pairflow.provenance import provenance
 
     cfg = small_config(tmp, tiny_model)
     study = study_from_raw(cfg, tmp)
@@ -196,7 +197,7 @@ def _payload(tmp: Path, tiny_model: Path) -> dict:
 
 
 def _generate(payload: dict) -> None:
-    from pairflow.panel import generate_task
+    from pairflow.stages.generation import generate_task
 
     generate_task(payload)
 
@@ -206,8 +207,8 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
     or a retry racing a slow success). Atomic renames onto one deterministic name."""
     import multiprocessing as mp
 
+    from pairflow.candidates import record_path, video_path
     from pairflow.context import load_context
-    from pairflow.panel import record_path, video_path
     from pairflow.records import check_video
 
     payload = _payload(tmp_path, tiny_model)

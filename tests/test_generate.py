@@ -165,10 +165,12 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
     from conftest import small_config
 
+    from pairflow.candidates import candidates, record_path, video_path
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
-    from pairflow.panel import candidates, generate_task, provenance, record_path, video_path
+    from pairflow.provenance import provenance
     from pairflow.records import read_record
+    from pairflow.stages.generation import generate_task
     from pairflow.stats import StatsSettings, analyse
     from pairflow.video import prepare_frames, read_video
 
@@ -197,6 +199,6 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
     res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
-    from pairflow.report import table
+    from pairflow.table import table
 
     assert table(res)[1][0][0] == "never (this arm changed nothing)"

@@ -278,10 +278,11 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     lossless encode the FR metrics see the generated frames bit for bit."""
     from conftest import small_config
 
+    from pairflow.candidates import candidates, panel_dir, video_path
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
-    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, study_weights, video_path
     from pairflow.records import read_record
+    from pairflow.stages.scoring import score_task, scorer_build, study_weights
     from pairflow.video import encode
     from pairflow.weights import verify
 
@@ -344,10 +345,11 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     FR metrics stay on BT.709 either way, and every score says how it was decoded."""
     from conftest import small_config
 
+    from pairflow.candidates import candidates, panel_dir, video_path
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
-    from pairflow.panel import candidates, panel_dir, score_task, scorer_build, video_path
     from pairflow.records import read_record
+    from pairflow.stages.scoring import score_task, scorer_build
     from pairflow.video import encode
 
     values = {}

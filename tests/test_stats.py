@@ -80,7 +80,7 @@ def test_known_latency_ratio_is_recovered_as_speedup() -> None:
 
 def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     gen, scores, timings = records(same_video=True)
-    from pairflow.report import table
+    from pairflow.table import table
 
     res = analyse(gen, scores, timings, ["treat"], S)
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
@@ -218,7 +218,7 @@ def test_compare_uses_the_t_procedure_on_per_prompt_differences() -> None:
 
 
 def test_small_prompt_count_says_no_distribution_free_test_can_reach_the_level() -> None:
-    from pairflow.report import table
+    from pairflow.table import table
 
     gen, scores, timings = records(effect=0.3, prompts=4, seeds=2, noise=0.02)
     res = analyse(gen, scores, timings, ["treat"], S)
@@ -233,7 +233,7 @@ def test_small_prompt_count_says_no_distribution_free_test_can_reach_the_level()
 
 
 def test_one_prompt_has_no_interval_and_says_so() -> None:
-    from pairflow.report import markdown
+    from pairflow.table import markdown
 
     res = analyse(*records(effect=0.1, prompts=1), ["treat"], S)
     m = metric(res, "q")
@@ -247,7 +247,7 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
     p-values are all below 0.05 except one; after Holm one of them is not significant."""
     from scipy.stats import ttest_1samp
 
-    from pairflow.report import table
+    from pairflow.table import table
 
     diffs = {"a": [0.30, 0.32, 0.29, 0.31, 0.30, 0.33], "b": [0.05, 0.11, -0.01, 0.09, 0.07, 0.02],
              "c": [0.02, 0.09, 0.01, 0.08, 0.06, 0.03], "d": [0.1, -0.1, 0.05, -0.02, 0.0, 0.01]}
@@ -274,7 +274,7 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
 def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
     """Regression (issue 15): win rate inverted for lower-is-better metrics."""
     from pairflow.plots import forest_title
-    from pairflow.report import table
+    from pairflow.table import table
 
     gen, scores, timings = records(effect=-0.1)
     for r in scores:
@@ -321,8 +321,8 @@ def test_required_prompts_matches_the_textbook_value() -> None:
 
 
 def test_sample_size_section_from_a_pilot() -> None:
-    from pairflow.report import markdown
     from pairflow.stats import required_prompts
+    from pairflow.table import markdown
 
     gen, scores, timings = records(effect=0.02, prompts=4)
     s = StatsSettings(2000, 0.95, 0, target_effects=(("q", 0.01),))
@@ -372,7 +372,7 @@ def with_compute(gen: list[dict], ratio: float, kinds: list[str], skipped: int =
 
 def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from pairflow.plots import pareto as pareto_plot
-    from pairflow.report import markdown, pareto, table
+    from pairflow.table import markdown, pareto, table
 
     gen, scores, timings = records(effect=0.1, ratio=1.5)
     res = analyse(with_compute(gen, 0.25, ["overrides"]), scores, timings, ["treat"], S)
@@ -392,7 +392,7 @@ def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_p
 
 
 def test_a_cache_arm_that_skipped_nothing_is_flagged_even_when_its_pixels_differ() -> None:
-    from pairflow.report import table
+    from pairflow.table import table
 
     gen, scores, timings = records(effect=0.1)
     res = analyse(with_compute(gen, 1.0, ["cache"]), scores, timings, ["treat"], S)

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import small_config
 
+from pairflow.candidates import candidates, panel_dir, record_path, task_identity
 from pairflow.config import study_from_raw
 from pairflow.context import write_context
-from pairflow.panel import candidates, generate_task, panel_dir, provenance, record_path, task_identity
+from pairflow.provenance import provenance
 from pairflow.records import read_record
+from pairflow.stages.generation import generate_task
+from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
 from pairflow.stats import StatsSettings, analyse
-from pairflow.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
 
 
 def _study(tmp: Path, model: Path, **timing: object):  # type: ignore[no-untyped-def]

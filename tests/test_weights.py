@@ -76,7 +76,7 @@ def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> N
 
     from pairflow.config import study_from_raw
     from pairflow.fleet import Grant
-    from pairflow.panel import run_scoring
+    from pairflow.stages.scoring import run_scoring
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model",
                                         scorers=["temporal_flickering", "subject_consistency"]), tmp_path)
@@ -90,7 +90,7 @@ def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) 
 
     from pairflow.config import study_from_raw
     from pairflow.fleet import Grant
-    from pairflow.panel import run_scoring
+    from pairflow.stages.scoring import run_scoring
 
     mirror = small_mirror(tmp_path / "mirror")
     build_test_mirror(mirror, keys=["alexnet"])
@@ -108,7 +108,7 @@ def test_scorer_build_names_code_weights_device_and_layout(tmp_path: Path, test_
     from conftest import small_config
 
     from pairflow.config import study_from_raw
-    from pairflow.panel import compared_frames, scorer_build
+    from pairflow.stages.scoring import compared_frames, scorer_build
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", scorers=["psnr", "lpips"],
                                         weights={"mirror": str(test_mirror)}), tmp_path)

@@ -280,10 +280,10 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
     import shutil
     import subprocess
 
+    from .candidates import panel_dir
     from .config import load_study
     from .layout import CANDIDATE_KINDS, Layout
     from .locks import hold
-    from .panel import panel_dir
 
     study = load_study(configfile, Path.cwd())
     pdir = panel_dir(study, study.panel(panel).name)

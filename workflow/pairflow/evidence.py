@@ -180,8 +180,9 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
     """Completeness and consistency of ``study``'s results tree (see the module docstring).
     ``deep`` re-hashes every video; without it a video is checked by existence and size
     (what the workflow does when it plans a run)."""
-    from .panel import candidates, expected_scores, panel_dir, record_path, score_path
-    from .timing import timing_path
+    from .candidates import candidates, panel_dir, record_path, score_path
+    from .stages.scoring import expected_scores
+    from .stages.timing import timing_path
     from .video import recipe_digest
 
     report = Report()

@@ -63,7 +63,7 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     Sets torch's intra-op thread count to ``threads`` (outputs depend on it). With
     ``kind: hub-mirror`` the id and revision are resolved from the local mirror at
     ``model.path`` with ``local_files_only``; nothing is downloaded (jobs also run with
-    HF_HUB_OFFLINE=1, see ``caches.cache_env``).
+    HF_HUB_OFFLINE=1, see ``jobenv.cache_env``).
     """
     import torch
     from diffusers import DiffusionPipeline

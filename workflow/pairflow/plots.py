@@ -33,7 +33,7 @@ def _save(fig: Any, out: Path) -> None:
 def forest_title(stats: dict[str, Any], name: str) -> str:
     """A forest panel's title: what is plotted and which way is better (a lower-is-better
     metric improves to the left of 0)."""
-    from .report import direction
+    from .table import direction
 
     ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
     better = direction(ms[0]["higher_is_better"])
@@ -224,7 +224,7 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
 
 def _pareto_title(stats: dict[str, Any], name: str, nr: bool) -> str:
     """A Pareto panel's title: the metric, what its axis shows and which way is better."""
-    from .report import direction
+    from .table import direction
 
     ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
     if not ms:

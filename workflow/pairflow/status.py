@@ -21,11 +21,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .candidates import candidates, failure_path, record_path, score_path, telemetry_path
 from .config import StudySpec
 from .fleet import HEARTBEAT_S
 from .layout import Layout
-from .panel import candidates, failure_path, record_path, score_path, telemetry_path
-from .timing import timing_path
+from .stages.timing import timing_path
 
 RATE_WINDOW_S = 600.0
 """Outputs finished within this many seconds of the newest one set the rate."""

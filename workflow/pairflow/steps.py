@@ -1,6 +1,9 @@
-"""The pipeline's steps as typed functions; rule scripts are thin adapters onto these.
+"""The pipeline's steps as typed functions: the one entry layer every rule script calls
+(each script is a thin adapter: type the config, call one function here).
 
-Map: build model → generate panel → score panel → panel stats → study stats → archive.
+Map: build model → generate panel → score panel → timed pass → study stats → plots →
+utilisation → archive; replicate panel → repeatability. The heavy stages live in
+``pairflow.stages``; these functions only bind them to the job (its grant, its paths).
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
 
     Raises IntegrityError naming the record whose ``generation_record_digest`` is not
     the current one (it was computed from another generation of the candidate)."""
+    from .candidates import candidates, record_path, score_path
     from .errors import IntegrityError
-    from .panel import candidates, record_path, score_path
-    from .timing import timing_path
+    from .stages.timing import timing_path
 
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
     gen = [read_record(record_path(study, c)) for c in cs]
@@ -89,7 +92,7 @@ def _settings(study: StudySpec) -> Any:
 def _write_stats(stats: dict[str, Any], out_json: Path, out_md: Path, title: str,
                  provenance: dict[str, str]) -> None:
     """Statistics as JSON, the table as Markdown, and the same table as HTML beside it."""
-    from .report import html, markdown
+    from .table import html, markdown
 
     stats = {**stats, "provenance": provenance}
     write_text(out_json, json.dumps(stats, indent=1, sort_keys=True) + "\n")
@@ -108,8 +111,8 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
     from .atomic import job_start, sweep_temps
+    from .candidates import panel_dir
     from .locks import hold
-    from .panel import panel_dir
 
     with hold(Path(out_json).parent, "study statistics"):
         sweep_temps([Path(out_json).parent, Path(out_manifest).parent]
@@ -119,8 +122,8 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
 
 def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                  out_manifest: Path) -> None:
+    from .candidates import panel_dir
     from .evidence import config_snapshot
-    from .panel import panel_dir
     from .stats import analyse
 
     treatments = [t.name for t in study.treatments]
@@ -146,14 +149,53 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     write_manifest(out_manifest, manifest)
 
 
-def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path, grant: Any) -> None:
+def build_model(model_dir: Path) -> None:
+    """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
+    from .tinymodel import build_tiny_model
+
+    build_tiny_model(model_dir)
+
+
+def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
+    """Generate a panel's incomplete candidates with what this job was granted, then
+    write its generation manifest ``out``."""
+    from .fleet import grant_from_env
+    from .layout import Layout
+    from .stages.generation import run_generation
+
+    run_generation(study, panel, out, Layout(study.scratch).run_dir(panel, "generate"),
+                   grant_from_env(dict(os.environ)))
+
+
+def score_panel(study: StudySpec, panel: str, out: Path) -> None:
+    """Score a panel's videos whose scores are missing or stale, then write its score
+    manifest ``out``."""
+    from .fleet import grant_from_env
+    from .layout import Layout
+    from .stages.scoring import run_scoring
+
+    run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"), grant_from_env(dict(os.environ)))
+
+
+def timed_pass(study: StudySpec, out: Path) -> None:
+    """The exclusive timed pass over every panel of the study, in this job's allocation."""
+    from .slurm import allocation
+    from .stages.timing import run_timed_pass
+
+    run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
+
+
+def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>`` with what this
     job was granted (``fleet.grant_from_env``)."""
+    from .fleet import grant_from_env
     from .layout import Layout
-    from .panel import run_generation, run_scoring
     from .repeat import replicate_study
-    from .timing import run_timed_pass
+    from .stages.generation import run_generation
+    from .stages.scoring import run_scoring
+    from .stages.timing import run_timed_pass
 
+    grant = grant_from_env(dict(os.environ))
     r = replicate_study(study, rep)
     at = Layout(r.scratch)
     run_generation(r, panel, at.generation_manifest(panel), at.run_dir(panel, "generate"), grant)
@@ -192,9 +234,9 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
 def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
     telemetry records), the timed pass's window, and the digests of the records used."""
+    from .candidates import telemetry_path
     from .identity import digest_file
     from .layout import Layout
-    from .panel import telemetry_path
     from .telemetry import utilisation as summarise
     from .telemetry import utilisation_markdown
 
@@ -239,8 +281,8 @@ def study_for_rule(sm: Any) -> StudySpec:
     import copy
     import os
 
-    from .caches import cache_env
     from .config import study_from_raw
+    from .jobenv import cache_env
     from .orphans import watch_ancestors
 
     log_to(Path(sm.log[0]))

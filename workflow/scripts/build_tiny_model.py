@@ -1,8 +1,7 @@
 """Rule adapter: build the embedded tiny Wan pipeline into the model directory."""
 from pathlib import Path
 
-from pairflow.steps import log_to
-from pairflow.tinymodel import build_tiny_model
+from pairflow.steps import build_model, log_to
 
 log_to(Path(snakemake.log[0]))  # noqa: F821 - injected by Snakemake
-build_tiny_model(Path(snakemake.output[0]).parent)  # noqa: F821
+build_model(Path(snakemake.output[0]).parent)  # noqa: F821

@@ -1,14 +1,8 @@
 """Rule adapter: score one panel's videos through Parsl."""
-import os
 from pathlib import Path
 
-from pairflow.fleet import grant_from_env
-from pairflow.layout import Layout
-from pairflow.panel import run_scoring
-from pairflow.steps import study_for_rule
+from pairflow.steps import score_panel, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)
-out = Path(sm.output[0])
-run_scoring(study, sm.wildcards.panel, out, Layout(study.scratch).run_dir(sm.wildcards.panel, "score"),
-            grant_from_env(dict(os.environ)))
+score_panel(study, sm.wildcards.panel, Path(sm.output[0]))

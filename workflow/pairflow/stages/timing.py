@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import StudySpec
-from .layout import Layout
-from .records import build_manifest, read_record, write_manifest, write_record
-from .slurm import AllocationInfo
+from ..config import StudySpec
+from ..layout import Layout
+from ..records import build_manifest, read_record, write_manifest, write_record
+from ..slurm import AllocationInfo
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     Slurm allocation the pass runs in (None locally); every timing record states whether
     Slurm gave it the node alone, and the pass's window is written to
     ``study/telemetry/timed_pass.json`` so overlap with other jobs can be checked."""
-    from .locks import hold
+    from ..locks import hold
 
     with hold(Path(manifest_out).parent, "timed pass"):
         return _run_timed_pass(study, panels, manifest_out, alloc)
@@ -62,7 +62,7 @@ def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any], sample: set[tuple[
     """Whether the candidate's timing record can stay: it names the current generation
     record, and it is a timing (frames matching the bulk run) exactly when the pair is in
     the current sample (a pair leaving the sample gets a not-sampled record)."""
-    from .errors import PairFlowError
+    from ..errors import PairFlowError
 
     try:
         t = read_record(timing_path(study, c))
@@ -86,7 +86,7 @@ def sampled_pairs(study: StudySpec, panels: list[str]) -> set[tuple[str, str, in
     a sample of N per panel drawn from ``timing.seed`` (the same sample on every rerun)."""
     import random
 
-    from .panel import candidates
+    from ..candidates import candidates
 
     out: set[tuple[str, str, int]] = set()
     for p in panels:
@@ -196,7 +196,7 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     """One timed run: ``call()`` (a generation, or a search arm's whole search) on
     ``pipe``, with its denoise/decode phases clocked on that pipeline; its result and what
     was measured."""
-    from .telemetry import gpu_state
+    from ..telemetry import gpu_state
 
     measured: dict[str, Any] = {}
     if cuda:
@@ -221,10 +221,10 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> dict[str, Any]:
-    from . import generate as g
-    from .atomic import job_start, sweep_temps, write_text
-    from .panel import candidates, panel_dir, record_path
-    from .slurm import exclusivity
+    from .. import generate as g
+    from ..atomic import job_start, sweep_temps, write_text
+    from ..candidates import candidates, panel_dir, record_path
+    from ..slurm import exclusivity
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
@@ -248,7 +248,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
     if run:
-        from .arms import arm_pipeline, run_arm, verifier_for
+        from ..arms import arm_pipeline, run_arm, verifier_for
 
         pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
                  if any(c.arm == a for c in run)}
@@ -316,8 +316,8 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
 
 
 def _same_frames(result: Any, bulk: dict[str, Any], study: StudySpec) -> bool:
-    from .identity import digest_bytes
-    from .video import prepare_frames
+    from ..identity import digest_bytes
+    from ..video import prepare_frames
 
     frames, _ = prepare_frames(result.frames, study.encoder)
     return digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
@@ -325,7 +325,7 @@ def _same_frames(result: Any, bulk: dict[str, Any], study: StudySpec) -> bool:
 
 def _write_timing(study: StudySpec, c: Any, b: dict[str, Any], runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
-    from .fleet import worker_identity
+    from ..fleet import worker_identity
 
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pairflow.caches import cache_env
+from pairflow.jobenv import cache_env
 
 
 def test_every_cache_is_named_and_the_hub_is_offline(tmp_path: Path) -> None:

@@ -1,0 +1,69 @@
+"""A panel's candidates: every (prompt, seed, arm), in a fixed order, and their files.
+
+Where each file lives is ``layout``'s business; the functions below name a candidate's
+files through it, so stages, evidence and status agree on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import ArmSpec, PanelSpec, Prompt, StudySpec
+from .identity import CandidateKey, digest_obj
+from .layout import Layout
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (prompt, seed, arm) of a panel: its identity, its prompt and its arm."""
+
+    key: CandidateKey
+    prompt: Prompt
+    arm: ArmSpec
+
+    @property
+    def stem(self) -> str:
+        return f"{self.key.prompt_id}-s{self.key.seed}"
+
+
+def candidates(study: StudySpec, panel: PanelSpec) -> list[Candidate]:
+    """Every (prompt, seed, arm) of a panel, in a fixed order."""
+    model_digest = digest_obj(study.model.identity())
+    return [Candidate(CandidateKey(study.study, panel.name, p.prompt_id, p.digest, seed, arm.name,
+                                   arm.digest, model_digest), p, arm)
+            for p in panel.prompts for seed in panel.seeds for arm in study.arms]
+
+
+def task_identity(c: Candidate) -> dict[str, Any]:
+    """What a failure record names of its task (beside the path it is written to)."""
+    return {"candidate_id": c.key.candidate_id, "panel": c.key.panel, "arm": c.arm.name,
+            "prompt_id": c.key.prompt_id, "seed": c.key.seed}
+
+
+def panel_dir(study: StudySpec, panel: str) -> Path:
+    return Layout(study.scratch).panel(panel)
+
+
+def video_path(study: StudySpec, c: Candidate) -> Path:
+    return Layout(study.scratch).output(c.key.panel, "videos", c.arm.name, c.stem)
+
+
+def record_path(study: StudySpec, c: Candidate) -> Path:
+    return Layout(study.scratch).output(c.key.panel, "records", c.arm.name, c.stem)
+
+
+def score_path(study: StudySpec, c: Candidate) -> Path:
+    return Layout(study.scratch).output(c.key.panel, "scores", c.arm.name, c.stem)
+
+
+def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
+    """Where a candidate's task that failed after its retries is recorded (never a record
+    location, so a failure can never look complete)."""
+    return Layout(study.scratch).failure(c.key.panel, stage, c.arm.name, c.stem)
+
+
+def telemetry_path(study: StudySpec, panel: str, stage: str) -> Path:
+    """The stage's telemetry record (spans, busy share, NVML) for its last run with work."""
+    return Layout(study.scratch).telemetry(panel, stage)

@@ -1,0 +1,186 @@
+"""Generation stage: each incomplete candidate of a panel is generated from its seed,
+guarded, encoded by the fixed recipe and recorded, as one Parsl task per candidate.
+
+A candidate is complete when its record verifies (self-digest), names the same
+candidate id and encoder recipe, and its video's bytes match the recorded digest. Only
+incomplete candidates run, so a rerun after a kill or a deleted video redoes exactly
+those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from ..candidates import (
+    Candidate,
+    candidates,
+    failure_path,
+    panel_dir,
+    record_path,
+    task_identity,
+    telemetry_path,
+    video_path,
+)
+from ..config import StudySpec
+from ..context import load_context, write_context
+from ..errors import PairFlowError
+from ..fleet import Grant
+from ..locks import hold
+from ..provenance import arm_record, provenance
+from ..records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
+from ..stats import check_streams
+from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
+
+log = logging.getLogger(__name__)
+
+
+def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> dict[str, Any] | None:
+    """The candidate's record when it and its video verify and match the candidate's
+    identity and encoder recipe; None when the candidate must be (re)generated."""
+    path = record_path(study, c)
+    if not path.exists():
+        return None
+    try:
+        record = read_record(path)
+        check_video(record, path)
+    except PairFlowError as e:
+        log.warning("will regenerate: %s", e)
+        return None
+    if (record["candidate"]["candidate_id"] != c.key.candidate_id
+            or record["encoder"]["recipe_digest"] != recipe_digest):
+        return None
+    return record
+
+
+def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl warm-up task: import torch and diffusers and load the model in this worker
+    while the driver still prepares the job's candidates. Returns (and keeps for the
+    worker's records) the seconds spent on each."""
+    from .. import generate as g
+
+    import_s = timed_imports(("torch", "diffusers"))
+    started = time.perf_counter()
+    g.load_pipeline(payload["model"], payload["dtype"], payload["threads"])
+    WARM_UP.update({"import_s": import_s, "load_s": time.perf_counter() - started})
+    return dict(WARM_UP)
+
+
+def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
+    from .. import generate as g
+    from ..arms import arm_model, arm_pipeline, run_arm, verifier_for
+    from ..fleet import worker_identity
+    from ..video import encode, prepare_frames
+
+    shared = load_context(payload["context"])
+    study: StudySpec = shared["study"]
+    c: Candidate = payload["candidate"]
+    import_s = timed_imports(("torch", "diffusers"))
+    loaded = time.perf_counter()
+    pipe = arm_pipeline(c.arm, study.model, study.generation)
+    load_s = time.perf_counter() - loaded
+    tokens = g.text_tokens(pipe, study.generation)
+    # The bulk pass counts the transformer's work (compute.counting); the timed pass does not.
+    result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
+                     verifier=verifier_for(c.arm, study))
+    frames, stats = prepare_frames(result.frames, study.encoder)
+    started = time.perf_counter()
+    info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    encode_s = time.perf_counter() - started
+    record = {
+        "kind": "generation",
+        "candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id,
+                      "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
+        "arm": arm_record(c.arm),
+        "generation": study.generation.__dict__,
+        # What this arm ran with: the study's generation settings with its overrides.
+        "effective_generation": g.effective_generation(c.arm, study.generation).__dict__,
+        "pipeline": g.pipeline_info(pipe, tokens),
+        "compute": result.compute,
+        # The video's path is relative to the panel directory, so records stay valid when a
+        # scratch tree is moved and compare equal across sites.
+        "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},
+        "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
+        # import_s and load_s are what this task spent importing and loading (0 when the
+        # worker's warm-up task or an earlier task already did); the warm-up's own figures
+        # are under worker.warm_up.
+        "timing": {"pass": "bulk", "import_s": import_s, "load_s": load_s, "generate_s": result.seconds,
+                   "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
+        "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
+                   "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
+        **shared["provenance"],
+    }
+    if c.arm.search is not None:
+        record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier, "chosen": result.chosen,
+                            "seeds": "candidate 0: the pair's stream seed; i >= 1: xxh3_64(['search', stream_seed, "
+                                     "i]) & (2^63 - 1) (pairflow.arms.search_seeds)",
+                            "candidates": list(result.candidates)}
+    if c.arm.model is not None:
+        m = arm_model(c.arm, study.model)
+        record["arm_model"] = {**m.identity(), "weights": g.model_digests(m), "path": str(m.path)}
+    write_record(record_path(study, c), record)
+    return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
+
+
+def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                   grant: Grant) -> dict[str, Any]:
+    """Generate every incomplete candidate of a panel, then write its generation manifest.
+
+    ``grant`` is what this job was given (``fleet.grant_from_env``): one worker per
+    granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
+    run on the same panel fails at once."""
+    with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
+        return _run_generation(study, panel_name, manifest_out, run_dir, grant)
+
+
+def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                    grant: Grant) -> dict[str, Any]:
+    from ..atomic import job_start
+    from ..evidence import config_snapshot
+    from ..fleet import run_tasks
+    from ..video import recipe_digest
+
+    sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
+    panel = study.panel(panel_name)
+    todo_all = candidates(study, panel)
+    rdigest = recipe_digest(study.encoder, study.generation.fps)
+    records: dict[Path, dict[str, Any]] = {}  # verified records, so each video is hashed once per job
+    todo: list[Candidate] = []
+
+    def prepare() -> list[dict[str, Any]]:
+        """Runs while the workers start and warm up: find the incomplete candidates."""
+        for c in todo_all:
+            record = complete_record(study, c, rdigest)
+            if record is None:
+                todo.append(c)
+            else:
+                records[record_path(study, c)] = record
+        log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
+                 len(todo_all) - len(todo), len(todo))
+        ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
+        return [{"context": ref, "candidate": c, "identity": task_identity(c)} for c in todo]
+
+    warm = (warm_generation, {"model": study.model, "dtype": study.generation.dtype,
+                              "threads": study.generation.threads})
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
+                        telemetry_path(study, panel_name, "generate"),
+                        lambda p: failure_path(study, p["candidate"], "generate"), describe, warm=warm,
+                        # Start the pool before preparing only when work is certain (a record is
+                        # missing); else only once prepare() found some, so a no-op job starts none.
+                        start_early=any(not record_path(study, c).exists() for c in todo_all))
+    clear_failures(study, todo_all, "generate")  # every candidate is complete now
+    for c in todo:  # every new record must verify before the manifest binds it
+        path = record_path(study, c)
+        records[path] = read_record(path)
+        check_video(records[path], path)
+    files = [record_path(study, c) for c in todo_all]
+    check_streams(list(records.values()))
+    manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
+                              {"study": study.study, "panel": panel_name,
+                               "stable_root": stable_root(panel_dir(study, panel_name), records),
+                               "config": config_snapshot(study)})
+    write_manifest(manifest_out, manifest)
+    return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}

@@ -1,0 +1,253 @@
+"""Scoring stage: every video of a panel gets its metrics (and its fidelity to the
+control for FR metrics), as one Parsl task per candidate, bound to the generation
+record, the videos and one scorer build shared by both arms of every pair."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from ..candidates import candidates, failure_path, panel_dir, record_path, score_path, task_identity, telemetry_path
+from ..config import ArmSpec, StudySpec
+from ..context import load_context, write_context
+from ..errors import IntegrityError
+from ..fleet import Grant
+from ..identity import digest_obj
+from ..locks import hold
+from ..provenance import arm_of
+from ..records import build_manifest, check_video, read_record, write_manifest, write_record
+from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
+
+log = logging.getLogger(__name__)
+
+
+def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
+    """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
+    control, which is its own reference."""
+    from ..scoring import metric_spec
+
+    return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
+
+
+def study_weights(study: StudySpec) -> list[str]:
+    """Weight keys the study's scoring needs: its scorers', plus RAFT when
+    temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
+    from ..scoring import needed_weights
+
+    extra = ["raft_large"] if uses_static_filter(study) else []
+    return sorted(set(needed_weights(study.scorers)) | set(extra))
+
+
+def uses_static_filter(study: StudySpec) -> bool:
+    return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
+
+
+def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]:
+    """What computed the scores, the same for both arms of every pair of a run: the
+    scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
+    weight mirror's lock digest and origin, device type, precision, threads and process
+    layout. Raises WeightsError (naming the file, the digests and the mirror command)
+    when a file a configured scorer needs is missing from the mirror or altered."""
+    from .. import weights
+    from ..envinfo import package_version
+    from ..identity import digest_file, digest_tree
+
+    accelerators = grant.accelerators if grant else ()
+    workers = len(accelerators) or study.fleet.cpu_workers
+    # The kind and count of slots, never which GPU indices: panels scored on different
+    # GPUs of one study share a build, so their pairs pool.
+    slots = "one per granted accelerator" if accelerators else "CPU workers"
+    keys = study_weights(study)
+    weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
+    lock = weights.read_lock(study.weights.mirror) if keys else None
+    here = Path(__file__).resolve().parent.parent  # the pairflow package
+    code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
+            "weights.py": digest_file(here / "weights.py")}
+
+    build = {
+        "code_digest": digest_obj(code),
+        "packages": {p: package_version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
+                                              "numpy")},
+        "weights_lock": lock.digest if lock else None,
+        "weights_origin": lock.origin if lock else None,
+        "static_filter": study.scoring.static_filter,
+        "decode": study.scoring.decode,
+        "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
+        "workers": workers,
+        "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
+                   "and run on CPU"),
+    }
+    return {**build, "digest": digest_obj(build)}
+
+
+STATIC_FILTER_MEANING = {
+    "none": "every video of both arms is scored (no RAFT static filter): one subset for both arms",
+    "intersection": "every video is scored and flagged static or not by VBench's RAFT filter; the statistics "
+                    "use only pairs whose control and treatment videos are both static",
+}
+
+
+def compared_frames(study: StudySpec) -> str:
+    """Which frames the metrics saw (written into every score record)."""
+    if study.encoder.lossless:
+        return ("decoded lossless video (libx264rgb QP 0): bit-identical to the generated uint8 RGB frames, "
+                "so fidelity metrics carry no codec noise")
+    return (f"decoded lossy video ({study.encoder.codec} CRF {study.encoder.crf}, {study.encoder.pix_fmt}; uint8 RGB, "
+            "BT.709 limited range): fidelity metrics include codec noise; set encoder/lossless: true to compare "
+            "lossless copies")
+
+
+def metric_decoding(study: StudySpec, name: str) -> str:
+    """The YUV->RGB matrix a metric's frames are decoded with (``video.DECODE_MATRICES``):
+    under ``scoring/decode: vbench`` the VBench dimensions (NR metrics) see BT.601-decoded
+    frames as VBench does through OpenCV; FR metrics, and everything under ``bt709``, see
+    frames decoded with the BT.709 matrix the videos were encoded with."""
+    from ..scoring import metric_spec
+
+    return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).kind == "NR" else "bt709"
+
+
+DECODING_MEANING = {
+    "bt709": "decoded with the BT.709 matrix the video was encoded with",
+    "bt601": "decoded with the BT.601 matrix, as VBench does through OpenCV 4.x (scoring/decode: vbench)",
+}
+
+
+def _task_view(record: dict[str, Any]) -> dict[str, Any]:
+    """What a score task needs of a generation record (not its provenance): a task's
+    payload stays the same size whatever the study."""
+    return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
+
+
+def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl warm-up task: import torch, pyiqa and the scorers in this worker while the
+    driver still verifies the job's records (scorer models load on first use)."""
+    import_s = timed_imports(("torch", "pyiqa", "pairflow.scoring", "pairflow.video"))
+    WARM_UP.update({"import_s": import_s})
+    return dict(WARM_UP)
+
+
+def score_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task: score one candidate's video (and against its control for FR metrics).
+    Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
+    import torch
+
+    from ..fleet import worker_identity
+    from ..scoring import ScoreContext, metric_spec, score
+    from ..scoring.models import LOAD_COUNTS
+    from ..video import read_video
+
+    shared = load_context(payload["context"])
+    study: StudySpec = shared["study"]
+    rec, ctrl = payload["record"], payload["control"]
+    g = study.generation
+    torch.set_num_threads(study.scoring.threads)
+
+    def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
+        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+                          frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"],
+                          fps=g.fps, matrix=matrix)
+
+    started = time.perf_counter()
+    names = expected_scores(study, arm_of(rec))
+    decoding = {name: metric_decoding(study, name) for name in names}
+    wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
+    frames = {m: decode(rec, m) for m in sorted(wanted)}
+    ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
+    digests = shared["weight_digests"]
+    scores = {name: {"value": score(name, frames[decoding[name]], ref, ctx), "spec": metric_spec(name).asdict(digests),
+                     "decoded_with": decoding[name]}
+              for name in names}
+    if uses_static_filter(study):
+        from ..scoring.dynamic_degree import is_dynamic, pair_motion
+
+        seen = frames[metric_decoding(study, "temporal_flickering")]
+        pairs, n = pair_motion(seen, ctx)
+        # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
+        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
+    record = {
+        "kind": "score",
+        "candidate": rec["candidate"],
+        "arm": rec["arm"],
+        "video_digest": rec["video"]["digest"],
+        "control_video_digest": ctrl["video"]["digest"],
+        "generation_record_digest": rec["record_digest"],
+        "compared_frames": compared_frames(study),
+        "static_filter": {"temporal_flickering": study.scoring.static_filter,
+                          "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
+        "scores": scores,
+        "scorer": shared["scorer"],
+        "timing": {"score_s": time.perf_counter() - started},
+        "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
+    }
+    write_record(Path(payload["out"]), record)
+    return {"candidate_id": rec["candidate"]["candidate_id"]}
+
+
+def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                grant: Grant) -> dict[str, Any]:
+    """Score every candidate whose score record is missing or stale, then write the
+    manifest. Scoring runs on the same per-accelerator slots as generation."""
+    with hold(panel_dir(study, panel_name), f"score {panel_name}"):
+        return _run_scoring(study, panel_name, manifest_out, run_dir, grant)
+
+
+def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
+                 grant: Grant) -> dict[str, Any]:
+    from ..atomic import job_start
+    from ..fleet import run_tasks
+    from ..weights import verify
+
+    sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
+    build = scorer_build(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
+    digests = verify(study.weights.mirror, study_weights(study))
+    panel = study.panel(panel_name)
+    todo_all = candidates(study, panel)
+    payloads: list[dict[str, Any]] = []
+
+    def prepare() -> list[dict[str, Any]]:
+        """Runs while the workers start and warm up: verify every generation record and
+        video, and find the candidates whose score is missing or stale."""
+        records = {}
+        for c in todo_all:
+            path = record_path(study, c)
+            records[c.key.candidate_id] = read_record(path)
+            check_video(records[c.key.candidate_id], path)
+        control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
+        ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": digests})
+        for c in todo_all:
+            rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
+            out = score_path(study, c)
+            try:
+                old = read_record(out)
+                # A score is bound to its candidate's current generation record: a regenerated
+                # candidate is rescored even when its video came out bit-identical.
+                if (old["generation_record_digest"] == rec["record_digest"]
+                        and old["video_digest"] == rec["video"]["digest"]
+                        and old["control_video_digest"] == ctrl["video"]["digest"]
+                        and sorted(old["scores"]) == expected_scores(study, c.arm)
+                        and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
+                    continue
+            except (IntegrityError, KeyError):
+                pass
+            payloads.append({"context": ref, "record": _task_view(rec), "control": _task_view(ctrl),
+                             "out": str(out), "candidate": c, "identity": task_identity(c)})
+        log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
+        return payloads
+
+    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}",
+              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
+              describe, warm=(warm_scoring, {}),
+              start_early=any(not score_path(study, c).exists() for c in todo_all))
+    clear_failures(study, todo_all, "score")  # every candidate is scored now
+    files = [score_path(study, c) for c in todo_all]
+    for f in files:
+        read_record(f)
+    manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
+                              {"study": study.study, "panel": panel_name, "ran": len(payloads),
+                               "scorer_build": build["digest"]})
+    write_manifest(manifest_out, manifest)
+    return {"ran": len(payloads)}
