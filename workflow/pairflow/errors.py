@@ -15,6 +15,7 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     │   ├── FrameRateError         variable or unexpected frame rate
     │   └── GeometryError          size or frame count differs from the record
     ├── IntegrityError         a digest does not match (record, video, archive)
+    │   ├── RecordSchemaError      a record or manifest does not fit its kind's schema (workflow/schemas/)
     │   └── WeightDigestError      a mirrored weight file differs from the mirror's lock
     ├── WeightsError           no weight mirror, no lock, a weight file missing from it, or one that
     │                          does not fill its model
@@ -88,6 +89,12 @@ class GeometryError(VideoReadError):
 
 class IntegrityError(PairFlowError):
     """A digest does not match what was recorded."""
+
+
+class RecordSchemaError(IntegrityError):
+    """A record or manifest does not fit the JSON Schema of its kind (a missing field,
+    a value outside its enum, a wrong type); the message names the file, the field's
+    path, the value and the fix."""
 
 
 class WeightsError(PairFlowError):

@@ -1,0 +1,449 @@
+"""The types of PairFlow's records, manifests and statistics.
+
+Each sealed record kind (``generation``, ``score``, ``timing``, ``failure``,
+``retirement``) is a ``TypedDict`` here and a JSON Schema in
+``workflow/schemas/record.<kind>.schema.yaml``; manifests are ``Manifest`` and
+``manifest.schema.yaml``. ``records.write_record`` validates a record against its
+kind's schema before it is written and ``records.read_record`` after its self-digest
+is checked, so code holding one of these types holds a record whose required fields,
+enums and types were checked at run time as well as by mypy. ``tests/test_records.py``
+keeps the TypedDicts' keys and the schemas' properties in step.
+
+The statistics' output (``stats.analyse``, read by ``table`` and ``plots``) is typed
+here too: ``StudyStats`` > ``Comparison`` > ``MetricResult``.
+
+Imports without torch.
+"""
+
+# No ``from __future__ import annotations``: the TypedDicts' required and optional keys
+# are read at run time (tests/test_records.py checks them against the schemas).
+import sys
+from typing import Any, Literal, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
+
+RecordKind = Literal["generation", "score", "timing", "failure", "retirement"]
+RECORD_KINDS: tuple[RecordKind, ...] = ("generation", "score", "timing", "failure", "retirement")
+ManifestKind = Literal["panel-generation", "panel-scores", "timing", "study", "archive"]
+MetricKind = Literal["NR", "FR", "prompt"]
+"""NR: per video; FR: against the control video of the same pair; prompt: against the prompt text."""
+ArmKind = Literal["cache", "overrides", "model", "dtype", "attention_backend", "search"]
+Decoding = Literal["bt709", "bt601"]
+StaticFilter = Literal["none", "intersection"]
+FailureClass = Literal["device_oom", "host_oom_or_killed", "other"]
+Clock = Literal["cuda_events", "perf_counter"]
+
+
+class CandidateFields(TypedDict):
+    """A candidate's identity (``identity.CandidateKey``) with its id, stream seed and prompt."""
+
+    study: str
+    panel: str
+    prompt_id: str
+    prompt_digest: str
+    seed: int
+    arm: str
+    arm_digest: str
+    model_digest: str
+    candidate_id: str
+    stream_seed: int
+    prompt: str
+
+
+class SearchFields(TypedDict):
+    n: int
+    verifier: str
+
+
+class ArmFields(TypedDict):
+    """What a record says of its arm (``provenance.arm_record``): the optional keys are
+    there only for the kinds the arm declares."""
+
+    name: str
+    kinds: list[ArmKind]
+    cache_class: str | None
+    cache_params: dict[str, Any]
+    digest: str
+    steps: NotRequired[int]
+    guidance: NotRequired[float]
+    scheduler_class: NotRequired[str]
+    scheduler_params: NotRequired[dict[str, Any]]
+    model: NotRequired[dict[str, Any]]
+    dtype: NotRequired[str]
+    attention_backend: NotRequired[str]
+    search: NotRequired[SearchFields]
+
+
+class GenerationSettings(TypedDict):
+    """``config.GenerationSpec`` as records carry it."""
+
+    frames: int
+    height: int
+    width: int
+    steps: int
+    guidance: float
+    fps: int
+    dtype: str
+    threads: int
+    negative_prompt: str
+    max_text_tokens: int | None
+
+
+class VideoFields(TypedDict):
+    """``video.VideoInfo``; ``path`` relative to the panel directory."""
+
+    path: str
+    digest: str
+    bytes: int
+    frames: int
+    height: int
+    width: int
+    fps: str
+    pix_fmt: str
+    raw_digest: str
+
+
+class FrameFields(TypedDict):
+    mean: float
+    std: float
+    flags: list[str]
+
+
+class ComputeFields(TypedDict, total=False):
+    """The bulk pass's counted work (``compute.py``); every key optional (an uncounted run)."""
+
+    work_flops: float
+    total_flops: float
+    transformer_flops: float
+    verifier_flops: float
+    transformer_calls: int
+    blocks_computed: int
+    blocks_skipped: int
+    attention_computed: int
+    attention_skipped: int
+    generations: int
+    latent_shape: list[int] | None
+    counter: str
+    verifier: str
+
+
+BulkTiming = TypedDict("BulkTiming", {
+    "pass": Literal["bulk"], "import_s": float, "load_s": float, "generate_s": float, "encode_s": float,
+    "peak_rss_mb": float | None})
+"""Seconds the bulk pass spent (recorded, never reported as latency); "pass" is a keyword,
+hence the functional form."""
+
+
+class EncoderFingerprint(TypedDict):
+    version: str
+    digest: str
+
+
+class EncoderFields(TypedDict):
+    recipe: dict[str, Any]
+    recipe_digest: str
+    fingerprint: EncoderFingerprint
+
+
+class ModelFields(TypedDict):
+    kind: str
+    id: str
+    revision: str | None
+    weights: dict[str, str]
+
+
+class CodeFields(TypedDict):
+    commit: str | None
+    dirty: bool | None
+
+
+class Provenance(TypedDict):
+    """Fields shared by every generation record of a run (``provenance.provenance``)."""
+
+    code: CodeFields
+    environment: dict[str, Any]
+    model: ModelFields
+    encoder: EncoderFields
+    config_digest: str
+    site: dict[str, Any]
+
+
+class SearchRecord(TypedDict):
+    n: int
+    verifier: str
+    chosen: int
+    seeds: str
+    candidates: list[dict[str, Any]]
+
+
+class _Sealed(TypedDict):
+    schema_version: NotRequired[int]
+    record_digest: NotRequired[str]
+
+
+class GenerationRecord(Provenance, _Sealed):
+    """One candidate's generation record (``stages.generation.generate_task``)."""
+
+    kind: Literal["generation"]
+    candidate: CandidateFields
+    arm: ArmFields
+    generation: GenerationSettings
+    effective_generation: GenerationSettings
+    pipeline: dict[str, Any]
+    compute: ComputeFields | None
+    video: VideoFields
+    frames: FrameFields
+    timing: BulkTiming
+    worker: dict[str, Any]
+    search: NotRequired[SearchRecord]
+    arm_model: NotRequired[dict[str, Any]]
+
+
+class MetricSpecFields(TypedDict):
+    """``scoring.MetricSpec.asdict``: what a score means."""
+
+    name: str
+    version: str
+    kind: MetricKind
+    higher_is_better: bool
+    range: str
+    source: str
+    weights: list[list[str | None]]
+
+
+class ScoreEntry(TypedDict):
+    value: float
+    spec: MetricSpecFields
+    decoded_with: Decoding
+    static: NotRequired[bool]
+
+
+class StaticFilterFields(TypedDict):
+    temporal_flickering: StaticFilter
+    meaning: str
+
+
+class ScorerBuild(TypedDict):
+    """What computed the scores (``stages.scoring.scorer_build``), shared by both arms."""
+
+    digest: str
+    code_digest: str
+    packages: dict[str, str | None]
+    weights_lock: str | None
+    weights_origin: str | None
+    static_filter: StaticFilter
+    decode: Literal["bt709", "vbench"]
+    device: str
+    precision: str
+    threads: int
+    batch: int
+    workers: int
+    layout: str
+
+
+class ScoreTiming(TypedDict):
+    score_s: float
+
+
+class ScoreRecord(_Sealed):
+    """One candidate's scores (``stages.scoring.score_task``)."""
+
+    kind: Literal["score"]
+    candidate: CandidateFields
+    arm: ArmFields
+    video_digest: str
+    control_video_digest: str
+    generation_record_digest: str
+    compared_frames: str
+    static_filter: StaticFilterFields
+    scores: dict[str, ScoreEntry]
+    scorer: ScorerBuild
+    timing: ScoreTiming
+    worker: dict[str, Any]
+
+
+TimedTiming = TypedDict("TimedTiming", {
+    "pass": Literal["timed"],
+    "latency_s": float | None,  # None exactly when the pair was not sampled
+    "pairs": int | Literal["all"],
+    "seed": int,
+    "seconds": NotRequired[list[float]],
+    "rounds": NotRequired[list[int]],
+    "cv": NotRequired[float | None],
+    "max_cv": NotRequired[float],
+    "over_max_cv": NotRequired[bool],
+    "phases_s": NotRequired[dict[str, float]],
+    "clock": NotRequired[Clock],
+    "order": NotRequired[str],
+    "warmup_per_arm": NotRequired[int],
+    "repeats": NotRequired[int],
+    "batch": NotRequired[int],
+    "synchronised": NotRequired[bool],
+    "device": NotRequired[str | None],
+    "threads": NotRequired[int | None],
+    "cuda_settings": NotRequired[dict[str, Any] | None],
+    "peak_device_mb": NotRequired[float | None],
+    "covers": NotRequired[str],
+})
+"""A timed-pass timing: the measurement keys are present exactly when ``sampled`` is true."""
+
+
+class TimingRecord(_Sealed):
+    """One candidate's timed-pass record (``stages.timing``)."""
+
+    kind: Literal["timing"]
+    candidate: CandidateFields
+    arm: ArmFields
+    sampled: bool
+    generation_record_digest: str
+    timing: TimedTiming
+    matches_bulk_frames: bool | None
+    gpu: NotRequired[list[dict[str, Any]] | None]
+    worker: NotRequired[dict[str, Any]]
+
+
+FailureRecord = TypedDict("FailureRecord", {
+    "kind": Literal["failure"],
+    "schema_version": NotRequired[int],
+    "record_digest": NotRequired[str],
+    "candidate_id": NotRequired[str],
+    "panel": NotRequired[str],
+    "arm": NotRequired[str],
+    "prompt_id": NotRequired[str],
+    "seed": NotRequired[int],
+    "label": str,
+    "class": FailureClass,
+    "exception": str,
+    "message": str,
+    "attempts": int,
+    "time": float,
+    "slot": dict[str, Any] | str | None,
+})
+"""A task that failed after its retries (``fleet``); "class" is a keyword, hence the functional form."""
+
+
+class RetirementRecord(_Sealed):
+    """A retired archive snapshot's note (``archive.retire``)."""
+
+    kind: Literal["retirement"]
+    snapshot: str
+    why: str
+    archive_root_digest: str | None
+    found: list[str]
+    by: str
+    at: str
+
+
+Record = GenerationRecord | ScoreRecord | TimingRecord | FailureRecord | RetirementRecord
+
+
+class Manifest(TypedDict):
+    """A manifest's common keys; each kind adds its own (study, panel, config, ...)."""
+
+    kind: ManifestKind
+    schema_version: int
+    base: str
+    files: dict[str, str]
+    root_digest: str
+
+
+# ---- statistics (stats.analyse -> table, plots) -------------------------------------
+
+class Planning(TypedDict):
+    sd_prompt: float | None
+    power: float
+    target_effect: float | None
+    detectable_effect: float | None
+    prompts_needed: int | None
+
+
+class MetricResult(TypedDict):
+    """One metric of one comparison: the paired estimate, its interval and tests."""
+
+    metric: str
+    kind: MetricKind
+    higher_is_better: bool
+    n_pairs: int
+    n_prompts: int
+    control_mean: float | None
+    treatment_mean: float
+    diff: float | None
+    sd_prompt: float | None
+    ci: list[float | None]
+    p_value: float | None
+    p_signflip: float | None
+    signflip_min_p: float
+    win_rate: float | None
+    verdict: str | None
+    planning: Planning | None
+    p_holm: NotRequired[float]
+
+
+LatencySummary = TypedDict("LatencySummary", {
+    "pass": list[str], "control_geomean_s": float, "treatment_geomean_s": float, "n_pairs": int,
+    "dropped_frames_differ": int, "sampled_pairs": int, "pairs_over_max_cv": int,
+    "control_cv_median": float | None, "treatment_cv_median": float | None,
+    "control_median_s": float, "treatment_median_s": float})
+"""Latency of a comparison from the timed pass ("pass": the passes it came from)."""
+
+
+class RatioSummary(TypedDict):
+    geomean: float
+    ci: list[float | None]
+
+
+class ComputeSummary(TypedDict):
+    ratio: float
+    ci: list[float | None]
+    control_flops_mean: float
+    treatment_flops_mean: float
+    control_blocks_computed: int
+    blocks_computed: int
+    blocks_skipped: int
+    attention_computed: int
+    attention_skipped: int
+    generations: int
+    counter: str | None
+
+
+class ScoringSetup(TypedDict):
+    scorer_build: str | None
+    weights_origin: str | None
+    device: str | None
+    precision: str | None
+    compared_frames: list[str]
+    static_filter: list[str]
+    decoding: dict[str, list[str]]
+
+
+class Comparison(TypedDict):
+    """One treatment against control (``stats.compare``)."""
+
+    treatment: str
+    n_prompts: int
+    n_pairs: int
+    flags: list[str]
+    notes: list[str]
+    metrics: list[MetricResult]
+    scoring: ScoringSetup
+    latency: LatencySummary
+    speedup: RatioSummary
+    compute: ComputeSummary | None
+    kinds: list[str]
+
+
+class StudyStats(TypedDict):
+    """``stats.analyse``: every treatment against control; ``provenance`` added when written."""
+
+    estimand: str
+    procedure: str
+    level: float
+    resamples: int
+    seed: int
+    missing_policy: str
+    power: float
+    comparisons: list[Comparison]
+    provenance: NotRequired[dict[str, str]]
