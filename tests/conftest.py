@@ -89,3 +89,97 @@ def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("mirror")
     build_test_mirror(out)
     return out
+
+
+# ---- complete records, as the stages write them (before sealing) ---------------------
+
+def _d(*parts: object) -> str:
+    from pairflow.identity import digest_obj
+
+    return digest_obj([str(p) for p in parts])
+
+
+def arm_fields(name: str) -> dict:
+    """A record's arm: control, or a treatment overriding guidance."""
+    if name == "control":
+        return {"name": name, "kinds": [], "cache_class": None, "cache_params": {}, "digest": _d("arm", name)}
+    return {"name": name, "kinds": ["overrides"], "cache_class": None, "cache_params": {}, "guidance": 4.0,
+            "digest": _d("arm", name)}
+
+
+def candidate_fields(panel: str, prompt_id: str, seed: int, arm: str, stream_seed: int) -> dict:
+    return {"study": "s", "panel": panel, "prompt_id": prompt_id, "prompt_digest": _d("prompt", prompt_id),
+            "seed": seed, "arm": arm, "arm_digest": _d("arm", arm), "model_digest": _d("model"),
+            "candidate_id": _d(panel, prompt_id, seed, arm), "stream_seed": stream_seed, "prompt": f"prompt {prompt_id}"}
+
+
+GEN_SETTINGS = {"frames": 9, "height": 64, "width": 64, "steps": 6, "guidance": 5.0, "fps": 8, "dtype": "float32",
+                "threads": 1, "negative_prompt": "", "max_text_tokens": None}
+
+
+def generation_record(panel: str, prompt_id: str, seed: int, arm: str, stream_seed: int, video: str) -> dict:
+    """A complete generation record (``recordtypes.GenerationRecord``) whose video's
+    digests are derived from ``video`` (equal ``video`` = bit-identical videos)."""
+    return {
+        "kind": "generation", "candidate": candidate_fields(panel, prompt_id, seed, arm, stream_seed),
+        "arm": arm_fields(arm), "generation": dict(GEN_SETTINGS), "effective_generation": dict(GEN_SETTINGS),
+        "pipeline": {"class": "WanPipeline", "family": "wan", "transformer": "WanTransformer3DModel",
+                     "max_text_tokens": 64},
+        "compute": None,
+        "video": {"path": f"videos/{arm}/{prompt_id}-s{seed}.mp4", "digest": _d("mp4", video), "bytes": 1000,
+                  "frames": 9, "height": 64, "width": 64, "fps": "8/1", "pix_fmt": "yuv420p",
+                  "raw_digest": _d("raw", video)},
+        "frames": {"mean": 120.0, "std": 50.0, "flags": []},
+        "timing": {"pass": "bulk", "import_s": 0.0, "load_s": 0.0, "generate_s": 1.0, "encode_s": 0.1,
+                   "peak_rss_mb": 900.0},
+        "worker": {"host": "h", "pid": 1, "device": "cpu", "warm_up": None},
+        "code": {"commit": None, "dirty": None}, "environment": {},
+        "model": {"kind": "embedded-tiny", "id": "tiny-wan", "revision": None, "weights": {"w": _d("w")}},
+        "encoder": {"recipe": {"argv": []}, "recipe_digest": _d("recipe"),
+                    "fingerprint": {"version": "ffmpeg", "digest": _d("ffmpeg")}},
+        "config_digest": _d("config"), "site": {},
+    }
+
+
+def metric_spec(name: str, kind: str = "NR", higher_is_better: bool = True) -> dict:
+    return {"name": name, "version": "1", "kind": kind, "higher_is_better": higher_is_better, "range": "0, 1",
+            "source": "test", "weights": []}
+
+
+SCORER = {"digest": _d("scorer"), "code_digest": _d("code"), "packages": {}, "weights_lock": None,
+          "weights_origin": None, "static_filter": "none", "decode": "bt709", "device": "cpu",
+          "precision": "float32", "threads": 1, "batch": 16, "workers": 1, "layout": "test"}
+
+
+def score_record(gen: dict, control: dict, scores: dict[str, tuple[float, dict]]) -> dict:
+    """A complete score record of generation record ``gen`` (``control``: its pair's
+    control record); ``scores``: metric name -> (value, spec)."""
+    return {
+        "kind": "score", "candidate": gen["candidate"], "arm": gen["arm"], "video_digest": gen["video"]["digest"],
+        "control_video_digest": control["video"]["digest"],
+        "generation_record_digest": gen.get("record_digest", _d("record", gen["candidate"]["candidate_id"])),
+        "compared_frames": "decoded lossy video",
+        "static_filter": {"temporal_flickering": "none", "meaning": "every video"},
+        "scores": {n: {"value": v, "spec": spec, "decoded_with": "bt709"} for n, (v, spec) in scores.items()},
+        "scorer": dict(SCORER), "timing": {"score_s": 0.1}, "worker": {"host": "h", "pid": 1},
+    }
+
+
+def timing_record(gen: dict, latency_s: float | None, matches: bool = True) -> dict:
+    """A complete timed-pass record of ``gen``: sampled with ``latency_s`` (three repeats
+    around it), or not sampled when ``latency_s`` is None."""
+    base = {"kind": "timing", "candidate": gen["candidate"], "arm": gen["arm"],
+            "generation_record_digest": gen.get("record_digest", _d("record", gen["candidate"]["candidate_id"]))}
+    if latency_s is None:
+        return {**base, "sampled": False, "matches_bulk_frames": None,
+                "timing": {"pass": "timed", "latency_s": None, "pairs": 1, "seed": 0}}
+    seconds = [latency_s * 0.99, latency_s, latency_s * 1.01]
+    return {**base, "sampled": True, "matches_bulk_frames": matches, "gpu": None,
+            "worker": {"host": "h", "pid": 1, "device": "cpu", "node": None},
+            "timing": {"pass": "timed", "latency_s": latency_s, "pairs": "all", "seed": 0, "seconds": seconds,
+                       "rounds": [0, 1, 2], "cv": 0.01, "max_cv": 0.05, "over_max_cv": False,
+                       "phases_s": {"denoise": latency_s / 2, "decode": latency_s / 4, "other": latency_s / 4,
+                                    "total": latency_s},
+                       "clock": "perf_counter", "order": "seeded", "warmup_per_arm": 1, "repeats": 3, "batch": 1,
+                       "synchronised": False, "device": "cpu", "threads": 1, "cuda_settings": None,
+                       "peak_device_mb": None, "covers": "one generation"}}

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pairflow.arms import run_arm
-from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec
+from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
 from pairflow.generate import generate, load_pipeline
-from pairflow.stats import StatsSettings, _compute, no_effect_flags
+from pairflow.stats import _compute, no_effect_flags
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control")
@@ -40,7 +40,7 @@ def records(pipe, arm: ArmSpec, verifier=None) -> dict:  # type: ignore[no-untyp
 def ratio(pipe, arm: ArmSpec, verifier=None) -> tuple[dict, list]:  # type: ignore[no-untyped-def]
     gen = {"control": records(pipe, CONTROL), arm.name: records(pipe, arm, verifier)}
     keys = sorted(gen["control"])
-    compute = _compute(gen, arm.name, keys, StatsSettings(200, 0.95, 0))
+    compute = _compute(gen, arm.name, keys, StatsSpec(200, 0.95, 0))
     return compute, no_effect_flags(gen, arm.name, keys, compute)
 
 

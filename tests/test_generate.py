@@ -166,12 +166,12 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     from conftest import small_config
 
     from pairflow.candidates import candidates, record_path, video_path
-    from pairflow.config import study_from_raw
+    from pairflow.config import StatsSpec, study_from_raw
     from pairflow.context import write_context
     from pairflow.provenance import provenance
     from pairflow.records import read_record
     from pairflow.stages.generation import generate_task
-    from pairflow.stats import StatsSettings, analyse
+    from pairflow.stats import analyse
     from pairflow.video import prepare_frames, read_video
 
     cfg = small_config(tmp_path, tiny_model, encoder={"lossless": True},
@@ -197,7 +197,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
                "matches_bulk_frames": True}
               for r in gen]
     scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
-    res = analyse(gen, scores, timing, ["never"], StatsSettings(200, 0.95, 0))
+    res = analyse(gen, scores, timing, ["never"], StatsSpec(200, 0.95, 0))
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
     from pairflow.table import table
 

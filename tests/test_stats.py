@@ -8,13 +8,15 @@ import random
 
 import numpy as np
 import pytest
+from conftest import generation_record, metric_spec, score_record, timing_record
 
+from pairflow.config import StatsSpec
 from pairflow.errors import PairingError, StatsError
-from pairflow.stats import StatsSettings, analyse, holm
+from pairflow.stats import analyse, holm
 
-S = StatsSettings(resamples=2000, level=0.95, seed=0)
-NR = {"kind": "NR", "higher_is_better": True}
-FR = {"kind": "FR", "higher_is_better": True}
+S = StatsSpec(resamples=2000, level=0.95, seed=0)
+NR = metric_spec("q")
+FR = metric_spec("psnr", "FR")
 
 
 def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: int = 2, same_video: bool = False,
@@ -28,19 +30,18 @@ def records(effect: float = 0.0, ratio: float = 1.0, prompts: int = 12, seeds: i
         for s in range(seeds):
             noise_c, noise_t = rng.gauss(0, noise), rng.gauss(0, noise)
             lat = 1.0 + rng.random()
+            control: dict = {}
             for arm in ("control", "treat"):
-                cand = {"panel": "p", "prompt_id": f"p{p:02d}", "seed": s, "stream_seed": 1000 * p + s}
-                common = {"model": {"weights": {"w": "1"}}, "encoder": {"fingerprint": {"digest": "f"}, "recipe_digest": "r"},
-                          "generation": {"frames": 9, "height": 64, "width": 64, "steps": 6}}
-                digest = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")
-                gen.append({"candidate": cand, "arm": {"name": arm}, "video": {"digest": digest}, **common})
-                timings.append({"candidate": cand, "arm": {"name": arm}, "matches_bulk_frames": True,
-                                "timing": {"pass": "timed", "latency_s": lat if arm == "control" else lat / ratio}})
+                video = f"v{p}{s}" + ("" if arm == "control" or same_video else "t")
+                g = generation_record("p", f"p{p:02d}", s, arm, 1000 * p + s, video)
+                control = control or g
+                gen.append(g)
+                timings.append(timing_record(g, lat if arm == "control" else lat / ratio))
                 q = base + (noise_c if arm == "control" else noise_t + effect)
-                sc = {"q": {"value": q, "spec": NR}}
+                sc = {"q": (q, NR)}
                 if arm == "treat":
-                    sc["psnr"] = {"value": 30.0 + rng.gauss(0, 1), "spec": FR}
-                scores.append({"candidate": cand, "arm": {"name": arm}, "scores": sc})
+                    sc["psnr"] = (30.0 + rng.gauss(0, 1), FR)
+                scores.append(score_record(g, control, sc))
     return gen, scores, timings
 
 
@@ -94,7 +95,7 @@ def test_missing_partner_is_an_error_unless_policy_says_drop() -> None:
                                   and g["candidate"]["seed"] == 1)]
     with pytest.raises(PairingError, match="1 pair.*lack a partner.*p/p03 seed 1.*drop-pair"):
         analyse(gen, scores, timings, ["treat"], S)
-    r = analyse(gen, scores, timings, ["treat"], StatsSettings(2000, 0.95, 0, "drop-pair"))
+    r = analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, "drop-pair"))
     assert r["comparisons"][0]["n_pairs"] == 23
     assert "dropped" in r["comparisons"][0]["notes"][0]
 
@@ -255,9 +256,9 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
     for r in scores:
         if r["arm"]["name"] == "treat":
             i = int(r["candidate"]["prompt_id"][1:])
-            r["scores"].update({k: {"value": 1.0 + v[i], "spec": NR} for k, v in diffs.items()})
+            r["scores"].update({k: {"value": 1.0 + v[i], "spec": NR, "decoded_with": "bt709"} for k, v in diffs.items()})
         else:
-            r["scores"].update({k: {"value": 1.0, "spec": NR} for k in diffs})
+            r["scores"].update({k: {"value": 1.0, "spec": NR, "decoded_with": "bt709"} for k in diffs})
     res = analyse(gen, scores, timings, ["treat"], S)
     ms = {m["metric"]: m for m in res["comparisons"][0]["metrics"] if m["metric"] in diffs}
     raw = {k: ttest_1samp(v, 0.0).pvalue for k, v in diffs.items()}
@@ -325,7 +326,7 @@ def test_sample_size_section_from_a_pilot() -> None:
     from pairflow.table import markdown
 
     gen, scores, timings = records(effect=0.02, prompts=4)
-    s = StatsSettings(2000, 0.95, 0, target_effects=(("q", 0.01),))
+    s = StatsSpec(2000, 0.95, 0, target_effects={"q": 0.01})
     res = analyse(gen, scores, timings, ["treat"], s)
     pl = metric(res, "q")["planning"]
     assert pl["sd_prompt"] == pytest.approx(metric(res, "q")["sd_prompt"])

@@ -12,13 +12,13 @@ import pytest
 from conftest import small_config
 
 from pairflow.candidates import candidates, panel_dir, record_path, task_identity
-from pairflow.config import study_from_raw
+from pairflow.config import StatsSpec, study_from_raw
 from pairflow.context import write_context
 from pairflow.provenance import provenance
 from pairflow.records import read_record
 from pairflow.stages.generation import generate_task
 from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
-from pairflow.stats import StatsSettings, analyse
+from pairflow.stats import analyse
 
 
 def _study(tmp: Path, model: Path, **timing: object):  # type: ignore[no-untyped-def]
@@ -81,7 +81,7 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
     assert len(skipped) == 2 and all(r["timing"]["latency_s"] is None for r in skipped)
     gen = [read_record(record_path(study, c)) for c in cs]
     scores = [{"candidate": g["candidate"], "arm": g["arm"], "scores": {}} for g in gen]
-    stats = analyse(gen, scores, list(recs.values()), ["pab"], StatsSettings(200, 0.95, 0))
+    stats = analyse(gen, scores, list(recs.values()), ["pab"], StatsSpec(200, 0.95, 0))
     lat = stats["comparisons"][0]["latency"]
     assert lat["n_pairs"] == 1 and lat["sampled_pairs"] == 1 and lat["pairs_over_max_cv"] == 1
     assert lat["control_cv_median"] == pytest.approx(recs[("control", timed[0]["candidate"]["prompt_id"])]

@@ -163,12 +163,18 @@ class EncoderSpec:
 
 @dataclass(frozen=True)
 class StatsSpec:
+    """The ``stats`` keys, as ``stats.analyse`` takes them. ``resamples`` and ``seed``:
+    the sign-flip check's Monte Carlo draws beyond exact enumeration (exact while 2^n <=
+    resamples); ``level``: the interval's confidence; ``missing``: ``error`` or
+    ``drop-pair`` for a pair without a partner; ``target_effects``: metric name to the
+    smallest difference worth detecting (sample-size section); ``power``: its target power."""
+
     resamples: int
     level: float
     seed: int
-    missing: str
+    missing: str = "error"
     power: float = 0.8
-    target_effects: dict[str, float] = field(default_factory=dict)
+    target_effects: dict[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,13 @@ carries the manifest roots of those records in its caption line.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .recordtypes import ScoreRecord, StudyStats, TimingRecord
 
 
 def _plt():  # type: ignore[no-untyped-def]
@@ -30,7 +33,13 @@ def _save(fig: Any, out: Path) -> None:
     _plt().close(fig)
 
 
-def forest_title(stats: dict[str, Any], name: str) -> str:
+def _err(point: float, ci: list[float | None]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bar around ``point`` for interval ``ci`` (None: no interval)."""
+    lo, hi = ci
+    return None if lo is None or hi is None else [[point - lo], [hi - point]]
+
+
+def forest_title(stats: StudyStats, name: str) -> str:
     """A forest panel's title: what is plotted and which way is better (a lower-is-better
     metric improves to the left of 0)."""
     from .table import direction
@@ -43,7 +52,7 @@ def forest_title(stats: dict[str, Any], name: str) -> str:
     return f"{name} vs control (value; {better})"
 
 
-def forest(stats: dict[str, Any], out: Path) -> None:
+def forest(stats: StudyStats, out: Path) -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
     plt = _plt()
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
@@ -55,8 +64,7 @@ def forest(stats: dict[str, Any], out: Path) -> None:
             if m is None:
                 continue
             point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-            err = None if m["ci"][0] is None else [[point - m["ci"][0]], [m["ci"][1] - point]]
-            ax.errorbar([point], [i], xerr=err, fmt="o", capsize=4)
+            ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4)
         ax.set_title(forest_title(stats, name), fontsize=9)
         if any(m["kind"] == "NR" for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
@@ -66,7 +74,7 @@ def forest(stats: dict[str, Any], out: Path) -> None:
     _save(fig, out)
 
 
-def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
+def latency(timing_records: Sequence[TimingRecord], out: Path) -> None:
     """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
     video's timed latency to the treatment's (log scale, so equal ratios look equal), with
     each arm's median marked. The pairing is what the speedup is computed over."""
@@ -74,9 +82,10 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
     lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
     for r in timing_records:
         c = r["candidate"]
-        if r["timing"].get("latency_s") is None:  # a pair outside the timing/pairs sample
+        seconds = r["timing"]["latency_s"]
+        if seconds is None:  # a pair outside the timing/pairs sample
             continue
-        lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = r["timing"]["latency_s"]
+        lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = seconds
     treatments = sorted(a for a in lat if a != "control")
     fig, axes = plt.subplots(1, max(1, len(treatments)), figsize=(2.6 * max(1, len(treatments)) + 0.6, 3.4),
                              squeeze=False, sharey=True)
@@ -101,7 +110,7 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
     _save(fig, out)
 
 
-def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
+def scatter(score_records: Sequence[ScoreRecord], out: Path) -> None:
     """Control value against treatment value, per no-reference metric and pair."""
     plt = _plt()
     table: dict[str, dict[tuple[str, str, int], dict[str, float]]] = defaultdict(dict)
@@ -130,7 +139,7 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
     _save(fig, out)
 
 
-def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
+def per_prompt(score_records: Sequence[ScoreRecord], out: Path) -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
     plt = _plt()
@@ -179,7 +188,7 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
     _save(fig, out)
 
 
-def pareto(stats: dict[str, Any], out: Path) -> None:
+def pareto(stats: StudyStats, out: Path) -> None:
     """Quality against cost per arm: for each metric, the paired difference [CI] (FR
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
@@ -193,15 +202,15 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
             nr = False
             for c in stats["comparisons"]:
                 m = next((m for m in c["metrics"] if m["metric"] == name), None)
-                x = c.get("compute") if what == "compute" else c["speedup"]
-                if m is None or not x:
+                compute = c["compute"]
+                x = ((compute["ratio"], compute["ci"]) if compute else None) if what == "compute" else (
+                    c["speedup"]["geomean"], c["speedup"]["ci"])
+                if m is None or x is None:
                     continue
                 nr = nr or m["kind"] == "NR"
                 point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-                xv = x["ratio"] if what == "compute" else x["geomean"]
-                yerr = None if m["ci"][0] is None else [[point - m["ci"][0]], [m["ci"][1] - point]]
-                xerr = None if x["ci"][0] is None else [[xv - x["ci"][0]], [x["ci"][1] - xv]]
-                ax.errorbar([xv], [point], xerr=xerr, yerr=yerr, fmt="o", capsize=3)
+                xv, xci = x
+                ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3)
                 ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points")
             if nr:
                 ax.scatter([1.0], [0.0], marker="s", color="black")
@@ -222,7 +231,7 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
     _save(fig, out)
 
 
-def _pareto_title(stats: dict[str, Any], name: str, nr: bool) -> str:
+def _pareto_title(stats: StudyStats, name: str, nr: bool) -> str:
     """A Pareto panel's title: the metric, what its axis shows and which way is better."""
     from .table import direction
 

@@ -268,7 +268,7 @@ class ScoreRecord(_Sealed):
 TimedTiming = TypedDict("TimedTiming", {
     "pass": Literal["timed"],
     "latency_s": float | None,  # None exactly when the pair was not sampled
-    "pairs": int | Literal["all"],
+    "pairs": int | str,  # a count, or "all" (the schema allows only those)
     "seed": int,
     "seconds": NotRequired[list[float]],
     "rounds": NotRequired[list[int]],

@@ -17,6 +17,7 @@ from typing import Any
 
 from .config import StudySpec
 from .layout import Layout
+from .recordtypes import GenerationRecord, ScoreRecord, TimingRecord
 
 
 def replicate_study(study: StudySpec, rep: str) -> StudySpec:
@@ -24,11 +25,11 @@ def replicate_study(study: StudySpec, rep: str) -> StudySpec:
     return dataclasses.replace(study, scratch=Layout(study.scratch).replicate(rep).scratch)
 
 
-def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]]
+def noise_report(runs: dict[str, tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]]
                  ) -> dict[str, Any]:
     """Compare runs. ``runs['original']`` and each replicate hold (generation, score,
     timing) records of the same candidates."""
-    def key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+    def key(r: GenerationRecord | ScoreRecord | TimingRecord) -> tuple[str, str, str, int]:
         c = r["candidate"]
         return (c["panel"], r["arm"]["name"], c["prompt_id"], int(c["seed"]))
 
@@ -41,9 +42,9 @@ def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]
             identical += r["video"]["digest"] == orig_gen[key(r)]["video"]["digest"]
     values: dict[str, dict[tuple[str, str, str, int], list[float]]] = {}
     for _name, (_g, scores, _t) in runs.items():
-        for r in scores:
-            for metric, s in r["scores"].items():
-                values.setdefault(metric, {}).setdefault(key(r), []).append(s["value"])
+        for sr in scores:
+            for metric, s in sr["scores"].items():
+                values.setdefault(metric, {}).setdefault(key(sr), []).append(s["value"])
     floors = {}
     for metric, by in sorted(values.items()):
         spreads = [max(v) - min(v) for v in by.values()]
@@ -53,11 +54,12 @@ def noise_report(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]
     lat: dict[tuple[str, str, str, int], list[float]] = {}
     within = []
     for _name, (_g, _s, timings) in runs.items():
-        for r in timings:
-            if r["timing"].get("latency_s") is None:  # a pair outside the timing/pairs sample
+        for t in timings:
+            seconds = t["timing"]["latency_s"]
+            if seconds is None:  # a pair outside the timing/pairs sample
                 continue
-            lat.setdefault(key(r), []).append(r["timing"]["latency_s"])
-            xs = r["timing"]["seconds"]
+            lat.setdefault(key(t), []).append(seconds)
+            xs = t["timing"].get("seconds", [])
             if len(xs) > 1:
                 within.append(statistics.stdev(xs) / statistics.mean(xs))
     across = [statistics.stdev(v) / statistics.mean(v) for v in lat.values() if len(v) > 1]

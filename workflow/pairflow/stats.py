@@ -37,12 +37,25 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from .config import StatsSpec
 from .errors import IntegrityError, PairingError, StatsError
+from .recordtypes import (
+    Comparison,
+    ComputeFields,
+    ComputeSummary,
+    GenerationRecord,
+    MetricResult,
+    Planning,
+    ScoreRecord,
+    ScoringSetup,
+    StudyStats,
+    TimingRecord,
+)
 
 ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control; "
             "summary: mean over prompts; CI: Student t-interval over prompts (df = prompts - 1); "
@@ -50,32 +63,21 @@ ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment
             "Holm-adjusted across metrics; exact sign-flip p reported as a distribution-free check")
 PROCEDURE = "t"
 """Interval/test procedure written into every statistics file."""
-COMPARABLE = (("model", ("model", "weights")), ("encoder fingerprint", ("encoder", "fingerprint", "digest")),
-              ("encoder recipe", ("encoder", "recipe_digest")), ("frames", ("generation", "frames")),
-              ("height", ("generation", "height")), ("width", ("generation", "width")),
-              ("steps", ("generation", "steps")))
+COMPARABLE: tuple[tuple[str, Callable[[GenerationRecord], object]], ...] = (
+    ("model", lambda r: r["model"]["weights"]),
+    ("encoder fingerprint", lambda r: r["encoder"]["fingerprint"]["digest"]),
+    ("encoder recipe", lambda r: r["encoder"]["recipe_digest"]),
+    ("frames", lambda r: r["generation"]["frames"]),
+    ("height", lambda r: r["generation"]["height"]),
+    ("width", lambda r: r["generation"]["width"]),
+    ("steps", lambda r: r["generation"]["steps"]))
 """Fields on which a treatment's records must equal their control's to be compared."""
 
-
-@dataclass(frozen=True)
-class StatsSettings:
-    """``resamples`` and ``seed``: the sign-flip check's Monte Carlo draws beyond exact
-    enumeration (exact while 2^n <= resamples). ``target_effects``: metric name to the
-    smallest difference worth detecting, for the sample-size section; ``power``: its
-    target power."""
-
-    resamples: int
-    level: float
-    seed: int
-    missing: str = "error"
-    target_effects: tuple[tuple[str, float], ...] = ()
-    power: float = 0.8
-
-
-def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        record = record[key]
-    return record
+_R = TypeVar("_R", GenerationRecord, ScoreRecord, TimingRecord)
+Key = tuple[str, int]
+"""A pair's key in an index: ("<panel>/<prompt id>", seed)."""
+Index = dict[str, dict[Key, _R]]
+"""Records by arm name, then by pair key (``index``)."""
 
 
 def _per_prompt(values: dict[tuple[str, int], float]) -> np.ndarray:
@@ -121,10 +123,10 @@ def _interval(x: np.ndarray, level: float) -> tuple[float | None, float | None, 
 
 def signflip_min_p(n: int) -> float:
     """Smallest two-sided p an exact sign-flip test can reach with ``n`` prompts: 2 / 2^n."""
-    return min(1.0, 2.0 / 2 ** n)
+    return min(1.0, math.ldexp(1.0, 1 - n))  # 2 * 2^-n, exact
 
 
-def _signflip_p(x: np.ndarray, s: StatsSettings) -> float | None:
+def _signflip_p(x: np.ndarray, s: StatsSpec) -> float | None:
     """Exact (2^n <= resamples) or Monte Carlo sign-flip permutation p of mean 0."""
     from scipy.stats import permutation_test
 
@@ -201,9 +203,9 @@ def holm(pvalues: list[float]) -> list[float]:
     return adjusted
 
 
-def _check_comparable(ctrl: dict[str, Any], treat: dict[str, Any]) -> None:
-    for label, path in COMPARABLE:
-        a, b = _get(ctrl, path), _get(treat, path)
+def _check_comparable(ctrl: GenerationRecord, treat: GenerationRecord) -> None:
+    for label, field in COMPARABLE:
+        a, b = field(ctrl), field(treat)
         if a != b:
             raise PairingError(
                 f"arms {ctrl['arm']['name']!r} and {treat['arm']['name']!r} are not comparable: "
@@ -211,10 +213,8 @@ def _check_comparable(ctrl: dict[str, Any], treat: dict[str, Any]) -> None:
                 f"{ctrl['candidate']['seed']}: {a!r} vs {b!r}; regenerate both arms with one setup")
 
 
-Index = dict[str, dict[tuple[str, int], dict[str, Any]]]
-
-
-def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsSettings) -> dict[str, Any]:
+def compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: Index[TimingRecord], treatment: str,
+            s: StatsSpec) -> Comparison:
     """Compare one treatment against control.
 
     ``gen[arm][(prompt_id, seed)]`` is a generation record, ``scores[arm][...]`` a score
@@ -239,8 +239,8 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     compute = _compute(gen, treatment, keys, s)
     flags = no_effect_flags(gen, treatment, keys, compute)
     scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
-    metrics = []
-    names = sorted(set().union(*(scores[treatment][k]["scores"] for k in keys)))
+    metrics: list[MetricResult] = []
+    names = sorted(set[str]().union(*(scores[treatment][k]["scores"] for k in keys)))
     targets = dict(s.target_effects)
     for name in names:
         subset = _static_subset(scores, treatment, keys, name, notes)
@@ -248,6 +248,8 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
             continue
         spec = scores[treatment][subset[0]]["scores"][name]["spec"]
         t = {k: scores[treatment][k]["scores"][name]["value"] for k in subset}
+        c_mean: float | None
+        wins: float | None
         if spec["kind"] == "FR":  # fidelity: the control's own value is the identity, not a score
             diff = _per_prompt(t)
             c_mean, t_mean = None, float(diff.mean())
@@ -271,8 +273,8 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
                         "win_rate": wins,
                         "verdict": _verdict(lo, hi, spec["higher_is_better"]) if tested else None,
                         "planning": _planning(diff, targets.get(name), s) if tested else None})
-    tested_metrics = [m for m in metrics if m["p_value"] is not None]
-    for m, p in zip(tested_metrics, holm([m["p_value"] for m in tested_metrics]), strict=True):
+    with_p = [(m, m["p_value"]) for m in metrics if m["p_value"] is not None]
+    for (m, _), p in zip(with_p, holm([p for _, p in with_p]), strict=True):
         m["p_holm"] = p
     notes += _small_n_notes(metrics, s.level)
     for arm in ("control", treatment):
@@ -281,13 +283,13 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
             raise PairingError(f"{arm}: no timed-pass latency for prompt {absent[0][0]} seed {absent[0][1]} "
                                "(and maybe others); latency is reported only from the timed pass, rerun it")
     # timing/pairs: N times a seeded sample of pairs; the others carry no latency.
-    sampled = [k for k in keys if all(timings[a][k].get("sampled", True) for a in ("control", treatment))]
+    sampled = [k for k in keys if all(timings[a][k]["sampled"] for a in ("control", treatment))]
     if len(sampled) < len(keys):
         notes.append(f"latency: from a seeded sample of {len(sampled)} of {len(keys)} pair(s) (timing/pairs); the "
                      "speedup's interval rests on the sampled prompts only")
     # A timed run that computed other frames than the bulk run timed another computation:
     # that pair's latency is dropped (and said so), never reported.
-    differ = [k for k in sampled if any(timings[a][k].get("matches_bulk_frames") is not True
+    differ = [k for k in sampled if any(timings[a][k]["matches_bulk_frames"] is not True
                                         for a in ("control", treatment))]
     timed = [k for k in sampled if k not in differ]
     if differ:
@@ -296,8 +298,8 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
     if not timed:
         raise PairingError(f"{treatment}: no pair has a timed run that computed the bulk run's frames; latency "
                            "cannot be reported. Rerun the timed pass on the same stack as the bulk run")
-    lat_c = {k: timings["control"][k]["timing"]["latency_s"] for k in timed}
-    lat_t = {k: timings[treatment][k]["timing"]["latency_s"] for k in timed}
+    lat_c = {k: _latency(timings["control"][k]) for k in timed}
+    lat_t = {k: _latency(timings[treatment][k]) for k in timed}
     cvs = {a: [timings[a][k]["timing"].get("cv") for k in timed] for a in ("control", treatment)}
     over_cv = sum(1 for k in timed if any(timings[a][k]["timing"].get("over_max_cv") for a in ("control", treatment)))
     if over_cv:
@@ -325,61 +327,89 @@ def compare(gen: Index, scores: Index, timings: Index, treatment: str, s: StatsS
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
                     "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
         "compute": compute,
-        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"].get("kinds", [])}),
+        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
     }
+
+
+def _latency(r: TimingRecord) -> float:
+    """A sampled timing's latency (the schema makes it a number when ``sampled`` is true)."""
+    latency = r["timing"]["latency_s"]
+    if latency is None:
+        raise IntegrityError(f"timing record of {r['candidate']['candidate_id']} is sampled but has no latency; "
+                             "rerun the timed pass")
+    return latency
 
 
 NO_EFFECT = "this arm changed nothing"
 """How every no-effect flag begins (the table marks the arm's row with it)."""
 
 
-def no_effect_flags(gen: Index, treatment: str, keys: list[Any], compute: dict[str, Any] | None) -> list[str]:
+def no_effect_flags(gen: Index[GenerationRecord], treatment: str, keys: list[Key],
+                    compute: ComputeSummary | None) -> list[str]:
     """Flags for an arm that changed nothing: every video bit-identical to control's
     (raw frames where recorded, else the encoded file), or a cache arm whose counted
     block and attention skips are zero on every video (a cache that never engaged)."""
-    def same(k: Any) -> bool:
+    def same(k: Key) -> bool:
         a, b = gen["control"][k]["video"], gen[treatment][k]["video"]
-        field = "raw_digest" if "raw_digest" in a and "raw_digest" in b else "digest"
-        return bool(a[field] == b[field])
+        return a["raw_digest"] == b["raw_digest"]  # the uncompressed frames, bit for bit
 
     flags = []
     if all(same(k) for k in keys):
         flags.append(f"{NO_EFFECT}: every video is bit-identical to control's")
-    cached = all("cache" in gen[treatment][k]["arm"].get("kinds", []) for k in keys)
+    cached = all("cache" in gen[treatment][k]["arm"]["kinds"] for k in keys)
     if cached and compute is not None and compute["blocks_skipped"] == 0 and compute["attention_skipped"] == 0:
         flags.append(f"{NO_EFFECT}: its cache skipped no transformer block and no attention call on any of "
                      f"{len(keys)} videos (counted by hooks on the blocks); it cannot be faster or differ")
     return flags
 
 
-def _compute(gen: Index, treatment: str, keys: list[Any], s: StatsSettings) -> dict[str, Any] | None:
+def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: StatsSpec) -> ComputeSummary | None:
     """Compute ratio (treatment FLOPs / control FLOPs; FLOPs = transformer work plus any
     search verifier's) as a geometric mean over prompts of the per-prompt geometric mean
     over seeds, with the t-interval on the log scale (as the speedup), and the counted
     block and attention forwards. None when the records carry no compute counts. Raises
     PairingError when a pair's arms started from latents of different shapes (their noise
     was not shared)."""
-    if not all(gen[a][k].get("compute") for a in ("control", treatment) for k in keys):
+    counted = {a: {k: gen[a][k]["compute"] for k in keys} for a in ("control", treatment)}
+    ctrl, treat = counted["control"], counted[treatment]
+    c0 = ctrl[keys[0]] if keys else None
+    if c0 is None or not all(ctrl.values()) or not all(treat.values()):
         return None
     for k in keys:
-        a, b = gen["control"][k]["compute"].get("latent_shape"), gen[treatment][k]["compute"].get("latent_shape")
+        a, b = _counts(ctrl[k]).get("latent_shape"), _counts(treat[k]).get("latent_shape")
         if a != b:
             raise PairingError(f"{treatment}: prompt {k[0]} seed {k[1]} started from latents of shape {b}, control "
                                f"from {a}; the pair did not share its initial noise. Use a model with the same "
                                "latent layout")
-    work = {a: {k: gen[a][k]["compute"]["work_flops"] for k in keys} for a in ("control", treatment)}
+    work = {a: {k: float(_counts(v).get("work_flops", 0.0)) for k, v in counted[a].items()}
+            for a in ("control", treatment)}
     if any(v <= 0 for v in work["control"].values()):
         return None
     log_ratio = _per_prompt({k: math.log(work[treatment][k] / work["control"][k]) for k in keys})
     lo, hi, _p = _interval(log_ratio, s.level)
-    total = {f: sum(int(gen[treatment][k]["compute"].get(f, 0)) for k in keys)
-             for f in ("blocks_computed", "blocks_skipped", "attention_computed", "attention_skipped", "generations")}
+
+    def total(a: str, f: Literal["blocks_computed", "blocks_skipped", "attention_computed", "attention_skipped",
+                                 "generations"]) -> int:
+        return sum(int(_counts(v).get(f, 0)) for v in counted[a].values())
+
     return {"ratio": float(math.exp(log_ratio.mean())),
             "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)],
             "control_flops_mean": float(np.mean(list(work["control"].values()))),
             "treatment_flops_mean": float(np.mean(list(work[treatment].values()))),
-            "control_blocks_computed": sum(int(gen["control"][k]["compute"]["blocks_computed"]) for k in keys),
-            **total, "counter": gen["control"][keys[0]]["compute"].get("counter")}
+            "control_blocks_computed": total("control", "blocks_computed"),
+            "blocks_computed": total(treatment, "blocks_computed"),
+            "blocks_skipped": total(treatment, "blocks_skipped"),
+            "attention_computed": total(treatment, "attention_computed"),
+            "attention_skipped": total(treatment, "attention_skipped"),
+            "generations": total(treatment, "generations"),
+            "counter": c0.get("counter")}
+
+
+def _counts(c: ComputeFields | None) -> ComputeFields:
+    """A record's compute counts, known present (``_compute`` returns early otherwise)."""
+    if c is None:
+        raise PairingError("a generation record without compute counts reached the compute ratio")
+    return c
 
 
 def _median_or_none(xs: list[float | None]) -> float | None:
@@ -396,7 +426,7 @@ def _verdict(lo: float | None, hi: float | None, higher_is_better: bool) -> str:
     return "no detectable difference"
 
 
-def _planning(diff: np.ndarray, target: float | None, s: StatsSettings) -> dict[str, Any]:
+def _planning(diff: np.ndarray, target: float | None, s: StatsSpec) -> Planning:
     """Sample size from this study as a pilot: the per-prompt standard deviation of the
     difference, the smallest effect detectable with ``s.power`` at this prompt count,
     and, for a metric with a target effect, the prompts needed to detect it."""
@@ -408,7 +438,7 @@ def _planning(diff: np.ndarray, target: float | None, s: StatsSettings) -> dict[
                                                                                           s.power)}
 
 
-def _small_n_notes(metrics: list[dict[str, Any]], level: float) -> list[str]:
+def _small_n_notes(metrics: list[MetricResult], level: float) -> list[str]:
     """Say where a prompt count is too small for a distribution-free test to reach the
     level, or for any interval at all."""
     out = []
@@ -426,12 +456,16 @@ def _small_n_notes(metrics: list[dict[str, Any]], level: float) -> list[str]:
     return out
 
 
-def _static_subset(scores: Index, treatment: str, keys: list[Any], name: str, notes: list[str]) -> list[Any]:
+def _static_subset(scores: Index[ScoreRecord], treatment: str, keys: list[Key], name: str,
+                   notes: list[str]) -> list[Key]:
     """The pairs a metric is analysed on. For a score flagged with VBench's static filter
     (``static``, written under ``scoring/static_filter: intersection``), only pairs whose
     control and treatment videos are both static: the same subset for both arms."""
-    flags = [(scores["control"][k]["scores"].get(name, {}).get("static"),
-              scores[treatment][k]["scores"][name].get("static")) for k in keys]
+    def static(arm: str, k: Key) -> bool | None:
+        entry = scores[arm][k]["scores"].get(name)
+        return None if entry is None else entry.get("static")
+
+    flags = [(static("control", k), static(treatment, k)) for k in keys]
     if all(c is None and t is None for c, t in flags):
         return keys
     if any(c is None or t is None for c, t in flags):
@@ -442,33 +476,32 @@ def _static_subset(scores: Index, treatment: str, keys: list[Any], name: str, no
     return kept
 
 
-def _scoring_setup(score_records: list[dict[str, Any]]) -> dict[str, Any]:
+def _scoring_setup(score_records: list[ScoreRecord]) -> ScoringSetup:
     """How both arms were scored. Raises PairingError when the arms' score records come
     from different scorer builds (code, weights, device, precision or process layout):
     a paired difference must not mix scorers."""
-    builds = {r.get("scorer", {}).get("digest") for r in score_records}
+    builds = {r["scorer"]["digest"] for r in score_records}
     if len(builds) > 1:
         raise PairingError(f"score records of one comparison come from {len(builds)} different scorer builds "
-                           f"({sorted(str(b) for b in builds)}); rescore the panel so both arms share one build "
+                           f"({sorted(builds)}); rescore the panel so both arms share one build "
                            "(snakemake --forcerun score_panel)")
-    first = score_records[0] if score_records else {}
+    first = score_records[0]["scorer"] if score_records else None
+    names = sorted({n for r in score_records for n in r["scores"]})
     return {"scorer_build": next(iter(builds), None),
-            "weights_origin": first.get("scorer", {}).get("weights_origin"),
-            "device": first.get("scorer", {}).get("device"), "precision": first.get("scorer", {}).get("precision"),
-            "compared_frames": sorted({str(r.get("compared_frames")) for r in score_records}),
-            "static_filter": sorted({str(r.get("static_filter", {}).get("temporal_flickering", "none"))
-                                     for r in score_records}),
-            "decoding": {name: sorted({str(s.get("decoded_with", "bt709")) for r in score_records
-                                       for n, s in r.get("scores", {}).items() if n == name})
-                         for name in sorted({n for r in score_records for n in r.get("scores", {})})}}
+            "weights_origin": first["weights_origin"] if first else None,
+            "device": first["device"] if first else None, "precision": first["precision"] if first else None,
+            "compared_frames": sorted({r["compared_frames"] for r in score_records}),
+            "static_filter": sorted({r["static_filter"]["temporal_flickering"] for r in score_records}),
+            "decoding": {name: sorted({r["scores"][name]["decoded_with"] for r in score_records
+                                       if name in r["scores"]}) for name in names}}
 
 
-def index(records: list[dict[str, Any]]) -> Index:
+def index(records: Sequence[_R]) -> Index[_R]:
     """Group records by arm and (prompt id, seed); a duplicate key is an error.
 
     Keys include the panel so a study-level index keeps panels apart.
     """
-    out: Index = defaultdict(dict)
+    out: Index[_R] = defaultdict(dict)
     for r in records:
         cand = r["candidate"]
         key = (f"{cand['panel']}/{cand['prompt_id']}", int(cand["seed"]))
@@ -480,8 +513,8 @@ def index(records: list[dict[str, Any]]) -> Index:
     return dict(out)
 
 
-def analyse(gen_records: list[dict[str, Any]], score_records: list[dict[str, Any]],
-            timing_records: list[dict[str, Any]], treatments: list[str], s: StatsSettings) -> dict[str, Any]:
+def analyse(gen_records: Sequence[GenerationRecord], score_records: Sequence[ScoreRecord],
+            timing_records: Sequence[TimingRecord], treatments: list[str], s: StatsSpec) -> StudyStats:
     """Every treatment against control. Result is independent of record order."""
     check_streams(gen_records)
     gen, scores, timings = index(gen_records), index(score_records), index(timing_records)
@@ -492,7 +525,7 @@ def analyse(gen_records: list[dict[str, Any]], score_records: list[dict[str, Any
             "comparisons": [compare(gen, scores, timings, t, s) for t in treatments]}
 
 
-def noise_flags(stats: dict[str, Any], floors: dict[str, dict[str, Any]]) -> list[str]:
+def noise_flags(stats: StudyStats, floors: dict[str, dict[str, Any]]) -> list[str]:
     """Say, per treatment and metric, whether a paired difference is within the noise
     floor measured by repeatability reruns (max range of a candidate's score across
     runs). A difference whose whole interval lies inside ±floor is indistinguishable
@@ -515,7 +548,7 @@ def noise_flags(stats: dict[str, Any], floors: dict[str, dict[str, Any]]) -> lis
     return out
 
 
-def check_streams(records: list[dict[str, Any]]) -> None:
+def check_streams(records: Sequence[GenerationRecord]) -> None:
     """Refuse records of different pairs that replayed one random stream (a seeding bug or
     two workers handed the same stream): the arms of one pair share a stream, nothing else.
     """

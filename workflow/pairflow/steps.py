@@ -18,6 +18,7 @@ from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_obj
 from .records import build_manifest, read_record, write_manifest
+from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _log_uncaught() -> None:
     sys.excepthook = hook
 
 
-Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
+Records = tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]
 
 
 def panel_records(study: StudySpec, panels: list[str]) -> Records:
@@ -67,29 +68,21 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
     from .stages.timing import timing_path
 
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
-    gen = [read_record(record_path(study, c)) for c in cs]
-    linked = []
-    for where in (score_path, timing_path):
-        recs = [read_record(where(study, c)) for c in cs]
+    gen = [read_record(record_path(study, c), "generation") for c in cs]
+    scores = [read_record(score_path(study, c), "score") for c in cs]
+    timings = [read_record(timing_path(study, c), "timing") for c in cs]
+    for where, recs in ((score_path, scores), (timing_path, timings)):
         for c, g, r in zip(cs, gen, recs, strict=True):
-            if r.get("generation_record_digest") != g["record_digest"]:
+            if r["generation_record_digest"] != g.get("record_digest"):
                 raise IntegrityError(
-                    f"{where(study, c)}: names generation record {r.get('generation_record_digest')}, but the "
-                    f"current record {record_path(study, c)} is {g['record_digest']}; it was computed from another "
-                    "generation of the candidate. Rerun the workflow (snakemake --profile profiles/local): it "
-                    "recomputes records whose generation record changed")
-        linked.append(recs)
-    return gen, linked[0], linked[1]
+                    f"{where(study, c)}: names generation record {r['generation_record_digest']}, but the "
+                    f"current record {record_path(study, c)} is {g.get('record_digest')}; it was computed from "
+                    "another generation of the candidate. Rerun the workflow (snakemake --profile profiles/local): "
+                    "it recomputes records whose generation record changed")
+    return gen, scores, timings
 
 
-def _settings(study: StudySpec) -> Any:
-    from .stats import StatsSettings
-
-    return StatsSettings(study.stats.resamples, study.stats.level, study.stats.seed, study.stats.missing,
-                         tuple(sorted(study.stats.target_effects.items())), study.stats.power)
-
-
-def _write_stats(stats: dict[str, Any], out_json: Path, out_md: Path, title: str,
+def _write_stats(stats: StudyStats, out_json: Path, out_md: Path, title: str,
                  provenance: dict[str, str]) -> None:
     """Statistics as JSON, the table as Markdown, and the same table as HTML beside it."""
     from .table import html, markdown
@@ -135,12 +128,13 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
         # A panel's numbers are bound to its own manifests and its own timing records, so
         # re-timing another panel leaves this panel's statistics byte-identical.
         prov = {k: v for k, v in roots.items() if k.endswith(f":{name}")}
-        prov[f"timing:{name}"] = digest_obj(sorted(r["record_digest"] for r in recs[2]))
-        _write_stats(analyse(*recs, treatments, _settings(study)), pdir / "stats.json", pdir / "table.md",
+        prov[f"timing:{name}"] = digest_obj(sorted(str(r.get("record_digest")) for r in recs[2]))
+        _write_stats(analyse(*recs, treatments, study.stats), pdir / "stats.json", pdir / "table.md",
                      f"{study.study} / panel {name}", prov)
         files += [pdir / "stats.json", pdir / "table.md", pdir / "table.html"]
-    pooled = tuple(sum((list(r[i]) for r in by_panel.values()), []) for i in range(3))
-    _write_stats(analyse(*pooled, treatments, _settings(study)), out_json, out_md, f"{study.study}: study table",
+    pooled: Records = ([g for r in by_panel.values() for g in r[0]], [s for r in by_panel.values() for s in r[1]],
+                       [t for r in by_panel.values() for t in r[2]])
+    _write_stats(analyse(*pooled, treatments, study.stats), out_json, out_md, f"{study.study}: study table",
                  roots)
     manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
                                                        *files],

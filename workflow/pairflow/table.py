@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .recordtypes import ComputeSummary, MetricResult, StudyStats
 from .stats import NO_EFFECT
 
 
@@ -36,19 +37,19 @@ def metric_header(name: str, kind: str, higher_is_better: bool) -> str:
     return f"{what} [CI], {direction(higher_is_better)}"
 
 
-def column_decimals(ms: list[dict[str, Any]]) -> int:
+def column_decimals(ms: list[MetricResult]) -> int:
     """One fixed number of decimals for a column: two significant digits of its narrowest
     interval's half-width (1 to 6), so every estimate in the column reads alike and no
     digit is shown that the interval does not support."""
     import math
 
-    halves = [(m["ci"][1] - m["ci"][0]) / 2 for m in ms if m["ci"][0] is not None and m["ci"][1] > m["ci"][0]]
+    halves = [(hi - lo) / 2 for lo, hi in (m["ci"] for m in ms) if lo is not None and hi is not None and hi > lo]
     if not halves:
         return 4
     return max(1, min(6, 1 - math.floor(math.log10(min(halves)))))
 
 
-def cell(m: dict[str, Any], level: float, decimals: int | None = None) -> str:
+def cell(m: MetricResult, level: float, decimals: int | None = None) -> str:
     """One metric's cell: the paired difference (value, for FR metrics) with its interval
     at ``decimals`` fixed decimals (default: the cell's own), the t-test p and its Holm
     adjustment, the win rate in the metric's direction, and a warning where the prompt
@@ -68,7 +69,7 @@ def cell(m: dict[str, Any], level: float, decimals: int | None = None) -> str:
     return out
 
 
-def table(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     """The paper-style table: a header and one row per treatment, every cell a paired
     estimate with its interval."""
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
@@ -103,7 +104,7 @@ def ratio(point: float, ci: list[float | None]) -> str:
     return f"{point:.3f}× " + ("[no CI]" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]")
 
 
-def compute_cell(compute: dict[str, Any] | None) -> str:
+def compute_cell(compute: ComputeSummary | None) -> str:
     """The compute ratio cell: treatment / control FLOPs with its interval and the block
     forwards the arm skipped; ``n/a`` for records without compute counts."""
     if not compute:
@@ -113,7 +114,7 @@ def compute_cell(compute: dict[str, Any] | None) -> str:
     return ratio(compute["ratio"], compute["ci"]) + f"; skipped {skipped}/{total} blocks"
 
 
-def pareto(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     """Quality against cost, one row per arm: its kinds of change, compute ratio [CI],
     measured speedup [CI], and each NR metric's paired difference [CI] (FR metrics: the
     value against control). ``front`` names the metrics on which no other arm (control
@@ -133,21 +134,22 @@ def pareto(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _point(m: dict[str, Any]) -> float | None:
+def _point(m: MetricResult) -> float:
     return m["diff"] if m["diff"] is not None else m["treatment_mean"]
 
 
-def on_front(stats: dict[str, Any], arm: str, metric: str) -> bool:
+def on_front(stats: StudyStats, arm: str, metric: str) -> bool:
     """Whether ``arm`` is Pareto-optimal for ``metric`` against compute ratio: no other
     arm (control: ratio 1, Δ 0; NR metrics only for control) is at least as cheap and at
     least as good with one of the two strictly. Point estimates; read with the intervals."""
     points = {}
     for c in stats["comparisons"]:
         m = next((m for m in c["metrics"] if m["metric"] == metric), None)
-        if m is None or not c.get("compute") or _point(m) is None:
+        compute = c["compute"]
+        if m is None or not compute:
             continue
         sign = 1 if m["higher_is_better"] else -1
-        points[c["treatment"]] = (c["compute"]["ratio"], sign * _point(m))
+        points[c["treatment"]] = (compute["ratio"], sign * _point(m))
         if m["kind"] == "NR":
             points["control"] = (1.0, 0.0)
     if arm not in points:
@@ -161,7 +163,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def planning(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     """Sample size from this study as a pilot, per arm and tested metric: per-prompt
     standard deviation of the difference, the effect detectable at this prompt count, and
     the prompts needed for each ``stats.target_effects`` entry."""
@@ -181,7 +183,7 @@ def planning(stats: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _notes(stats: dict[str, Any]) -> list[str]:
+def _notes(stats: StudyStats) -> list[str]:
     notes = [f"{c['treatment']}: {f}" for c in stats["comparisons"] for f in c["flags"] + c["notes"]]
     passes = ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
     setups = [c.get("scoring", {}) for c in stats["comparisons"]]
@@ -252,13 +254,13 @@ def _html_table(title: str, text: str, table_: tuple[list[str], list[list[str]]]
             *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows), "</table>"]
 
 
-def _intervals(stats: dict[str, Any]) -> str:
+def _intervals(stats: StudyStats) -> str:
     return (f"{stats['level']:.0%} Student t over prompts, test = the same t procedure inverted, Holm across "
             f"metrics; sign-flip check with up to {stats['resamples']} resamples (exact while 2^n is fewer), "
             f"seed {stats['seed']}")
 
 
-def _html_planning(stats: dict[str, Any], escape: Any) -> list[str]:
+def _html_planning(stats: StudyStats, escape: Any) -> list[str]:
     head, rows = planning(stats)
     if not rows:
         return []
@@ -267,7 +269,7 @@ def _html_planning(stats: dict[str, Any], escape: Any) -> list[str]:
             *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows), "</table>"]
 
 
-def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
+def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     """Render ``stats`` (from ``stats.analyse``) as Markdown, with the manifest roots
     every number came from."""
     head, rows = table(stats)
@@ -290,7 +292,7 @@ def markdown(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> s
     return "\n".join(lines) + "\n"
 
 
-def html(stats: dict[str, Any], title: str, provenance: dict[str, str]) -> str:
+def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     """The same content as ``markdown`` as a standalone HTML page (for Snakemake's report)."""
     from html import escape
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..candidates import (
     Candidate,
@@ -24,27 +24,50 @@ from ..candidates import (
     telemetry_path,
     video_path,
 )
-from ..config import StudySpec
+from ..config import GenerationSpec, StudySpec
 from ..context import load_context, write_context
 from ..errors import PairFlowError
 from ..fleet import Grant
 from ..locks import hold
 from ..provenance import arm_record, provenance
 from ..records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
+from ..recordtypes import (
+    CandidateFields,
+    ComputeFields,
+    GenerationRecord,
+    GenerationSettings,
+    Provenance,
+    VideoFields,
+)
 from ..stats import check_streams
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
 
 
-def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> dict[str, Any] | None:
+def candidate_fields(c: Candidate) -> CandidateFields:
+    """What a record says of its candidate: its key, id, stream seed and prompt text."""
+    k = c.key
+    return {"study": k.study, "panel": k.panel, "prompt_id": k.prompt_id, "prompt_digest": k.prompt_digest,
+            "seed": k.seed, "arm": k.arm, "arm_digest": k.arm_digest, "model_digest": k.model_digest,
+            "candidate_id": k.candidate_id, "stream_seed": k.stream_seed, "prompt": c.prompt.text}
+
+
+def generation_settings(g: GenerationSpec) -> GenerationSettings:
+    """``config.GenerationSpec`` as records carry it."""
+    return {"frames": g.frames, "height": g.height, "width": g.width, "steps": g.steps, "guidance": g.guidance,
+            "fps": g.fps, "dtype": g.dtype, "threads": g.threads, "negative_prompt": g.negative_prompt,
+            "max_text_tokens": g.max_text_tokens}
+
+
+def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> GenerationRecord | None:
     """The candidate's record when it and its video verify and match the candidate's
     identity and encoder recipe; None when the candidate must be (re)generated."""
     path = record_path(study, c)
     if not path.exists():
         return None
     try:
-        record = read_record(path)
+        record = read_record(path, "generation")
         check_video(record, path)
     except PairFlowError as e:
         log.warning("will regenerate: %s", e)
@@ -90,19 +113,20 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
     encode_s = time.perf_counter() - started
-    record = {
+    prov: Provenance = shared["provenance"]
+    record: GenerationRecord = {
         "kind": "generation",
-        "candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id,
-                      "stream_seed": c.key.stream_seed, "prompt": c.prompt.text},
+        "candidate": candidate_fields(c),
         "arm": arm_record(c.arm),
-        "generation": study.generation.__dict__,
+        "generation": generation_settings(study.generation),
         # What this arm ran with: the study's generation settings with its overrides.
-        "effective_generation": g.effective_generation(c.arm, study.generation).__dict__,
+        "effective_generation": generation_settings(g.effective_generation(c.arm, study.generation)),
         "pipeline": g.pipeline_info(pipe, tokens),
-        "compute": result.compute,
+        "compute": cast(ComputeFields, result.compute),
         # The video's path is relative to the panel directory, so records stay valid when a
         # scratch tree is moved and compare equal across sites.
-        "video": {**info.asdict(), "path": video_path(study, c).relative_to(panel_dir(study, c.key.panel)).as_posix()},
+        "video": cast(VideoFields, {**info.asdict(), "path": video_path(study, c).relative_to(
+            panel_dir(study, c.key.panel)).as_posix()}),
         "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
         # import_s and load_s are what this task spent importing and loading (0 when the
         # worker's warm-up task or an earlier task already did); the warm-up's own figures
@@ -111,10 +135,12 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                    "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
         "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
                    "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
-        **shared["provenance"],
+        "code": prov["code"], "environment": prov["environment"], "model": prov["model"],
+        "encoder": prov["encoder"], "config_digest": prov["config_digest"], "site": prov["site"],
     }
     if c.arm.search is not None:
-        record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier, "chosen": result.chosen,
+        record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier,
+                            "chosen": cast(int, result.chosen),  # a search always chooses (arms.run_arm)
                             "seeds": "candidate 0: the pair's stream seed; i >= 1: xxh3_64(['search', stream_seed, "
                                      "i]) & (2^63 - 1) (pairflow.arms.search_seeds)",
                             "candidates": list(result.candidates)}
@@ -147,7 +173,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     panel = study.panel(panel_name)
     todo_all = candidates(study, panel)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
-    records: dict[Path, dict[str, Any]] = {}  # verified records, so each video is hashed once per job
+    records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
     todo: list[Candidate] = []
 
     def prepare() -> list[dict[str, Any]]:
@@ -174,7 +200,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:  # every new record must verify before the manifest binds it
         path = record_path(study, c)
-        records[path] = read_record(path)
+        records[path] = read_record(path, "generation")
         check_video(records[path], path)
     files = [record_path(study, c) for c in todo_all]
     check_streams(list(records.values()))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..candidates import candidates, failure_path, panel_dir, record_path, score_path, task_identity, telemetry_path
 from ..config import ArmSpec, StudySpec
@@ -18,6 +18,15 @@ from ..identity import digest_obj
 from ..locks import hold
 from ..provenance import arm_of
 from ..records import build_manifest, check_video, read_record, write_manifest, write_record
+from ..recordtypes import (
+    Decoding,
+    GenerationRecord,
+    MetricSpecFields,
+    ScoreEntry,
+    ScorerBuild,
+    ScoreRecord,
+    StaticFilter,
+)
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -44,7 +53,7 @@ def uses_static_filter(study: StudySpec) -> bool:
     return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
 
 
-def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]:
+def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
     """What computed the scores, the same for both arms of every pair of a run: the
     scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
@@ -66,7 +75,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
     code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
             "weights.py": digest_file(here / "weights.py")}
 
-    build = {
+    build: dict[str, Any] = {
         "code_digest": digest_obj(code),
         "packages": {p: package_version(p) for p in ("pairflow", "pyiqa", "torch", "torchvision", "timm", "openai-clip",
                                               "numpy")},
@@ -79,10 +88,10 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> dict[str, Any]
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
                    "and run on CPU"),
     }
-    return {**build, "digest": digest_obj(build)}
+    return cast(ScorerBuild, {**build, "digest": digest_obj(build)})
 
 
-STATIC_FILTER_MEANING = {
+STATIC_FILTER_MEANING: dict[StaticFilter, str] = {
     "none": "every video of both arms is scored (no RAFT static filter): one subset for both arms",
     "intersection": "every video is scored and flagged static or not by VBench's RAFT filter; the statistics "
                     "use only pairs whose control and treatment videos are both static",
@@ -99,7 +108,7 @@ def compared_frames(study: StudySpec) -> str:
             "lossless copies")
 
 
-def metric_decoding(study: StudySpec, name: str) -> str:
+def metric_decoding(study: StudySpec, name: str) -> Decoding:
     """The YUV->RGB matrix a metric's frames are decoded with (``video.DECODE_MATRICES``):
     under ``scoring/decode: vbench`` the VBench dimensions (NR metrics) see BT.601-decoded
     frames as VBench does through OpenCV; FR metrics, and everything under ``bt709``, see
@@ -115,7 +124,7 @@ DECODING_MEANING = {
 }
 
 
-def _task_view(record: dict[str, Any]) -> dict[str, Any]:
+def _task_view(record: GenerationRecord) -> dict[str, Any]:
     """What a score task needs of a generation record (not its provenance): a task's
     payload stays the same size whatever the study."""
     return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
@@ -158,9 +167,10 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
     digests = shared["weight_digests"]
-    scores = {name: {"value": score(name, frames[decoding[name]], ref, ctx), "spec": metric_spec(name).asdict(digests),
-                     "decoded_with": decoding[name]}
-              for name in names}
+    scores: dict[str, ScoreEntry] = {
+        name: {"value": score(name, frames[decoding[name]], ref, ctx),
+               "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
+        for name in names}
     if uses_static_filter(study):
         from ..scoring.dynamic_degree import is_dynamic, pair_motion
 
@@ -168,7 +178,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
         scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
-    record = {
+    static = cast(StaticFilter, study.scoring.static_filter)  # an enum in the config schema
+    record: ScoreRecord = {
         "kind": "score",
         "candidate": rec["candidate"],
         "arm": rec["arm"],
@@ -176,8 +187,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "control_video_digest": ctrl["video"]["digest"],
         "generation_record_digest": rec["record_digest"],
         "compared_frames": compared_frames(study),
-        "static_filter": {"temporal_flickering": study.scoring.static_filter,
-                          "meaning": STATIC_FILTER_MEANING[study.scoring.static_filter]},
+        "static_filter": {"temporal_flickering": static, "meaning": STATIC_FILTER_MEANING[static]},
         "scores": scores,
         "scorer": shared["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
@@ -211,10 +221,10 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     def prepare() -> list[dict[str, Any]]:
         """Runs while the workers start and warm up: verify every generation record and
         video, and find the candidates whose score is missing or stale."""
-        records = {}
+        records: dict[str, GenerationRecord] = {}
         for c in todo_all:
             path = record_path(study, c)
-            records[c.key.candidate_id] = read_record(path)
+            records[c.key.candidate_id] = read_record(path, "generation")
             check_video(records[c.key.candidate_id], path)
         control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
         ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": digests})
@@ -222,14 +232,14 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
             rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
             out = score_path(study, c)
             try:
-                old = read_record(out)
+                old = read_record(out, "score")
                 # A score is bound to its candidate's current generation record: a regenerated
                 # candidate is rescored even when its video came out bit-identical.
                 if (old["generation_record_digest"] == rec["record_digest"]
                         and old["video_digest"] == rec["video"]["digest"]
                         and old["control_video_digest"] == ctrl["video"]["digest"]
                         and sorted(old["scores"]) == expected_scores(study, c.arm)
-                        and old["scorer"].get("digest") == build["digest"]):  # both arms: one scorer build
+                        and old["scorer"]["digest"] == build["digest"]):  # both arms: one scorer build
                     continue
             except (IntegrityError, KeyError):
                 pass
@@ -245,7 +255,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     clear_failures(study, todo_all, "score")  # every candidate is scored now
     files = [score_path(study, c) for c in todo_all]
     for f in files:
-        read_record(f)
+        read_record(f, "score")
     manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
                               {"study": study.study, "panel": panel_name, "ran": len(payloads),
                                "scorer_build": build["digest"]})

@@ -35,6 +35,7 @@ from typing import Any
 from ..config import StudySpec
 from ..layout import Layout
 from ..records import build_manifest, read_record, write_manifest, write_record
+from ..recordtypes import GenerationRecord, Manifest, TimingRecord
 from ..slurm import AllocationInfo
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def timing_path(study: StudySpec, c: Any) -> Path:
 
 
 def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
-                   alloc: AllocationInfo | None = None) -> dict[str, Any]:
+                   alloc: AllocationInfo | None = None) -> Manifest:
     """Time every candidate of ``panels`` in this process; write timing records and one
     manifest. Candidates whose timing record verifies and names their current generation
     record are kept, so rerunning one panel re-times only that panel. ``alloc`` is the
@@ -58,21 +59,21 @@ def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
         return _run_timed_pass(study, panels, manifest_out, alloc)
 
 
-def _is_timed(study: StudySpec, c: Any, bulk: dict[str, Any], sample: set[tuple[str, str, int]]) -> bool:
+def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tuple[str, str, int]]) -> bool:
     """Whether the candidate's timing record can stay: it names the current generation
     record, and it is a timing (frames matching the bulk run) exactly when the pair is in
     the current sample (a pair leaving the sample gets a not-sampled record)."""
     from ..errors import PairFlowError
 
     try:
-        t = read_record(timing_path(study, c))
-        if t["generation_record_digest"] != bulk["record_digest"]:
+        t = read_record(timing_path(study, c), "timing")
+        if t["generation_record_digest"] != bulk.get("record_digest"):
             return False
         if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample:
-            return t.get("sampled") is False
+            return t["sampled"] is False
         # A timing whose run computed other frames is re-timed, never kept.
-        return t.get("sampled", True) is True and t["matches_bulk_frames"] is True
-    except (PairFlowError, KeyError):
+        return t["sampled"] is True and t["matches_bulk_frames"] is True
+    except PairFlowError:
         return False
 
 
@@ -220,7 +221,7 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
 
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
-                    alloc: AllocationInfo | None) -> dict[str, Any]:
+                    alloc: AllocationInfo | None) -> Manifest:
     from .. import generate as g
     from ..atomic import job_start, sweep_temps, write_text
     from ..candidates import candidates, panel_dir, record_path
@@ -229,7 +230,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
-    bulk = {c.key.candidate_id: read_record(record_path(study, c)) for c in cands}
+    bulk = {c.key.candidate_id: read_record(record_path(study, c), "generation") for c in cands}
     sample = sampled_pairs(study, panels)
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
     log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands), len(sample),
@@ -239,11 +240,12 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     skipped = [c for c in todo if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample]
     for c in skipped:  # cheap: no run, a record saying the pair was not in the sample
         b = bulk[c.key.candidate_id]
-        write_record(timing_path(study, c), {
+        not_sampled: TimingRecord = {
             "kind": "timing", "candidate": b["candidate"], "arm": b["arm"], "sampled": False,
             "generation_record_digest": b["record_digest"],
             "timing": {"pass": "timed", "latency_s": None, "pairs": study.timing.pairs, "seed": study.timing.seed},
-            "matches_bulk_frames": None})
+            "matches_bulk_frames": None}
+        write_record(timing_path(study, c), not_sampled)
     run = [c for c in todo if c not in skipped]
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
@@ -315,7 +317,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     return manifest
 
 
-def _same_frames(result: Any, bulk: dict[str, Any], study: StudySpec) -> bool:
+def _same_frames(result: Any, bulk: GenerationRecord, study: StudySpec) -> bool:
     from ..identity import digest_bytes
     from ..video import prepare_frames
 
@@ -323,15 +325,16 @@ def _same_frames(result: Any, bulk: dict[str, Any], study: StudySpec) -> bool:
     return digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
 
 
-def _write_timing(study: StudySpec, c: Any, b: dict[str, Any], runs: list[dict[str, Any]], same: bool,
+def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
     from ..fleet import worker_identity
 
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
-    gpu = [{k: x[k] for k in ("round", "gpu_before", "gpu_after", "peak_device_mb") if k in x} for x in runs]
-    write_record(timing_path(study, c), {
+    gpu: list[dict[str, Any]] = [{k: x[k] for k in ("round", "gpu_before", "gpu_after", "peak_device_mb") if k in x}
+                                 for x in runs]
+    record: TimingRecord = {
         "kind": "timing", "sampled": True,
         "candidate": b["candidate"], "arm": b["arm"],
         "generation_record_digest": b["record_digest"],
@@ -353,4 +356,5 @@ def _write_timing(study: StudySpec, c: Any, b: dict[str, Any], runs: list[dict[s
         "gpu": gpu if device == "cuda" else None,
         "matches_bulk_frames": same,
         "worker": {**worker_identity(), "device": device, "node": node},
-    })
+    }
+    write_record(timing_path(study, c), record)
