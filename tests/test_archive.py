@@ -5,16 +5,19 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import generation_record
 
 from pairflow.archive import evidence_files, promote, retire, verify_archive, verify_tree
 from pairflow.errors import ArchiveError
+from pairflow.identity import digest_bytes
 from pairflow.records import write_record
 
 
 def make_scratch(root: Path) -> Path:
     scratch = root / "scratch"
-    write_record(scratch / "panels" / "p" / "records" / "control" / "a-s0.json",
-                 {"video": {"path": str(scratch / "panels/p/videos/control/a-s0.mp4"), "digest": "xxh3_128:00"}})
+    record = generation_record("p", "a", 0, "control", 1, "v")
+    record["video"].update(path="videos/control/a-s0.mp4", digest=digest_bytes(b"pixels"))
+    write_record(scratch / "panels" / "p" / "records" / "control" / "a-s0.json", record)
     (scratch / "panels" / "p" / "videos" / "control").mkdir(parents=True)
     (scratch / "panels" / "p" / "videos" / "control" / "a-s0.mp4").write_bytes(b"pixels")
     (scratch / "study").mkdir(parents=True)

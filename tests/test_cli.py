@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project
+from conftest import ROOT, copy_project, generation_record
 
 from pairflow.archive import promote
 from pairflow.cli import main
@@ -71,7 +71,9 @@ def test_half_written_snapshot_is_reported_as_such(tmp_path: Path, capsys: pytes
     """A promotion killed before ``archive.json`` leaves an incomplete snapshot: verify
     says so (and how to finish or retire it), and ``--json`` carries the same finding."""
     scratch, work = tmp_path / "scratch", tmp_path / "work"
-    write_record(scratch / "panels/p/records/control/a-s0.json", {"video": {"path": "videos/control/a-s0.mp4", "digest": "xxh3_128:00"}})
+    record = generation_record("p", "a", 0, "control", 1, "v")
+    record["video"]["path"] = "videos/control/a-s0.mp4"
+    write_record(scratch / "panels/p/records/control/a-s0.json", record)
     promote(scratch, work)
     half = work / "snapshots" / "0123456789abcdef"
     (half / "study").mkdir(parents=True)

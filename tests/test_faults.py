@@ -108,6 +108,9 @@ def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
 
 
 GENERATION = "results/scratch/panels/t/generation.json"
+NOTE = {"kind": "retirement", "snapshot": "s", "why": "", "archive_root_digest": None, "found": [], "by": "me",
+        "at": "2026-12-01T00:00:00+00:00"}
+"""A small complete record (an archive retirement note)."""
 """The faults here all strike generation, so runs stop at its manifest: scoring, timing
 and statistics over the same records are exercised by test_workflow."""
 
@@ -271,12 +274,12 @@ def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, enco
     with pytest.raises(StorageError, match="no space left .*v.mp4.*Free space"):
         encode(frames, small_fs / "v.mp4", encoder_spec, 8)
     with pytest.raises(StorageError, match="no space left .*r.json"):
-        write_record(small_fs / "r.json", {"x": "y" * 100_000})
+        write_record(small_fs / "r.json", {**NOTE, "why": "y" * 100_000})
     assert sorted(p.name for p in small_fs.iterdir()) == ["ballast"]  # nothing partial, no temp files
     ballast.unlink()
     info = encode(frames, small_fs / "v.mp4", encoder_spec, 8)
-    write_record(small_fs / "r.json", {"x": "y"})
-    assert info.frames == 9 and read_record(small_fs / "r.json")["x"] == "y"
+    write_record(small_fs / "r.json", {**NOTE, "why": "y"})
+    assert info.frames == 9 and read_record(small_fs / "r.json", "retirement")["why"] == "y"
 
 
 def _children(pid: int) -> list[int]:
