@@ -163,7 +163,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     recomputes every block, so its videos must equal control's bit for bit through the
     real task (generate, guard, encode, record); a treatment seeded differently (e.g.
     ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
-    from conftest import small_config
+    from conftest import score_record, small_config, timing_record
 
     from pairflow.candidates import candidates, record_path, video_path
     from pairflow.config import StatsSpec, study_from_raw
@@ -193,10 +193,8 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     pipe = load_pipeline(study.model, "float32", 1)
     direct = generate(pipe, cands[0].prompt.text, cands[0].key.stream_seed, CONTROL, study.generation, 64).frames
     assert np.array_equal(frames["control"], prepare_frames(direct, study.encoder)[0])
-    timing = [{"candidate": r["candidate"], "arm": r["arm"], "timing": {"pass": "timed", "latency_s": 1.0},
-               "matches_bulk_frames": True}
-              for r in gen]
-    scores = [{"candidate": r["candidate"], "arm": r["arm"], "scores": {}} for r in gen]
+    timing = [timing_record(r, 1.0) for r in gen]
+    scores = [score_record(r, gen[0], {}) for r in gen]  # gen[0]: control
     res = analyse(gen, scores, timing, ["never"], StatsSpec(200, 0.95, 0))
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
     from pairflow.table import table

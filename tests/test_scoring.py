@@ -281,7 +281,9 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     from pairflow.candidates import candidates, panel_dir, video_path
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
+    from pairflow.provenance import arm_record
     from pairflow.records import read_record
+    from pairflow.stages.generation import candidate_fields
     from pairflow.stages.scoring import score_task, scorer_build, study_weights
     from pairflow.video import encode
     from pairflow.weights import verify
@@ -295,8 +297,7 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     def generation_record(c):  # type: ignore[no-untyped-def]
         path = video_path(study, c)
         info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
-        return {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
-                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class, "cache_params": c.arm.cache_params},
+        return {"candidate": candidate_fields(c), "arm": arm_record(c.arm),
                 "video": {**info.asdict(), "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
                 "record_digest": "xxh3_128:" + "0" * 32}
 
@@ -348,7 +349,9 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     from pairflow.candidates import candidates, panel_dir, video_path
     from pairflow.config import study_from_raw
     from pairflow.context import write_context
+    from pairflow.provenance import arm_record
     from pairflow.records import read_record
+    from pairflow.stages.generation import candidate_fields
     from pairflow.stages.scoring import score_task, scorer_build
     from pairflow.video import encode
 
@@ -368,9 +371,7 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
         for c in (ctrl_c, treat_c):
             path = video_path(study, c)
             info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
-            recs[c.arm.name] = {"candidate": {**c.key.__dict__, "candidate_id": c.key.candidate_id},
-                                "arm": {"name": c.arm.name, "cache_class": c.arm.cache_class,
-                                        "cache_params": c.arm.cache_params},
+            recs[c.arm.name] = {"candidate": candidate_fields(c), "arm": arm_record(c.arm),
                                 "video": {**info.asdict(),
                                           "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
                                 "record_digest": "xxh3_128:" + "0" * 32}

@@ -9,7 +9,7 @@ import copy
 from pathlib import Path
 
 import pytest
-from conftest import small_config
+from conftest import score_record, small_config
 
 from pairflow.candidates import candidates, panel_dir, record_path, task_identity
 from pairflow.config import StatsSpec, study_from_raw
@@ -80,7 +80,8 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
     skipped = [r for r in recs.values() if not r["sampled"]]
     assert len(skipped) == 2 and all(r["timing"]["latency_s"] is None for r in skipped)
     gen = [read_record(record_path(study, c)) for c in cs]
-    scores = [{"candidate": g["candidate"], "arm": g["arm"], "scores": {}} for g in gen]
+    control = {(g["candidate"]["prompt_id"], g["candidate"]["seed"]): g for g in gen if g["arm"]["name"] == "control"}
+    scores = [score_record(g, control[g["candidate"]["prompt_id"], g["candidate"]["seed"]], {}) for g in gen]
     stats = analyse(gen, scores, list(recs.values()), ["pab"], StatsSpec(200, 0.95, 0))
     lat = stats["comparisons"][0]["latency"]
     assert lat["n_pairs"] == 1 and lat["sampled_pairs"] == 1 and lat["pairs_over_max_cv"] == 1
