@@ -65,6 +65,26 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     assert verify_tree(scratch) == [] and verify_tree(snap) == []
 
 
+def test_every_record_and_manifest_the_study_writes_fits_its_schema(study_run) -> None:  # type: ignore[no-untyped-def]
+    """The real run's records (scratch and the archived snapshot) are read through the
+    schema check of their kind, and every manifest through the manifest schema."""
+    from pairflow.records import check_schema, read_record
+
+    _, cfg, _ = study_run
+    kinds: dict[str, int] = {}
+    for root in (Path(cfg["storage"]["scratch"]), Path(cfg["storage"]["work"])):
+        for path in sorted(root.rglob("*.json")):
+            parts = set(path.relative_to(root).parts)
+            if parts & {"records", "scores", "timing", "failures", "retired"} and not path.name.startswith(".tmp-"):
+                kinds[read_record(path)["kind"]] = kinds.get(read_record(path)["kind"], 0) + 1
+            elif "root_digest" in (body := json.loads(path.read_text())) and "files" in body:
+                check_schema(body, path, "read", "manifest")
+                kinds[f"manifest {body['kind']}"] = kinds.get(f"manifest {body['kind']}", 0) + 1
+    assert kinds["generation"] == kinds["score"] == kinds["timing"] >= 10  # scratch, and the snapshot
+    assert {"manifest panel-generation", "manifest panel-scores", "manifest timing", "manifest study",
+            "manifest archive"} <= set(kinds)
+
+
 def test_pair_shares_its_stream_and_arms_differ(study_run) -> None:  # type: ignore[no-untyped-def]
     _, cfg, _ = study_run
     by = {(r["arm"]["name"], r["candidate"]["prompt_id"], r["candidate"]["seed"]): r
