@@ -229,3 +229,40 @@ def test_check_schema_accepts_what_the_stats_tests_build() -> None:
     of the real shape, not partial dicts."""
     for kind, record in complete_records().items():
         check_schema(seal(record), f"{kind}.json", "write")
+
+
+MUTATIONS = {
+    "drop video": ("generation", lambda r: r.pop("video")),
+    "unknown top-level field": ("generation", lambda r: r.update(extra=1)),
+    "arm kind": ("generation", lambda r: r["arm"]["kinds"].append("magic")),
+    "frames as text": ("generation", lambda r: r["video"].update(frames="9")),
+    "short digest": ("generation", lambda r: r["video"].update(digest="xxh3_128:00")),
+    "metric kind": ("score", lambda r: r["scores"]["ssim"]["spec"].update(kind="XR")),
+    "weights pair": ("score", lambda r: r["scores"]["ssim"]["spec"].update(weights=[["a"]])),
+    "sampled without seconds": ("timing", lambda r: r["timing"].pop("seconds")),
+    "not sampled with a latency": ("timing", lambda r: r.update(sampled=False, matches_bulk_frames=None)),
+    "zero latency": ("timing", lambda r: r["timing"].update(latency_s=0.0)),
+    "failure class": ("failure", lambda r: r.update({"class": "gremlins"})),
+    "attempts": ("failure", lambda r: r.update(attempts=0)),
+    "unchanged": ("retirement", lambda r: None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MUTATIONS))
+def test_the_compiled_validator_and_jsonschema_agree(case: str) -> None:
+    """Records are checked by fastjsonschema's compiled code and refusals explained by
+    jsonschema: both must accept and refuse the same records."""
+    from fastjsonschema import JsonSchemaValueException
+    from jsonschema import Draft202012Validator
+
+    from pairflow.records import validator
+
+    kind, mutate = MUTATIONS[case]
+    record = seal(complete_records()[kind])
+    mutate(record)
+    try:
+        validator(f"record.{kind}")(record)
+        fast = True
+    except JsonSchemaValueException:
+        fast = False
+    assert fast == Draft202012Validator(load_schema(f"record.{kind}")).is_valid(record) == (case == "unchanged")

@@ -72,9 +72,10 @@ def load_schema(name: str) -> dict[str, Any]:
 @functools.cache
 def validator(name: str) -> Callable[[Any], Any]:
     """Schema ``name`` compiled once per process (records are validated per candidate):
-    fastjsonschema's generated code checks a generation record ~15x faster than
-    jsonschema's interpreter. The schemas use only keywords both libraries read alike
-    (draft 7's, under a 2020-12 ``$schema``); jsonschema explains a refusal."""
+    fastjsonschema's generated code checks a generation record over ten times faster
+    than jsonschema's interpreter (0.26 ms against 3.5 ms here). The schemas use only
+    keywords both libraries read alike (draft 7's, under a 2020-12 ``$schema``);
+    jsonschema explains a refusal."""
     import fastjsonschema
 
     return cast("Callable[[Any], Any]", fastjsonschema.compile(load_schema(name)))
@@ -121,7 +122,9 @@ def check_schema(obj: Mapping[str, Any], path: Path | str, when: Literal["write"
         from jsonschema.exceptions import best_match
 
         err = best_match(Draft202012Validator(load_schema(name)).iter_errors(obj))
-        where, what = _describe(err) if err is not None else (fast.path and "/".join(fast.path[1:]), fast.message)
+        # Both libraries read these schemas alike; should jsonschema find nothing, say fastjsonschema's finding.
+        where, what = _describe(err) if err is not None else (
+            "/".join(str(p) for p in fast.path[1:]) or "<top level>", fast.message)
     fix = (f"this is a bug in the code that built it; the schema is {schema_path(name)}" if when == "write" else
            f"it was written by other code or altered (schema {schema_path(name)}); delete it and rerun the "
            "workflow, which regenerates it")
