@@ -113,8 +113,16 @@ def _plan(p: dict | None, rec: dict | None) -> list[str]:
                          "The time is that of planning over a complete tree, the evidence check included.")
     out += ["", *notes] if notes else []
     if rec:
-        out += ["", f"Per record: write (seal, fsync, rename) {rec['write_record_ms']:.2f} ms, read and verify "
-                    f"{rec['read_verify_record_ms']:.2f} ms, manifest {rec['manifest_ms_per_record']:.3f} ms."]
+        check = (f"; the schema check alone {rec['schema_check_ms']:.2f} ms (in both)"
+                 if "schema_check_ms" in rec else "")
+        out += ["", f"Per record: write (seal, schema check, fsync, rename) {rec['write_record_ms']:.2f} ms, read "
+                    f"and verify (digest, schema) {rec['read_verify_record_ms']:.2f} ms, manifest "
+                    f"{rec['manifest_ms_per_record']:.3f} ms{check}."]
+        if "before_read_verify_record_ms" in rec:
+            out += ["", f"Schema validation side by side ({rec['side_by_side']}): write {rec['before_write_record_ms']:.2f} "
+                        f"-> {rec['after_write_record_ms']:.2f} ms, read and verify "
+                        f"{rec['before_read_verify_record_ms']:.2f} -> {rec['after_read_verify_record_ms']:.2f} ms "
+                        "per record."]
     return [*out, ""]
 
 
