@@ -13,13 +13,11 @@ from typing import Any
 import numpy as np
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _agg() -> None:
+    """Select the Agg backend (no display needed) before pyplot is imported."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _save(fig: Any, out: Path) -> None:
@@ -27,7 +25,10 @@ def _save(fig: Any, out: Path) -> None:
 
     with atomic_path(Path(out)) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    _plt().close(fig)
+    _agg()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def forest_title(stats: dict[str, Any], name: str) -> str:
@@ -45,7 +46,9 @@ def forest_title(stats: dict[str, Any], name: str) -> str:
 
 def forest(stats: dict[str, Any], out: Path) -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 1.6 + 0.5 * len(stats["comparisons"])),
                              squeeze=False)
@@ -70,7 +73,9 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
     """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
     video's timed latency to the treatment's (log scale, so equal ratios look equal), with
     each arm's median marked. The pairing is what the speedup is computed over."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
     for r in timing_records:
         c = r["candidate"]
@@ -103,7 +108,9 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
 
 def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
     """Control value against treatment value, per no-reference metric and pair."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     table: dict[str, dict[tuple[str, str, int], dict[str, float]]] = defaultdict(dict)
     kinds: dict[str, str] = {}
     better: dict[str, bool] = {}
@@ -133,7 +140,8 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
 def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     vals: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
@@ -184,7 +192,9 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
     Arms without compute counts are left out of the top row."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]}) or ["(no metric)"]
     fig, axes = plt.subplots(2, len(names), figsize=(3.8 * len(names), 6.4), squeeze=False)
     for j, name in enumerate(names):

@@ -12,12 +12,16 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_obj
 from .records import build_manifest, read_record, write_manifest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +46,23 @@ def _log_uncaught() -> None:
     previous = sys.excepthook
     if getattr(previous, "pairflow", False):
         return
+    sys.excepthook = _LoggingHook(previous)
 
-    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+
+class _LoggingHook:
+    """sys.excepthook that logs, then calls the hook it replaced; ``pairflow`` marks it
+    so that a second install is a no-op."""
+
+    pairflow = True
+
+    def __init__(self, previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any]) -> None:
+        self.previous = previous
+
+    def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
         for handler in logging.getLogger().handlers:
             handler.flush()
-        previous(kind, exc, tb)
-
-    hook.pairflow = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
+        self.previous(kind, exc, tb)
 
 
 Records = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
@@ -139,9 +151,9 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
         _write_stats(analyse(*recs, treatments, _settings(study)), pdir / "stats.json", pdir / "table.md",
                      f"{study.study} / panel {name}", prov)
         files += [pdir / "stats.json", pdir / "table.md", pdir / "table.html"]
-    pooled = tuple(sum((list(r[i]) for r in by_panel.values()), []) for i in range(3))
-    _write_stats(analyse(*pooled, treatments, _settings(study)), out_json, out_md, f"{study.study}: study table",
-                 roots)
+    gen, scores, timings = ([rec for r in by_panel.values() for rec in r[i]] for i in range(3))
+    _write_stats(analyse(gen, scores, timings, treatments, _settings(study)), out_json, out_md,
+                 f"{study.study}: study table", roots)
     manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
                                                        *files],
                               {"study": study.study, "panel_roots": roots, "config": config_snapshot(study)},
