@@ -43,10 +43,10 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     figs: list[Any] = []
     real = plots._save
 
-    def keep(fig: Any, out: Path) -> None:
+    def keep(fig: Any, out: Path, caption: str = "") -> None:
+        real(fig, out, caption)  # adds the caption and thins tick labels, then writes
         fig.canvas.draw()
         figs.append(fig)
-        real(fig, out)
 
     monkeypatch.setattr(plots, "_save", keep)
     plots._agg()
@@ -98,3 +98,38 @@ def test_scatter_legend_sits_outside_the_points(drawn: list[Any], tmp_path: Path
     for ax in fig.axes:
         legend, frame = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
         assert legend.x0 >= frame.x1  # right of the axes
+
+
+def _stats(n_arms: int) -> dict[str, Any]:
+    """Study statistics shaped as stats.analyse writes them: arms whose compute ratios and
+    speedups span two decades (0.05x to 8x), so a log axis gets many tick labels."""
+    comparisons = []
+    for i in range(n_arms):
+        ratio = 0.05 * (8 / 0.05) ** (i / max(1, n_arms - 1))
+        metrics = [{"metric": "temporal_flickering", "kind": "NR", "higher_is_better": True, "diff": -0.01 * i,
+                    "ci": [-0.01 * i - 0.005, -0.01 * i + 0.005], "treatment_mean": 0.9},
+                   {"metric": "ssim", "kind": "FR", "higher_is_better": True, "diff": None,
+                    "ci": [0.7, 0.8], "treatment_mean": 0.75}]
+        comparisons.append({"treatment": f"arm-{i:02d}", "metrics": metrics,
+                            "compute": {"ratio": ratio, "ci": [ratio, ratio]},
+                            "speedup": {"geomean": 1 / ratio, "ci": [0.9 / ratio, 1.1 / ratio]}})
+    return {"level": 0.95, "comparisons": comparisons}
+
+
+@pytest.mark.parametrize("figure", ["forest", "pareto", "latency", "scatter", "per_prompt"])
+def test_no_figure_has_overlapping_tick_labels_and_each_names_its_source(
+        figure: str, drawn: list[Any], tmp_path: Path) -> None:
+    data = {"forest": _stats(12), "pareto": _stats(12), "latency": _timing_records(),
+            "scatter": _score_records(), "per_prompt": _score_records()}[figure]
+    getattr(plots, figure)(data, tmp_path / f"{figure}.png", "demo: from scratch/study/stats.json (xxh3_128:00)")
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [*axis.get_majorticklabels(), *axis.get_minorticklabels()]
+            shown = [t.get_window_extent(renderer) for t in labels if t.get_text() and t.get_visible()]
+            assert not _overlaps(shown), (figure, [t.get_text() for t in labels if t.get_visible()])
+    assert any("stats.json (xxh3_128:00)" in t.get_text() for t in fig.texts)
+    if figure == "forest":  # thinning drops numbers, never an arm's name
+        for ax in fig.axes:
+            assert [t.get_text() for t in ax.get_yticklabels() if t.get_visible()] == [f"arm-{i:02d}" for i in range(12)]

@@ -219,6 +219,35 @@ WEIGHTED = {  # metric: frames (F, H, W) small enough for CI; dynamic_degree's R
 }
 
 
+def test_every_metric_registers_itself_with_the_decorator() -> None:
+    """Each name in METRICS is registered by ``@metric`` in the module ``_MODULES`` names,
+    and its spec says that name."""
+    from pairflow.scoring import _REGISTERED, METRICS
+
+    for name in METRICS:
+        assert metric_spec(name).name == name
+    assert sorted(_REGISTERED) == sorted(METRICS)
+
+
+def test_a_metric_registered_outside_its_module_is_refused() -> None:
+    from pairflow.errors import ConfigError
+    from pairflow.scoring import metric
+
+    def elsewhere(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: object) -> float:
+        return 0.0
+
+    with pytest.raises(ConfigError, match=r"'psnr' is registered in tests?\.?.*_MODULES"):
+        metric("psnr", spec=metric_spec("psnr"))(elsewhere)  # type: ignore[arg-type]
+
+
+def test_fr_metric_refuses_videos_of_different_shapes() -> None:
+    from pairflow.errors import PairingError
+
+    a = np.zeros((4, 32, 32, 3), np.uint8)
+    with pytest.raises(PairingError, match=r"psnr: cannot compare videos of shapes \(4, 32, 32, 3\) and \(3, 32, 32, 3\)"):
+        score("psnr", a, a[:3])
+
+
 @pytest.mark.parametrize("name", sorted(WEIGHTED))
 def test_weighted_metric_loads_from_mirror_once_and_is_deterministic(name: str, test_mirror) -> None:  # type: ignore[no-untyped-def]
     from pairflow.scoring import ScoreContext

@@ -84,7 +84,3 @@ class CandidateKey:
                   self.model_digest]
         return xxhash.xxh3_64_intdigest(canonical_json(fields)) & 0x7FFF_FFFF_FFFF_FFFF
 
-    @property
-    def slug(self) -> str:
-        """A short, path-safe name: prompt id, seed and the id's first 12 hex digits."""
-        return f"{self.prompt_id}-s{self.seed}-{self.candidate_id.split(':', 1)[1][:12]}"

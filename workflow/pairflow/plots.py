@@ -1,7 +1,9 @@
 """Report figures, drawn with matplotlib's Agg backend (no display needed).
 
 Each figure is made from the statistics JSON and the records it was computed from, and
-carries the manifest roots of those records in its caption line.
+carries a caption line naming the statistics file and its xxh3 digest (that file lists
+the manifest roots of every record behind it), so a figure resolves to its evidence.
+Tick labels that would overlap are thinned before saving (``_thin_tick_labels``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,34 @@ def _agg() -> None:
     matplotlib.use("Agg")
 
 
-def _save(fig: Any, out: Path) -> None:
+def _overlaps(a: Any, b: Any) -> bool:
+    return bool(a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
+
+
+def _thin_tick_labels(fig: Any) -> None:
+    """Hide tick labels that would overlap a label already kept on the same axis (major
+    labels first, then minor ones, each in axis order), so ticks never collide whatever
+    the data's range. Matplotlib has no such option; its locators only estimate spacing."""
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            kept: list[Any] = []
+            for labels in (axis.get_majorticklabels(), axis.get_minorticklabels()):
+                shown = [lb for lb in labels if lb.get_visible() and lb.get_text()]
+                for lb in shown:
+                    box = lb.get_window_extent(renderer)
+                    if any(_overlaps(box, k) for k in kept):
+                        lb.set_visible(False)
+                    else:
+                        kept.append(box)
+
+
+def _save(fig: Any, out: Path, caption: str = "") -> None:
     from .atomic import atomic_path
 
+    if caption:
+        fig.text(0.0, 0.0, caption, fontsize=6, color="dimgrey", ha="left", va="top")
+    _thin_tick_labels(fig)
     with atomic_path(Path(out)) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     _agg()
@@ -44,7 +71,7 @@ def forest_title(stats: dict[str, Any], name: str) -> str:
     return f"{name} vs control (value; {better})"
 
 
-def forest(stats: dict[str, Any], out: Path) -> None:
+def forest(stats: dict[str, Any], out: Path, caption: str = "") -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
     _agg()
     import matplotlib.pyplot as plt
@@ -66,10 +93,10 @@ def forest(stats: dict[str, Any], out: Path) -> None:
         ax.set_yticks(range(len(stats["comparisons"])), [c["treatment"] for c in stats["comparisons"]])
     fig.suptitle(f"Paired estimates, {stats['level']:.0%} t-interval over prompts", fontsize=10, y=1.04)
     fig.tight_layout()
-    _save(fig, out)
+    _save(fig, out, caption)
 
 
-def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
+def latency(timing_records: list[dict[str, Any]], out: Path, caption: str = "") -> None:
     """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
     video's timed latency to the treatment's (log scale, so equal ratios look equal), with
     each arm's median marked. The pairing is what the speedup is computed over."""
@@ -103,10 +130,10 @@ def latency(timing_records: list[dict[str, Any]], out: Path) -> None:
     fig.suptitle("Paired latency from the exclusive timed pass (blue: treatment faster, red: slower)",
                  fontsize=10, y=1.02)
     fig.tight_layout()
-    _save(fig, out)
+    _save(fig, out, caption)
 
 
-def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
+def scatter(score_records: list[dict[str, Any]], out: Path, caption: str = "") -> None:
     """Control value against treatment value, per no-reference metric and pair."""
     _agg()
     import matplotlib.pyplot as plt
@@ -134,10 +161,10 @@ def scatter(score_records: list[dict[str, Any]], out: Path) -> None:
         ax.set_ylabel("treatment")
         ax.set_title(f"{name} ({'above' if better[name] else 'below'} the diagonal: treatment better)", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # never over points
-    _save(fig, out)
+    _save(fig, out, caption)
 
 
-def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
+def per_prompt(score_records: list[dict[str, Any]], out: Path, caption: str = "") -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
     _agg()
@@ -184,10 +211,10 @@ def per_prompt(score_records: list[dict[str, Any]], out: Path) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar
     fig.tight_layout()
-    _save(fig, out)
+    _save(fig, out, caption)
 
 
-def pareto(stats: dict[str, Any], out: Path) -> None:
+def pareto(stats: dict[str, Any], out: Path, caption: str = "") -> None:
     """Quality against cost per arm: for each metric, the paired difference [CI] (FR
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
@@ -229,7 +256,7 @@ def pareto(stats: dict[str, Any], out: Path) -> None:
             ax.set_title(_pareto_title(stats, name, nr), fontsize=8)
     fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
     fig.tight_layout()
-    _save(fig, out)
+    _save(fig, out, caption)
 
 
 def _pareto_title(stats: dict[str, Any], name: str, nr: bool) -> str:

@@ -74,11 +74,17 @@ def stable_view(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
 
 
+def relative_posix(path: Path | str, root: Path | str) -> str:
+    """``path`` relative to ``root`` as a POSIX string; either may be relative to the
+    working directory (Snakemake names outputs relative to it) or absolute."""
+    return Path(path).absolute().relative_to(Path(root).absolute()).as_posix()
+
+
 def stable_root(root: Path, records: dict[Path, dict[str, Any]]) -> str:
     """Digest over records' stable views (run-specific fields removed), keyed by path
     relative to ``root``: equal for two runs that computed the same things, however they
     were scheduled or interrupted."""
-    return digest_obj({Path(f).relative_to(root).as_posix(): digest_obj(stable_view(r))
+    return digest_obj({relative_posix(f, root): digest_obj(stable_view(r))
                        for f, r in sorted(records.items())})
 
 
@@ -87,7 +93,7 @@ def build_manifest(kind: str, root: Path, files: list[Path], extra: dict[str, An
     """A manifest of ``files`` (paths relative to ``root``) with their digests and a root
     digest over the sorted (path, digest) list and ``extra``. ``base`` is ``root`` as seen
     from the directory the manifest will be written to (e.g. ``".."``)."""
-    entries = {Path(f).relative_to(root).as_posix(): digest_file(f) for f in sorted(files)}
+    entries = {relative_posix(f, root): digest_file(f) for f in sorted(files)}
     body = {"kind": kind, "schema_version": SCHEMA_VERSION, "base": base, "files": entries, **(extra or {})}
     return {**body, "root_digest": digest_obj(body)}
 

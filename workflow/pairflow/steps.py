@@ -233,14 +233,18 @@ def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Pa
 def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     """The report's figures for the whole study."""
     from . import plots as P
+    from .identity import digest_file
 
     gen, scores, timings = panel_records(study, [p.name for p in study.panels])
     stats = json.loads(Path(stats_json).read_text())
-    P.forest(stats, out["forest"])
-    P.pareto(stats, out["pareto"])
-    P.latency(timings, out["latency"])
-    P.scatter(scores, out["scatter"])
-    P.per_prompt(scores, out["per_prompt"])
+    where = Path(os.path.relpath(Path(stats_json).resolve(), Path(study.scratch).resolve())).as_posix()
+    caption = (f"{study.study}: from scratch/{where} ({digest_file(Path(stats_json))}), whose provenance lists "
+               "the manifest roots of every record behind this figure")
+    P.forest(stats, out["forest"], caption)
+    P.pareto(stats, out["pareto"], caption)
+    P.latency(timings, out["latency"], caption)
+    P.scatter(scores, out["scatter"], caption)
+    P.per_prompt(scores, out["per_prompt"], caption)
 
 
 def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:

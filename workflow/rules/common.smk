@@ -26,8 +26,18 @@ check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratc
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
-LAYOUT = Layout(STUDY.scratch)
-MODEL_INDEX = str(STUDY.model.path / "model_index.json")
+
+
+def relative(path):
+    """``path`` relative to the working directory when it lies inside it: outputs then read
+    ``results/...`` in logs and in the report's sidebar, not this machine's folders."""
+    path = Path(path)
+    inside = path.is_relative_to(Path.cwd())
+    return Path(os.path.relpath(path)) if inside else path
+
+
+LAYOUT = Layout(relative(STUDY.scratch))
+MODEL_INDEX = str(relative(STUDY.model.path) / "model_index.json")
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
 SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
 TIMING_MANIFEST = str(LAYOUT.timing_manifest)
@@ -60,7 +70,7 @@ wildcard_constraints:
 
 def panel_sheet(wildcards):
     """A panel's prompt sheet: editing it reruns that panel only."""
-    return str(STUDY.panel(wildcards.panel).sheet)
+    return str(relative(STUDY.panel(wildcards.panel).sheet))
 
 
 def panel_digest(wildcards):
@@ -83,5 +93,5 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 
 def healing(pattern):
     """Input function: this job's heal stamp, when one exists (see above)."""
-    return lambda wildcards: stamp_input(STUDY.scratch, pattern.format(**wildcards))
+    return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards))
 

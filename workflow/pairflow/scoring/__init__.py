@@ -9,7 +9,10 @@ take their FR/NR mode, direction and range from pyiqa's own table
 (``DEFAULT_CONFIGS``) instead of retyping it.
 
 One module per VBench dimension (VBench's decomposition); models are loaded once per
-worker process (``models.load``) and frames go through them in batches.
+worker process (``models.load``) and frames go through them in batches. A module
+registers its scorer with the ``@metric(name, ..., spec=...)`` decorator; ``_MODULES``
+says which module to import for a name, so a driver that only needs specs never
+imports torch-heavy modules it does not use.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PairingError
 
 _MODULES = {
     "temporal_flickering": "flicker",
@@ -110,15 +114,41 @@ def pyiqa_spec(name: str, version: str, source: str, needs: tuple[str, ...] = ()
                       source=source, needs=needs)
 
 
-def _module(name: str) -> Any:
+Scorer = Callable[[str, np.ndarray, "np.ndarray | None", ScoreContext], float]
+"""A metric's function: (name, frames, reference or None, context) -> score. The
+registry has checked the frames and, for FR metrics, that a reference is given."""
+
+_REGISTERED: dict[str, tuple[MetricSpec | Callable[[str], MetricSpec], Scorer]] = {}
+
+
+def metric(*names: str, spec: MetricSpec | Callable[[str], MetricSpec]) -> Callable[[Scorer], Scorer]:
+    """Register the decorated function as the scorer of ``names``. ``spec`` is the
+    metric's declared spec, or a function of the name building it (pyiqa-backed specs
+    read pyiqa's table, so they are built when first asked for, not at import)."""
+
+    def register(fn: Scorer) -> Scorer:
+        for name in names:
+            if _MODULES.get(name) != fn.__module__.rpartition(".")[2]:
+                raise ConfigError(f"metric {name!r} is registered in {fn.__module__}, but _MODULES says "
+                                  f"{_MODULES.get(name)!r}; add it to pairflow.scoring._MODULES")
+            _REGISTERED[name] = (spec, fn)
+        return fn
+
+    return register
+
+
+def _registered(name: str) -> tuple[MetricSpec | Callable[[str], MetricSpec], Scorer]:
     if name not in _MODULES:
         raise ConfigError(f"scorer {name!r} is not registered; known: {', '.join(METRICS)}")
-    return importlib.import_module(f".{_MODULES[name]}", __name__)
+    importlib.import_module(f".{_MODULES[name]}", __name__)  # registers its metrics
+    return _REGISTERED[name]
 
 
+@functools.cache
 def metric_spec(name: str) -> MetricSpec:
     """The declared spec of a registered metric. Raises ConfigError for unknown names."""
-    return _module(name).spec(name)
+    spec = _registered(name)[0]
+    return spec if isinstance(spec, MetricSpec) else spec(name)
 
 
 def needed_weights(names: list[str] | tuple[str, ...]) -> list[str]:
@@ -139,7 +169,9 @@ def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
     spec = metric_spec(name)
     if spec.kind == "FR" and reference is None:
         raise ConfigError(f"metric {name} is full-reference and needs the control video")
-    return float(_module(name).score(name, frames, reference, ctx))
+    if reference is not None and reference.shape != frames.shape:
+        raise PairingError(f"metric {name}: cannot compare videos of shapes {frames.shape} and {reference.shape}")
+    return float(_registered(name)[1](name, frames, reference, ctx))
 
 
 def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import MetricSpec, models
+from . import MetricSpec, ScoreContext, metric, models
 
 SPEC = MetricSpec(name="aesthetic_quality", version="1", kind="NR", higher_is_better=True, range="~0, ~1",
                   source="VBench aesthetic_quality: LAION linear aesthetic head on L2-normalised CLIP ViT-L/14 "
@@ -22,11 +22,9 @@ SPEC = MetricSpec(name="aesthetic_quality", version="1", kind="NR", higher_is_be
                   needs=models.needs("clip_l14") + models.needs("aesthetic_head"))
 
 
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
-
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("aesthetic_quality", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     import torch.nn.functional as F
 
     clip_model = models.load("clip_l14", str(ctx.mirror or ""))

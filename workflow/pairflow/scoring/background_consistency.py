@@ -9,11 +9,9 @@ the previous and the first frame, halved). Per video.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from . import MetricSpec, models
+from . import MetricSpec, ScoreContext, metric, models
 from .subject_consistency import consistency
 
 SPEC = MetricSpec(name="background_consistency", version="1", kind="NR", higher_is_better=True, range="0, 1",
@@ -22,11 +20,9 @@ SPEC = MetricSpec(name="background_consistency", version="1", kind="NR", higher_
                   needs=models.needs("clip_b32"))
 
 
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
-
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("background_consistency", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     model = models.load("clip_b32", str(ctx.mirror or ""))
     x = models.clip_input(models.float_frames(frames))
     return consistency(models.batched(model.encode_image, x, ctx.batch))

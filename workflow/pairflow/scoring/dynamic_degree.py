@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ScoringError
-from . import MetricSpec, models
+from . import MetricSpec, ScoreContext, metric, models
 
 MIN_SIDE = 128
 """torchvision's RAFT needs feature maps of at least 16 px, i.e. frames of at least 128 px."""
@@ -28,9 +28,6 @@ SPEC = MetricSpec(name="dynamic_degree", version="1", kind="NR", higher_is_bette
                   "a pair moves when its top-5% flow magnitude mean exceeds 6*min(H,W)/256; dynamic (1) when "
                   "round(4*n/16) pairs move", needs=models.needs("raft_large"))
 
-
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
 
 def sample_indices(n_frames: int, fps: int) -> list[int]:
@@ -94,6 +91,7 @@ def pair_motion(frames: np.ndarray, ctx: Any) -> tuple[list[float], int]:
     return [float(s) for s in scores], n
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("dynamic_degree", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     scores, n = pair_motion(frames, ctx)
     return 1.0 if is_dynamic(scores, min(frames.shape[1:3]), n) else 0.0

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import PairingError
-from . import MetricSpec, models, pyiqa_spec
+from . import MetricSpec, ScoreContext, metric, models, pyiqa_spec
 
 PSNR_CAP_DB = 80.0
 """pyiqa's PSNR of identical frames: 10 log10(1 / 1e-8)."""
 
 
-def spec(name: str) -> MetricSpec:
+def build_spec(name: str) -> MetricSpec:
     needs = models.needs("lpips") if name == "lpips" else ()
     how = {"psnr": "RGB; identical frames score 80 dB, the epsilon's cap", "lpips": "v0.1 AlexNet"}[name]
     s = pyiqa_spec(name, "1", f"pyiqa.create_metric('{name}') ({how}), per frame against the control's "
@@ -60,7 +60,7 @@ def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str =
     return float(per_frame.double().mean())
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
-    if reference is None:
-        raise PairingError(f"{name} is full-reference and needs the control video")
+@metric("psnr", "lpips", spec=build_spec)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
+    assert reference is not None  # FR: the registry refuses a missing reference before calling
     return fidelity(name, frames, reference, str(ctx.mirror or ""), ctx.batch)

@@ -13,19 +13,14 @@ must use the same subset for both arms, so PairFlow scores every video of both a
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from . import MetricSpec
+from . import MetricSpec, ScoreContext, metric
 
 SPEC = MetricSpec(name="temporal_flickering", version="1", kind="NR", higher_is_better=True,
                   range="0, 1", source="VBench temporal_flickering: (255 - mean |f[t+1]-f[t]|) / 255; "
                   "all frames; no static filter (same set for both arms)")
 
-
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
 
 def temporal_flickering(frames: np.ndarray) -> float:
@@ -41,5 +36,6 @@ def temporal_flickering(frames: np.ndarray) -> float:
     return float((255.0 - mae.mean()) / 255.0)
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("temporal_flickering", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     return temporal_flickering(frames)

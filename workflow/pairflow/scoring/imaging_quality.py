@@ -12,15 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from . import MetricSpec, models
+from . import MetricSpec, ScoreContext, metric, models
 
 SPEC = MetricSpec(name="imaging_quality", version="1", kind="NR", higher_is_better=True, range="~0, ~1",
                   source="VBench imaging_quality: pyiqa MUSIQ-SPAQ per frame (longer side limited to 512), "
                   "mean over frames / 100", needs=models.needs("musiq_spaq"))
 
-
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
 
 def longer_side_512(x: Any) -> Any:
@@ -35,7 +32,8 @@ def longer_side_512(x: Any) -> Any:
     return x / 255.0
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("imaging_quality", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     model = models.load("musiq_spaq", str(ctx.mirror or ""))
     x = longer_side_512(models.float_frames(frames))
     per_frame = models.batched(lambda b: model(b).reshape(-1), x, ctx.batch)

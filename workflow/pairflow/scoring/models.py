@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WeightsError
+from ..errors import ConfigError, WeightsError
 from ..weights import WEIGHTS, verify
 
 LOAD_COUNTS: Counter[str] = Counter()
@@ -129,7 +129,8 @@ def load(name: str, mirror: str) -> Any:
             model = pyiqa.create_metric("lpips", device="cpu", as_loss=False,
                                         pretrained_model_path=_path(mirror, "lpips_alex_v01"))
     else:
-        raise KeyError(name)
+        raise ConfigError(f"scorer model {name!r} is not known to pairflow.scoring.models.load; known: "
+                          f"{', '.join(sorted(_NEEDS))}; a metric module must name one of these")
     return model.eval()
 
 

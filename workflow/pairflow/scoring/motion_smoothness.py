@@ -13,20 +13,15 @@ values are not comparable with published VBench numbers, only between arms.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..errors import ScoringError
-from . import MetricSpec
+from . import MetricSpec, ScoreContext, metric
 
 SPEC = MetricSpec(name="motion_smoothness_proxy", version="1", kind="NR", higher_is_better=True, range="0, 1",
                   source="PROXY of VBench motion_smoothness: odd frames reconstructed by linear interpolation of "
                   "their even neighbours instead of AMT; (255 - mean |reconstructed - original|) / 255")
 
-
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
 
 def motion_smoothness_proxy(frames: np.ndarray) -> float:
@@ -41,5 +36,6 @@ def motion_smoothness_proxy(frames: np.ndarray) -> float:
     return float((255.0 - per_frame.mean()) / 255.0)
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("motion_smoothness_proxy", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     return motion_smoothness_proxy(frames)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PairingError, ScoringError
-from . import MetricSpec
+from . import MetricSpec, ScoreContext, metric
 
 WINDOW, SIGMA, K1, K2, DATA_RANGE = 11, 1.5, 0.01, 0.03, 255.0
 MS_WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
@@ -56,7 +56,7 @@ _SOURCE = {
 }
 
 
-def spec(name: str) -> MetricSpec:
+def build_spec(name: str) -> MetricSpec:
     return MetricSpec(name=name, version="2", kind="FR", higher_is_better=True, range="-1, 1", source=_SOURCE[name])
 
 
@@ -140,7 +140,7 @@ def structural(name: str, frames: np.ndarray, reference: np.ndarray, batch: int 
     return float(per_frame.mean())
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
-    if reference is None:
-        raise PairingError(f"{name} is full-reference and needs the control video")
+@metric("ssim", "ms_ssim", spec=build_spec)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
+    assert reference is not None  # FR: the registry refuses a missing reference before calling
     return structural(name, frames, reference, ctx.batch)

@@ -16,15 +16,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import ScoringError
-from . import MetricSpec, models
+from . import MetricSpec, ScoreContext, metric, models
 
 SPEC = MetricSpec(name="subject_consistency", version="1", kind="NR", higher_is_better=True, range="0, 1",
                   source="VBench subject_consistency: DINO ViT-B/16 [CLS] per frame (resize 224, ImageNet norm); "
                   "mean over t>0 of (relu cos(f_t,f_t-1) + relu cos(f_t,f_0)) / 2", needs=models.needs("dino"))
 
-
-def spec(name: str) -> MetricSpec:
-    return SPEC
 
 
 def consistency(features: Any) -> float:
@@ -41,7 +38,8 @@ def consistency(features: Any) -> float:
     return float(((prev.double() + first.double()) / 2).mean())
 
 
-def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: Any) -> float:
+@metric("subject_consistency", spec=SPEC)
+def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     model = models.load("dino", str(ctx.mirror or ""))
     x = models.dino_input(models.float_frames(frames))
     return consistency(models.batched(model, x, ctx.batch))
