@@ -49,7 +49,10 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         figs.append(fig)
 
     monkeypatch.setattr(plots, "_save", keep)
-    monkeypatch.setattr(plots._plt(), "close", lambda fig: None)
+    plots._agg()
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "close", lambda fig: None)
     return figs
 
 

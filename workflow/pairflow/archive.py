@@ -34,6 +34,7 @@ from .errors import ArchiveError, PairFlowError
 from .identity import digest_file, digest_obj
 from .layout import Layout
 from .records import build_manifest, check_video, read_record, verify_manifest, write_manifest
+from .recordtypes import Manifest
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
 ARCHIVE_MANIFEST = "archive.json"
@@ -68,7 +69,7 @@ def evidence_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manifest:
     """Copy the compact evidence under ``src`` into an immutable snapshot under ``dest``.
 
     The snapshot's name is derived from the evidence itself

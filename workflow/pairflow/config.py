@@ -12,12 +12,18 @@ import csv
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from .errors import ConfigError
 from .identity import digest_bytes, digest_obj
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 MAX_CONFIG_BYTES = 1 << 20
@@ -270,24 +276,29 @@ class StudySpec:
 
 
 def _schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    schema: dict[str, Any] = yaml.safe_load(SCHEMA_PATH.read_text())
+    return schema
 
 
-def _validator():  # type: ignore[no-untyped-def]
+def _validator() -> Validator:
     # jsonschema's documented recipe for filling defaults while validating
     # (Snakemake's validate(set_default=True) does the same with the same schema).
     from jsonschema import Draft202012Validator, validators
 
     base = Draft202012Validator
 
-    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+    def set_defaults(validator: Validator, properties: dict[str, Any], instance: Any,
+                     schema: dict[str, Any]) -> Iterator[ValidationError]:
         if isinstance(instance, dict):
             for key, sub in properties.items():
                 if "default" in sub and key not in instance:
                     instance[key] = yaml.safe_load(yaml.safe_dump(sub["default"]))
         yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
 
-    return validators.extend(base, {"properties": set_defaults})(_schema())
+    # types-jsonschema leaves validators.extend unannotated; it returns a validator class.
+    extended: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
+        base, {"properties": set_defaults})
+    return extended(_schema())
 
 
 def _where(path: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from .errors import IntegrityError
 from .layout import Layout
 
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, dict[str, Any]] = {}
 """This process's contexts, by digest (a worker reads each file once)."""
 
 

@@ -153,7 +153,7 @@ def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> 
         report.add("missing", path, "manifest is missing", heals)
         return None
     try:
-        manifest = json.loads(path.read_text())
+        manifest: dict[str, Any] = json.loads(path.read_text())
         body = {k: v for k, v in manifest.items() if k != "root_digest"}
         listed = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -147,7 +147,10 @@ def _is_callable(hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
+    if getattr(hint, "__args__", None):
+        return str(hint).replace("typing.", "")
+    # get_type_hints resolves every hint, so one without __args__ is a class with a __name__.
+    return str(getattr(hint, "__name__", hint))
 
 
 def _typed(value: Any, hint: Any) -> Any:
@@ -191,12 +194,12 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
     ``transformer/config.json``) takes that cache (``supported_caches``). Raises
     ConfigError naming the caches that do apply. Run before any model loads
     (``check-config``, the Snakefile); ``arms.check_arms`` runs it with every other check."""
-    cached = [a for a in arms if a.cache_class is not None]
+    cached = [(a, a.cache_class) for a in arms if a.cache_class is not None]
     if not cached:
         return  # nothing to check, and no need to import diffusers
-    for arm in cached:
+    for arm, _ in cached:
         cache_params(arm, cache_class(arm))
-    for arm in cached:
+    for arm, name in cached:
         m = arm.model or model
         transformer = _transformer_class(m)
         if transformer is None:
@@ -208,21 +211,21 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
                               f"({m.path}) does not support diffusers caches (no enable_cache); use a "
                               "model whose transformer does, or run only the control arm")
         supported = supported_caches(m)
-        if arm.cache_class not in supported:
+        if name not in supported:
             raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/cache/class' is {arm.cache_class!r}, which "
                               f"diffusers cannot apply to {transformer.__name__} ({m.path}): "
-                              f"{supported.refused.get(arm.cache_class, '')}")
+                              f"{supported.refused.get(name, '')}")
 
 
-class _Support(dict):  # type: ignore[type-arg]
+class _Support(dict[str, bool]):
     """Cache class name -> True for the caches a transformer takes; ``refused`` holds why
-    the others were refused, ``applies`` the list of those that apply."""
+    each other one was refused, followed by the list of those that apply."""
 
     refused: dict[str, str]
 
 
 @functools.lru_cache(maxsize=8)
-def supported_caches(model: ModelSpec) -> Any:
+def supported_caches(model: ModelSpec) -> _Support:
     """Which of the installed diffusers' cache configs the model's transformer takes:
     each is enabled (with its defaults, and a timestep callback where it needs one) on
     the transformer built from its config on the ``meta`` device (no weights, no

@@ -18,13 +18,11 @@ import numpy as np
 from .recordtypes import ScoreRecord, StudyStats, TimingRecord
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _agg() -> None:
+    """Select the Agg backend (no display needed) before pyplot is imported."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _overlaps(a: Any, b: Any) -> bool:
@@ -57,7 +55,10 @@ def _save(fig: Any, out: Path, caption: str = "") -> None:
     _thin_tick_labels(fig)
     with atomic_path(Path(out)) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    _plt().close(fig)
+    _agg()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def _err(point: float, ci: list[float | None]) -> list[list[float]] | None:
@@ -81,7 +82,9 @@ def forest_title(stats: StudyStats, name: str) -> str:
 
 def forest(stats: StudyStats, out: Path, caption: str = "") -> None:
     """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
     fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 1.6 + 0.5 * len(stats["comparisons"])),
                              squeeze=False)
@@ -105,7 +108,9 @@ def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = ""
     """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
     video's timed latency to the treatment's (log scale, so equal ratios look equal), with
     each arm's median marked. The pairing is what the speedup is computed over."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
     for r in timing_records:
         c = r["candidate"]
@@ -139,7 +144,9 @@ def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = ""
 
 def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") -> None:
     """Control value against treatment value, per no-reference metric and pair."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     table: dict[str, dict[tuple[str, str, int], dict[str, float]]] = defaultdict(dict)
     kinds: dict[str, str] = {}
     better: dict[str, bool] = {}
@@ -169,7 +176,8 @@ def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") 
 def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     vals: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
@@ -220,7 +228,9 @@ def pareto(stats: StudyStats, out: Path, caption: str = "") -> None:
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
     Arms without compute counts are left out of the top row."""
-    plt = _plt()
+    _agg()
+    import matplotlib.pyplot as plt
+
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]}) or ["(no metric)"]
     fig, axes = plt.subplots(2, len(names), figsize=(3.8 * len(names), 6.4), squeeze=False)
     for j, name in enumerate(names):

@@ -84,7 +84,10 @@ def markdown(report: dict[str, Any], flags: list[str]) -> str:
         lines.append(f"| {m} | {f['candidates']} | {f['max_range']:.4g} | {f['median_range']:.4g} "
                      f"| {f['max_sd']:.4g} |")
     cv = report["latency_cv"]
-    fmt = lambda x: "n/a" if x is None else f"{x:.2%}"  # noqa: E731
+
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2%}"
+
     lines += ["", f"Timed latency CV: across runs median {fmt(cv['across_runs_median'])}, max "
               f"{fmt(cv['across_runs_max'])}; within a run (repeats) median {fmt(cv['within_run_median'])}.", ""]
     lines += ["## Study differences against the noise floor", ""] + [f"- {f}" for f in flags] + [""]

@@ -12,13 +12,17 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_obj
 from .records import build_manifest, read_record, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +47,23 @@ def _log_uncaught() -> None:
     previous = sys.excepthook
     if getattr(previous, "pairflow", False):
         return
+    sys.excepthook = _LoggingHook(previous)
 
-    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+
+class _LoggingHook:
+    """sys.excepthook that logs, then calls the hook it replaced; ``pairflow`` marks it
+    so that a second install is a no-op."""
+
+    pairflow = True
+
+    def __init__(self, previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any]) -> None:
+        self.previous = previous
+
+    def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
         for handler in logging.getLogger().handlers:
             handler.flush()
-        previous(kind, exc, tb)
-
-    hook.pairflow = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
+        self.previous(kind, exc, tb)
 
 
 Records = tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]

@@ -14,8 +14,16 @@ visited in parameter-name order, and every file diffusers writes is deterministi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .atomic import replace_dir
+
+if TYPE_CHECKING:
+    import torch
+    from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+    from transformers import PreTrainedTokenizerFast
+
+_T = TypeVar("_T")
 
 TINY_SEED = 20261129
 """Seed of the tiny model's weights; part of its identity."""
@@ -27,14 +35,15 @@ _TRANSFORMER = dict(
 )
 _VAE = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
             temperal_downsample=[False, True, True])
-_TEXT = dict(vocab_size=259, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=2,
-             relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1,
-             decoder_start_token_id=0)
+# Any: transformers' config classes type each keyword differently.
+_TEXT: dict[str, Any] = dict(vocab_size=259, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=2,
+                             relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1,
+                             decoder_start_token_id=0)
 MAX_TEXT_TOKENS = 64
 """Tokens the tiny text encoder sees per prompt (pass as ``max_sequence_length``)."""
 
 
-def _tokenizer():  # type: ignore[no-untyped-def]
+def _tokenizer() -> PreTrainedTokenizerFast:
     # A byte-level BPE with no merges: every prompt, in any script, maps to tokens
     # offline; no vocabulary file has to be downloaded.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -53,11 +62,32 @@ def _tokenizer():  # type: ignore[no-untyped-def]
         model_max_length=MAX_TEXT_TOKENS)
 
 
-def _reseed(module, generator) -> None:  # type: ignore[no-untyped-def]
+def _checked(obj: object, cls: type[_T]) -> _T:
+    """``obj`` as the ``cls`` it is. To mypy, ``from diffusers import X`` names diffusers'
+    torch-less placeholder class (its ``__init__`` binds those first), which is neither a
+    torch Module nor a DiffusionPipeline; this check makes the type true, not assumed."""
+    if not isinstance(obj, cls):
+        raise TypeError(f"{type(obj).__name__} is not a {cls.__name__}")
+    return obj
+
+
+def _module(model: object) -> torch.nn.Module:
+    import torch
+
+    return _checked(model, torch.nn.Module)
+
+
+def _pipeline(pipe: object) -> DiffusionPipeline:
+    from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+
+    return _checked(pipe, DiffusionPipeline)
+
+
+def _reseed(module: object, generator: torch.Generator) -> None:
     import torch
 
     with torch.no_grad():
-        for name, param in sorted(module.named_parameters()):
+        for name, param in sorted(_module(module).named_parameters()):
             std = 0.02 if param.dim() > 1 else 0.0
             if name.endswith("weight") and param.dim() == 1:
                 param.fill_(1.0)  # norm scales
@@ -100,7 +130,7 @@ _HUNYUAN_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, down_block
                     temporal_compression_ratio=4, mid_block_add_attention=True)
 
 
-def _wan(gen):  # type: ignore[no-untyped-def]
+def _wan(gen: torch.Generator) -> DiffusionPipeline:
     import torch
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
@@ -113,7 +143,7 @@ def _wan(gen):  # type: ignore[no-untyped-def]
     # Larger weights in the denoiser and the VAE decoder, so that sampling really moves
     # the latents and decoded videos have visible structure (and caches visibly act).
     with torch.no_grad():
-        for part, std in ((transformer, 0.3), (vae.decoder, 0.3)):
+        for part, std in ((_module(transformer), 0.3), (_module(vae).get_submodule("decoder"), 0.3)):
             for _name, param in sorted(part.named_parameters()):
                 if param.dim() > 1:
                     param.copy_(torch.randn(param.shape, generator=gen) * std)
@@ -121,11 +151,12 @@ def _wan(gen):  # type: ignore[no-untyped-def]
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0,
         num_train_timesteps=1000)
-    return WanPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae,
+    pipe = WanPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae,
                        transformer=transformer, scheduler=scheduler)
+    return _pipeline(pipe)
 
 
-def _cogvideox(gen):  # type: ignore[no-untyped-def]
+def _cogvideox(gen: torch.Generator) -> DiffusionPipeline:
     from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline, CogVideoXTransformer3DModel
     from transformers import T5Config, T5EncoderModel
 
@@ -134,11 +165,12 @@ def _cogvideox(gen):  # type: ignore[no-untyped-def]
     text_encoder = T5EncoderModel(T5Config(**_TEXT))
     for module in (transformer, vae, text_encoder):
         _reseed(module, gen)
-    return CogVideoXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
+    pipe = CogVideoXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
                              scheduler=CogVideoXDDIMScheduler())
+    return _pipeline(pipe)
 
 
-def _ltx(gen):  # type: ignore[no-untyped-def]
+def _ltx(gen: torch.Generator) -> DiffusionPipeline:
     from diffusers import (
         AutoencoderKLLTXVideo,
         FlowMatchEulerDiscreteScheduler,
@@ -152,11 +184,12 @@ def _ltx(gen):  # type: ignore[no-untyped-def]
     text_encoder = T5EncoderModel(T5Config(**_TEXT))
     for module in (transformer, vae, text_encoder):
         _reseed(module, gen)
-    return LTXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
+    pipe = LTXPipeline(tokenizer=_tokenizer(), text_encoder=text_encoder, vae=vae, transformer=transformer,
                        scheduler=FlowMatchEulerDiscreteScheduler())
+    return _pipeline(pipe)
 
 
-def _hunyuanvideo(gen):  # type: ignore[no-untyped-def]
+def _hunyuanvideo(gen: torch.Generator) -> DiffusionPipeline:
     # HunyuanVideo: a Llama text encoder (its prompt template is cropped off), a CLIP text
     # encoder for the pooled embedding, embedded guidance, a causal 3D VAE.
     from diffusers import (
@@ -179,9 +212,10 @@ def _hunyuanvideo(gen):  # type: ignore[no-untyped-def]
         _reseed(module, gen)
     tokenizer_2 = _tokenizer()
     tokenizer_2.model_max_length = 77  # CLIP's positions
-    return HunyuanVideoPipeline(text_encoder=text_encoder, tokenizer=_tokenizer(), transformer=transformer, vae=vae,
+    pipe = HunyuanVideoPipeline(text_encoder=text_encoder, tokenizer=_tokenizer(), transformer=transformer, vae=vae,
                                 scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=text_encoder_2,
                                 tokenizer_2=tokenizer_2)
+    return _pipeline(pipe)
 
 
 def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:

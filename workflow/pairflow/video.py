@@ -118,17 +118,26 @@ class FrameStats:
     flags: tuple[str, ...]
 
 
-def _to_numpy(frames: Any) -> tuple[np.ndarray, str]:
+def _tensor_to_numpy(frames: Any) -> tuple[np.ndarray, str] | None:
+    """``frames`` on the CPU as numpy with the tensor's dtype name, or None when it is not a
+    torch tensor (or torch is not installed: the guard works on numpy alone)."""
     try:
         import torch
-    except ImportError:  # the guard works on numpy alone
-        torch = None
-    if torch is not None and isinstance(frames, torch.Tensor):
-        dtype = str(frames.dtype).removeprefix("torch.")
-        t = frames.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 exactly
-        return t.numpy(), dtype
+    except ImportError:
+        return None
+    if not isinstance(frames, torch.Tensor):
+        return None
+    dtype = str(frames.dtype).removeprefix("torch.")
+    t = frames.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 exactly
+    return t.numpy(), dtype
+
+
+def _to_numpy(frames: Any) -> tuple[np.ndarray, str]:
+    from_tensor = _tensor_to_numpy(frames)
+    if from_tensor is not None:
+        return from_tensor
     if isinstance(frames, (list, tuple)):
         # A list of frames (PIL images, arrays, tensors): say what is wrong with the list
         # itself, not numpy's "inhomogeneous shape" or "shape (0,)".
@@ -285,7 +294,9 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
         raise FrameError(f"encode() takes uint8 (F, H, W, 3) from prepare_frames(); got "
                          f"{frames.dtype} {frames.shape}")
     f, h, w, _ = frames.shape
-    raw = memoryview(np.ascontiguousarray(frames)).cast("B")  # no copy: fed to ffmpeg and hashed as is
+    # ndarray.data is the array's memoryview (numpy's stubs declare __buffer__ only for
+    # Python >= 3.12, so memoryview(array) does not type-check on 3.10).
+    raw = np.ascontiguousarray(frames).data.cast("B")  # no copy: fed to ffmpeg and hashed as is
     with atomic_path(Path(final)) as tmp:
         stream = _command(spec, fps, f"{w}x{h}", str(tmp))
         try:

@@ -65,7 +65,8 @@ def _taps() -> np.ndarray:
     # scipy.ndimage.gaussian_filter's kernel at sigma 1.5, truncate 3.5: radius 5, 11 taps.
     x = np.arange(WINDOW, dtype=np.float64) - WINDOW // 2
     g = np.exp(-0.5 * (x / SIGMA) ** 2)
-    return g / g.sum()
+    taps: np.ndarray = g / g.sum()
+    return taps
 
 
 def luma(frames: np.ndarray) -> Any:
