@@ -116,7 +116,7 @@ and statistics over the same records are exercised by test_workflow."""
 
 
 def run(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml", *args],
+    return subprocess.run([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml", *args],
                           cwd=project, capture_output=True, text=True, timeout=900)
 
 
@@ -140,7 +140,7 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     5 s of work remains after the third record."""
     project, cfg = make(tmp_path, tiny_model, "killed", generation=SLOWER, seeds=[0, 1, 2])
     scratch = Path(cfg["storage"]["scratch"])
-    proc = subprocess.Popen([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml"],
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -295,7 +295,7 @@ def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Pat
     project, cfg = make(tmp_path, tiny_model, "worker", fleet={"cpu_workers": 2, "retries": 1},
                         generation=SLOWER)  # so the panel is still running when the kill lands
     scratch = Path(cfg["storage"]["scratch"])
-    proc = subprocess.Popen([SNAKEMAKE, str(project / GENERATION), "--cores", "2", "--configfile", "config/config.yaml"],
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     killed = None

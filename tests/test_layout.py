@@ -41,7 +41,7 @@ def test_the_package_and_the_snakefile_ask_the_layout() -> None:
                       if folder.search(line)]
     assert offenders == []
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    assert "LAYOUT = Layout(STUDY.scratch)" in common
+    assert "LAYOUT = Layout(relative(STUDY.scratch))" in common
 
 
 def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_path: Path) -> None:

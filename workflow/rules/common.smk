@@ -20,22 +20,24 @@ from pairflow.arms import check_arms_once  # noqa: E402
 # the key, the value and a close match; validate() would print jsonschema's dump instead.
 # The whole config is checked here, before any job starts: the same checks as
 # `pairflow check-config`.
-CONFIGFILES = [str(f) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
+
+
+def relative(path):
+    """``path`` relative to the working directory when it lies inside it: outputs then read
+    ``results/...`` in logs and in the report's sidebar, not this machine's folders, and a
+    project directory moved elsewhere keeps its Snakemake metadata and its plan."""
+    path = Path(path).absolute()
+    inside = path.is_relative_to(Path.cwd())
+    return Path(os.path.relpath(path)) if inside else path
+
+
+# Named relative to the project (Snakemake gives absolute paths): the archive rule's params.
+CONFIGFILES = [str(relative(f)) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
 check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
-
-
-def relative(path):
-    """``path`` relative to the working directory when it lies inside it: outputs then read
-    ``results/...`` in logs and in the report's sidebar, not this machine's folders."""
-    path = Path(path)
-    inside = path.is_relative_to(Path.cwd())
-    return Path(os.path.relpath(path)) if inside else path
-
-
 LAYOUT = Layout(relative(STUDY.scratch))
 MODEL_INDEX = str(relative(STUDY.model.path) / "model_index.json")
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
