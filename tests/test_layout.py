@@ -41,7 +41,7 @@ def test_the_package_and_the_snakefile_ask_the_layout() -> None:
                       if folder.search(line)]
     assert offenders == []
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    assert "LAYOUT = Layout(relative(STUDY.scratch))" in common
+    assert "LAYOUT = Layout(as_named(STUDY.scratch))" in common
 
 
 def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_path: Path) -> None:
@@ -59,3 +59,14 @@ def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_pa
         at.output("t", kind, c.arm.name, c.stem) for kind in ("records", "scores", "timing"))
     assert failure_path(study, c, "generate") == at.failure("t", "generate", c.arm.name, c.stem)
     assert telemetry_path(study, "t", "score") == at.telemetry("t", "score")
+
+
+def test_paths_are_named_relative_to_the_project_when_inside_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from pairflow.layout import as_named
+
+    monkeypatch.chdir(tmp_path)
+    assert as_named(tmp_path / "results" / "scratch") == Path("results/scratch")
+    assert as_named("results/scratch/x.json") == Path("results/scratch/x.json")
+    outside = tmp_path.parent / "elsewhere" / "scratch"
+    assert as_named(outside) == outside  # absolute: no ../ climbing out of the project

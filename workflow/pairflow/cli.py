@@ -282,7 +282,7 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
 
     from .candidates import panel_dir
     from .config import load_study
-    from .layout import CANDIDATE_KINDS, Layout
+    from .layout import CANDIDATE_KINDS, Layout, as_named
     from .locks import hold
 
     study = load_study(configfile, Path.cwd())
@@ -291,7 +291,7 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
         for sub in CANDIDATE_KINDS:
             shutil.rmtree(pdir / sub, ignore_errors=True)
     argv = [str(Path(sys.executable).with_name("snakemake")), "--configfile", str(configfile),
-            "--forcerun", str(Layout(study.scratch).generation_manifest(study.panel(panel).name)), *extra]
+            "--forcerun", str(as_named(Layout(study.scratch).generation_manifest(study.panel(panel).name))), *extra]
     print("running:", " ".join(argv), flush=True)
     return subprocess.run(argv, check=False).returncode
 

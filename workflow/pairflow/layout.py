@@ -32,6 +32,7 @@ Pass ``"{panel}"`` as a panel name to get the wildcard pattern a Snakemake rule 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,16 @@ CANDIDATE_KINDS = ("videos", "records", "scores", "timing")
 """The per-candidate folders of a panel (``<kind>/<arm>/<stem>``): all a panel rerun clears."""
 STAGES = ("generate", "score")
 """Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
+
+
+def as_named(path: Path | str) -> Path:
+    """``path`` as the workflow names it: relative to the working directory (the project
+    directory Snakemake runs in) when it lies inside it, else absolute. Outputs then read
+    ``results/...`` in logs and in the report's sidebar, a moved project keeps its
+    Snakemake metadata, and a target or ``--forcerun`` given this way matches the rule's
+    output (Snakemake compares the strings)."""
+    p = Path(path).absolute()
+    return Path(os.path.relpath(p)) if p.is_relative_to(Path.cwd()) else p
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
-from pairflow.layout import Layout  # noqa: E402
+from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import check_arms_once  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
@@ -20,26 +20,15 @@ from pairflow.arms import check_arms_once  # noqa: E402
 # the key, the value and a close match; validate() would print jsonschema's dump instead.
 # The whole config is checked here, before any job starts: the same checks as
 # `pairflow check-config`.
-
-
-def relative(path):
-    """``path`` relative to the working directory when it lies inside it: outputs then read
-    ``results/...`` in logs and in the report's sidebar, not this machine's folders, and a
-    project directory moved elsewhere keeps its Snakemake metadata and its plan."""
-    path = Path(path).absolute()
-    inside = path.is_relative_to(Path.cwd())
-    return Path(os.path.relpath(path)) if inside else path
-
-
 # Named relative to the project (Snakemake gives absolute paths): the archive rule's params.
-CONFIGFILES = [str(relative(f)) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
+CONFIGFILES = [str(as_named(f)) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
 check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
-LAYOUT = Layout(relative(STUDY.scratch))
-MODEL_INDEX = str(relative(STUDY.model.path) / "model_index.json")
+LAYOUT = Layout(as_named(STUDY.scratch))
+MODEL_INDEX = str(as_named(STUDY.model.path) / "model_index.json")
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
 SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
 TIMING_MANIFEST = str(LAYOUT.timing_manifest)
@@ -72,7 +61,7 @@ wildcard_constraints:
 
 def panel_sheet(wildcards):
     """A panel's prompt sheet: editing it reruns that panel only."""
-    return str(relative(STUDY.panel(wildcards.panel).sheet))
+    return str(as_named(STUDY.panel(wildcards.panel).sheet))
 
 
 def panel_digest(wildcards):
