@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 from pairflow.layout import Layout
