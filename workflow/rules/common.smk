@@ -13,7 +13,7 @@ os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
 from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout  # noqa: E402
-from pairflow.arms import check_arms_once  # noqa: E402
+from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming
@@ -22,12 +22,15 @@ from pairflow.arms import check_arms_once  # noqa: E402
 # `pairflow check-config`.
 CONFIGFILES = [str(f) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
-check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
 LAYOUT = Layout(STUDY.scratch)
 MODEL_INDEX = str(STUDY.model.path / "model_index.json")
+ARMS_CHECK = str(LAYOUT.arms_check)
+# What the arms' check depends on besides the model files (a params rerun trigger). The
+# check itself imports diffusers, so it runs in rule check_arms, never while planning.
+ARMS_KEY = arms_check_key(STUDY.arms, STUDY.model)
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
 SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
 TIMING_MANIFEST = str(LAYOUT.timing_manifest)
@@ -71,6 +74,13 @@ def panel_digest(wildcards):
 def model_input(wildcards):
     """The tiny model is built by a rule; a real checkpoint must already exist."""
     return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []
+
+
+def arms_check_input(wildcards):
+    """The model files the arms' check reads: the built tiny model, else the transformer
+    configs of the study's model and of the arms' own models."""
+    return [*([MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []),
+            *(str(p) for p in arms_check_inputs(STUDY.arms, STUDY.model))]
 
 
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is
