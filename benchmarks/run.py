@@ -157,24 +157,93 @@ def _slurm_probe_s() -> float | None:
     return time.perf_counter() - t
 
 
-def _finish_placeholders(proj: Path, snake: str) -> tuple[list[str], float]:
-    """Give the project every output a finished study has, as Snakemake itself lists them
-    (``--summary``, so the list cannot fall behind the rules), written directly: each a
-    placeholder, all with one mtime, later than every source (sheets, config, model). That
-    is what Snakemake's up-to-date check reads (no input newer than its output; jobs
-    without metadata records have no params/code triggers to fire), as ``--touch`` would
-    leave it, at a fraction of the cost. Returns the outputs and the seconds spent."""
+def _write_evidence(proj: Path) -> int:
+    """A finished study's evidence, valid for the plan-time check (``evidence``): per
+    candidate a sealed generation record, a video of the recorded size (bytes only: the
+    plan-time check reads sizes, not pixels), a score record per expected metric and a
+    timing record, each naming its generation record; the panel, timing and study
+    manifests over them, and the statistics' provenance. Written directly (no fsync).
+    Returns the files written."""
+    import yaml
+
+    from pairflow.config import study_from_raw
+    from pairflow.layout import Layout
+    from pairflow.panel import candidates, expected_scores, record_path, score_path, video_path
+    from pairflow.records import build_manifest, seal
+    from pairflow.timing import timing_path
+    from pairflow.video import recipe_digest
+
+    study = study_from_raw(yaml.safe_load((proj / "config" / "config.yaml").read_text()), proj, source="benchmark")
+    layout, rdigest, n = Layout(study.scratch), recipe_digest(study.encoder, study.generation.fps), 0
+
+    def put(path: Path, obj: dict[str, Any] | bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+
+    roots: dict[str, str] = {}
+    timing_files = []
+    for panel in study.panels:
+        pdir = layout.panel(panel.name)
+        gens, scores = [], []
+        for c in candidates(study, panel):
+            video = video_path(study, c)
+            put(video, b"\0" * 64)
+            gen = seal({"candidate": {"candidate_id": c.key.candidate_id, "panel": panel.name},
+                        "encoder": {"recipe_digest": rdigest},
+                        "video": {"path": video.relative_to(pdir).as_posix(), "bytes": 64}})
+            link = {"generation_record_digest": gen["record_digest"]}
+            put(record_path(study, c), gen)
+            put(score_path(study, c), seal({**link, "scores": {m: 0.0 for m in expected_scores(study, c.arm)}}))
+            put(timing_path(study, c), seal({**link, "sampled": True, "matches_bulk_frames": True}))
+            gens.append(record_path(study, c))
+            scores.append(score_path(study, c))
+            timing_files.append(timing_path(study, c))
+            n += 4
+        for kind, files, out in (("generation", gens, layout.generation_manifest(panel.name)),
+                                 ("scores", scores, layout.score_manifest(panel.name))):
+            m = build_manifest(f"panel-{kind}", pdir, files)
+            put(out, m)
+            roots[f"{kind}:{panel.name}"] = m["root_digest"]
+    m = build_manifest("timing", study.scratch, timing_files,
+                       base=os.path.relpath(study.scratch, layout.timing_manifest.parent))
+    put(layout.timing_manifest, m)
+    roots["timing"] = m["root_digest"]
+    stats = [layout.study_stats, layout.study_table(), layout.study_table(".html")]
+    put(layout.study_stats, {"provenance": roots})
+    for p in study.panels:
+        put(layout.panel_stats(p.name), {"provenance": {k: roots[k] for k in (f"generation:{p.name}",
+                                                                              f"scores:{p.name}")}})
+        stats += [layout.panel_stats(p.name), layout.panel_table(p.name), layout.panel_table(p.name, ".html")]
+    for f in stats:
+        if not f.exists():
+            put(f, b"table\n")
+    put(layout.study_manifest, build_manifest("study", study.scratch, stats, extra={"panel_roots": roots},
+                                              base=os.path.relpath(study.scratch, layout.study_manifest.parent)))
+
+    return n + len(stats) + 2 * len(study.panels) + 2
+
+
+def _finish(proj: Path, snake: str) -> tuple[list[str], int, float]:
+    """Give the project a finished study: valid evidence (``_write_evidence``), then every
+    other output Snakemake lists for it (``--summary``, so the list cannot fall behind the
+    rules) as a placeholder, all outputs with one mtime later than every source (sheets,
+    config, model). That is what Snakemake's up-to-date check reads (no input newer than
+    its output; jobs without metadata records have no params/code triggers to fire), as
+    ``--touch`` would leave it, at a fraction of the cost. Returns the outputs, the
+    evidence files written and the seconds spent."""
     _, _, summary = _timed_cmd([snake, "--summary", "--cores", "2", "all"], proj)
     tick = time.perf_counter()
+    files = _write_evidence(proj)
     outs = [line.split("\t", 1)[0] for line in summary.splitlines()[1:] if "\t" in line]
     for rel in outs:
         path = proj / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
     done = time.time() + 1  # after every source, also on filesystems with coarse mtimes
     for rel in outs:
         os.utime(proj / rel, (done, done))
-    return outs, time.perf_counter() - tick
+    return outs, files, time.perf_counter() - tick
 
 
 def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
@@ -193,17 +262,18 @@ def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
         "dry_run_peak_rss_mib": max(d[1] for d in dry),
         "dry_run_after_first_peak_rss_mib": max((d[1] for d in dry[1:]), default=None),
         "planning_ms_per_candidate": statistics.median(d[0] for d in dry) / n * 1e3}
-    outs, write_s = _finish_placeholders(proj, snake)
-    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs)]
-    # The placeholder outputs are not valid evidence: the plan-time evidence check (the
-    # healing pass, common.smk) finds the manifests stale and plans their jobs again.
-    # Count what it planned instead of pretending it planned nothing.
+    outs, files, write_s = _finish(proj, snake)
+    # The first plan over the finished tree checks every record (the plan-time evidence
+    # check) and remembers what it found clean; later ones read only what changed since.
+    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs + 1)]
+    # Count what the check made the plan redo instead of pretending it planned nothing.
     planned = 0 if "Nothing to be done" in noop[-1][2] else int(
         next((ln.split()[-1] for ln in noop[-1][2].splitlines() if ln.startswith("total")), "-1"))
     shutil.rmtree(proj)
-    return {**point, "outputs": len(outs), "write_outputs_s": write_s,
-            "noop_runs": [{"s": d[0], "peak_rss_mib": d[1]} for d in noop],
-            "noop_rerun_median_s": statistics.median(d[0] for d in noop),
+    return {**point, "outputs": len(outs), "evidence_files": files, "write_tree_s": write_s,
+            "noop_first_s": noop[0][0], "noop_first_peak_rss_mib": noop[0][1],
+            "noop_runs": [{"s": d[0], "peak_rss_mib": d[1]} for d in noop[1:]],
+            "noop_rerun_median_s": statistics.median(d[0] for d in noop[1:]),
             "noop_rerun_peak_rss_mib": max(d[1] for d in noop),
             "noop_rerun_planned_jobs": planned}
 

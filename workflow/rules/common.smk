@@ -52,8 +52,6 @@ REPEATABILITY_MD = str(LAYOUT.repeatability(".md"))
 MANIFESTS = [*expand(GEN_MANIFEST, panel=PANELS), *expand(SCORE_MANIFEST, panel=PANELS), TIMING_MANIFEST,
              STUDY_MANIFEST]
 """Targets of rule all, so a manifest a killed job left missing is always rebuilt."""
-REPLICATE_OUTPUTS = [str(LAYOUT.replicate_timing(f"r{n}", p))
-                     for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 
 wildcard_constraints:
@@ -89,6 +87,13 @@ def arms_check_input(wildcards):
 if not (workflow.remote_exec or workflow.subprocess_exec):
     for stamp in mark_stale(STUDY):
         logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+
+
+def replicate_outputs(wildcards):
+    """Input function of rule repeatability: every replicate of every repeatability panel
+    (listed only when that rule is asked for, not while planning every run)."""
+    return [str(LAYOUT.replicate_timing(f"r{n}", p))
+            for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 
 def healing(pattern):
