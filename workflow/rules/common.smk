@@ -90,7 +90,7 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 
 
 def replicate_outputs(wildcards):
-    """Input function of rule repeatability: every replicate of every repeatability panel
+    """Input function (repeatability): every replicate of every repeatability panel
     (listed only when that rule is asked for, not while planning every run)."""
     return [str(LAYOUT.replicate_timing(f"r{n}", p))
             for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
