@@ -110,13 +110,18 @@ def _plan(p: dict | None, rec: dict | None) -> list[str]:
                    f"{noop_rss} | {'-' if probe is None else f'{probe:.1f}'} | {x['planning_ms_per_candidate']:.3f} |")
         if isinstance(x.get("noop"), str):
             notes.append(f"At {x['candidates']} candidates the no-op rerun was {x['noop']}.")
-        if x.get("noop_rerun_planned_jobs"):
-            how = ("written directly, all with one mtime later than every source" if "write_outputs_s" in x
-                   else "marked done with `--touch`")
+        if "noop_first_s" in x:
+            notes.append(f"At {x['candidates']} candidates the no-op rerun runs over a finished tree written "
+                         f"directly ({x['evidence_files']} evidence files: valid records, manifests and "
+                         "statistics' provenance; every other output a placeholder; all outputs with one mtime "
+                         f"later than every source): {x['noop_rerun_planned_jobs'] or 'no'} jobs planned. The "
+                         f"first plan over it checks every record ({x['noop_first_s']:.1f} s, "
+                         f"{x['noop_first_peak_rss_mib']:.0f} MiB) and remembers the panels it found clean "
+                         "(`scratch/checks/evidence.json`); the no-op figure is the plans after it.")
+        elif x.get("noop_rerun_planned_jobs"):
             notes.append(f"At {x['candidates']} candidates the no-op rerun runs over placeholder outputs (every "
-                         f"file a finished study has, {how}); they are not valid evidence, so the plan-time "
-                         f"evidence check replanned {x['noop_rerun_planned_jobs']} jobs. The time is that of "
-                         "planning over a complete tree, the evidence check over missing records included.")
+                         "file a finished study has, marked done with `--touch`); they are not valid evidence, so "
+                         f"the plan-time evidence check replanned {x['noop_rerun_planned_jobs']} jobs.")
     out += ["", *notes] if notes else []
     if rec:
         out += ["", f"Per record: write (seal, fsync, rename) {rec['write_record_ms']:.2f} ms, read and verify "

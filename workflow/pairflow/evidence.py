@@ -233,7 +233,8 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
     ``deep`` re-hashes every video; without it a video is checked by existence and size
     (what the workflow does when it plans a run). ``memo`` (only without ``deep``) skips
     panels unchanged since this check last found them clean and records the ones it
-    finds clean now (see the module docstring)."""
+    finds clean now (see the module docstring); it collects problems only, not notes
+    (temporary files), which heal nothing."""
     from .panel import candidates, expected_scores, panel_dir, record_path, score_path
     from .timing import timing_path
     from .video import recipe_digest
@@ -279,7 +280,7 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
                 report.add("stale", path, f"written with encoder recipe {rec.get('encoder', {}).get('recipe_digest')}, "
                            f"the recipe that runs now is {rdigest}", gm)
                 continue
-            current[c.key.candidate_id] = rec
+            current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
             video = pdir / rec["video"]["path"]
             if not video.is_file():
                 report.add("missing", video, f"video of {path} is missing", gm)
@@ -329,7 +330,8 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
         if m is not None:
             roots["timing"] = m.get("root_digest", "")
     _check_study(study, study_manifest, roots, report)
-    for t in temp_files(scratch):
+    # Temp files are notes, which heal nothing: the plan (``memo``) does not walk the tree for them.
+    for t in temp_files(scratch) if not use_memo else []:
         report.add("temp", t, "left by an interrupted write; safe to delete")
     if use_memo:
         _write_memo(layout, study, report, old, hits, pending, roots, timing_key, timing_sig)
@@ -450,10 +452,18 @@ def mark_stale(study: StudySpec) -> list[Path]:
     return written
 
 
-def stamp_input(scratch: Path, output: str) -> list[str]:
-    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists, else ``[]``."""
+def heal_stamps(scratch: Path) -> frozenset[str]:
+    """The heal stamps that exist now (one listing, for ``stamp_input``)."""
+    folder = Layout(scratch).heal
+    return frozenset(str(folder / n) for n in os.listdir(folder)) if folder.is_dir() else frozenset()
+
+
+def stamp_input(scratch: Path, output: str, stamps: frozenset[str] | None = None) -> list[str]:
+    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists (in
+    ``stamps``, a ``heal_stamps`` listing, when given: a lookup instead of a stat per
+    job), else ``[]``."""
     stamp = heal_stamp(scratch, output)
-    return [str(stamp)] if stamp.exists() else []
+    return [str(stamp)] if (str(stamp) in stamps if stamps is not None else stamp.exists()) else []
 
 
 def write_verify_json(report: Report, path: Path) -> str:

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 # creates it (`--software-deployment-method conda`); pip expands the variable.
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
-from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
+from pairflow.evidence import heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 
@@ -87,6 +87,7 @@ def arms_check_input(wildcards):
 if not (workflow.remote_exec or workflow.subprocess_exec):
     for stamp in mark_stale(STUDY):
         logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+STAMPS = heal_stamps(STUDY.scratch)
 
 
 def replicate_outputs(wildcards):
@@ -98,5 +99,5 @@ def replicate_outputs(wildcards):
 
 def healing(pattern):
     """Input function: this job's heal stamp, when one exists (see above)."""
-    return lambda wildcards: stamp_input(STUDY.scratch, pattern.format(**wildcards))
+    return lambda wildcards: stamp_input(STUDY.scratch, pattern.format(**wildcards), STAMPS)
 
