@@ -30,6 +30,7 @@ include: "workflow/rules/repeatability.smk"
 # Light aggregation steps run where Snakemake runs, not as scheduler jobs.
 localrules:
     build_tiny_model,
+    check_arms,
     study_stats,
     plots,
     utilisation,

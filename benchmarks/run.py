@@ -142,46 +142,138 @@ PLAN_SIZES = {"31k": 500, "100k": 1613}
 """Panels of 31 prompts x 1 seed x 2 arms: 31,000 and 100,006 candidates."""
 
 
-def _plan_point(panels: int, prompts: int, runs: int, noop: bool = True) -> dict[str, Any]:
-    """Dry run and (with ``noop``) the rerun of a study of ``panels`` x ``prompts`` x 1 seed
-    x 2 arms whose every output exists."""
+def _slurm_probe_s() -> float | None:
+    """Seconds ``scontrol show config`` takes here, or None without Slurm's client. The
+    Slurm executor plugin runs it when Snakemake imports its plugins, in every Snakemake
+    process whatever the executor; where a Slurm client is installed but no controller
+    answers, it waits about 10 s (a fixed cost of every invocation, not of planning)."""
+    if shutil.which("scontrol") is None:
+        return None
+    t = time.perf_counter()
+    try:
+        subprocess.run(["scontrol", "show", "config"], capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return time.perf_counter() - t
+
+
+def _write_evidence(proj: Path) -> int:
+    """A finished study's evidence, valid for the plan-time check (``evidence``): per
+    candidate a sealed generation record, a video of the recorded size (bytes only: the
+    plan-time check reads sizes, not pixels), a score record per expected metric and a
+    timing record, each naming its generation record; the panel, timing and study
+    manifests over them, and the statistics' provenance. Written directly (no fsync).
+    Returns the files written."""
+    import yaml
+
+    from pairflow.config import study_from_raw
+    from pairflow.layout import Layout
+    from pairflow.panel import candidates, expected_scores, record_path, score_path, video_path
+    from pairflow.records import build_manifest, seal
+    from pairflow.timing import timing_path
+    from pairflow.video import recipe_digest
+
+    study = study_from_raw(yaml.safe_load((proj / "config" / "config.yaml").read_text()), proj, source="benchmark")
+    layout, rdigest, n = Layout(study.scratch), recipe_digest(study.encoder, study.generation.fps), 0
+
+    def put(path: Path, obj: dict[str, Any] | bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+
+    roots: dict[str, str] = {}
+    timing_files = []
+    for panel in study.panels:
+        pdir = layout.panel(panel.name)
+        gens, scores = [], []
+        for c in candidates(study, panel):
+            video = video_path(study, c)
+            put(video, b"\0" * 64)
+            gen = seal({"candidate": {"candidate_id": c.key.candidate_id, "panel": panel.name},
+                        "encoder": {"recipe_digest": rdigest},
+                        "video": {"path": video.relative_to(pdir).as_posix(), "bytes": 64}})
+            link = {"generation_record_digest": gen["record_digest"]}
+            put(record_path(study, c), gen)
+            put(score_path(study, c), seal({**link, "scores": {m: 0.0 for m in expected_scores(study, c.arm)}}))
+            put(timing_path(study, c), seal({**link, "sampled": True, "matches_bulk_frames": True}))
+            gens.append(record_path(study, c))
+            scores.append(score_path(study, c))
+            timing_files.append(timing_path(study, c))
+            n += 4
+        for kind, files, out in (("generation", gens, layout.generation_manifest(panel.name)),
+                                 ("scores", scores, layout.score_manifest(panel.name))):
+            m = build_manifest(f"panel-{kind}", pdir, files)
+            put(out, m)
+            roots[f"{kind}:{panel.name}"] = m["root_digest"]
+    m = build_manifest("timing", study.scratch, timing_files,
+                       base=os.path.relpath(study.scratch, layout.timing_manifest.parent))
+    put(layout.timing_manifest, m)
+    roots["timing"] = m["root_digest"]
+    stats = [layout.study_stats, layout.study_table(), layout.study_table(".html")]
+    put(layout.study_stats, {"provenance": roots})
+    for p in study.panels:
+        put(layout.panel_stats(p.name), {"provenance": {k: roots[k] for k in (f"generation:{p.name}",
+                                                                              f"scores:{p.name}")}})
+        stats += [layout.panel_stats(p.name), layout.panel_table(p.name), layout.panel_table(p.name, ".html")]
+    for f in stats:
+        if not f.exists():
+            put(f, b"table\n")
+    put(layout.study_manifest, build_manifest("study", study.scratch, stats, extra={"panel_roots": roots},
+                                              base=os.path.relpath(study.scratch, layout.study_manifest.parent)))
+
+    return n + len(stats) + 2 * len(study.panels) + 2
+
+
+def _finish(proj: Path, snake: str) -> tuple[list[str], int, float]:
+    """Give the project a finished study: valid evidence (``_write_evidence``), then every
+    other output Snakemake lists for it (``--summary``, so the list cannot fall behind the
+    rules) as a placeholder, all outputs with one mtime later than every source (sheets,
+    config, model). That is what Snakemake's up-to-date check reads (no input newer than
+    its output; jobs without metadata records have no params/code triggers to fire), as
+    ``--touch`` would leave it, at a fraction of the cost. Returns the outputs, the
+    evidence files written and the seconds spent."""
+    _, _, summary = _timed_cmd([snake, "--summary", "--cores", "2", "all"], proj)
+    tick = time.perf_counter()
+    files = _write_evidence(proj)
+    outs = [line.split("\t", 1)[0] for line in summary.splitlines()[1:] if "\t" in line]
+    for rel in outs:
+        path = proj / rel
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+    done = time.time() + 1  # after every source, also on filesystems with coarse mtimes
+    for rel in outs:
+        os.utime(proj / rel, (done, done))
+    return outs, files, time.perf_counter() - tick
+
+
+def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
+    """Dry run and no-op rerun of a study of ``panels`` x ``prompts`` x 1 seed x 2 arms:
+    the dry run over an empty tree, the no-op rerun over one whose every output exists."""
     proj = _scale_project(panels, prompts)
     snake = str(Path(sys.executable).with_name("snakemake"))
+    probe = _slurm_probe_s()
     dry = [_timed_cmd([snake, "-n", "--cores", "2", "--quiet", "all"], proj) for _ in range(runs)]
     n = panels * prompts * 2
     point: dict[str, Any] = {
-        "candidates": n, "panels": panels, "snakemake_jobs": panels * 2 + 5,
-        # The first dry run also checks the arms' cache configs (imports diffusers, so
-        # torch) and leaves a marker under scratch/checks; later ones skip it.
+        "candidates": n, "panels": panels, "snakemake_jobs": panels * 2 + 6,
+        "slurm_probe_s": probe,
         "dry_runs": [{"s": d[0], "peak_rss_mib": d[1]} for d in dry],
         "dry_run_median_s": statistics.median(d[0] for d in dry),
         "dry_run_peak_rss_mib": max(d[1] for d in dry),
         "dry_run_after_first_peak_rss_mib": max((d[1] for d in dry[1:]), default=None),
         "planning_ms_per_candidate": statistics.median(d[0] for d in dry) / n * 1e3}
-    if not noop:
-        shutil.rmtree(proj)
-        return {**point, "noop": "not measured at this size (--touch of every job takes over 10 minutes here)"}
-    # No-op rerun: create every output a finished study has, as Snakemake itself lists them
-    # (--summary: so the list cannot fall behind the rules), let Snakemake record them as
-    # done (--touch), then dry-run again.
-    _, _, summary = _timed_cmd([snake, "--summary", "--cores", "2", "all"], proj)
-    outs = [line.split("\t", 1)[0] for line in summary.splitlines()[1:] if "\t" in line]
-    for rel in outs:
-        path = proj / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
-    tick = time.perf_counter()
-    _timed_cmd([snake, "--touch", "--cores", "2", "--quiet", "all"], proj)
-    touch_s = time.perf_counter() - tick
-    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs)]
-    # The placeholder outputs are not valid evidence: the plan-time evidence check (the
-    # healing pass, common.smk) may find manifests stale and plan the study-level jobs
-    # again. Count what it planned instead of pretending it planned nothing.
+    outs, files, write_s = _finish(proj, snake)
+    # The first plan over the finished tree checks every record (the plan-time evidence
+    # check) and remembers what it found clean; later ones read only what changed since.
+    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs + 1)]
+    # Count what the check made the plan redo instead of pretending it planned nothing.
     planned = 0 if "Nothing to be done" in noop[-1][2] else int(
         next((ln.split()[-1] for ln in noop[-1][2].splitlines() if ln.startswith("total")), "-1"))
     shutil.rmtree(proj)
-    return {**point, "outputs": len(outs), "touch_s": touch_s,
-            "noop_rerun_median_s": statistics.median(d[0] for d in noop),
+    return {**point, "outputs": len(outs), "evidence_files": files, "write_tree_s": write_s,
+            "noop_first_s": noop[0][0], "noop_first_peak_rss_mib": noop[0][1],
+            "noop_runs": [{"s": d[0], "peak_rss_mib": d[1]} for d in noop[1:]],
+            "noop_rerun_median_s": statistics.median(d[0] for d in noop[1:]),
             "noop_rerun_peak_rss_mib": max(d[1] for d in noop),
             "noop_rerun_planned_jobs": planned}
 
@@ -191,7 +283,7 @@ def bench_plan(runs: int, quick: bool = False) -> dict[str, Any]:
     10 panels of 5 prompts, one run."""
     if quick:
         return {"points": {"quick": _plan_point(10, 5, 1)}}
-    return {"points": {k: _plan_point(p, 31, runs, noop=(k != "100k")) for k, p in PLAN_SIZES.items()}}
+    return {"points": {k: _plan_point(p, 31, runs) for k, p in PLAN_SIZES.items()}}
 
 
 def _payload_study(panels: int, prompts: int) -> Any:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_config
+from conftest import copy_project, small_config, write_config
 
-from pairflow.arms import check_arms, run_arm, search_seeds
+from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, run_arm, search_seeds, write_arms_check
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.identity import digest_obj
@@ -108,6 +110,74 @@ def test_a_student_must_make_the_teachers_latents(tiny_model: Path, tmp_path: Pa
         check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", other))), teacher)
     with pytest.raises(ConfigError, match="no model_index.json"):
         check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", tmp_path / "none"))), teacher)
+
+
+def test_the_arms_check_writes_its_marker_only_when_every_arm_passes(tiny_model: Path, tmp_path: Path) -> None:
+    model = ModelSpec("embedded-tiny", tiny_model)
+    good = (CONTROL, ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.2}))
+    out = tmp_path / "checks" / "arms.json"
+    write_arms_check(good, model, out)
+    marker = json.loads(out.read_text())
+    assert marker["passed"] is True and marker["arms"] == ["control", "fb"]
+    assert marker["key"] == arms_check_key(good, model)
+    bad = (CONTROL, ArmSpec("fb", "FirstBlockCachConfig", {"threshold": 0.2}))
+    out.unlink()
+    with pytest.raises(ConfigError, match=r"arms/fb/cache/class.*did you mean 'FirstBlockCacheConfig'"):
+        write_arms_check(bad, model, out)
+    assert not out.exists()
+
+
+def test_the_arms_check_key_follows_every_arm_field_and_its_inputs_the_model_files(tiny_model: Path,
+                                                                                    tmp_path: Path) -> None:
+    model = ModelSpec("embedded-tiny", tiny_model)
+    fb = ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.2})
+    key = arms_check_key((CONTROL, fb), model)
+    assert key.startswith("xxh3_128:") and key == arms_check_key((CONTROL, fb), model)
+    assert key != arms_check_key((CONTROL, ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.3})), model)
+    assert key != arms_check_key((CONTROL, fb, ArmSpec("few", steps=2)), model)
+    # The embedded model is built by a rule (the check waits for its output); a local
+    # model's and a student's transformer configs are the check's inputs.
+    assert arms_check_inputs((CONTROL, fb), model) == []
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    local = ModelSpec("local", student)
+    assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == [student / "transformer" / "config.json"]
+    assert arms_check_inputs((CONTROL,), local) == [student / "transformer" / "config.json"]
+
+
+PLAN_PROBE = """import json, sys
+from snakemake.cli import main
+out, sys.argv = sys.argv[1], ["snakemake", *sys.argv[2:]]
+try:
+    main()
+finally:
+    open(out, "w").write(json.dumps(sorted(m for m in ("torch", "diffusers") if m in sys.modules)))
+"""
+
+
+@pytest.mark.slow
+def test_planning_imports_no_torch_and_a_bad_arm_stops_the_run_before_any_model_loads(tiny_model: Path,
+                                                                                       tmp_path: Path) -> None:
+    """Snakemake plans without importing torch or diffusers (the arms' check is its own
+    job, rule check_arms); run, that job refuses a misspelled cache class, naming the arm,
+    the key and the fix, and no generation starts."""
+    project = copy_project(tmp_path / "project")
+    cfg = small_config(tmp_path, tiny_model)
+    cfg["arms"]["fb"] = {"cache": {"class": "FirstBlockCachConfig", "params": {"threshold": 0.1}}}
+    write_config(project, cfg)
+    seen = tmp_path / "modules.json"
+    plan = subprocess.run([sys.executable, "-c", PLAN_PROBE, str(seen), "-n", "--cores", "1"], cwd=project,
+                          capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert json.loads(seen.read_text()) == []
+    assert "check_arms" in plan.stdout and "generate_panel" in plan.stdout
+    gen = tmp_path / "results" / "scratch" / "panels" / "t" / "generation.json"
+    run = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--cores", "1", str(gen)], cwd=project,
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    log = (tmp_path / "results" / "scratch" / "logs" / "check_arms.log").read_text()
+    assert "arms/fb/cache/class" in log and "did you mean 'FirstBlockCacheConfig'" in log
+    assert not gen.exists() and not (tmp_path / "results" / "scratch" / "panels" / "t" / "records").exists()
 
 
 def test_search_seeds_start_at_the_pairs_stream_and_are_derived_from_it() -> None:

@@ -31,7 +31,9 @@ def test_every_section_runs_quick_and_the_report_renders(tmp_path: Path) -> None
     assert results["e2e"]["skipped"].startswith("no study run")
     for point in results["payload"]["points"].values():
         assert point["new_bytes"] < point["old_bytes"]
-    assert results["plan"]["points"]["quick"]["outputs"] > 0
+    plan = results["plan"]["points"]["quick"]
+    assert plan["outputs"] > 0 and plan["evidence_files"] > 0
+    assert plan["noop_rerun_planned_jobs"] == 0  # the finished tree it writes is valid evidence: nothing to redo
     md = tmp_path / "B.md"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py"), "--results", str(out), "--out", str(md),
                     "--gpu", str(tmp_path / "none.json")], check=True, capture_output=True, timeout=60)

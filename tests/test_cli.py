@@ -34,16 +34,20 @@ def project_with(tmp_path: Path, mutate) -> tuple[Path, Path]:  # type: ignore[n
 
 def test_check_config_and_snakemake_give_the_same_one_line_answer(tmp_path: Path) -> None:
     """A cache parameter of the wrong type used to pass check-config and fail after the
-    model loaded with a bare TypeError; now both refuse it up front, naming arm and key."""
+    model loaded with a bare TypeError; now check-config refuses it up front, and a run
+    refuses it in its arms' check (rule check_arms, a job of its own so that planning
+    never imports diffusers) before any generation starts, naming arm and key."""
     project, path = project_with(tmp_path, lambda c: c["arms"]["fbcache"]["cache"]["params"].update(threshold="high"))
     check = subprocess.run([PAIRFLOW, "check-config", str(path)], capture_output=True, text=True, timeout=120,
                            check=False)
-    dry = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/one.yaml"], cwd=project, capture_output=True,
-                         text=True, timeout=300, check=False)
+    run = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile", "config/one.yaml"], cwd=project,
+                         capture_output=True, text=True, timeout=300, check=False)
     want = "key 'arms/fbcache/cache/params/threshold' is 'high' (str); FirstBlockCacheConfig expects float"
     assert check.returncode == 3 and want in check.stderr, check.stderr
-    assert dry.returncode != 0 and want in dry.stdout + dry.stderr
-    assert "jsonschema" not in dry.stdout + dry.stderr and not (project / "resources").exists()
+    log = (project / "results" / "scratch" / "logs" / "check_arms.log").read_text()
+    assert run.returncode != 0 and want in run.stdout + run.stderr and want in log
+    assert "jsonschema" not in run.stdout + run.stderr
+    assert not (project / "results" / "scratch" / "panels").exists()  # no generation job started
 
 
 def test_configfile_replaces_the_default_config(tmp_path: Path) -> None:

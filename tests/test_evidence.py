@@ -302,3 +302,32 @@ def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> 
     with pytest.raises(IntegrityError, match=f"scores/control/a2-s0.json: names generation record .*, but the current "
                        f"record .*records/control/a2-s0.json is {current}; it was computed from another generation"):
         panel_records(spec, ["t"])
+
+
+def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_clean(
+        study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan-time check remembers the panels it found clean (their files' inode, size
+    and mtime, and what the config implies for them) and skips them while nothing there
+    changes; a record rewritten in place, even at the same size, is read and healed."""
+    from pairflow import evidence
+    from pairflow.config import load_study
+
+    s = load_study(study / "config/config.yaml")
+    memo = s.scratch / "checks/evidence.json"
+    assert evidence.heal_targets(s) == {} and memo.is_file()
+    assert set(json.loads(memo.read_text())["panels"]) == {"t"}
+    reads: list[Path] = []
+    real_read = evidence.read_record
+    monkeypatch.setattr(evidence, "read_record", lambda p: reads.append(p) or real_read(p))
+    assert evidence.heal_targets(s) == {} and reads == []  # nothing changed: nothing read
+    score = s.scratch / "panels/t/scores/pab/a2-s0.json"
+    text = score.read_text()
+    score.write_text(text.replace('"scores"', '"scorez"'))  # same size, new content
+    heals = evidence.heal_targets(s)
+    assert score in reads and list(heals) == [str(s.scratch / "panels/t/scores.json")]
+    assert [p.kind for p in heals[str(s.scratch / "panels/t/scores.json")]] == ["altered", "root"]
+    assert "t" not in json.loads(memo.read_text())["panels"]  # not clean: checked in full next time
+    # verify (deep) never trusts the memo
+    score.write_text(text)
+    reads.clear()
+    assert evidence.check_results(s, deep=True).ok and score in reads

@@ -116,32 +116,41 @@ def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
 
 
 
-def check_arms_once(arms: tuple[ArmSpec, ...], model: ModelSpec, scratch: Path) -> bool:
-    """``check_arms``, skipped when the same arms (every field of each, students
-    included), model transformer config and diffusers version already passed (a marker
-    under ``scratch/checks``). Every Snakemake process parses the Snakefile (on a cluster,
-    every job does): importing diffusers there costs seconds per job. Returns True when
-    the check ran."""
-    from . import generate as g
-    from .atomic import write_text
+def arms_check_key(arms: tuple[ArmSpec, ...], model: ModelSpec) -> str:
+    """What the arms' check depends on besides the model files (rule ``check_arms`` takes
+    those as inputs): every field of every arm (students included), the model's identity
+    and the installed diffusers version, read from package metadata so that planning
+    never imports diffusers or torch. A change reruns the check (a ``params`` trigger)."""
     from .envinfo import package_version
-    from .identity import digest_file, digest_obj
-    from .layout import Layout
+    from .identity import digest_obj
 
-    if all(a.is_control for a in arms):
-        return False
-    config = g._transformer_config(model)
-    key = digest_obj({"arms": [a.asdict() for a in arms],
-                      "model": model.identity(), "diffusers": package_version("diffusers"),
-                      "transformer_config": digest_file(config) if config is not None else None})
-    marker = Layout(scratch).checks / f"arms-{key.split(':', 1)[1]}.json"
-    if marker.is_file():
-        return False
+    return digest_obj({"arms": [a.asdict() for a in arms], "model": model.identity(),
+                       "diffusers": package_version("diffusers")})
+
+
+def arms_check_inputs(arms: tuple[ArmSpec, ...], model: ModelSpec) -> list[Path]:
+    """The model files the arms' check reads that exist when the run is planned: the
+    transformer config of the study's model and of each arm's own model (a student). The
+    embedded model is left out: its files appear when its rule builds it, and rule
+    ``check_arms`` takes that rule's output instead."""
+    from .generate import _transformer_config
+
+    models = [m for m in (model, *(a.model for a in arms)) if m is not None and m.kind != "embedded-tiny"]
+    return sorted({c for m in models if (c := _transformer_config(m)) is not None})
+
+
+def write_arms_check(arms: tuple[ArmSpec, ...], model: ModelSpec, out: Path) -> None:
+    """Rule ``check_arms``: run ``check_arms`` (imports diffusers, in the rule's own
+    process, never the planning one) and, when every arm passes, write ``out`` with the
+    check's key. Generation jobs take ``out`` as input, so no model loads before the arms
+    passed. Raises ConfigError naming the arm, the key, the value and the fix."""
+    from .atomic import write_text
+
     check_arms(arms, model)
-    # A model not built yet has no transformer config: its key changes once it exists,
-    # so the transformer's cache support is checked then.
-    write_text(marker, '{"check": "arms", "passed": true}\n')
-    return True
+    write_text(out, json.dumps({"check": "arms", "passed": True, "arms": [a.name for a in arms],
+                                "key": arms_check_key(arms, model)}, indent=1) + "\n")
+    log.info("arms %s passed their check against %s", [a.name for a in arms], model.path)
+
 
 def check_verifier(arm: ArmSpec) -> None:
     """A search verifier must be a registered NR metric (it scores one video alone)."""

@@ -9,6 +9,7 @@ passes, never the working directory.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,11 +254,20 @@ class StudySpec:
     scoring: ScoringSpec
     raw: dict[str, Any] = field(hash=False, compare=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickles (job contexts, named by their bytes' digest) never carry the memos below.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_panels_by_name", "_candidates_digest")}
+
+    @functools.cached_property
+    def _panels_by_name(self) -> dict[str, PanelSpec]:
+        # Input functions ask for a panel once per job: a scan would be quadratic in panels.
+        return {p.name: p for p in self.panels}
+
     def panel(self, name: str) -> PanelSpec:
-        for p in self.panels:
-            if p.name == name:
-                return p
-        raise ConfigError(f"panel {name!r} is not in the config; known: {[p.name for p in self.panels]}")
+        p = self._panels_by_name.get(name)
+        if p is None:
+            raise ConfigError(f"panel {name!r} is not in the config; known: {[p.name for p in self.panels]}")
+        return p
 
     @property
     def treatments(self) -> tuple[ArmSpec, ...]:
@@ -267,8 +277,13 @@ class StudySpec:
         """Digest of what defines one panel's candidates: study, model, arms, generation,
         encoder, and this panel's seeds and prompts (not other panels)."""
         p = self.panel(name)
-        return digest_obj({"study": self.subtree_digest("study", "model", "arms", "generation", "encoder"),
+        return digest_obj({"study": self._candidates_digest,
                            "seeds": list(p.seeds), "prompts": [[q.prompt_id, q.digest] for q in p.prompts]})
+
+    @functools.cached_property
+    def _candidates_digest(self) -> str:
+        # The study-wide part of every panel's digest, computed once (not once per panel).
+        return self.subtree_digest("study", "model", "arms", "generation", "encoder")
 
     def subtree_digest(self, *keys: str) -> str:
         """Digest of the named config subtrees (what produced a record)."""

@@ -13,6 +13,14 @@ them; no failure record is left; no timed run computed other frames than the bul
 output whose rerun heals it. The workflow runs the same check (without re-hashing
 videos) when it builds its plan and forces those outputs, so a plain rerun sees what is
 missing (``heal_targets``). Imports without torch.
+
+The plan-time check remembers what it found clean (``scratch/checks/evidence.json``): per
+panel, the digest of what the config implies for it and the (path, inode, size, mtime)
+of every file its check reads (records, videos, scores, timing records, failure records,
+its two manifests), with the roots it found. A panel whose files and expectations are
+unchanged since is not read again; any write, rename, deletion or new file in those
+folders changes its signature and the panel is checked in full. ``pairflow verify``
+(``deep``) never uses the memo.
 """
 
 from __future__ import annotations
@@ -176,10 +184,57 @@ def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> 
     return manifest
 
 
-def check_results(study: StudySpec, deep: bool = True) -> Report:
+MEMO_VERSION = 1
+PANEL_READS = ("records", "videos", "scores", "timing", "failures")
+"""A panel's folders the check reads (besides its two manifests): its memo signature."""
+
+
+def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
+    """Digest of (path, inode, size, mtime) of ``files`` and of every file below
+    ``folders`` (one ``scandir`` per folder: no per-candidate paths are built)."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+
+    def walk(folder: str) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except FileNotFoundError:
+            h.update(f"{folder}\0absent\n".encode())
+            return
+        for e in entries:
+            if e.is_dir():
+                walk(e.path)
+            else:
+                st = e.stat()
+                h.update(f"{e.path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+    for f in files:
+        try:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except FileNotFoundError:
+            h.update(f"{f}\0absent\n".encode())
+    for folder in folders:
+        walk(str(folder))
+    return f"xxh3_128:{h.hexdigest()}"
+
+
+def _read_memo(path: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) and memo.get("version") == MEMO_VERSION else {}
+
+
+def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Report:
     """Completeness and consistency of ``study``'s results tree (see the module docstring).
     ``deep`` re-hashes every video; without it a video is checked by existence and size
-    (what the workflow does when it plans a run)."""
+    (what the workflow does when it plans a run). ``memo`` (only without ``deep``) skips
+    panels unchanged since this check last found them clean and records the ones it
+    finds clean now (see the module docstring); it collects problems only, not notes
+    (temporary files), which heal nothing."""
     from .candidates import candidates, panel_dir, record_path, score_path
     from .stages.scoring import expected_scores
     from .stages.timing import timing_path
@@ -193,9 +248,24 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
     roots: dict[str, str] = {}
     all_cands = []
     current: dict[str, dict[str, Any]] = {}
+    use_memo = memo and not deep
+    old = _read_memo(layout.evidence_memo) if use_memo else {}
+    expect = digest_obj({"recipe": rdigest, "scores": {a.name: expected_scores(study, a) for a in study.arms}})
+    keys = {p.name: digest_obj([study.panel_digest(p.name), expect]) for p in study.panels} if use_memo else {}
+    pending: dict[str, dict[str, Any]] = {}
+    hits: dict[str, dict[str, Any]] = {}
+    timing_sig = _signature((timing_manifest,)) if use_memo else ""
     for panel in study.panels:
         pdir = panel_dir(study, panel.name)
         gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
+        if use_memo:
+            entry = old.get("panels", {}).get(panel.name)
+            sig = _signature((gm, sm), tuple(pdir / kind for kind in PANEL_READS))
+            if isinstance(entry, dict) and entry.get("key") == keys[panel.name] and entry.get("files") == sig:
+                roots.update(entry["roots"])
+                hits[panel.name] = entry
+                continue
+            pending[panel.name] = {"key": keys[panel.name], "files": sig}
         cands = candidates(study, panel)
         all_cands += cands
         for c in cands:
@@ -211,7 +281,7 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
                 report.add("stale", path, f"written with encoder recipe {rec.get('encoder', {}).get('recipe_digest')}, "
                            f"the recipe that runs now is {rdigest}", gm)
                 continue
-            current[c.key.candidate_id] = rec
+            current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
             video = pdir / rec["video"]["path"]
             if not video.is_file():
                 report.add("missing", video, f"video of {path} is missing", gm)
@@ -250,13 +320,45 @@ def check_results(study: StudySpec, deep: bool = True) -> Report:
         if rec.get("sampled", True) and rec.get("matches_bulk_frames") is not True:
             report.add("frames", path, "the timed run computed other frames than the bulk run; its latency is not "
                        "reported", timing_manifest)
-    m = _manifest(timing_manifest, [timing_path(study, c) for c in all_cands], report, timing_manifest)
-    if m is not None:
-        roots["timing"] = m.get("root_digest", "")
+    timing_key = digest_obj(sorted(keys.values()))
+    t_old = old.get("timing")
+    if (use_memo and len(hits) == len(study.panels) and isinstance(t_old, dict)
+            and t_old.get("key") == timing_key and t_old.get("files") == timing_sig):
+        roots["timing"] = t_old["root"]
+    else:
+        every = [c for p in study.panels for c in (candidates(study, p) if p.name in hits else [])] + all_cands
+        m = _manifest(timing_manifest, [timing_path(study, c) for c in every], report, timing_manifest)
+        if m is not None:
+            roots["timing"] = m.get("root_digest", "")
     _check_study(study, study_manifest, roots, report)
-    for t in temp_files(scratch):
+    # Temp files are notes, which heal nothing: the plan (``memo``) does not walk the tree for them.
+    for t in temp_files(scratch) if not use_memo else []:
         report.add("temp", t, "left by an interrupted write; safe to delete")
+    if use_memo:
+        _write_memo(layout, study, report, old, hits, pending, roots, timing_key, timing_sig)
     return report
+
+
+def _write_memo(layout: Layout, study: StudySpec, report: Report, old: dict[str, Any], hits: dict[str, Any],
+                pending: dict[str, dict[str, Any]], roots: dict[str, str], timing_key: str, timing_sig: str) -> None:
+    """Record the panels this check found clean (no problem on any file below the panel's
+    folder) beside the ones it skipped, and the timing manifest when every panel is clean
+    and nothing is wrong with it or any timing record. Written only when it changed."""
+    from .atomic import write_text
+
+    dirty = {Path(p.file).relative_to(layout.panels).parts[0] for p in report.problems
+             if Path(p.file).is_relative_to(layout.panels)}
+    panels = dict(hits)
+    for name, entry in pending.items():
+        if name not in dirty:
+            panels[name] = {**entry, "roots": {k: roots[k] for k in (f"generation:{name}", f"scores:{name}")
+                                               if k in roots}}
+    timing_ok = (len(panels) == len(study.panels) and "timing" in roots
+                 and not any(p.heals == str(layout.timing_manifest) for p in report.problems))
+    memo = {"version": MEMO_VERSION, "panels": panels,
+            "timing": {"key": timing_key, "files": timing_sig, "root": roots["timing"]} if timing_ok else None}
+    if memo != old:
+        write_text(layout.evidence_memo, json.dumps(memo, sort_keys=True) + "\n")
 
 
 def _check_study(study: StudySpec, path: Path, roots: dict[str, str], report: Report) -> None:
@@ -319,7 +421,7 @@ def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
     if not Layout(study.scratch).panels.exists():
         return {}
     out: dict[str, list[Problem]] = {}
-    for p in check_results(study, deep=False).problems:
+    for p in check_results(study, deep=False, memo=True).problems:
         if p.heals:
             out.setdefault(p.heals, []).append(p)
     return out
@@ -351,10 +453,18 @@ def mark_stale(study: StudySpec) -> list[Path]:
     return written
 
 
-def stamp_input(scratch: Path, output: str) -> list[str]:
-    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists, else ``[]``."""
+def heal_stamps(scratch: Path) -> frozenset[str]:
+    """The heal stamps that exist now (one listing, for ``stamp_input``)."""
+    folder = Layout(scratch).heal
+    return frozenset(str(folder / n) for n in os.listdir(folder)) if folder.is_dir() else frozenset()
+
+
+def stamp_input(scratch: Path, output: str, stamps: frozenset[str] | None = None) -> list[str]:
+    """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists (in
+    ``stamps``, a ``heal_stamps`` listing, when given: a lookup instead of a stat per
+    job), else ``[]``."""
     stamp = heal_stamp(scratch, output)
-    return [str(stamp)] if stamp.exists() else []
+    return [str(stamp)] if (str(stamp) in stamps if stamps is not None else stamp.exists()) else []
 
 
 def write_verify_json(report: Report, path: Path) -> str:

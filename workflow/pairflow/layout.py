@@ -20,7 +20,8 @@ path is deterministic (dates go inside files, never into names)::
         stats.json, table.md, table.html, manifest.json, timing.json, archived.json
         utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
       contexts/<digest>.pkl                study context shared by a job's tasks
-      checks/                              memoised config checks (arms)
+      checks/arms.json                     the arms passed their check (rule check_arms)
+      checks/evidence.json                 what the plan-time evidence check last found clean
       heal/<output>.txt                    why a plain run recomputes an output
       logs/<stage>/<panel>.log             one log per job
       benchmarks/<rule>/<panel>.tsv        Snakemake's per-job wall time and memory
@@ -147,6 +148,16 @@ class Layout:
     @property
     def checks(self) -> Path:
         return Path(self.scratch) / "checks"
+
+    @property
+    def arms_check(self) -> Path:
+        """Rule ``check_arms``'s output: the arms passed ``arms.check_arms`` (its key inside)."""
+        return self.checks / "arms.json"
+
+    @property
+    def evidence_memo(self) -> Path:
+        """What the plan-time evidence check last found clean (``evidence.check_results``)."""
+        return self.checks / "evidence.json"
 
     @property
     def heal(self) -> Path:

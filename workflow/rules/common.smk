@@ -11,9 +11,9 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 # creates it (`--software-deployment-method conda`); pip expands the variable.
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import study_from_raw  # noqa: E402
-from pairflow.evidence import mark_stale, stamp_input  # noqa: E402
+from pairflow.evidence import heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
-from pairflow.arms import check_arms_once  # noqa: E402
+from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming
@@ -23,12 +23,15 @@ from pairflow.arms import check_arms_once  # noqa: E402
 # Named relative to the project (Snakemake gives absolute paths): the archive rule's params.
 CONFIGFILES = [str(as_named(f)) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
 STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
-check_arms_once(STUDY.arms, STUDY.model, STUDY.scratch)  # memoised under scratch/checks
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
 LAYOUT = Layout(as_named(STUDY.scratch))
 MODEL_INDEX = str(as_named(STUDY.model.path) / "model_index.json")
+ARMS_CHECK = str(LAYOUT.arms_check)
+# What the arms' check depends on besides the model files (a params rerun trigger). The
+# check itself imports diffusers, so it runs in rule check_arms, never while planning.
+ARMS_KEY = arms_check_key(STUDY.arms, STUDY.model)
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
 SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
 TIMING_MANIFEST = str(LAYOUT.timing_manifest)
@@ -50,8 +53,6 @@ REPEATABILITY_MD = str(LAYOUT.repeatability(".md"))
 MANIFESTS = [*expand(GEN_MANIFEST, panel=PANELS), *expand(SCORE_MANIFEST, panel=PANELS), TIMING_MANIFEST,
              STUDY_MANIFEST]
 """Targets of rule all, so a manifest a killed job left missing is always rebuilt."""
-REPLICATE_OUTPUTS = [str(LAYOUT.replicate_timing(f"r{n}", p))
-                     for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 
 wildcard_constraints:
@@ -74,15 +75,30 @@ def model_input(wildcards):
     return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []
 
 
+def arms_check_input(wildcards):
+    """The model files the arms' check reads: the built tiny model, else the transformer
+    configs of the study's model and of the arms' own models."""
+    return [*([MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []),
+            *(str(as_named(p)) for p in arms_check_inputs(STUDY.arms, STUDY.model))]
+
+
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is
 # checked as `pairflow verify` does (videos by size, not re-hashed); every existing output
 # that no longer matches its records gets a newer heal stamp, which its rule takes as input.
 if not (workflow.remote_exec or workflow.subprocess_exec):
     for stamp in mark_stale(STUDY):
         logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+STAMPS = heal_stamps(LAYOUT.scratch)
+
+
+def replicate_outputs(wildcards):
+    """Input function (repeatability): every replicate of every repeatability panel
+    (listed only when that rule is asked for, not while planning every run)."""
+    return [str(LAYOUT.replicate_timing(f"r{n}", p))
+            for n in range(1, STUDY.repeatability.replicates + 1) for p in STUDY.repeatability.panels]
 
 
 def healing(pattern):
     """Input function: this job's heal stamp, when one exists (see above)."""
-    return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards))
+    return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards), STAMPS)
 

@@ -2,6 +2,7 @@
 rule generate_panel:
     input:
         model=model_input,
+        arms=ancient(ARMS_CHECK),
         sheet=panel_sheet,
         heal=healing(GEN_MANIFEST),
     output:

@@ -17,7 +17,7 @@ rule replicate_panel:
 rule repeatability:
     input:
         stats=STUDY_STATS,
-        replicates=REPLICATE_OUTPUTS,
+        replicates=replicate_outputs,
     output:
         json=REPEATABILITY,
         table=report(REPEATABILITY_MD, caption="../report/repeatability.rst",

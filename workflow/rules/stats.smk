@@ -1,6 +1,7 @@
 rule study_stats:
     input:
-        generation=expand(GEN_MANIFEST, panel=PANELS),
+        # A panel's scores follow its generation (score_panel takes GEN_MANIFEST), so the
+        # generation manifests are not listed again: planning cost grows with the edges.
         scores=expand(SCORE_MANIFEST, panel=PANELS),
         timing=TIMING_MANIFEST,
         heal=healing(STUDY_MANIFEST),

@@ -2,9 +2,9 @@
 # exists): the share of allocated slot time spent running tasks.
 rule utilisation:
     input:
-        generation=expand(GEN_MANIFEST, panel=PANELS),
-        scores=expand(SCORE_MANIFEST, panel=PANELS),
-        timing=TIMING_MANIFEST,
+        # Written after every panel's generation and scoring and the timed pass (one
+        # edge, not three per panel: planning cost grows with the edges).
+        STUDY_MANIFEST,
     output:
         json=UTILISATION,
         table=report(UTILISATION_MD, caption="../report/utilisation.rst", category="Fleet"),
