@@ -166,11 +166,12 @@ def _write_evidence(proj: Path) -> int:
     Returns the files written."""
     import yaml
 
+    from pairflow.candidates import candidates, record_path, score_path, video_path
     from pairflow.config import study_from_raw
     from pairflow.layout import Layout
-    from pairflow.panel import candidates, expected_scores, record_path, score_path, video_path
     from pairflow.records import build_manifest, seal
-    from pairflow.timing import timing_path
+    from pairflow.stages.scoring import expected_scores
+    from pairflow.stages.timing import timing_path
     from pairflow.video import recipe_digest
 
     study = study_from_raw(yaml.safe_load((proj / "config" / "config.yaml").read_text()), proj, source="benchmark")

@@ -212,7 +212,8 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         r = generate(pipe, prompt, stream_seed, arm, gen, tokens, count=count)
         return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute)
     if verifier is None:
-        raise ValueError(f"arm {arm.name!r} searches, so run_arm needs its verifier")
+        raise ConfigError(f"arm {arm.name!r} searches (search: n={arm.search.n}), so run_arm needs its verifier; "
+                          "pass arms.verifier_for(arm, study)")
     from .identity import digest_bytes
     from .video import prepare_frames
 
@@ -237,7 +238,8 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         if better:
             best, best_frames = i, r.frames
     if last is None or best is None:
-        raise ValueError(f"arm {arm.name!r}: a search needs n >= 1 candidates")
+        raise ConfigError(f"arm {arm.name!r}: search n={arm.search.n}; a search needs n >= 1 candidates "
+                          f"(set arms.{arm.name}.search.n to 1 or more)")
     compute = None if total is None else {**total.asdict(), "verifier": arm.search.verifier}
     return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
                      best)

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ConfigError
+
 BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "temporal_transformer_blocks")
 """Attribute names of the ``ModuleList``s holding a diffusers video transformer's blocks
 (Wan: ``blocks``; CogVideoX, LTX, HunyuanVideo: ``transformer_blocks`` and, for
@@ -66,10 +68,11 @@ class ComputeCount:
 
 def transformer_blocks(transformer: Any) -> list[Any]:
     """The transformer's blocks, in order (every ``BLOCK_LISTS`` ModuleList it has).
-    Raises ValueError when it has none: its compute could not be counted."""
+    Raises ConfigError when it has none: its compute could not be counted."""
     blocks = [b for name in BLOCK_LISTS for b in (getattr(transformer, name, None) or [])]
     if not blocks:
-        raise ValueError(f"{type(transformer).__name__} has none of the block lists {BLOCK_LISTS}; "
+        raise ConfigError(f"{type(transformer).__name__} has none of the block lists {BLOCK_LISTS}, so its "
+                          "compute cannot be counted; "
                          "add its block list's attribute name to pairflow.compute.BLOCK_LISTS")
     return blocks
 

@@ -231,7 +231,8 @@ def _architecture(key: str) -> Any:
             from torchvision.models import alexnet
 
             return alexnet(weights=None)
-    raise KeyError(key)
+    raise WeightsError(f"no architecture is known for weight {key!r} (pairflow.weights._architecture); add one "
+                       "beside the others so its file's state dict can be checked")
 
 
 def _random_state(key: str, seed: int) -> dict[str, Any]:
