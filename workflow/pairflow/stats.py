@@ -450,7 +450,7 @@ def _scoring_setup(score_records: list[dict[str, Any]]) -> dict[str, Any]:
     if len(builds) > 1:
         raise PairingError(f"score records of one comparison come from {len(builds)} different scorer builds "
                            f"({sorted(str(b) for b in builds)}); rescore the panel so both arms share one build "
-                           "(snakemake --forcerun score_panel)")
+                           "(snakemake --forcerun generate_score_panel; score_panel under fleet.panel_jobs: per-stage)")
     first = score_records[0] if score_records else {}
     return {"scorer_build": next(iter(builds), None),
             "weights_origin": first.get("scorer", {}).get("weights_origin"),
