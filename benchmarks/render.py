@@ -134,7 +134,38 @@ def _payload(pl: dict | None) -> list[str]:
             ""]
 
 
-def _e2e(e: dict | None) -> list[str]:
+E2E_RUNS = {"e2e_before": "before (per-stage jobs, Parsl strategy period 5 s)",
+            "e2e_per_stage": "fleet.panel_jobs: per-stage", "e2e": "fleet.panel_jobs: combined (default)"}
+"""Runs of the default study the e2e section may hold, in the order they are compared."""
+
+
+def _e2e_side_by_side(r: dict) -> list[str]:
+    """The default study's runs side by side (same machine, one after another)."""
+    runs = [(label, r[k]) for k, label in E2E_RUNS.items() if _ok(r.get(k)) and "generate_s_sum" in r[k]]
+    if len(runs) < 2:
+        return []
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    rows = [("panel job rules", lambda e: ", ".join(f"{k} {v:.1f} s" for k, v in sorted(e["job_wall_s_by_rule"].items())
+                                                  if k.endswith("_panel"))),
+            ("panel jobs' wall s", lambda e: f"{e.get('panel_jobs_wall_s', float('nan')):.1f}"),
+            ("all jobs' wall s", lambda e: f"{e['job_wall_s']:.1f}"),
+            ("generate + encode + score s (records)", lambda e: f"{e['work_s']:.1f}"),
+            ("**work share of all jobs' wall time**", lambda e: pct(e.get("work_share"))),
+            ("work share of the panel jobs' wall time", lambda e: pct(e.get("work_share_of_panel_jobs"))),
+            ("slot busy share (utilisation.json)", lambda e: pct(e.get("slot_busy_share"))),
+            ("worker processes; warm-up tasks", lambda e: f"{e['workers']}; {e['warm_up_tasks']}"),
+            ("imports s; model loads s (sums over workers)",
+             lambda e: f"{e['import_s_sum']:.1f}; {e['model_load_s_sum']:.1f}")]
+    return ["Side by side (the default study, `snakemake --profile profiles/local`, one run each, one after "
+            "another on the same machine; its load from other users varies, so per-video times vary too):", "",
+            "| | " + " | ".join(label for label, _ in runs) + " |", "|---|" + "---|" * len(runs),
+            *[f"| {name} | " + " | ".join(f(e) for _, e in runs) + " |" for name, f in rows], ""]
+
+
+def _e2e(e: dict | None, r: dict | None = None) -> list[str]:
     if not _ok(e) or "generate_s_sum" not in e:  # type: ignore[operator]
         return []
     total = sum(e["job_wall_s_by_rule"].values())  # type: ignore[index]
@@ -156,7 +187,7 @@ def _e2e(e: dict | None) -> list[str]:
             f"Hashing (upper bound: every video hashed 4 times, raw frames once, records 4 times, at the "
             f"measured `digest_file` rate): {e['hash_s_estimate'] * 1e3:.1f} ms, {e['hash_share']:.4%} of the "  # type: ignore[index]
             "study's job time.", ""]
-    return out
+    return out + _e2e_side_by_side(r or {})
 
 
 def _gpu(g: dict | None) -> list[str]:
@@ -273,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += [*(_slurm(r.get("slurm"), r.get("slurm_study")) if _ok(r.get("slurm")) else []),
               *(_metrics(r["metrics"]) if _ok(r.get("metrics")) else []),
               *(_stats(r.get("stats")) if _ok(r.get("stats")) else []),
-              *_e2e(r.get("e2e")), *_gpu(gpu), *_skipped(r)]
+              *_e2e(r.get("e2e"), r), *_gpu(gpu), *_skipped(r)]
     if _ok(r.get("compute")):
         co = r["compute"]
         lines += ["## Compute accounting and arms (issue 16)", "",

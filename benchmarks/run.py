@@ -535,6 +535,10 @@ def bench_stats(runs: int, quick: bool = False) -> dict[str, Any]:
             "bootstrap_resamples": 1000, "seconds": time.perf_counter() - t0}
 
 
+PANEL_RULES = ("generate_score_panel", "generate_panel", "score_panel")
+"""The rules whose jobs generate and score panels (one job per panel, or one per stage)."""
+
+
 def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> dict[str, Any]:
     """Where the default study's time goes, from its records, telemetry and Snakemake's
     per-job benchmark files (``scratch``, default results/scratch of the last run):
@@ -551,11 +555,11 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
         rule = tsv.parent.name
         jobs[rule] = jobs.get(rule, 0.0) + float(rows[1].split("\t")[0])
     # One-time costs per worker process: its warm-up task's figures, else what its tasks
-    # paid importing and loading.
-    workers: dict[tuple[str, str, int], dict[str, float]] = {}
-    for kind, rs in (("generate", recs), ("score", scores)):
+    # paid importing and loading (a worker of a combined panel job serves both kinds once).
+    workers: dict[tuple[str, int], dict[str, float]] = {}
+    for rs in (recs, scores):
         for r in rs:
-            w = workers.setdefault((kind, r["worker"]["host"], r["worker"]["pid"]), {"import_s": 0.0, "load_s": 0.0})
+            w = workers.setdefault((r["worker"]["host"], r["worker"]["pid"]), {"import_s": 0.0, "load_s": 0.0})
             warm = r["worker"].get("warm_up") or {}
             t = r["timing"]
             w["import_s"] = max(w["import_s"], warm.get("import_s", 0.0), t.get("import_s", 0.0))
@@ -577,7 +581,14 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
     enc_s = sum(r["timing"]["encode_s"] for r in recs)
     score_s = sum(s["timing"]["score_s"] for s in scores)
     total = sum(jobs.values())
+    panel_jobs = sum(v for k, v in jobs.items() if k in PANEL_RULES)
+    util = scratch / "study" / "utilisation.json"
+    busy = json.loads(util.read_text()).get("busy_share") if util.exists() else None
     return {"candidates": len(recs), "hash_s_estimate": hash_s,
+            "panel_jobs": "combined" if "generate_score_panel" in jobs else "per-stage",
+            "panel_jobs_wall_s": panel_jobs,
+            "work_share_of_panel_jobs": (gen_s + enc_s + score_s) / panel_jobs if panel_jobs else None,
+            "slot_busy_share": busy,
             "hash_share": hash_s / max(1e-9, total),
             "generate_s_sum": gen_s, "encode_s_sum": enc_s, "score_s_sum": score_s,
             "work_s": gen_s + enc_s + score_s, "job_wall_s": total,
@@ -615,6 +626,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="weight mirror for the metrics section (default: a random-init test mirror)")
     ap.add_argument("--scratch", type=Path, default=None,
                     help="the study run the e2e section reads (default: results/scratch)")
+    ap.add_argument("--e2e-key", default="e2e",
+                    help="where the e2e section's figures go in the results (e.g. e2e_per_stage for a run with "
+                         "fleet.panel_jobs: per-stage, e2e_before for an earlier commit's run), to render side by side")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
@@ -629,6 +643,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.sections:
         t = time.perf_counter()
         if name == "e2e":
+            name = args.e2e_key
             results[name] = bench_e2e(runs, args.quick, args.scratch)
         elif name == "metrics":
             results[name] = bench_metrics(runs, args.quick, args.mirror)

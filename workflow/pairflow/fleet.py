@@ -66,6 +66,12 @@ def grant_from_env(environ: dict[str, str]) -> Grant:
     return Grant(tuple(acc), alloc, gpu_map(acc, alloc))
 
 
+STRATEGY_PERIOD_S = 0.5
+"""Seconds between Parsl's scaling decisions (the first launches the job's one block).
+Measured on a 2-core machine: a pool's first result came 8.0 s after ``parsl.load`` at
+Parsl's default of 5 s, 4.4 s of it before the block was even submitted (see BENCHMARKS.md)."""
+
+
 def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
     """One short site config: one block of workers spanning this job's allocation."""
     from parsl.addresses import address_by_hostname
@@ -111,6 +117,9 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
                   # "simple" scales an idle block in after max_idletime, returning unused
                   # allocation; a lost manager then does not fail every later task.
                   strategy="simple", max_idletime=float(fleet.idle_timeout_s),
+                  # The strategy's first tick launches the init block: at Parsl's default
+                  # period (5 s) every job waited 5 s before its pool even began to start.
+                  strategy_period=STRATEGY_PERIOD_S,
                   initialize_logging=False, usage_tracking=0)
 
 
