@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _slurm(su: dict | None, st: dict | None) -> list[str]:
+def _slurm(su: dict | None, st: dict | None, before: dict | None = None) -> list[str]:
     if not su:
         return []
     study = [] if not _ok(st) else [
@@ -21,9 +21,14 @@ def _slurm(su: dict | None, st: dict | None) -> list[str]:
         "| job | tasks | window s | busy share per slot |", "|---|---|---|---|",
         *[f"| {k} | {j['tasks']} | {j['window_s']:.1f} | "
           f"{', '.join(f'{s}: {v:.0%}' for s, v in j['slots'].items())} |" for k, j in sorted(st["jobs"].items())],
-        "", "Each job's window includes the worker-pool start-up measured above (about 10 s); the tiny "
+        "", "Each job's window includes the worker-pool start-up measured above; the tiny "
         "model's tasks of about 1 s do not amortise it. The share is computed, not assumed: longer tasks "
         "raise it, and the report shows it per job.", ""]
+    if _ok(st) and _ok(before):
+        study += [f"Before (per-stage jobs: a generation and a scoring job per panel, Parsl strategy period 5 s), "
+                  f"the same study through the same profile on the same cluster: {before['wall_s']:.0f} s wall; "  # type: ignore[index]
+                  f"slot busy share {before['busy_share']:.1%} of {before['allocated_slot_s']:.0f} allocated "  # type: ignore[index]
+                  f"slot-seconds over {len(before['jobs'])} panel jobs.", ""]  # type: ignore[index, arg-type]
     return ["## Inside a Slurm allocation", "",
             f"`pairflow probe-slots --tasks {su['tasks']}` in `sbatch --gres=gpu:2` on the CI's single-node "
             f"cluster ({su['launcher']}): slots {', '.join(su['slots'])}; {su['tasks_per_s']:.0f} no-op tasks/s "
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
             f"slot-seconds while the last tasks finish) and dispatch gaps. Start-up before the first task: "
             f"{sl['startup_s']:.1f} s. No-op tasks: {sl['noop_tasks_per_s_incl_startup']:.0f}/s including start-up "
             f"({sl['noop_tasks']} tasks), {sl.get('noop_tasks_per_s_after_startup', float('nan')):.0f}/s after it.", ""]
-    lines += [*(_slurm(r.get("slurm"), r.get("slurm_study")) if _ok(r.get("slurm")) else []),
+    lines += [*(_slurm(r.get("slurm"), r.get("slurm_study"), r.get("slurm_study_before")) if _ok(r.get("slurm")) else []),
               *(_metrics(r["metrics"]) if _ok(r.get("metrics")) else []),
               *(_stats(r.get("stats")) if _ok(r.get("stats")) else []),
               *_e2e(r.get("e2e"), r), *_gpu(gpu), *_skipped(r)]

@@ -626,13 +626,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="weight mirror for the metrics section (default: a random-init test mirror)")
     ap.add_argument("--scratch", type=Path, default=None,
                     help="the study run the e2e section reads (default: results/scratch)")
-    ap.add_argument("--e2e-key", default="e2e",
-                    help="where the e2e section's figures go in the results (e.g. e2e_per_stage for a run with "
-                         "fleet.panel_jobs: per-stage, e2e_before for an earlier commit's run), to render side by side")
+    ap.add_argument("--key", default=None,
+                    help="with one section: where its figures go in the results instead of its name, to render "
+                         "side by side (e2e_per_stage: a run with fleet.panel_jobs: per-stage; e2e_before, "
+                         "slurm_study_before: an earlier commit's runs)")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
         ap.error(f"unknown section(s) {unknown}; sections: {', '.join(SECTIONS)}")
+    if args.key and len(args.sections) != 1:
+        ap.error("--key names where one section's figures go: give exactly one section")
     import torch
 
     torch.set_num_threads(1)
@@ -642,13 +645,13 @@ def main(argv: list[str] | None = None) -> None:
     results.update({"machine": machine(), "runs": runs, "quick": args.quick})
     for name in args.sections:
         t = time.perf_counter()
-        if name == "e2e":
-            name = args.e2e_key
+        section, name = name, args.key or name
+        if section == "e2e":
             results[name] = bench_e2e(runs, args.quick, args.scratch)
-        elif name == "metrics":
+        elif section == "metrics":
             results[name] = bench_metrics(runs, args.quick, args.mirror)
         else:
-            results[name] = SECTIONS[name](runs if name != "plan" else min(runs, 3), args.quick)
+            results[name] = SECTIONS[section](runs if section != "plan" else min(runs, 3), args.quick)
         results[name]["section_s"] = time.perf_counter() - t
         print(f"{name}: {time.perf_counter() - t:.1f}s {json.dumps(results[name])[:400]}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -68,8 +68,9 @@ def grant_from_env(environ: dict[str, str]) -> Grant:
 
 STRATEGY_PERIOD_S = 0.5
 """Seconds between Parsl's scaling decisions (the first launches the job's one block).
-Measured on a 2-core machine: a pool's first result came 8.0 s after ``parsl.load`` at
-Parsl's default of 5 s, 4.4 s of it before the block was even submitted (see BENCHMARKS.md)."""
+Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
+Parsl's default of 5 s, 4.3 s of it before the block was even submitted; at 0.5 s the
+block is submitted 0.3 s after it (the rest is the pool's Python processes starting)."""
 
 
 def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
