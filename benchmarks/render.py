@@ -160,7 +160,12 @@ def _e2e_side_by_side(r: dict) -> list[str]:
             ("generate + encode + score s (records)", lambda e: f"{e['work_s']:.1f}"),
             ("**work share of all jobs' wall time**", lambda e: pct(e.get("work_share"))),
             ("work share of the panel jobs' wall time", lambda e: pct(e.get("work_share_of_panel_jobs"))),
+            ("work share of the panel jobs' slot time (wall x slots)",
+             lambda e: pct(e.get("work_share_of_panel_slot_time"))),
+            ("panel jobs' slot-seconds not spent on per-video work",
+             lambda e: "-" if e.get("panel_overhead_slot_s") is None else f"{e['panel_overhead_slot_s']:.1f}"),
             ("slot busy share (utilisation.json)", lambda e: pct(e.get("slot_busy_share"))),
+            ("load average at the end of the run", lambda e: e.get("load_average", "-")),
             ("worker processes; warm-up tasks", lambda e: f"{e['workers']}; {e['warm_up_tasks']}"),
             ("imports s; model loads s (sums over workers)",
              lambda e: f"{e['import_s_sum']:.1f}; {e['model_load_s_sum']:.1f}")]

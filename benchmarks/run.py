@@ -535,8 +535,9 @@ def bench_stats(runs: int, quick: bool = False) -> dict[str, Any]:
             "bootstrap_resamples": 1000, "seconds": time.perf_counter() - t0}
 
 
-PANEL_RULES = ("generate_score_panel", "generate_panel", "score_panel")
-"""The rules whose jobs generate and score panels (one job per panel, or one per stage)."""
+PANEL_RULES = {"generate_score_panel": "generate-score", "generate_panel": "generate", "score_panel": "score"}
+"""The rules whose jobs generate and score panels (one job per panel, or one per stage),
+and the name of each one's telemetry record."""
 
 
 def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> dict[str, Any]:
@@ -550,10 +551,14 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
     if not recs:
         return {"skipped": f"no study run under {scratch}: run snakemake --profile profiles/local first"}
     jobs: dict[str, float] = {}
+    panel_slot_s = 0.0  # the panel jobs' wall time x the slots each ran (its telemetry's slots)
     for tsv in (scratch / "benchmarks").rglob("*.tsv"):
         rows = tsv.read_text().splitlines()
         rule = tsv.parent.name
         jobs[rule] = jobs.get(rule, 0.0) + float(rows[1].split("\t")[0])
+        tel = scratch / "panels" / tsv.stem / "telemetry" / f"{PANEL_RULES.get(rule)}.json"
+        if tel.exists():
+            panel_slot_s += float(rows[1].split("\t")[0]) * len(json.loads(tel.read_text())["slots"])
     # One-time costs per worker process: its warm-up task's figures, else what its tasks
     # paid importing and loading (a worker of a combined panel job serves both kinds once).
     workers: dict[tuple[str, int], dict[str, float]] = {}
@@ -585,9 +590,19 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
     util = scratch / "study" / "utilisation.json"
     busy = json.loads(util.read_text()).get("busy_share") if util.exists() else None
     return {"candidates": len(recs), "hash_s_estimate": hash_s,
+            # Other users' load slows the per-video work and so moves every share: say what it was.
+            "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "panel_jobs": "combined" if "generate_score_panel" in jobs else "per-stage",
             "panel_jobs_wall_s": panel_jobs,
             "work_share_of_panel_jobs": (gen_s + enc_s + score_s) / panel_jobs if panel_jobs else None,
+            # Per-video seconds are summed over parallel workers: against slot time (job
+            # wall x its slots) the share cannot pass 100%.
+            "panel_jobs_slot_s": panel_slot_s,
+            "work_share_of_panel_slot_time": (gen_s + enc_s + score_s) / panel_slot_s if panel_slot_s else None,
+            # What the panel jobs' slots spent on anything but per-video work (start-up,
+            # imports, loads, verification, manifests, idle tails): less sensitive than the
+            # shares to how fast this machine ran the videos during the run.
+            "panel_overhead_slot_s": panel_slot_s - (gen_s + enc_s + score_s) if panel_slot_s else None,
             "slot_busy_share": busy,
             "hash_share": hash_s / max(1e-9, total),
             "generate_s_sum": gen_s, "encode_s_sum": enc_s, "score_s_sum": score_s,
