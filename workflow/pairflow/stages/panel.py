@@ -83,7 +83,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     build = shared["scorer"]
     todo_all = candidates(study, study.panel(panel_name))
     by_id = {c.key.candidate_id: c for c in todo_all}
-    pairs: dict[str, list[Candidate]] = {}
+    pairs: dict[tuple[str, str, int], list[Candidate]] = {}
     for c in todo_all:
         pairs.setdefault(c.key.pair_key, []).append(c)
     records: dict[Path, dict[str, Any]] = {}  # verified generation records (by path)
