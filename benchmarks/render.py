@@ -169,16 +169,18 @@ def _e2e_side_by_side(r: dict) -> list[str]:
             ("worker processes; warm-up tasks", lambda e: f"{e['workers']}; {e['warm_up_tasks']}"),
             ("imports s; model loads s (sums over workers)",
              lambda e: f"{e['import_s_sum']:.1f}; {e['model_load_s_sum']:.1f}")]
-    out = ["Side by side (the default study, `snakemake --profile profiles/local`, one run each, one after "
-           "another on the same machine; its load from other users varies, so per-video times vary too):", "",
+    out = ["Side by side (the default study, `snakemake --profile profiles/local`, one run each on the same "
+           "machine, at different times: other users' load varies, so per-video times vary too; the load average "
+           "row says how busy the machine was):", "",
            "| | " + " | ".join(label for label, _ in runs) + " |", "|---|" + "---|" * len(runs),
            *[f"| {name} | " + " | ".join(f(e) for _, e in runs) + " |" for name, f in rows], ""]
     first, last = runs[0][1], runs[-1][1]
     if first.get("panel_overhead_slot_s") and last.get("panel_overhead_slot_s") is not None:
         slower = last["work_s"] / first["work_s"] - 1
-        out += [f"The same videos took {slower:+.0%} per-video seconds in the last column's run than in the first "
-                "(other users' load): slower videos alone raise every work share, so the shares above overstate "
-                "the gain when that figure is positive. The panel jobs' slot-seconds not spent on per-video work "
+        out += [f"Per-video seconds of the same videos, last column against first: {slower:+.0%} (other users' "
+                "load). Slower videos alone raise every work share, so the shares overstate the gain when that "
+                "figure is positive and understate it when negative. The panel jobs' slot-seconds not spent on "
+                "per-video work "
                 "(start-up, imports, loads, verification, manifests, idle tails) move least with it: "
                 f"{first['panel_overhead_slot_s']:.0f} -> {last['panel_overhead_slot_s']:.0f} "
                 f"({last['panel_overhead_slot_s'] / first['panel_overhead_slot_s'] - 1:+.0%}).", ""]
