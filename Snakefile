@@ -1,6 +1,7 @@
 # PairFlow: paired evaluation of video-generation models.
-# Stages, in order: build the embedded model → generate each panel (Parsl fan-out) →
-# score each panel → exclusive timed pass → paired statistics per panel and for the study → archive evidence.
+# Stages, in order: build the embedded model → generate and score each panel (one Parsl
+# fan-out per panel; fleet.panel_jobs: per-stage makes it a generation and a scoring job) →
+# exclusive timed pass → paired statistics per panel and for the study → archive evidence.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -18,8 +19,17 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
-include: "workflow/rules/generate.smk"
-include: "workflow/rules/score.smk"
+# fleet.panel_jobs: one job per panel for generation and scoring, or one per stage.
+if STUDY.fleet.panel_jobs == "combined":
+
+    include: "workflow/rules/panel.smk"
+
+else:
+
+    include: "workflow/rules/generate.smk"
+    include: "workflow/rules/score.smk"
+
+
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/telemetry.smk"

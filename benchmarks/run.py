@@ -673,6 +673,11 @@ def bench_stats(runs: int, quick: bool = False) -> dict[str, Any]:
             "bootstrap_resamples": 1000, "seconds": time.perf_counter() - t0}
 
 
+PANEL_RULES = {"generate_score_panel": "generate-score", "generate_panel": "generate", "score_panel": "score"}
+"""The rules whose jobs generate and score panels (one job per panel, or one per stage),
+and the name of each one's telemetry record."""
+
+
 def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> dict[str, Any]:
     """Where the default study's time goes, from its records, telemetry and Snakemake's
     per-job benchmark files (``scratch``, default results/scratch of the last run):
@@ -684,16 +689,20 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
     if not recs:
         return {"skipped": f"no study run under {scratch}: run snakemake --profile profiles/local first"}
     jobs: dict[str, float] = {}
+    panel_slot_s = 0.0  # the panel jobs' wall time x the slots each ran (its telemetry's slots)
     for tsv in (scratch / "benchmarks").rglob("*.tsv"):
         rows = tsv.read_text().splitlines()
         rule = tsv.parent.name
         jobs[rule] = jobs.get(rule, 0.0) + float(rows[1].split("\t")[0])
+        tel = scratch / "panels" / tsv.stem / "telemetry" / f"{PANEL_RULES.get(rule)}.json"
+        if tel.exists():
+            panel_slot_s += float(rows[1].split("\t")[0]) * len(json.loads(tel.read_text())["slots"])
     # One-time costs per worker process: its warm-up task's figures, else what its tasks
-    # paid importing and loading.
-    workers: dict[tuple[str, str, int], dict[str, float]] = {}
-    for kind, rs in (("generate", recs), ("score", scores)):
+    # paid importing and loading (a worker of a combined panel job serves both kinds once).
+    workers: dict[tuple[str, int], dict[str, float]] = {}
+    for rs in (recs, scores):
         for r in rs:
-            w = workers.setdefault((kind, r["worker"]["host"], r["worker"]["pid"]), {"import_s": 0.0, "load_s": 0.0})
+            w = workers.setdefault((r["worker"]["host"], r["worker"]["pid"]), {"import_s": 0.0, "load_s": 0.0})
             warm = r["worker"].get("warm_up") or {}
             t = r["timing"]
             w["import_s"] = max(w["import_s"], warm.get("import_s", 0.0), t.get("import_s", 0.0))
@@ -715,7 +724,24 @@ def bench_e2e(runs: int, quick: bool = False, scratch: Path | None = None) -> di
     enc_s = sum(r["timing"]["encode_s"] for r in recs)
     score_s = sum(s["timing"]["score_s"] for s in scores)
     total = sum(jobs.values())
+    panel_jobs = sum(v for k, v in jobs.items() if k in PANEL_RULES)
+    util = scratch / "study" / "utilisation.json"
+    busy = json.loads(util.read_text()).get("busy_share") if util.exists() else None
     return {"candidates": len(recs), "hash_s_estimate": hash_s,
+            # Other users' load slows the per-video work and so moves every share: say what it was.
+            "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "panel_jobs": "combined" if "generate_score_panel" in jobs else "per-stage",
+            "panel_jobs_wall_s": panel_jobs,
+            "work_share_of_panel_jobs": (gen_s + enc_s + score_s) / panel_jobs if panel_jobs else None,
+            # Per-video seconds are summed over parallel workers: against slot time (job
+            # wall x its slots) the share cannot pass 100%.
+            "panel_jobs_slot_s": panel_slot_s,
+            "work_share_of_panel_slot_time": (gen_s + enc_s + score_s) / panel_slot_s if panel_slot_s else None,
+            # What the panel jobs' slots spent on anything but per-video work (start-up,
+            # imports, loads, verification, manifests, idle tails): less sensitive than the
+            # shares to how fast this machine ran the videos during the run.
+            "panel_overhead_slot_s": panel_slot_s - (gen_s + enc_s + score_s) if panel_slot_s else None,
+            "slot_busy_share": busy,
             "hash_share": hash_s / max(1e-9, total),
             "generate_s_sum": gen_s, "encode_s_sum": enc_s, "score_s_sum": score_s,
             "work_s": gen_s + enc_s + score_s, "job_wall_s": total,
@@ -753,10 +779,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="weight mirror for the metrics section (default: a random-init test mirror)")
     ap.add_argument("--scratch", type=Path, default=None,
                     help="the study run the e2e section reads (default: results/scratch)")
+    ap.add_argument("--key", default=None,
+                    help="with one section: where its figures go in the results instead of its name, to render "
+                         "side by side (e2e_per_stage: a run with fleet.panel_jobs: per-stage; e2e_before, "
+                         "slurm_study_before: an earlier commit's runs)")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
         ap.error(f"unknown section(s) {unknown}; sections: {', '.join(SECTIONS)}")
+    if args.key and len(args.sections) != 1:
+        ap.error("--key names where one section's figures go: give exactly one section")
     import torch
 
     torch.set_num_threads(1)
@@ -766,12 +798,13 @@ def main(argv: list[str] | None = None) -> None:
     results.update({"machine": machine(), "runs": runs, "quick": args.quick})
     for name in args.sections:
         t = time.perf_counter()
-        if name == "e2e":
+        section, name = name, args.key or name
+        if section == "e2e":
             results[name] = bench_e2e(runs, args.quick, args.scratch)
-        elif name == "metrics":
+        elif section == "metrics":
             results[name] = bench_metrics(runs, args.quick, args.mirror)
         else:
-            results[name] = SECTIONS[name](runs if name != "plan" else min(runs, 3), args.quick)
+            results[name] = SECTIONS[section](runs if section != "plan" else min(runs, 3), args.quick)
         results[name]["section_s"] = time.perf_counter() - t
         print(f"{name}: {time.perf_counter() - t:.1f}s {json.dumps(results[name])[:400]}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def test_deleted_score_record_edited_study_manifest_and_temp_file(study: Path,
     assert rc == 1 and not report["ok"] and [p["kind"] for p in report["problems"]] == ["missing", "altered", "root"]
     log = snakemake(study)
     assert "Nothing to be done" not in log
-    assert "score t: 4 candidates, 1 to score" in (scratch / "logs/score/t.log").read_text()
+    assert "score t: 4 candidates, 1 to score" in (scratch / "logs/generate-score/t.log").read_text()
     assert not temp.exists()  # swept by the scoring job
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
@@ -119,7 +119,7 @@ def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFi
          "is None"),
         f"verify {scratch}: 4 problem(s)"]
     snakemake(study)
-    assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate/t.log").read_text()
+    assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate-score/t.log").read_text()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
 
@@ -156,8 +156,8 @@ def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys:
         "seed 0, slot node1, attempts 2): worker lost"),
         f"verify {scratch}: 5 problem(s)"])
     snakemake(study)
-    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate/t.log").read_text()
-    assert "score t: 4 candidates, 2 to score" in (scratch / "logs/score/t.log").read_text()
+    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
+    assert "score t: 4 candidates, 2 to score" in (scratch / "logs/generate-score/t.log").read_text()
     assert "timed pass: 4 candidates (2 pairs sampled), 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
     assert not failure.exists()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
@@ -227,7 +227,7 @@ def test_driver_killed_during_forced_regeneration_heals_on_plain_rerun(study: Pa
     gm = scratch / "panels/t/generation.json"
     before = {p: p.stat().st_mtime_ns for p in (scratch / "panels/t/records").rglob("*.json")}
     proc = subprocess.Popen([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml",
-                             "--forcerun", "generate_panel"], cwd=study, stdout=subprocess.DEVNULL,
+                             "--forcerun", "generate_score_panel"], cwd=study, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         end = time.monotonic() + 300

@@ -108,11 +108,12 @@ def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
 
 
 GENERATION = "results/scratch/panels/t/generation.json"
+"""The faults here all strike generation, so runs stop at its manifest (the panel's one
+job, generate_score_panel, also scores): timing and statistics over the same records are
+exercised by test_workflow."""
 NOTE = {"kind": "retirement", "snapshot": "s", "why": "", "archive_root_digest": None, "found": [], "by": "me",
         "at": "2026-12-01T00:00:00+00:00"}
 """A small complete record (an archive retirement note)."""
-"""The faults here all strike generation, so runs stop at its manifest: scoring, timing
-and statistics over the same records are exercised by test_workflow."""
 
 
 def run(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -173,7 +174,7 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     res = run(project)
     assert res.returncode == 0, res.stderr[-5000:]
     recovery_s = time.monotonic() - started
-    log = (scratch / "logs" / "generate" / "t.log").read_text()
+    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
     assert f"generate t: 18 candidates, {done_at_kill} complete, {18 - done_at_kill} to run" in log
     assert len(complete_records(scratch)) == 18
     assert verify_tree(scratch) == []
@@ -328,7 +329,7 @@ def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Pat
 def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tmp_path: Path) -> None:
     """Injected after a finished run: a truncated video, a flipped byte in a record, a video
     replaced by other bytes, a deleted record. `pairflow verify` names each; the documented
-    recovery (`--forcerun generate_panel`) regenerates exactly those candidates."""
+    recovery (`--forcerun generate_score_panel`) regenerates exactly those candidates."""
     project, cfg = make(tmp_path, tiny_model, "corrupt")
     scratch = Path(cfg["storage"]["scratch"])
     assert run(project).returncode == 0
@@ -348,12 +349,12 @@ def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tm
     for name in ("a1-s0.json", "a2-s1.json", "a3-s0.json", "a2-s0.json"):
         assert name in v.stdout, (name, v.stdout)
     started = time.monotonic()
-    res = run(project, "--forcerun", "generate_panel")
+    res = run(project, "--forcerun", "generate_score_panel")
     assert res.returncode == 0, res.stderr[-5000:]
-    log = (scratch / "logs" / "generate" / "t.log").read_text()
+    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
     assert "generate t: 12 candidates, 8 complete, 4 to run" in log
     assert candidates_view(scratch) == before  # regenerated bit for bit
-    # The run stops at the generation manifest, so verify (which proves the whole study
+    # The run stops at the panel's manifests, so verify (which proves the whole study
     # complete) still lists the later stages as missing; nothing of generation is wrong.
     after = json.loads(subprocess.run([pf, "verify", str(scratch), "--json"], capture_output=True, text=True).stdout)
     generation = [p for p in after["problems"] if "/records/" in p["file"] or "/videos/" in p["file"]
@@ -381,7 +382,7 @@ def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_
     res = run(project)
     took = time.monotonic() - started
     assert res.returncode != 0
-    log = (Path(cfg["storage"]["scratch"]) / "logs" / "generate" / "t.log").read_text()
+    log = (Path(cfg["storage"]["scratch"]) / "logs" / "generate-score" / "t.log").read_text()
     assert "EncodeError" in log and "Unrecognized option 'frobnicate'" in log, log[-3000:]
     assert "uncaught TaskFailedError" in log and "Traceback (most recent call last)" in log
     import datetime

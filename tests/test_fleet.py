@@ -201,6 +201,34 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     assert time.perf_counter() - tick < 1 and not (tmp_path / "run2" / "parsl").exists()
 
 
+def double_task(p: dict) -> dict:
+    if p.get("fail"):
+        raise ValueError("this one fails")
+    return {"n": p["n"], "twice": 2 * p["n"]}
+
+
+def test_two_task_kinds_in_one_pool_and_followers_submitted_as_tasks_succeed(tmp_path):
+    """One pool runs two kinds of task; ``follow`` submits a task's followers when it
+    succeeds (as a panel job scores a candidate once its video lands), none when it fails."""
+    seen = []
+
+    def follow(payload: dict, result: dict) -> list:
+        seen.append(payload["n"])
+        return [(report_warm, {"n": result["twice"], "stage": "after"})] if payload["stage"] == "first" else []
+
+    payloads = [{"n": n, "stage": "first", "fail": n == 2, "i": n} for n in range(4)]
+    with pytest.raises(TaskFailedError, match="1 of 7 tasks failed"):
+        run_tasks(double_task, payloads, tmp_path / "run", FleetSpec(2, 0), Grant(), "kinds", tmp_path / "tel.json",
+                  lambda p: tmp_path / "failures" / f"{p['i']}.json", follow=follow)
+    assert sorted(seen) == [0, 0, 1, 2, 3, 6]  # every success: the three firsts and their followers (2n)
+    spans = json.loads((tmp_path / "tel.json").read_text())["spans"]
+    assert sorted(s.get("stage", "") for s in spans if not s.get("failure")) == ["after"] * 3 + ["first"] * 3
+    after = [s for s in spans if s.get("stage") == "after"]
+    firsts = [s for s in spans if s.get("stage") == "first"]
+    assert all(a["queued"] >= min(f["finished"] for f in firsts) for a in after)  # submitted after a first finished
+    assert [f.name for f in (tmp_path / "failures").iterdir()] == ["2.json"]  # the failed task, no followers
+
+
 def test_classify_failure_by_message():
     assert classify_failure(RuntimeError("CUDA error: out of memory")) == "device_oom"
     assert classify_failure(OSError("disk")) == "other"

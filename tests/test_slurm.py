@@ -69,6 +69,8 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
     assert len(gen) == 56  # 2 panels: (4 + 3 prompts) x 2 seeds x 4 arms
     jobs = {r["worker"]["slurm_job"] for r in gen}
     assert None not in jobs and len(jobs) == 2  # one Slurm job per panel
+    # ... which also scored it (fleet.panel_jobs: combined, the default): same job, same workers
+    assert {r["worker"]["slurm_job"] for r in _records(slurm_study, "scores")} == jobs
     # Physical slot, logical device and stream are three different things, all recorded.
     slots = {(r["worker"]["host"], r["worker"]["gpu_index"]) for r in gen}
     assert len(slots) == 2, slots  # two distinct GPU slots (the fake gres /dev/null, /dev/zero)
@@ -92,7 +94,7 @@ def test_timed_pass_ran_alone(slurm_study: Path) -> None:
 
 def test_utilisation_report_comes_from_spans(slurm_study: Path) -> None:
     u = json.loads((slurm_study / "results/scratch/study/utilisation.json").read_text())
-    assert {j["job"] for j in u["jobs"]} == {"generate:smoke", "generate:motion", "score:smoke", "score:motion"}
+    assert {j["job"] for j in u["jobs"]} == {"generate-score:smoke", "generate-score:motion"}  # one job per panel
     assert 0 < u["busy_share"] < 1
     for j in u["jobs"]:
         assert j["allocation"]["job_id"] and sum(v["tasks"] for v in j["slots"].values()) == j["tasks"]

@@ -27,8 +27,8 @@ def _touch(path: Path, mtime: float, text: str = "{}") -> None:
 def half_done(tmp_path: Path, tiny_model: Path):  # type: ignore[no-untyped-def]
     """A study of 4 candidates (2 prompts x 1 seed x 2 arms) caught mid-run: 3 generation
     records finished 10 s apart, one failure, a live worker heartbeat, a stale one, and
-    the scoring stage's telemetry from an earlier job."""
-    cfg = small_config(tmp_path, tiny_model)
+    the scoring stage's telemetry from an earlier job (per-stage jobs)."""
+    cfg = small_config(tmp_path, tiny_model, fleet={"cpu_workers": 1, "retries": 1, "panel_jobs": "per-stage"})
     write_config(tmp_path, cfg)
     study = study_from_raw(cfg, tmp_path)
     cands = candidates(study, study.panels[0])
@@ -57,6 +57,22 @@ def test_counts_rate_time_left_failures_slots_and_busy_share(half_done) -> None:
     assert score.rate_per_s is None and score.left_s is None  # idle: its only output is old
     assert score.busy_share == pytest.approx(0.5)  # 40 busy of 80 slot-seconds
     assert (timing.stage, timing.done, timing.total) == ("timing", 0, 4)
+
+
+def test_one_job_per_panel_reports_its_slots_and_busy_share_for_both_stages(tmp_path: Path,
+                                                                         tiny_model: Path) -> None:
+    """Under ``fleet.panel_jobs: combined`` both stages run in one job: its heartbeats and
+    its telemetry record are what both rows report."""
+    from pairflow.candidates import COMBINED
+
+    study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
+    now = time.time()
+    _touch(panel_dir(study, "t") / "run" / COMBINED / "heartbeats" / "node1-11.json", now - 1)
+    _touch(telemetry_path(study, "t", COMBINED), now - 100, json.dumps(
+        {"slots": {"a": {"busy_s": 36.0, "window_s": 40.0}}}))
+    gen, score, _ = study_status(study, now=now)
+    assert (gen.active_slots, score.active_slots) == (1, 1)
+    assert gen.busy_share == score.busy_share == pytest.approx(0.9)
 
 
 def test_cli_prints_a_table_and_check_fails_on_failures(half_done, capsys: pytest.CaptureFixture[str],

@@ -125,8 +125,8 @@ def test_deleted_video_regenerates_only_that_candidate_bit_exactly(study_run) ->
     others = {p: digest_file(p) for p in (scratch / "panels").rglob("records/*/*.json")
               if not (p.name == "a2-s1.json" and p.parent.name == "pab")}
     video.unlink()
-    snakemake(project, "--forcerun", "generate_panel")
-    log = (scratch / "logs" / "generate" / "t.log").read_text()
+    snakemake(project, "--forcerun", "generate_score_panel")
+    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
     assert "generate t: 8 candidates, 7 complete, 1 to run" in log
     assert digest_file(video) == before
     assert all(digest_file(p) == d for p, d in others.items())  # nothing else was rewritten
@@ -143,7 +143,7 @@ def test_rerun_one_panel_leaves_the_others_untouched(study_run) -> None:  # type
     proc = subprocess.run([str(exe), "rerun-panel", "u", "--configfile", "config/config.yaml", "--", "--cores", "2"],
                           cwd=project, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    log = (scratch / "logs" / "generate" / "u.log").read_text()
+    log = (scratch / "logs" / "generate-score" / "u.log").read_text()
     assert "generate u: 2 candidates, 0 complete, 2 to run" in log
     changed = [str(p) for p, d in other.items() if digest_file(p) != d]
     assert other and not changed, changed
@@ -154,16 +154,19 @@ def test_rerun_one_panel_leaves_the_others_untouched(study_run) -> None:  # type
     assert verify_tree(scratch) == []
 
 
-def test_study_numbers_do_not_depend_on_worker_count(study_run, tiny_model: Path,
-                                                     tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+def test_study_numbers_do_not_depend_on_worker_count_or_job_shape(study_run, tiny_model: Path,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+    """Two workers instead of one, and a generation job then a scoring job per panel
+    (``fleet.panel_jobs: per-stage``) instead of one job: the same videos and numbers."""
     project, cfg, _ = study_run
     other = copy_project(tmp_path_factory.mktemp("proj2"))
-    cfg2 = small_config(other, tiny_model, fleet={"cpu_workers": 2, "retries": 1})
+    cfg2 = small_config(other, tiny_model, fleet={"cpu_workers": 2, "retries": 1, "panel_jobs": "per-stage"})
     cfg2["panels"]["t"]["seeds"] = [0, 1]
     (other / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
     cfg2["panels"]["u"] = {"sheet": str(other / "config" / "panels" / "u.tsv"), "seeds": [3]}
     write_config(other, cfg2)
-    snakemake(other)
+    out2 = snakemake(other)
+    assert "rule generate_panel" in out2 and "rule score_panel" in out2 and "generate_score_panel" not in out2
 
     def numbers(c: dict) -> list:
         stats = json.loads((Path(c["storage"]["scratch"]) / "study" / "stats.json").read_text())
@@ -271,5 +274,5 @@ def test_e2e_benchmark_reads_the_work_share_from_records_and_benchmark_files(stu
     e = run.bench_e2e(1, True, Path(cfg["storage"]["scratch"]))
     assert e["candidates"] == 10 and 0 < e["work_share"] < 1
     assert e["work_s"] == pytest.approx(e["generate_s_sum"] + e["encode_s_sum"] + e["score_s_sum"])
-    assert {"generate_panel", "score_panel", "timed_pass"} <= set(e["job_wall_s_by_rule"])
-    assert e["warm_up_tasks"] >= 2 and e["model_load_s_sum"] > 0  # one warm-up per slot per fan-out job
+    assert {"generate_score_panel", "timed_pass"} <= set(e["job_wall_s_by_rule"])
+    assert e["warm_up_tasks"] >= 2 and e["model_load_s_sum"] > 0  # one warm-up per slot per panel job

@@ -64,6 +64,17 @@ def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
     return Layout(study.scratch).failure(c.key.panel, stage, c.arm.name, c.stem)
 
 
+COMBINED = "generate-score"
+"""The job that generates and scores a panel under ``fleet.panel_jobs: combined``, where
+per-job folders are named (its run folder, telemetry record and log)."""
+
+
+def job_stage(study: StudySpec, stage: str) -> str:
+    """The job a panel's ``stage`` (generate, score) runs in: ``COMBINED`` for both under
+    ``fleet.panel_jobs: combined``, else the stage itself."""
+    return COMBINED if study.fleet.panel_jobs == "combined" and stage in ("generate", "score") else stage
+
+
 def telemetry_path(study: StudySpec, panel: str, stage: str) -> Path:
     """The stage's telemetry record (spans, busy share, NVML) for its last run with work."""
     return Layout(study.scratch).telemetry(panel, stage)

@@ -203,14 +203,16 @@ class RepeatSpec:
 class FleetSpec:
     """How fanned-out tasks run: CPU workers where no accelerator was granted, task
     retries, seconds an idle block waits before it is released, NVML sampling period,
-    and seconds without a finished task or a worker heartbeat after which a job fails as
-    stalled."""
+    seconds without a finished task or a worker heartbeat after which a job fails as
+    stalled, and whether a panel's generation and scoring share one job."""
 
     cpu_workers: int
     retries: int
     idle_timeout_s: int = 120
     nvml_interval_s: float = 30.0
     stall_timeout_s: float = 600.0
+    panel_jobs: str = "combined"
+    """``combined``: one job per panel generates and scores; ``per-stage``: one job per stage."""
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,13 @@ def grant_from_env(environ: dict[str, str]) -> Grant:
     return Grant(tuple(acc), alloc, gpu_map(acc, alloc))
 
 
+STRATEGY_PERIOD_S = 0.5
+"""Seconds between Parsl's scaling decisions (the first launches the job's one block).
+Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
+Parsl's default of 5 s, 4.3 s of it before the block was even submitted; at 0.5 s the
+block is submitted 0.3 s after it (the rest is the pool's Python processes starting)."""
+
+
 def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
     """One short site config: one block of workers spanning this job's allocation."""
     from parsl.addresses import address_by_hostname
@@ -111,6 +118,9 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
                   # "simple" scales an idle block in after max_idletime, returning unused
                   # allocation; a lost manager then does not fail every later task.
                   strategy="simple", max_idletime=float(fleet.idle_timeout_s),
+                  # The strategy's first tick launches the init block: at Parsl's default
+                  # period (5 s) every job waited 5 s before its pool even began to start.
+                  strategy_period=STRATEGY_PERIOD_S,
                   initialize_logging=False, usage_tracking=0)
 
 
@@ -229,9 +239,10 @@ def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
     import pickle
 
     try:
-        return pickle.loads(pickle.dumps(type(exc)(*exc.args)))
+        rebuilt: PairFlowError = pickle.loads(pickle.dumps(type(exc)(*exc.args)))
     except Exception:
         return None
+    return rebuilt
 
 
 def _failed_slot(exc: BaseException) -> dict[str, Any] | str | None:
@@ -269,15 +280,26 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
     return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]
 
 
-def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]],
-              payloads: Iterable[dict[str, Any]] | Callable[[], Iterable[dict[str, Any]]],
+TaskFn = Callable[[dict[str, Any]], dict[str, Any]]
+Task = tuple[TaskFn, dict[str, Any]]
+"""A task of another kind than the job's ``fn``: (function, payload)."""
+
+
+def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[], Iterable[dict[str, Any] | Task]],
               run_dir: Path, fleet: FleetSpec, grant: Grant, label: str, telemetry_out: Path | None = None,
               failure_out: Callable[[dict[str, Any]], Path] | None = None,
               describe: Callable[[dict[str, Any]], str] | None = None,
-              warm: tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]] | None = None,
-              start_early: bool = False) -> list[dict[str, Any]]:
+              warm: tuple[TaskFn, dict[str, Any]] | None = None,
+              start_early: bool = False,
+              follow: Callable[[dict[str, Any], dict[str, Any]], Iterable[Task]] | None = None) -> list[dict[str, Any]]:
     """Run ``fn`` on every payload through Parsl; log progress; return results in
-    payload order.
+    payload order (tasks ``follow`` added come after, in the order they were added).
+
+    A payload may instead be a (function, payload) pair: one pool serves several task
+    kinds (a panel's generation and scoring). ``follow(payload, result)`` runs in the
+    driver as each task succeeds and returns tasks to submit now (a candidate's score
+    task once its video and its control's have landed); a failed task has no followers.
+    A payload's ``"stage"`` key, when present, is copied into its span.
 
     ``payloads`` may be a function that prepares them. With ``start_early`` the worker
     pool starts first and the function runs while it starts; otherwise it runs first and
@@ -299,7 +321,7 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]],
     from .telemetry import Sampler, nvml_reader, write_telemetry
 
     prepare = payloads if callable(payloads) else None
-    payloads = [] if prepare is not None else list(payloads)
+    payloads = [] if callable(payloads) else list(payloads)
     if prepare is not None and not start_early:
         payloads, prepare = list(prepare()), None
     if prepare is None and not payloads:
@@ -325,13 +347,23 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]],
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
-            queued, futures = {}, {}
-            for i, p in enumerate(payloads):
-                queued[i] = time.time()
-                what = f"{label}: {describe(p) if describe else f'task {i}'}"
-                futures[app(fn, p, str(beat_dir), what)] = i
-            run = _Collect(payloads, queued, fleet, label, failure_out, start)
-            _wait_all(futures, run, fleet, beat_dir, label)
+            run = _Collect([], {}, fleet, label, failure_out, start)
+            futures: dict[Any, int] = {}
+
+            def submit(tasks: Iterable[dict[str, Any] | Task]) -> list[Any]:
+                new = []
+                for t in tasks:
+                    f, p = t if isinstance(t, tuple) else (fn, t)
+                    i = run.add(p)
+                    what = f"{label}: {describe(p) if describe else f'task {i}'}"
+                    new.append(app(f, p, str(beat_dir), what))
+                    futures[new[-1]] = i
+                return new
+
+            submit(payloads)
+            after = None if follow is None else (lambda i, result: submit(follow(run.payloads[i], result)))
+            _wait_all(futures, run, fleet, beat_dir, label, after)
+            payloads = run.payloads
             run.spans += _warm_spans(warming, label)
             window = (start, time.time())
         if telemetry_out is not None:
@@ -396,7 +428,15 @@ class _Collect:
     def __post_init__(self) -> None:
         self.results = [None] * len(self.payloads)
 
-    def take(self, i: int, fut: Any) -> None:
+    def add(self, payload: dict[str, Any]) -> int:
+        """Register a task being submitted now; its index."""
+        self.payloads.append(payload)
+        self.results.append(None)
+        self.queued[len(self.payloads) - 1] = time.time()
+        return len(self.payloads) - 1
+
+    def take(self, i: int, fut: Any) -> bool:
+        """Collect task ``i``'s outcome; True when it succeeded."""
         from .records import write_record
 
         self.done += 1
@@ -421,19 +461,23 @@ class _Collect:
             remote = getattr(e, "remote_traceback", "")
             log.error("%s: task %d failed after %d attempt(s) [%s]: %s%s", label, i, fleet.retries + 1, kind, e,
                       f"\nworker traceback:\n{remote}" if remote else "")
-            return
+            return False
         self.results[i] = out["result"]
-        self.spans.append({"queued": self.queued[i], **out["span"]})
+        stage = self.payloads[i].get("stage")
+        self.spans.append({"queued": self.queued[i], **out["span"], **({"stage": stage} if stage else {})})
         elapsed = time.time() - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         n = len(self.payloads)
         log.info("%s: %d/%d done, %.2f/s, ~%.0fs left", label, self.done, n, rate,
                  (n - self.done) / rate if rate else float("nan"))
+        return True
 
 
-def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str) -> None:
-    """Collect every future; raise StalledError when neither a task finished nor a worker
-    touched its heartbeat for ``fleet.stall_timeout_s``."""
+def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str,
+              after: Callable[[int, Any], list[Any]] | None = None) -> None:
+    """Collect every future, and those ``after(index, result)`` submits as tasks succeed;
+    raise StalledError when neither a task finished nor a worker touched its heartbeat
+    for ``fleet.stall_timeout_s``."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     pending = set(futures)
@@ -444,7 +488,8 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
         if finished:
             progress = time.time()
             for fut in finished:
-                run.take(futures[fut], fut)
+                if run.take(futures[fut], fut) and after is not None:
+                    pending.update(after(futures[fut], run.results[futures[fut]]))
             continue
         beats = _heartbeats(beat_dir)
         latest = max([progress, *(b["touched"] for b in beats)])

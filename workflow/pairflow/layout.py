@@ -12,8 +12,9 @@ path is deterministic (dates go inside files, never into names)::
         scores/<arm>/<stem>.json           one score record per candidate
         timing/<arm>/<stem>.json           timed-pass latency per candidate
         failures/<stage>/<arm>/<stem>.json tasks that failed after their retries
-        telemetry/<stage>.json             spans, busy share, NVML of the stage's last job
-        run/<stage>/                       Parsl run folder, worker logs, heartbeats/
+        telemetry/<job>.json               spans, busy share, NVML of the job's last run; <job> is
+                                           generate-score (fleet.panel_jobs: combined) or the stage
+        run/<job>/                         Parsl run folder, worker logs, heartbeats/
         generation.json, scores.json       panel manifests (root digests)
         stats.json, table.md, table.html   the panel's paired statistics
       study/
@@ -23,7 +24,7 @@ path is deterministic (dates go inside files, never into names)::
       checks/arms.json                     the arms passed their check (rule check_arms)
       checks/evidence.json                 what the plan-time evidence check last found clean
       heal/<output>.txt                    why a plain run recomputes an output
-      logs/<stage>/<panel>.log             one log per job
+      logs/<job>/<panel>.log               one log per job
       benchmarks/<rule>/<panel>.tsv        Snakemake's per-job wall time and memory
       replicates/r<n>/                     repeatability reruns, the same shape again
       repeatability/report.json, report.md the noise floor measured by those reruns

@@ -484,7 +484,7 @@ def _scoring_setup(score_records: list[ScoreRecord]) -> ScoringSetup:
     if len(builds) > 1:
         raise PairingError(f"score records of one comparison come from {len(builds)} different scorer builds "
                            f"({sorted(builds)}); rescore the panel so both arms share one build "
-                           "(snakemake --forcerun score_panel)")
+                           "(snakemake --forcerun generate_score_panel; score_panel under fleet.panel_jobs: per-stage)")
     first = score_records[0]["scorer"] if score_records else None
     names = sorted({n for r in score_records for n in r["scores"]})
     return {"scorer_build": next(iter(builds), None),

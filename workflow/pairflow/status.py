@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .candidates import candidates, failure_path, record_path, score_path, telemetry_path
+from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path
 from .config import StudySpec
 from .fleet import HEARTBEAT_S
 from .layout import Layout
@@ -103,8 +103,9 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
             out.append(StageStatus(
                 panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
-                active_slots=_active_slots(layout.run_dir(panel.name, stage) / "heartbeats", now),
-                busy_share=_busy_share(telemetry_path(study, panel.name, stage))))
+                # Under fleet.panel_jobs: combined both stages report their one job's slots.
+                active_slots=_active_slots(layout.run_dir(panel.name, job_stage(study, stage)) / "heartbeats", now),
+                busy_share=_busy_share(telemetry_path(study, panel.name, job_stage(study, stage)))))
     return out
 
 

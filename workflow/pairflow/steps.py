@@ -1,8 +1,8 @@
 """The pipeline's steps as typed functions: the one entry layer every rule script calls
 (each script is a thin adapter: type the config, call one function here).
 
-Map: build model → generate panel → score panel → timed pass → study stats → plots →
-utilisation → archive; replicate panel → repeatability. The heavy stages live in
+Map: build model → generate and score panel (per-stage: generate panel, then score panel)
+→ timed pass → study stats → plots → utilisation → archive; replicate panel → repeatability. The heavy stages live in
 ``pairflow.stages``; these functions only bind them to the job (its grant, its paths).
 """
 
@@ -173,6 +173,24 @@ def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
                    grant_from_env(dict(os.environ)))
 
 
+def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path) -> None:
+    """Generate a panel's incomplete candidates and score what is missing or stale in one
+    job (``fleet.panel_jobs: combined``), then write its generation manifest ``gen_out``
+    and score manifest ``score_out``."""
+    from .candidates import COMBINED
+    from .fleet import grant_from_env
+    from .layout import Layout
+    from .stages.panel import run_panel
+
+    run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
+              grant_from_env(dict(os.environ)))
+
+
+def generation_rule(study: StudySpec) -> str:
+    """The Snakemake rule that generates a panel (``--forcerun`` it to regenerate)."""
+    return "generate_score_panel" if study.fleet.panel_jobs == "combined" else "generate_panel"
+
+
 def score_panel(study: StudySpec, panel: str, out: Path) -> None:
     """Score a panel's videos whose scores are missing or stale, then write its score
     manifest ``out``."""
@@ -194,18 +212,24 @@ def timed_pass(study: StudySpec, out: Path) -> None:
 def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>`` with what this
     job was granted (``fleet.grant_from_env``)."""
+    from .candidates import COMBINED
     from .fleet import grant_from_env
     from .layout import Layout
     from .repeat import replicate_study
     from .stages.generation import run_generation
+    from .stages.panel import run_panel
     from .stages.scoring import run_scoring
     from .stages.timing import run_timed_pass
 
     grant = grant_from_env(dict(os.environ))
     r = replicate_study(study, rep)
     at = Layout(r.scratch)
-    run_generation(r, panel, at.generation_manifest(panel), at.run_dir(panel, "generate"), grant)
-    run_scoring(r, panel, at.score_manifest(panel), at.run_dir(panel, "score"), grant)
+    if r.fleet.panel_jobs == "combined":
+        run_panel(r, panel, at.generation_manifest(panel), at.score_manifest(panel), at.run_dir(panel, COMBINED),
+                  grant)
+    else:
+        run_generation(r, panel, at.generation_manifest(panel), at.run_dir(panel, "generate"), grant)
+        run_scoring(r, panel, at.score_manifest(panel), at.run_dir(panel, "score"), grant)
     run_timed_pass(r, [panel], Path(out), grant.allocation)
 
 
@@ -243,15 +267,16 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
 
 def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
-    telemetry records), the timed pass's window, and the digests of the records used."""
-    from .candidates import telemetry_path
+    telemetry records; one job per panel under ``fleet.panel_jobs: combined``), the timed
+    pass's window, and the digests of the records used."""
+    from .candidates import job_stage, telemetry_path
     from .identity import digest_file
     from .layout import Layout
     from .telemetry import utilisation as summarise
     from .telemetry import utilisation_markdown
 
-    paths = {f"{stage}:{p.name}": telemetry_path(study, p.name, stage)
-             for p in study.panels for stage in ("generate", "score")}
+    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(study, p.name, job_stage(study, stage))
+             for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
     timed = Layout(study.scratch).timed_pass_telemetry
@@ -271,7 +296,7 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
     from .errors import IntegrityError
 
     dest = study.work / study.study
-    command = ["snakemake", "--configfile", *configfiles, "--forcerun", "generate_panel"]
+    command = ["snakemake", "--configfile", *configfiles, "--forcerun", generation_rule(study)]
     manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
                                              "regenerate_command": shlex.join(command)})
     pointer = json.loads((dest / "latest.json").read_text())

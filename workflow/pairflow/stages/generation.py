@@ -165,43 +165,83 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
     from ..atomic import job_start
-    from ..evidence import config_snapshot
     from ..fleet import run_tasks
-    from ..video import recipe_digest
 
     sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
-    panel = study.panel(panel_name)
-    todo_all = candidates(study, panel)
-    rdigest = recipe_digest(study.encoder, study.generation.fps)
+    todo_all = candidates(study, study.panel(panel_name))
     records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
     todo: list[Candidate] = []
 
     def prepare() -> list[dict[str, Any]]:
         """Runs while the workers start and warm up: find the incomplete candidates."""
-        for c in todo_all:
-            record = complete_record(study, c, rdigest)
-            if record is None:
-                todo.append(c)
-            else:
-                records[record_path(study, c)] = record
+        todo.extend(incomplete(study, todo_all, records))
         log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
                  len(todo_all) - len(todo), len(todo))
-        ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
-        return [{"context": ref, "candidate": c, "identity": task_identity(c)} for c in todo]
+        ref = write_context(study.scratch, generation_context(study))
+        return [generation_payload(ref, c) for c in todo]
 
-    warm = (warm_generation, {"model": study.model, "dtype": study.generation.dtype,
-                              "threads": study.generation.threads})
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
-                        lambda p: failure_path(study, p["candidate"], "generate"), describe, warm=warm,
+                        lambda p: failure_path(study, p["candidate"], "generate"), describe,
+                        warm=(warm_generation, warm_payload(study)),
                         # Start the pool before preparing only when work is certain (a record is
                         # missing); else only once prepare() found some, so a no-op job starts none.
                         start_early=any(not record_path(study, c).exists() for c in todo_all))
+    finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
+    return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
+
+
+def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, GenerationRecord]) -> list[Candidate]:
+    """The candidates of ``cands`` to (re)generate; the verified records of the others
+    go into ``records`` (by record path), so each video is hashed once per job."""
+    from ..video import recipe_digest
+
+    rdigest = recipe_digest(study.encoder, study.generation.fps)
+    todo = []
+    for c in cands:
+        record = complete_record(study, c, rdigest)
+        if record is None:
+            todo.append(c)
+        else:
+            records[record_path(study, c)] = record
+    return todo
+
+
+def generation_context(study: StudySpec) -> dict[str, Any]:
+    """What every generation task of a job shares (see ``context``)."""
+    return {"study": study, "provenance": provenance(study)}
+
+
+def generation_payload(ref: Any, c: Candidate) -> dict[str, Any]:
+    """One generation task's payload: the shared context's reference and the candidate."""
+    return {"context": ref, "candidate": c, "identity": task_identity(c), "stage": "generate"}
+
+
+def warm_payload(study: StudySpec) -> dict[str, Any]:
+    """What ``warm_generation`` loads: the study's model at its dtype and thread count."""
+    return {"model": study.model, "dtype": study.generation.dtype, "threads": study.generation.threads}
+
+
+def verified(study: StudySpec, c: Candidate) -> GenerationRecord:
+    """``c``'s new record, self-digest, schema and video bytes checked (IntegrityError otherwise)."""
+    path = record_path(study, c)
+    record = read_record(path, "generation")
+    check_video(record, path)
+    return record
+
+
+def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidate], todo: list[Candidate],
+                      records: dict[Path, GenerationRecord], manifest_out: Path) -> None:
+    """After every task succeeded: clear the panel's generation failure records, verify
+    each new record not yet in ``records`` (every new record must verify before the
+    manifest binds it), check the seed streams and write the generation manifest."""
+    from ..evidence import config_snapshot
+
     clear_failures(study, todo_all, "generate")  # every candidate is complete now
-    for c in todo:  # every new record must verify before the manifest binds it
+    for c in todo:
         path = record_path(study, c)
-        records[path] = read_record(path, "generation")
-        check_video(records[path], path)
+        if path not in records:
+            records[path] = verified(study, c)
     files = [record_path(study, c) for c in todo_all]
     check_streams(list(records.values()))
     manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
@@ -209,4 +249,3 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
                                "stable_root": stable_root(panel_dir(study, panel_name), records),
                                "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)
-    return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}

@@ -9,7 +9,16 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from ..candidates import candidates, failure_path, panel_dir, record_path, score_path, task_identity, telemetry_path
+from ..candidates import (
+    Candidate,
+    candidates,
+    failure_path,
+    panel_dir,
+    record_path,
+    score_path,
+    task_identity,
+    telemetry_path,
+)
 from ..config import ArmSpec, StudySpec
 from ..context import load_context, write_context
 from ..errors import IntegrityError
@@ -209,13 +218,10 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
                  grant: Grant) -> dict[str, Any]:
     from ..atomic import job_start
     from ..fleet import run_tasks
-    from ..weights import verify
 
     sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
-    build = scorer_build(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
-    digests = verify(study.weights.mirror, study_weights(study))
-    panel = study.panel(panel_name)
-    todo_all = candidates(study, panel)
+    shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
+    todo_all = candidates(study, study.panel(panel_name))
     payloads: list[dict[str, Any]] = []
 
     def prepare() -> list[dict[str, Any]]:
@@ -227,24 +233,11 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
             records[c.key.candidate_id] = read_record(path, "generation")
             check_video(records[c.key.candidate_id], path)
         control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
-        ref = write_context(study.scratch, {"study": study, "scorer": build, "weight_digests": digests})
+        ref = write_context(study.scratch, shared)
         for c in todo_all:
-            rec, ctrl = records[c.key.candidate_id], control[c.key.pair_key]
-            out = score_path(study, c)
-            try:
-                old = read_record(out, "score")
-                # A score is bound to its candidate's current generation record: a regenerated
-                # candidate is rescored even when its video came out bit-identical.
-                if (old["generation_record_digest"] == rec["record_digest"]
-                        and old["video_digest"] == rec["video"]["digest"]
-                        and old["control_video_digest"] == ctrl["video"]["digest"]
-                        and sorted(old["scores"]) == expected_scores(study, c.arm)
-                        and old["scorer"]["digest"] == build["digest"]):  # both arms: one scorer build
-                    continue
-            except (IntegrityError, KeyError):
-                pass
-            payloads.append({"context": ref, "record": _task_view(rec), "control": _task_view(ctrl),
-                             "out": str(out), "candidate": c, "identity": task_identity(c)})
+            p = score_payload(study, ref, c, records[c.key.candidate_id], control[c.key.pair_key], shared["scorer"])
+            if p is not None:
+                payloads.append(p)
         log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
         return payloads
 
@@ -252,12 +245,49 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
               telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
               describe, warm=(warm_scoring, {}),
               start_early=any(not score_path(study, c).exists() for c in todo_all))
+    finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
+    return {"ran": len(payloads)}
+
+
+def scoring_context(study: StudySpec, grant: Grant) -> dict[str, Any]:
+    """What every score task of a job shares: the study, the scorer build and the weight
+    digests. Raises WeightsError on a missing or altered weight (before any worker starts)."""
+    from ..weights import verify
+
+    build = scorer_build(study, grant)
+    return {"study": study, "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))}
+
+
+def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecord, ctrl: GenerationRecord,
+                  build: ScorerBuild) -> dict[str, Any] | None:
+    """The score task of ``c`` given its verified generation record ``rec`` and its pair's
+    control record ``ctrl``, or None when its score record is fresh."""
+    out = score_path(study, c)
+    try:
+        old = read_record(out, "score")
+        # A score is bound to its candidate's current generation record: a regenerated
+        # candidate is rescored even when its video came out bit-identical.
+        if (old["generation_record_digest"] == rec["record_digest"]
+                and old["video_digest"] == rec["video"]["digest"]
+                and old["control_video_digest"] == ctrl["video"]["digest"]
+                and sorted(old["scores"]) == expected_scores(study, c.arm)
+                and old["scorer"]["digest"] == build["digest"]):  # both arms: one scorer build
+            return None
+    except (IntegrityError, KeyError):
+        pass
+    return {"context": ref, "record": _task_view(rec), "control": _task_view(ctrl),
+            "out": str(out), "candidate": c, "identity": task_identity(c), "stage": "score"}
+
+
+def finish_scoring(study: StudySpec, panel_name: str, todo_all: list[Candidate], ran: int,
+                   build: ScorerBuild, manifest_out: Path) -> None:
+    """After every task succeeded: clear the panel's score failure records, check every
+    score record's self-digest and write the score manifest."""
     clear_failures(study, todo_all, "score")  # every candidate is scored now
     files = [score_path(study, c) for c in todo_all]
     for f in files:
         read_record(f, "score")
     manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
-                              {"study": study.study, "panel": panel_name, "ran": len(payloads),
+                              {"study": study.study, "panel": panel_name, "ran": ran,
                                "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)
-    return {"ran": len(payloads)}

@@ -1,0 +1,67 @@
+"""stages.panel: a panel's generation and scoring in one job and one worker pool, with a
+candidate scored as soon as its video and its control's land; the same outputs and the
+same resume rules as the per-stage jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import small_config
+
+from pairflow.candidates import COMBINED, candidates, record_path, score_path, telemetry_path, video_path
+from pairflow.config import study_from_raw
+from pairflow.fleet import Grant
+from pairflow.identity import digest_file
+from pairflow.layout import Layout
+from pairflow.records import read_record
+from pairflow.stages.panel import run_panel
+
+
+def _run(study, at: Layout) -> dict:  # type: ignore[no-untyped-def]
+    return run_panel(study, "t", at.generation_manifest("t"), at.score_manifest("t"), at.run_dir("t", COMBINED),
+                     Grant())
+
+
+@pytest.mark.slow
+def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(tiny_model: Path,
+                                                                              tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, tiny_model, scorers=["psnr", "temporal_flickering"])
+    study = study_from_raw(cfg, tmp_path)
+    assert study.fleet.panel_jobs == "combined"  # the default
+    at = Layout(study.scratch)
+    cs = candidates(study, study.panel("t"))
+
+    first = _run(study, at)
+    assert (first["ran"], first["scored"]) == (4, 4)
+    gen, scores = (json.loads(m.read_text()) for m in (at.generation_manifest("t"), at.score_manifest("t")))
+    assert gen["kind"] == "panel-generation" and scores["kind"] == "panel-scores" and scores["ran"] == 4
+    for c in cs:  # every score is bound to its candidate's generation record and video
+        g, s = read_record(record_path(study, c)), read_record(score_path(study, c))
+        assert s["generation_record_digest"] == g["record_digest"] and s["video_digest"] == g["video"]["digest"]
+        assert ("psnr" in s["scores"]) == (not c.arm.is_control)
+        # one worker served both kinds: the pool's warm-up loaded the model once, for both
+        assert s["worker"]["pid"] == g["worker"]["pid"] and g["worker"]["model_loads"]
+        assert sum(g["worker"]["model_loads"].values()) == 1
+    t = json.loads(telemetry_path(study, "t", COMBINED).read_text())
+    spans = [s for s in t["spans"] if s.get("kind") != "warm-up"]
+    assert sorted(s["stage"] for s in spans) == ["generate"] * 4 + ["score"] * 4
+    # Scoring was fed as pairs landed: the first pair's score tasks were queued before the
+    # panel's last video was generated (per-stage, scoring starts after the whole panel).
+    last_video = max(s["finished"] for s in spans if s["stage"] == "generate")
+    assert min(s["queued"] for s in spans if s["stage"] == "score") < last_video
+    assert not telemetry_path(study, "t", "generate").exists() and not telemetry_path(study, "t", "score").exists()
+
+    # A lost treatment video: only that candidate is regenerated and rescored; the rest is kept.
+    lost = next(c for c in cs if not c.arm.is_control)
+    kept = {score_path(study, c): digest_file(score_path(study, c)) for c in cs if c != lost}
+    video_path(study, lost).unlink()
+    again = _run(study, at)
+    assert (again["ran"], again["scored"]) == (1, 1)
+    assert all(digest_file(p) == d for p, d in kept.items())
+    assert read_record(score_path(study, lost))["generation_record_digest"] == \
+        read_record(record_path(study, lost))["record_digest"]
+
+    # Nothing missing: no task runs, and both manifests are written again.
+    assert _run(study, at)["scored"] == 0 and at.score_manifest("t").exists()

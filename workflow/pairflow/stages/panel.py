@@ -1,0 +1,145 @@
+"""A panel's generation and scoring in one job (``fleet.panel_jobs: combined``).
+
+One Parsl pool serves both task kinds: each worker imports torch, diffusers and the
+scorers and loads the model once (its warm-up task, while the driver prepares), then
+takes generation and score tasks as they come. A candidate's score task is submitted
+the moment its own generation and its pair's control are both verified (``follow`` in
+``fleet.run_tasks``), so scoring overlaps generation instead of waiting for the whole
+panel, and no second job pays a pool start and worker imports again.
+
+What the job writes is what the two per-stage jobs write (``generation.py``,
+``scoring.py``): the same records, failure records per stage, generation manifest and
+score manifest, and the same resume rules (a complete candidate is not regenerated, a
+fresh score is not recomputed). Its telemetry is one record for the job
+(``candidates.job_stage``), whose spans carry their stage.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..candidates import (
+    COMBINED,
+    Candidate,
+    candidates,
+    failure_path,
+    panel_dir,
+    record_path,
+    score_path,
+    telemetry_path,
+)
+from ..config import StudySpec
+from ..context import write_context
+from ..fleet import Grant, Task
+from ..locks import hold
+from ..recordtypes import GenerationRecord
+from .generation import (
+    finish_generation,
+    generate_task,
+    generation_context,
+    generation_payload,
+    incomplete,
+    verified,
+    warm_generation,
+    warm_payload,
+)
+from .jobs import WARM_UP, describe, sweep_panel, timed_imports
+from .scoring import finish_scoring, score_payload, score_task, scoring_context
+
+log = logging.getLogger(__name__)
+
+def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
+    and diffusers, load the model, import pyiqa and the scorers), in one worker."""
+    gen = warm_generation(payload)
+    scorers = timed_imports(("pyiqa", "pairflow.scoring", "pairflow.video"))
+    WARM_UP.update({"import_s": gen["import_s"] + scorers})
+    return dict(WARM_UP)
+
+
+def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
+              grant: Grant) -> dict[str, Any]:
+    """Generate every incomplete candidate of a panel and score every candidate whose
+    score is missing or stale, in one worker pool; then write the generation manifest
+    ``gen_out`` and the score manifest ``score_out``.
+
+    Holds the panel's lock throughout (a second job on the panel fails at once). Raises
+    WeightsError before any worker starts when a scorer's weight is missing or altered,
+    and TaskFailedError after every task has finished when some failed (neither
+    manifest is then written; a rerun runs only what is unfinished)."""
+    with hold(panel_dir(study, panel_name), f"generate and score {panel_name}"):
+        return _run_panel(study, panel_name, gen_out, score_out, run_dir, grant)
+
+
+def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
+               grant: Grant) -> dict[str, Any]:
+    from ..atomic import job_start
+    from ..fleet import run_tasks
+
+    sweep_panel(study, panel_name, job_start(),
+                ("records", "videos", "scores", "failures/generate", "failures/score"))
+    shared = scoring_context(study, grant)  # fails fast on a missing or altered weight
+    build = shared["scorer"]
+    todo_all = candidates(study, study.panel(panel_name))
+    by_id = {c.key.candidate_id: c for c in todo_all}
+    pairs: dict[tuple[str, str, int], list[Candidate]] = {}
+    for c in todo_all:
+        pairs.setdefault(c.key.pair_key, []).append(c)
+    records: dict[Path, GenerationRecord] = {}  # verified generation records (by path)
+    todo: list[Candidate] = []
+    scored: set[str] = set()  # candidates whose score task was submitted or found fresh
+    ran = {"score": 0}
+    ref: list[Any] = []
+
+    def ready(c: Candidate) -> Task | None:
+        """``c``'s score task when its record and its control's are verified (once)."""
+        control = next(x for x in pairs[c.key.pair_key] if x.arm.is_control)
+        rec, ctrl = records.get(record_path(study, c)), records.get(record_path(study, control))
+        if rec is None or ctrl is None or c.key.candidate_id in scored:
+            return None
+        scored.add(c.key.candidate_id)
+        p = score_payload(study, ref[0], c, rec, ctrl, build)
+        if p is None:
+            return None
+        ran["score"] += 1
+        return (score_task, p)
+
+    def scores_ready(cs: list[Candidate]) -> list[Task]:
+        return [t for t in map(ready, cs) if t is not None]
+
+    def prepare() -> list[dict[str, Any] | Task]:
+        """Runs while the workers start and warm up: find the incomplete candidates, and
+        the score tasks that can run now (both videos of the pair already complete)."""
+        todo.extend(incomplete(study, todo_all, records))
+        ref.append(write_context(study.scratch, {**generation_context(study), **shared}))
+        tasks: list[dict[str, Any] | Task] = [generation_payload(ref[0], c) for c in todo]
+        tasks += scores_ready(todo_all)
+        # The per-stage jobs' log lines, so a log reads the same whichever job ran.
+        log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
+                 len(todo_all) - len(todo), len(todo))
+        log.info("score %s: %d to score now, the others once their pair's videos land", panel_name,
+                 len(tasks) - len(todo))
+        return tasks
+
+    def follow(payload: dict[str, Any], result: dict[str, Any]) -> list[Task]:
+        """A candidate was generated: verify its record, then score what it completes
+        (itself, or every candidate of its pair when it is the control)."""
+        if payload.get("stage") != "generate":
+            return []
+        c = by_id[result["candidate_id"]]
+        records[record_path(study, c)] = verified(study, c)
+        return scores_ready(pairs[c.key.pair_key] if c.arm.is_control else [c])
+
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate and score {panel_name}",
+                        telemetry_path(study, panel_name, COMBINED), lambda p: failure_path(study, p["candidate"],
+                                                                                           p["stage"]),
+                        describe, warm=(warm_panel, warm_payload(study)),
+                        start_early=any(not record_path(study, c).exists() or not score_path(study, c).exists()
+                                        for c in todo_all),
+                        follow=follow)
+    log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
+    finish_generation(study, panel_name, todo_all, todo, records, gen_out)
+    finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)
+    return {"ran": len(todo), "reused": len(todo_all) - len(todo), "scored": ran["score"], "results": results}

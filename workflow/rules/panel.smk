@@ -1,0 +1,29 @@
+# fleet.panel_jobs: combined (the default). One job per panel generates and scores: one
+# Parsl pool whose workers load the model and scorers once; a candidate is scored as soon
+# as its video and its control's land. Same outputs as generate_panel + score_panel.
+rule generate_score_panel:
+    input:
+        model=model_input,
+        arms=ancient(ARMS_CHECK),
+        sheet=panel_sheet,
+        heal_generation=healing(GEN_MANIFEST),
+        heal_scores=healing(SCORE_MANIFEST),
+    output:
+        generation=GEN_MANIFEST,
+        scores=SCORE_MANIFEST,
+    benchmark:
+        str(LAYOUT.benchmark("generate_score_panel", "{panel}"))
+    log:
+        f"{LOGS}/generate-score/{{panel}}.log",
+    params:
+        panel_digest=panel_digest,
+        scorers=STUDY.scorers,
+        scoring=STUDY.raw["scoring"],  # batch, threads, static filter: a change rescores
+        weights=STUDY.raw["weights"],  # the mirror; its lock digest is checked inside the job
+    threads: STUDY.fleet.cpu_workers * max(STUDY.generation.threads, STUDY.scoring.threads)
+    resources:
+        runtime=180,
+    conda:
+        "../../envs/pairflow.yaml"
+    script:
+        "../scripts/generate_score_panel.py"
