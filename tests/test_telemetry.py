@@ -83,3 +83,10 @@ def test_utilisation_is_task_seconds_over_slot_seconds():
     u = utilisation({"generate:t": rec})
     assert u["busy_share"] == pytest.approx(12.0 / 20.0)
     assert u["jobs"][0]["slots"]["n1/cpu1"]["share"] == pytest.approx(0.4)
+
+
+def test_progress_line_gives_done_rate_and_time_left() -> None:
+    from pairflow.telemetry import progress_line
+
+    assert progress_line("generate smoke", 3, 12, 6.0) == "generate smoke: 3/12 done, 0.50/s, ~18s left"
+    assert progress_line("timed pass", 0, 5, 0.0) == "timed pass: 0/5 done, 0.00/s, time left unknown"

@@ -465,11 +465,9 @@ class _Collect:
         self.results[i] = out["result"]
         stage = self.payloads[i].get("stage")
         self.spans.append({"queued": self.queued[i], **out["span"], **({"stage": stage} if stage else {})})
-        elapsed = time.time() - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        n = len(self.payloads)
-        log.info("%s: %d/%d done, %.2f/s, ~%.0fs left", label, self.done, n, rate,
-                 (n - self.done) / rate if rate else float("nan"))
+        from .telemetry import progress_line
+
+        log.info("%s", progress_line(label, self.done, len(self.payloads), time.time() - self.start))
         return True
 
 

@@ -30,6 +30,14 @@ NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "ut
                "power_w", "temperature_c")
 
 
+def progress_line(label: str, done: int, total: int, elapsed_s: float) -> str:
+    """The progress line every fan-out job (``fleet``) and the timed pass log after each
+    finished task: done/total, rate and time left at that rate."""
+    rate = done / elapsed_s if elapsed_s > 0 else 0.0
+    left = f"~{(total - done) / rate:.0f}s left" if rate else "time left unknown"
+    return f"{label}: {done}/{total} done, {rate:.2f}/s, {left}"
+
+
 def slot_name(host: str, gpu_index: str | None, rank: Any = None) -> str:
     """A slot is a physical place a worker runs: ``host/gpu<physical index>``, or
     ``host/cpu<Parsl worker rank>`` where no GPU was granted."""

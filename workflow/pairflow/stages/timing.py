@@ -226,6 +226,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     from ..atomic import job_start, sweep_temps, write_text
     from ..candidates import candidates, panel_dir, record_path
     from ..slurm import exclusivity
+    from ..telemetry import progress_line
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
@@ -301,8 +302,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     a["peak_device_mb"] = max([a["peak_device_mb"] or 0.0, *(x["peak_device_mb"] for x in rs)])
                 v = cv([x["seconds"] for x in rs])
                 a["over_max_cv"] += bool(v is not None and v > study.timing.max_cv)
-            rate = done / (time.monotonic() - started)
-            log.info("timed pass: %d/%d done, %.2f/s, ~%.0fs left", done, len(run), rate, (len(run) - done) / rate)
+            log.info("%s", progress_line("timed pass", done, len(run), time.monotonic() - started))
     if todo:
         write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
             {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},
