@@ -299,8 +299,8 @@ def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> 
     body = {k: v for k, v in read_record(path).items() if k != "record_digest"}
     body["worker"] = {**body["worker"], "pid": -1}
     current = write_record(path, body)["record_digest"]
-    with pytest.raises(IntegrityError, match=f"scores/control/a2-s0.json: names generation record .*, but the current "
-                       f"record .*records/control/a2-s0.json is {current}; it was computed from another generation"):
+    with pytest.raises(IntegrityError, match=f"scores/control/a2-s0.json: names generation record .*, the current one "
+                       f"is {current} .*records/control/a2-s0.json.; it was computed from another generation"):
         panel_records(spec, ["t"])
 
 

@@ -266,3 +266,12 @@ def test_the_compiled_validator_and_jsonschema_agree(case: str) -> None:
     except JsonSchemaValueException:
         fast = False
     assert fast == Draft202012Validator(load_schema(f"record.{kind}")).is_valid(record) == (case == "unchanged")
+
+
+def test_stale_link_names_both_digests_or_none_when_bound() -> None:
+    from pairflow.records import stale_link
+
+    gen = {"record_digest": "xxh3_128:aa"}
+    assert stale_link({"generation_record_digest": "xxh3_128:aa"}, gen) is None
+    assert stale_link({"generation_record_digest": "xxh3_128:bb"}, gen) == (
+        "names generation record xxh3_128:bb, the current one is xxh3_128:aa")

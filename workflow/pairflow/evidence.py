@@ -36,7 +36,7 @@ from .config import Prompt, StudySpec, study_from_raw
 from .errors import ConfigError, PairFlowError
 from .identity import digest_file, digest_obj
 from .layout import Layout
-from .records import read_record
+from .records import read_record, stale_link
 
 KINDS = {
     "missing": "missing files",
@@ -149,9 +149,9 @@ def _read(path: Path, report: Report, heals: Path) -> dict[str, Any] | None:
 
 def _check_link(path: Path, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
     """A score or timing record must name its candidate's current generation record."""
-    if gen is not None and rec.get("generation_record_digest") != gen["record_digest"]:
-        report.add("link", path, f"names generation record {rec.get('generation_record_digest')}, the current "
-                   f"one is {gen['record_digest']}", heals)
+    why = stale_link(rec, gen) if gen is not None else None
+    if why:
+        report.add("link", path, why, heals)
 
 
 def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> dict[str, Any] | None:

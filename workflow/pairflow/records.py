@@ -204,6 +204,15 @@ def check_video(record: GenerationRecord | Mapping[str, Any], path: Path) -> Non
                              f"{path}; the video changed after it was recorded, delete both and rerun")
 
 
+def stale_link(record: Mapping[str, Any], generation: Mapping[str, Any]) -> str | None:
+    """Why a score or timing ``record`` is not bound to ``generation`` (its candidate's
+    current generation record), or None when it names that record's digest. The one
+    check behind evidence's link problems, the statistics' refusal and the timed pass's
+    re-timing."""
+    named, current = record.get("generation_record_digest"), generation.get("record_digest")
+    return None if named == current else f"names generation record {named}, the current one is {current}"
+
+
 def stable_view(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without run-specific fields (what must match across reruns)."""
     return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
@@ -279,6 +288,7 @@ __all__ = [
     "read_record",
     "seal",
     "stable_view",
+    "stale_link",
     "validator",
     "verify_manifest",
     "write_manifest",

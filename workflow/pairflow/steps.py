@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_obj
-from .records import build_manifest, read_record, write_manifest
+from .records import build_manifest, read_record, stale_link, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 
 if TYPE_CHECKING:
@@ -85,12 +85,12 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
     timings = [read_record(timing_path(study, c), "timing") for c in cs]
     for where, recs in ((score_path, scores), (timing_path, timings)):
         for c, g, r in zip(cs, gen, recs, strict=True):
-            if r["generation_record_digest"] != g.get("record_digest"):
+            why = stale_link(r, g)
+            if why:
                 raise IntegrityError(
-                    f"{where(study, c)}: names generation record {r['generation_record_digest']}, but the "
-                    f"current record {record_path(study, c)} is {g.get('record_digest')}; it was computed from "
-                    "another generation of the candidate. Rerun the workflow (snakemake --profile profiles/local): "
-                    "it recomputes records whose generation record changed")
+                    f"{where(study, c)}: {why} ({record_path(study, c)}); it was computed from another generation "
+                    "of the candidate. Rerun the workflow (snakemake --profile profiles/local): it recomputes "
+                    "records whose generation record changed")
     return gen, scores, timings
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..config import StudySpec
 from ..layout import Layout
-from ..records import build_manifest, read_record, write_manifest, write_record
+from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
 from ..slurm import AllocationInfo
 
@@ -67,7 +67,7 @@ def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tupl
 
     try:
         t = read_record(timing_path(study, c), "timing")
-        if t["generation_record_digest"] != bulk.get("record_digest"):
+        if stale_link(t, bulk):
             return False
         if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample:
             return t["sampled"] is False
