@@ -385,6 +385,12 @@ def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_p
     q_head, q_rows = pareto(res)
     # cheaper and better than control on q; psnr (FR) has no control point and no other arm
     assert q_rows[0][1] == "overrides" and q_rows[0][-1] == "psnr, q"
+    import re
+
+    for h, v in zip(q_head[4:-1], q_rows[0][4:-1], strict=True):  # metric columns: header says which way is better
+        assert h.endswith(("higher is better", "lower is better")), h
+        decimals = {len(x.split(".")[1]) for x in re.findall(r"-?\d+\.\d+", v)}
+        assert len(decimals) == 1 and re.fullmatch(r"-?\d+\.\d+ \[-?\d+\.\d+, -?\d+\.\d+\]", v), v
     assert "## Quality against cost" in markdown(res, "t", {})
     pareto_plot(res, tmp_path / "pareto.png")
     assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,10 +20,6 @@ def direction(higher_is_better: bool) -> str:
     return "higher is better" if higher_is_better else "lower is better"
 
 
-def _ci(ci: list[float | None]) -> str:
-    return "no CI" if ci[0] is None else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
-
-
 UNITS = {"psnr": "dB"}
 """Metrics whose values carry a unit (pyiqa's metric table records direction and range,
 not units); every other metric is a unitless score."""
@@ -49,16 +45,21 @@ def column_decimals(ms: list[MetricResult]) -> int:
     return max(1, min(6, 1 - math.floor(math.log10(min(halves)))))
 
 
+def estimate(m: MetricResult, d: int) -> str:
+    """A metric's point estimate (difference, or value for FR metrics) and its interval at
+    ``d`` fixed decimals: ``0.0123 [0.0101, 0.0145]``."""
+    point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+    lo, hi = m["ci"][0], m["ci"][1]
+    out = "n/a" if point is None else f"{point:.{d}f}"
+    return out + (" [no CI]" if lo is None or hi is None else f" [{lo:.{d}f}, {hi:.{d}f}]")
+
+
 def cell(m: MetricResult, level: float, decimals: int | None = None) -> str:
     """One metric's cell: the paired difference (value, for FR metrics) with its interval
     at ``decimals`` fixed decimals (default: the cell's own), the t-test p and its Holm
     adjustment, the win rate in the metric's direction, and a warning where the prompt
     count is too small for a distribution-free test."""
-    d = column_decimals([m]) if decimals is None else decimals
-    point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
-    ci = m["ci"]
-    out = "n/a" if point is None else f"{point:.{d}f}"
-    out += " [no CI]" if ci[0] is None else f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
+    out = estimate(m, column_decimals([m]) if decimals is None else decimals)
     if m.get("p_value") is not None:
         out += f" p={_fmt(m['p_value'], 2)}, Holm {_fmt(m.get('p_holm'), 2)}"
     if m.get("win_rate") is not None:
@@ -120,8 +121,11 @@ def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     value against control). ``front`` names the metrics on which no other arm (control
     included, at ratio 1 and Δ 0) is at least as cheap and strictly better."""
     metric_names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
-    head = ["arm", "kinds", "compute ratio [CI]", "speedup [CI]"] + [f"{n} [CI]" for n in metric_names] + [
-        "Pareto front (compute ratio vs metric)"]
+    ms = {n: [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == n] for n in metric_names}
+    decimals = {n: column_decimals(ms[n]) for n in metric_names}  # one format per column, as in the table
+    head = (["arm", "kinds", "compute ratio [CI], lower is cheaper", "speedup [CI], higher is faster"]
+            + [metric_header(n, ms[n][0]["kind"], ms[n][0]["higher_is_better"]) for n in metric_names]
+            + ["Pareto front (compute ratio vs metric)"])
     rows = []
     for c in stats["comparisons"]:
         by = {m["metric"]: m for m in c["metrics"]}
@@ -129,7 +133,7 @@ def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
         rows.append([c["treatment"] + (f" ({NO_EFFECT})" if any(f.startswith(NO_EFFECT) for f in c["flags"]) else ""),
                      ", ".join(c.get("kinds", [])) or "n/a", compute_cell(c.get("compute")),
                      ratio(c["speedup"]["geomean"], c["speedup"]["ci"])]
-                    + [("" if n not in by else f"{_fmt(_point(by[n]))} {_ci(by[n]['ci'])}") for n in metric_names]
+                    + [("" if n not in by else estimate(by[n], decimals[n])) for n in metric_names]
                     + [", ".join(front) or "none"])
     return head, rows
 
