@@ -174,6 +174,9 @@ def _write_evidence(proj: Path) -> int:
     from pairflow.stages.timing import timing_path
     from pairflow.video import recipe_digest
 
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import generation_record, metric_spec, score_record, timing_record
+
     study = study_from_raw(yaml.safe_load((proj / "config" / "config.yaml").read_text()), proj, source="benchmark")
     layout, rdigest, n = Layout(study.scratch), recipe_digest(study.encoder, study.generation.fps), 0
 
@@ -189,13 +192,18 @@ def _write_evidence(proj: Path) -> int:
         for c in candidates(study, panel):
             video = video_path(study, c)
             put(video, b"\0" * 64)
-            gen = seal({"candidate": {"candidate_id": c.key.candidate_id, "panel": panel.name},
-                        "encoder": {"recipe_digest": rdigest},
-                        "video": {"path": video.relative_to(pdir).as_posix(), "bytes": 64}})
-            link = {"generation_record_digest": gen["record_digest"]}
+            # Complete records (they must fit their kinds' schemas, as real ones do), built by
+            # the test suite's factories and bound to this candidate's identity and files.
+            body = generation_record(panel.name, c.key.prompt_id, c.key.seed, c.arm.name, c.key.stream_seed, "v")
+            body["candidate"] = {**body["candidate"], "candidate_id": c.key.candidate_id}
+            body["encoder"] = {**body["encoder"], "recipe_digest": rdigest}
+            body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64}
+            gen = seal(body)
             put(record_path(study, c), gen)
-            put(score_path(study, c), seal({**link, "scores": {m: 0.0 for m in expected_scores(study, c.arm)}}))
-            put(timing_path(study, c), seal({**link, "sampled": True, "matches_bulk_frames": True}))
+            spec = metric_spec("temporal_flickering")
+            put(score_path(study, c), seal(score_record(gen, gen, {m: (0.0, spec)
+                                                                   for m in expected_scores(study, c.arm)})))
+            put(timing_path(study, c), seal(timing_record(gen, 1.0)))
             gens.append(record_path(study, c))
             scores.append(score_path(study, c))
             timing_files.append(timing_path(study, c))
