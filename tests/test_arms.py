@@ -170,7 +170,7 @@ def test_planning_imports_no_torch_and_a_bad_arm_stops_the_run_before_any_model_
                           capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(seen.read_text()) == []
-    assert "check_arms" in plan.stdout and "generate_panel" in plan.stdout
+    assert "check_arms" in plan.stdout and "generate_score_panel" in plan.stdout  # fleet.panel_jobs: combined
     gen = tmp_path / "results" / "scratch" / "panels" / "t" / "generation.json"
     run = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--cores", "1", str(gen)], cwd=project,
                          capture_output=True, text=True)
