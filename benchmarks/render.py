@@ -95,7 +95,7 @@ def _plan(p: dict | None, rec: dict | None) -> list[str]:
         return []
     points = p.get("points") or {"31k": p}  # figures from before the 100k point
     out = ["## Planning large studies", "",
-           "Panels of 31 prompts x 1 seed x 2 arms; one Snakemake job per panel per heavy stage, never per "
+           "Panels of 31 prompts x 1 seed x 2 arms; one Snakemake job per panel (generation and scoring together, fleet.panel_jobs: combined), never per "
            "candidate. Peak RSS is the largest of the runs. Planning imports neither torch nor diffusers "
            "(the arms' check is its own job, rule `check_arms`), so the first dry run costs what later ones do. "
            "Every time includes Snakemake's start-up, in which its Slurm executor plugin runs `scontrol show "

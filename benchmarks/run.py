@@ -264,7 +264,10 @@ def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
     dry = [_timed_cmd([snake, "-n", "--cores", "2", "--quiet", "all"], proj) for _ in range(runs)]
     n = panels * prompts * 2
     point: dict[str, Any] = {
-        "candidates": n, "panels": panels, "snakemake_jobs": panels * 2 + 6,
+        # One job per panel (fleet.panel_jobs: combined, the default config's) and seven
+        # study-level ones: build_tiny_model, check_arms, timed_pass, study_stats, plots,
+        # utilisation, archive (rule all counts as a job too, the model is built: 7 net).
+        "candidates": n, "panels": panels, "snakemake_jobs": panels + 7,
         "slurm_probe_s": probe,
         "dry_runs": [{"s": d[0], "peak_rss_mib": d[1]} for d in dry],
         "dry_run_median_s": statistics.median(d[0] for d in dry),
