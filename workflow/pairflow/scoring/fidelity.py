@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PairingError
 from . import MetricSpec, ScoreContext, metric, models, pyiqa_spec
 
 PSNR_CAP_DB = 80.0
@@ -49,9 +48,8 @@ def _metric(name: str) -> Any:
 def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str = "", batch: int = 16) -> float:
     """Mean over frames of pyiqa metric ``name`` of ``frames`` against ``reference``.
 
-    Both are uint8 (F, H, W, 3) of the same shape; raises PairingError otherwise."""
-    if frames.shape != reference.shape:
-        raise PairingError(f"cannot compare videos of shapes {frames.shape} and {reference.shape}")
+    Both are uint8 (F, H, W, 3) of the same shape (``scoring.score`` refuses others with
+    a PairingError before calling)."""
     metric = models.load("lpips", mirror) if name == "lpips" else _metric(name)
     x = models.float_frames(frames) / 255.0
     y = models.float_frames(reference) / 255.0

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PairingError, ScoringError
+from ..errors import ScoringError
 from . import MetricSpec, ScoreContext, metric
 
 WINDOW, SIGMA, K1, K2, DATA_RANGE = 11, 1.5, 0.01, 0.03, 255.0
@@ -123,12 +123,11 @@ def ms_ssim_frames(x: Any, y: Any) -> Any:
 def structural(name: str, frames: np.ndarray, reference: np.ndarray, batch: int = 16) -> float:
     """Mean over frames of ``name`` (``ssim`` or ``ms_ssim``) of ``frames`` against ``reference``.
 
-    Both are uint8 (F, H, W, 3) of one shape; raises PairingError otherwise, and
-    ScoringError for frames smaller than the window (SSIM) or ``MS_SSIM_MIN_SIDE`` (MS-SSIM)."""
+    Both are uint8 (F, H, W, 3) of one shape (``scoring.score`` refuses others with a
+    PairingError before calling); raises ScoringError for frames smaller than the window
+    (SSIM) or ``MS_SSIM_MIN_SIDE`` (MS-SSIM)."""
     import torch
 
-    if frames.shape != reference.shape:
-        raise PairingError(f"cannot compare videos of shapes {frames.shape} and {reference.shape}")
     need = MS_SSIM_MIN_SIDE if name == "ms_ssim" else WINDOW
     if min(frames.shape[1:3]) < need:
         raise ScoringError(f"{name} needs frames at least {need} px on the shorter side"
