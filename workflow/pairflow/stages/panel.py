@@ -46,15 +46,16 @@ from .generation import (
     warm_payload,
 )
 from .jobs import WARM_UP, describe, sweep_panel, timed_imports
-from .scoring import finish_scoring, score_payload, score_task, scoring_context
+from .scoring import SCORER_MODULES, finish_scoring, score_payload, score_task, scoring_context
 
 log = logging.getLogger(__name__)
+
 
 def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
     and diffusers, load the model, import pyiqa and the scorers), in one worker."""
     gen = warm_generation(payload)
-    scorers = timed_imports(("pyiqa", "pairflow.scoring", "pairflow.video"))
+    scorers = timed_imports(SCORER_MODULES)
     WARM_UP.update({"import_s": gen["import_s"] + scorers})
     return dict(WARM_UP)
 

@@ -139,10 +139,14 @@ def _task_view(record: GenerationRecord) -> dict[str, Any]:
     return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
 
 
+SCORER_MODULES = ("pyiqa", "pairflow.scoring", "pairflow.video")
+"""What a scoring worker imports in its warm-up (besides torch): the scorers' libraries."""
+
+
 def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task: import torch, pyiqa and the scorers in this worker while the
     driver still verifies the job's records (scorer models load on first use)."""
-    import_s = timed_imports(("torch", "pyiqa", "pairflow.scoring", "pairflow.video"))
+    import_s = timed_imports(("torch", *SCORER_MODULES))
     WARM_UP.update({"import_s": import_s})
     return dict(WARM_UP)
 
