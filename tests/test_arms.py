@@ -235,13 +235,15 @@ def test_the_arms_check_key_follows_every_arm_field_and_its_inputs_the_model_fil
     assert key != arms_check_key((CONTROL, ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.3})), model)
     assert key != arms_check_key((CONTROL, fb, ArmSpec("few", steps=2)), model)
     # The embedded model is built by a rule (the check waits for its output); a local
-    # model's and a student's transformer configs are the check's inputs.
+    # model's and a student's index, transformer and VAE configs are the check's inputs
+    # (a student's VAE decides its latents).
     assert arms_check_inputs((CONTROL, fb), model) == []
     student = tmp_path / "student"
     shutil.copytree(tiny_model, student)
     local = ModelSpec("local", student)
-    assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == [student / "transformer" / "config.json"]
-    assert arms_check_inputs((CONTROL,), local) == [student / "transformer" / "config.json"]
+    read = [student / "model_index.json", student / "transformer" / "config.json", student / "vae" / "config.json"]
+    assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == read
+    assert arms_check_inputs((CONTROL,), local) == read
 
 
 PLAN_PROBE = """import json, sys

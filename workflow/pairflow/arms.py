@@ -161,13 +161,16 @@ def arms_check_key(arms: tuple[ArmSpec, ...], model: ModelSpec) -> str:
 
 def arms_check_inputs(arms: tuple[ArmSpec, ...], model: ModelSpec) -> list[Path]:
     """The model files the arms' check reads that exist when the run is planned: the
-    transformer config of the study's model and of each arm's own model (a student). The
-    embedded model is left out: its files appear when its rule builds it, and rule
-    ``check_arms`` takes that rule's output instead."""
-    from .generate import _transformer_config
+    ``model_index.json``, transformer config and VAE config of the study's model and of
+    each arm's own model (a student: ``latent_signature`` reads all three). The embedded
+    model is left out: its files appear when its rule builds it, and rule ``check_arms``
+    takes that rule's output instead."""
+    from .generate import _model_root
 
     models = [m for m in (model, *(a.model for a in arms)) if m is not None and m.kind != "embedded-tiny"]
-    return sorted({c for m in models if (c := _transformer_config(m)) is not None})
+    files = (_model_root(m) / part for m in models
+             for part in ("model_index.json", "transformer/config.json", "vae/config.json"))
+    return sorted({f for f in files if f.is_file()})
 
 
 def write_arms_check(arms: tuple[ArmSpec, ...], model: ModelSpec, out: Path) -> None:

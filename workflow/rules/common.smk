@@ -85,8 +85,8 @@ def model_input(wildcards):
 
 
 def arms_check_input(wildcards):
-    """The model files the arms' check reads: the built tiny model, else the transformer
-    configs of the study's model and of the arms' own models."""
+    """The model files the arms' check reads: the built tiny model, else the index,
+    transformer and VAE configs of the study's model and of the arms' own models."""
     return [*([MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []),
             *(str(as_named(p)) for p in arms_check_inputs(STUDY.arms, STUDY.model))]
 
