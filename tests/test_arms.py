@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -55,7 +56,10 @@ def test_a_cache_only_arm_keeps_its_identity_and_every_field_changes_it() -> Non
 
 
 @pytest.mark.parametrize("arms, words", [
-    ({"control": {"steps": 2}, "t": {"steps": 1}}, ["arm 'control' declares ['overrides']", "changes nothing"]),
+    ({"control": {"steps": 2, "guidance": 1.0}, "t": {"steps": 1}},
+     ["arm 'control' sets 'arms/control/steps', 'arms/control/guidance'", "changes nothing"]),
+    ({"control": {"scheduler": {"class": "FlowMatchEulerDiscreteScheduler"}}, "t": {"steps": 1}},
+     ["arm 'control' sets 'arms/control/scheduler'"]),
     ({"control": {"cache": None}, "t": {}}, ["arm 't' declares no change"]),
     ({"control": {"cache": None}, "t": {"stpes": 2}}, ["stpes", "did you mean 'steps'"]),
     ({"control": {"cache": None}, "t": {"search": {"n": 0, "verifier": "psnr"}}}, ["arms/t/search/n"]),
@@ -65,6 +69,17 @@ def test_bad_arms_are_refused_by_the_config(tmp_path: Path, tiny_model: Path, ar
         study_from_raw(small_config(tmp_path, tiny_model, arms=arms), tmp_path)
     for w in words:
         assert w in str(e.value)
+    assert "overrides" not in str(e.value)  # the user wrote steps, guidance or scheduler
+
+
+def test_an_arm_names_its_keys_as_the_user_wrote_them() -> None:
+    """``keys`` (what messages say) are the config's key names; ``kinds`` (what records
+    carry) group steps, guidance and scheduler as overrides."""
+    few = ArmSpec("few", steps=2, scheduler_class="FlowMatchEulerDiscreteScheduler")
+    assert few.keys == ("steps", "scheduler") and few.kinds == ("overrides",)
+    assert ArmSpec("g", guidance=1.0).keys == ("guidance",)
+    assert ArmSpec("x", "FirstBlockCacheConfig", dtype="bfloat16", search=SearchSpec(2, "temporal_flickering"),
+                   model=ModelSpec("local", Path("/m"))).keys == ("cache", "model", "dtype", "search")
 
 
 @pytest.mark.parametrize("arm, words", [
@@ -97,19 +112,103 @@ def test_a_family_cache_combination_diffusers_refuses_names_the_caches_that_appl
                                  {"spatial_attention_block_skip_range": 2})), spec)
 
 
-def test_a_student_must_make_the_teachers_latents(tiny_model: Path, tmp_path: Path) -> None:
-    same = tmp_path / "student"
-    shutil.copytree(tiny_model, same)
-    teacher = ModelSpec("embedded-tiny", tiny_model)
-    check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", same))), teacher)
-    other = tmp_path / "other"
-    shutil.copytree(tiny_model, other)
-    cfg = json.loads((other / "transformer" / "config.json").read_text())
-    (other / "transformer" / "config.json").write_text(json.dumps({**cfg, "in_channels": 8}))
-    with pytest.raises(ConfigError, match=r"other latents.*transformer.in_channels.*share its initial noise"):
-        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", other))), teacher)
+def student(teacher: Path, dest: Path, vae: dict | None = None, transformer: dict | None = None) -> Path:
+    """A student of a tiny model (Wan or CogVideoX): the teacher's files with the VAE
+    and/or the transformer rebuilt by their real diffusers classes from the tiny configs
+    with ``vae`` / ``transformer`` changed (random weights, seeded)."""
+    import diffusers
+    import torch
+
+    from pairflow import tinymodel as t
+
+    configs = {"AutoencoderKLWan": t._VAE, "WanTransformer3DModel": t._TRANSFORMER,
+               "AutoencoderKLCogVideoX": t._COGVIDEOX_VAE, "CogVideoXTransformer3DModel": t._COGVIDEOX}
+    shutil.copytree(teacher, dest)
+    torch.manual_seed(0)
+    for part, change in (("vae", vae), ("transformer", transformer)):
+        if change is not None:
+            name = json.loads((dest / part / "config.json").read_text())["_class_name"]
+            shutil.rmtree(dest / part)
+            getattr(diffusers, name)(**{**configs[name], **change}).save_pretrained(dest / part)
+    return dest
+
+
+@pytest.mark.parametrize("family, vae, transformer", [
+    ("wan", {"base_dim": 6, "dim_mult": [1, 2, 2, 2]}, {"ffn_dim": 48}),
+    ("cogvideox", {"block_out_channels": (16, 16, 16, 16)}, None),  # refused before: widths were compared
+])
+def test_a_student_that_differs_only_in_widths_is_accepted_and_starts_from_the_pairs_noise(
+        tiny_model: Path, tmp_path: Path, family: str, vae: dict, transformer: dict | None) -> None:
+    """Block widths decide no latent: a student whose VAE (and transformer) differ only
+    in channel widths passes the check, loads, and draws the control's latent shape from
+    the pair's seed."""
+    from pairflow.arms import arm_pipeline, latent_signature
+    from pairflow.tinymodel import build_tiny_model
+
+    path = tiny_model if family == "wan" else build_tiny_model(tmp_path / family, family)
+    narrow = student(path, tmp_path / "student", vae=vae, transformer=transformer)
+    changed = json.loads((narrow / "vae" / "config.json").read_text())
+    assert all(changed[k] == (list(v) if isinstance(v, tuple) else v) for k, v in vae.items())
+    teacher = ModelSpec("local", path)
+    arm = ArmSpec("student", model=ModelSpec("local", narrow))
+    check_arms((CONTROL, arm), teacher)
+    assert latent_signature(arm.model) == latent_signature(teacher)
+    gen = GEN if family == "wan" else dataclasses.replace(GEN, frames=9)  # CogVideoX decodes 4k+1 frames from 9
+    base = run_arm(arm_pipeline(CONTROL, teacher, gen), "a red fox", 5, CONTROL, gen, 16, count=True)
+    other = run_arm(arm_pipeline(arm, teacher, gen), "a red fox", 5, arm, gen, 16, count=True)
+    assert other.compute["latent_shape"] == base.compute["latent_shape"]
+    assert other.frames.shape == base.frames.shape
+
+
+@pytest.mark.parametrize("vae, transformer, words", [
+    ({"z_dim": 8}, None, ["VAE latent channels 8 (the study's model: 16)"]),
+    ({"temperal_downsample": [False, False, True], "scale_factor_temporal": 2}, None,
+     ["VAE temporal compression 2 (the study's model: 4)"]),
+    ({"dim_mult": [1, 1, 1, 1, 1], "temperal_downsample": [False, True, True, False], "scale_factor_spatial": 16},
+     None, ["VAE spatial compression 16 (the study's model: 8)"]),
+    (None, {"in_channels": 8, "out_channels": 8}, ["transformer input channels 8 (the study's model: 16)"]),
+])
+def test_a_student_with_other_latents_is_refused_naming_what_differs(tiny_model: Path, tmp_path: Path, vae: dict,
+                                                                     transformer: dict, words: list) -> None:
+    other = student(tiny_model, tmp_path / "student", vae=vae, transformer=transformer)
+    with pytest.raises(ConfigError) as e:
+        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", other))), ModelSpec("embedded-tiny",
+                                                                                             tiny_model))
+    msg = str(e.value)
+    for w in [*words, "arms/student/model/path", "makes other latents", "share its initial noise"]:
+        assert w in msg, msg
+    assert "base_dim" not in msg and "block_out_channels" not in msg
+
+
+def test_a_student_of_another_family_or_not_on_disk_is_refused(tiny_model: Path, tmp_path: Path) -> None:
+    from pairflow.tinymodel import build_tiny_model
+
+    cog = build_tiny_model(tmp_path / "cog", "cogvideox")
+    with pytest.raises(ConfigError, match=r"pipeline class CogVideoXPipeline \(the study's model: WanPipeline\)"):
+        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", cog))), ModelSpec("embedded-tiny",
+                                                                                           tiny_model))
     with pytest.raises(ConfigError, match="no model_index.json"):
-        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", tmp_path / "none"))), teacher)
+        check_arms((CONTROL, ArmSpec("student", model=ModelSpec("local", tmp_path / "none"))),
+                   ModelSpec("embedded-tiny", tiny_model))
+
+
+@pytest.mark.parametrize("family", ["wan", "cogvideox", "ltx", "hunyuanvideo"])
+def test_the_latent_signature_reads_compression_as_each_pipeline_does(tmp_path: Path, family: str) -> None:
+    """For every family the tiny builder makes, the signature's compression and channels
+    equal what the loaded diffusers pipeline uses to shape its noise."""
+    from diffusers import DiffusionPipeline
+
+    from pairflow.arms import latent_signature
+    from pairflow.tinymodel import build_tiny_model
+
+    path = build_tiny_model(tmp_path / family, family)
+    sig = latent_signature(ModelSpec("local", path))
+    pipe = DiffusionPipeline.from_pretrained(path)
+    spatial = getattr(pipe, "vae_scale_factor_spatial", None) or pipe.vae_spatial_compression_ratio
+    temporal = getattr(pipe, "vae_scale_factor_temporal", None) or pipe.vae_temporal_compression_ratio
+    assert sig is not None and sig["pipeline class"] == type(pipe).__name__
+    assert (sig["VAE spatial compression"], sig["VAE temporal compression"]) == (spatial, temporal)
+    assert sig["transformer input channels"] == pipe.transformer.config.in_channels
 
 
 def test_the_arms_check_writes_its_marker_only_when_every_arm_passes(tiny_model: Path, tmp_path: Path) -> None:
@@ -136,13 +235,15 @@ def test_the_arms_check_key_follows_every_arm_field_and_its_inputs_the_model_fil
     assert key != arms_check_key((CONTROL, ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.3})), model)
     assert key != arms_check_key((CONTROL, fb, ArmSpec("few", steps=2)), model)
     # The embedded model is built by a rule (the check waits for its output); a local
-    # model's and a student's transformer configs are the check's inputs.
+    # model's and a student's index, transformer and VAE configs are the check's inputs
+    # (a student's VAE decides its latents).
     assert arms_check_inputs((CONTROL, fb), model) == []
     student = tmp_path / "student"
     shutil.copytree(tiny_model, student)
     local = ModelSpec("local", student)
-    assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == [student / "transformer" / "config.json"]
-    assert arms_check_inputs((CONTROL,), local) == [student / "transformer" / "config.json"]
+    read = [student / "model_index.json", student / "transformer" / "config.json", student / "vae" / "config.json"]
+    assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == read
+    assert arms_check_inputs((CONTROL,), local) == read
 
 
 PLAN_PROBE = """import json, sys

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +117,142 @@ def test_version_help_and_exit_codes_follow_conventions(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as ex:
         main(["verify"])  # missing PATH: argparse's usage error
     assert ex.value.code == EXIT_USAGE != EXIT_REFUSED
+
+
+COMMAND = re.compile(r"pairflow ((?:archive )?[a-z][a-z-]+)([^`\"|)]*)")
+
+
+def quoted_texts() -> list[tuple[str, str]]:
+    """Every line of every string in the package (implicit concatenations joined, f-string
+    fields as X) and of the rules and docs: where a message or a doc names a command."""
+    out = []
+    for f in sorted((ROOT / "workflow").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            elif isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+            else:
+                continue
+            out += [(f.name, line) for line in text.splitlines()]
+    for f in [*sorted((ROOT / "workflow").rglob("*.smk")), ROOT / "README.md", ROOT / "config" / "README.md",
+              *sorted((ROOT / "docs").rglob("*.md"))]:
+        out += [(f.name, line) for line in f.read_text().splitlines()]
+    return out
+
+
+def test_every_flag_a_message_or_doc_gives_a_pairflow_command_exists() -> None:
+    """check-config's message once suggested a --configfile it did not take: every
+    ``pairflow <command> ... --flag`` written in the package, the rules or the docs names
+    an option that command accepts (up to a bare ``--``, after which flags go to snakemake)."""
+    from pairflow.cli import _parser
+
+    def options(parser: argparse.ArgumentParser, words: list[str]) -> set[str]:
+        for w in words:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[w]
+        return {o for a in parser._actions for o in a.option_strings}
+
+    checked = 0
+    for name, line in quoted_texts():
+        for m in COMMAND.finditer(line):
+            words = m.group(1).split()
+            flags = []
+            for tok in m.group(2).split():
+                tok = tok.strip("[],.;:")
+                if tok == "--":
+                    break
+                if tok.startswith("-"):
+                    flags.append(tok.split("=")[0])
+            if not flags:
+                continue
+            accepted = options(_parser(), words)
+            for flag in flags:
+                assert flag in accepted, f"{name}: 'pairflow {m.group(1)} {flag}' names a flag it does not take: {line}"
+                checked += 1
+    assert checked >= 15  # the scan sees the commands the docs and messages name
+
+
+def test_check_config_takes_the_config_as_every_other_command_does(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The config positionally (as before) or as --configfile (as status, verify,
+    rerun-panel and snakemake take it); two different ones are refused."""
+    project, path = project_with(tmp_path, lambda c: None)
+    assert main(["check-config", "--configfile", str(path), "--directory", str(project)]) == 0
+    assert f"{path}: OK, study tiny-default" in capsys.readouterr().out
+    assert main(["check-config", str(path), "--configfile", str(project / "config" / "x.yaml")]) == 3
+    assert "give one" in capsys.readouterr().err
+    assert main(["check-config", str(path), "--directory", str(tmp_path / "nowhere")]) == 3
+    assert "--directory" in capsys.readouterr().err
+
+
+def default_text_project(tmp_path: Path, text: str, sheet: bytes | None = None) -> Path:
+    """A project whose config/one.yaml is ``text`` as written (not re-dumped: a key
+    written twice must reach the loaders) and whose smoke sheet is ``sheet``."""
+    project, _ = project_with(tmp_path, lambda c: None)
+    (project / "config" / "one.yaml").write_text(text)
+    if sheet is not None:
+        (project / "config" / "panels" / "smoke.tsv").write_bytes(sheet)
+    return project
+
+
+DEFAULT_TEXT = (ROOT / "config" / "config.yaml").read_text()
+BAD_INPUTS = {
+    "an arm written twice": (DEFAULT_TEXT.replace("  fewstep:", "  fbcache:\n    steps: 3\n  fewstep:"), None,
+                             "key 'arms/fbcache' is written twice, at lines 17 and 21"),
+    "study written twice": (DEFAULT_TEXT + "study: renamed\n", None, "key 'study' is written twice, at lines 4 and"),
+    "a ten-megabyte prompt": (DEFAULT_TEXT, b"prompt_id\tprompt\nbig\t" + b"x" * 10_000_000 + b"\n",
+                              "config/panels/smoke.tsv:2: prompt 'big' is 10000000 bytes, over the 8192-byte limit"),
+    "invalid UTF-8": (DEFAULT_TEXT, b"prompt_id\tprompt\na\tfine\nb\tcaf\xe9\n",
+                      "config/panels/smoke.tsv:3: byte 6 (0xe9) is not valid UTF-8"),
+    "a ragged row": (DEFAULT_TEXT, b"prompt_id\tprompt\na\tred\tfox\n",
+                     "config/panels/smoke.tsv:2: expected 2 tab-separated fields (prompt_id, prompt), got 3"),
+    "a binary sheet": (DEFAULT_TEXT, bytes(range(256)), "config/panels/smoke.tsv:1: byte 1 is a NUL byte"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_a_bad_config_or_sheet_gets_one_message_and_exit_3_from_check_config_and_snakemake(tmp_path: Path,
+                                                                                            name: str) -> None:
+    """Both entry points refuse with the same message (file, line, fix) and exit code 3;
+    neither prints a traceback. Snakemake's own loader keeps the last of two equal keys,
+    so the rules read the file(s) again."""
+    text, sheet, want = BAD_INPUTS[name]
+    project = default_text_project(tmp_path, text, sheet)
+    check = subprocess.run([PAIRFLOW, "check-config", "config/one.yaml"], cwd=project, capture_output=True,
+                           text=True, timeout=120, check=False)
+    run = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--configfile", "config/one.yaml"], cwd=project,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert check.returncode == 3 and want in check.stderr, check.stderr[-2000:]
+    assert run.returncode == 3 and want in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
+    message = next(line for line in check.stderr.splitlines() if want in line)
+    assert message in (run.stdout + run.stderr).splitlines()  # the same line, word for word
+    for out in (check.stderr, run.stdout + run.stderr):
+        assert "Traceback" not in out and 'File "' not in out and len(out) < 4000
+
+
+def test_check_config_and_snakemake_resolve_relative_paths_against_the_working_directory(tmp_path: Path) -> None:
+    """A config kept outside config/ (studies/a.yaml): its relative paths are the
+    project's, in check-config (from the project, or elsewhere with --directory) as in
+    Snakemake. A sheet written relative to the config's own folder is refused by both."""
+    project, _ = project_with(tmp_path, lambda c: None)
+    (project / "studies" / "panels").mkdir(parents=True)
+    (project / "studies" / "a.yaml").write_text(DEFAULT_TEXT)
+    check = subprocess.run([PAIRFLOW, "check-config", "studies/a.yaml"], cwd=project, capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert check.returncode == 0 and f"resolved against {project.resolve()}" in check.stdout, check.stderr
+    # from elsewhere (this test's working directory), naming the directory snakemake runs in
+    assert main(["check-config", str(project / "studies" / "a.yaml"), "--directory", str(project)]) == 0
+    run = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--configfile", "studies/a.yaml"], cwd=project,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0 and "results/scratch/panels/smoke/generation.json" in run.stdout, run.stderr[-2000:]
+    # relative to the config's folder: exists at studies/panels/, not at the project's panels/
+    (project / "studies" / "panels" / "own.tsv").write_text("prompt_id\tprompt\na\ta red fox\n")
+    (project / "studies" / "b.yaml").write_text(DEFAULT_TEXT.replace("config/panels/smoke.tsv", "panels/own.tsv"))
+    want = f"prompt sheet {project.resolve() / 'panels' / 'own.tsv'} does not exist"
+    check = subprocess.run([PAIRFLOW, "check-config", "studies/b.yaml"], cwd=project, capture_output=True,
+                           text=True, timeout=120, check=False)
+    run = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--configfile", "studies/b.yaml"], cwd=project,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert check.returncode == 3 and want in check.stderr, check.stderr
+    assert run.returncode == 3 and want in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]

@@ -160,3 +160,151 @@ def test_missing_sheet_message_names_the_panel(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         read_sheet(tmp_path / "nope.tsv", "motion")
     assert "'panels/motion/sheet'" in str(e.value) and "{panel}" not in str(e.value)
+
+
+DEFAULT_TEXT = (ROOT / "config" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("edit, key, first, second", [
+    # `study` twice: the second silently renamed the study
+    (lambda t: t + "study: other\n", "study", "study: tiny-default", "study: other"),
+    # an arm defined twice: the first definition was dropped
+    (lambda t: t.replace("  fewstep:", "  fbcache:\n    steps: 3\n  fewstep:"), "arms/fbcache",
+     "  fbcache:                   # training-free caching", "  fbcache:"),
+    # deep inside an arm, in flow style
+    (lambda t: t.replace("{threshold: 1.2}", "{threshold: 1.2, threshold: 0.1}"),
+     "arms/fbcache/cache/params/threshold", None, None),
+    # a panel key inside a flow mapping, and a generation key
+    (lambda t: t.replace("seeds: [0, 1]}", "seeds: [0, 1], seeds: [2]}", 1), "panels/smoke/seeds", None, None),
+    (lambda t: t.replace("  steps: 6\n", "  steps: 6\n  steps: 60\n"), "generation/steps", "  steps: 6",
+     "  steps: 60"),
+])
+def test_a_key_written_twice_is_refused_with_both_lines_the_key_path_and_the_file(
+        tmp_path: Path, edit, key: str, first: str | None, second: str | None) -> None:  # type: ignore[no-untyped-def]
+    """YAML keeps the last of two equal keys silently; PairFlow refuses them at any depth."""
+    text = edit(DEFAULT_TEXT)
+    path = tmp_path / "config" / "config.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    assert yaml.safe_load(text)  # a plain loader accepts it: that is the trap
+    with pytest.raises(ConfigError) as e:
+        load_yaml(path)
+    msg = str(e.value)
+    assert str(path) in msg and f"key {key!r} is written twice, at lines" in msg, msg
+    if first is not None and second is not None:
+        lines = text.splitlines()
+        a = lines.index(first) + 1
+        b = next(i for i, t in enumerate(lines, 1) if t.startswith(second) and i != a)
+        assert f"at lines {min(a, b)} and {max(a, b)}" in msg, msg
+
+
+def test_equal_keys_in_different_mappings_and_yaml_merges_are_not_duplicates(tmp_path: Path) -> None:
+    text = ("base: &b {x: 1, y: 2}\nother: {<<: *b, x: 3}\na: {steps: 1}\nb: {steps: 1}\n"
+            "list: [{k: 1}, {k: 2}]\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert load_yaml(path)["other"] == {"x": 3, "y": 2}
+    path.write_text("1: a\n1.0: b\n")  # equal as Python keys, as YAML keeps them
+    with pytest.raises(ConfigError, match=r"key '1.0' is written twice, at lines 1 and 2"):
+        load_yaml(path)
+
+
+def test_a_config_that_is_not_utf8_text_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"study: a\nmodel:\n  path: caf\xe9\n")
+    with pytest.raises(ConfigError, match=rf"{path}:3: byte 12 \(0xe9\) is not valid UTF-8"):
+        load_yaml(path)
+    path.write_bytes(b"study: a\x00\n")
+    with pytest.raises(ConfigError, match=rf"{path}:1: byte 9 is a NUL byte"):
+        load_yaml(path)
+
+
+def test_the_missing_config_message_names_no_flag(tmp_path: Path) -> None:
+    """Every command names the config its own way (check-config takes it positionally),
+    so the library's message names the path, not a flag."""
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tmp_path / "nope.yaml")
+    assert f"config file {tmp_path / 'nope.yaml'} does not exist" in str(e.value) and "--" not in str(e.value)
+
+
+TEN_MB = 10 * 1000 * 1000
+
+HOSTILE_SHEETS = {
+    # name: (bytes, line, words in the message)
+    "ten-megabyte prompt": (b"prompt_id\tprompt\na\tfine\nbig\t" + b"x" * TEN_MB + b"\n", 3,
+                            ["prompt 'big' is 10000000 bytes", "8192-byte limit", "shorten it"]),
+    "invalid UTF-8": (b"prompt_id\tprompt\na\tfine\nb\tcaf\xe9 au lait\n", 3,
+                      ["byte 6 (0xe9) is not valid UTF-8", "iconv"]),
+    "NUL byte": (b"prompt_id\tprompt\na\tfi\x00ne\n", 2, ["byte 5 is a NUL byte", "binary file"]),
+    "binary file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00", 3, ["NUL byte", "binary file"]),
+    "gzip file": (b"\x1f\x8b\x08\x00\x00\x00\x00\x00", 1, ["NUL byte", "'panels/p/sheet'"]),
+    "UTF-16 text": ("prompt_id\tprompt\na\tx\n".encode("utf-16"), 1, ["UTF-16", "save it as UTF-8"]),
+    "byte-order mark": (b"\xef\xbb\xbfprompt_id\tprompt\na\tx\n", 1, ["byte-order mark", "without one"]),
+    "missing header": (b"a\ta red fox\nb\twaves\n", 1, ["header 'prompt_id<TAB>prompt'", "'a\\ta red fox'",
+                                                       "add that header line"]),
+    "empty file": (b"", 1, ["header", "an empty file"]),
+    "three fields": (b"prompt_id\tprompt\na\tx\nb\ta fox\tin snow\n", 3,
+                     ["expected 2 tab-separated fields", "got 3", "may not hold a tab"]),
+    "one field": (b"prompt_id\tprompt\na\tx\njust text\n", 3, ["expected 2 tab-separated fields", "got 1"]),
+    "huge one-field line": (b"prompt_id\tprompt\n" + b"y" * TEN_MB + b"\n", 2, ["got 1"]),
+    "huge prompt id": (b"prompt_id\tprompt\n" + b"i" * TEN_MB + b"\tx\n", 2, ["is not allowed", "characters)"]),
+    "control character": (b"prompt_id\tprompt\na\tred\x1b[31m fox\n", 2, ["U+001B", "remove it"]),
+    "carriage return inside": (b"prompt_id\tprompt\na\tred\rfox\n", 2, ["U+000D"]),
+    "no prompts": (b"prompt_id\tprompt\n\n", 0, ["no prompts", "add at least one row"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SHEETS))
+def test_an_unreadable_sheet_is_refused_with_its_path_line_and_fix(tmp_path: Path, name: str) -> None:
+    data, line, words = HOSTILE_SHEETS[name]
+    sheet = tmp_path / "s.tsv"
+    sheet.write_bytes(data)
+    with pytest.raises(ConfigError) as e:
+        read_sheet(sheet, "p")
+    msg = str(e.value)
+    assert str(sheet) + (f":{line}:" if line else ":") in msg, msg
+    for w in words:
+        assert w in msg, msg
+    assert len(msg) < 400, len(msg)  # a 10 MB cell is never echoed
+
+
+def test_sheets_that_are_not_files_or_too_big_are_refused_before_reading(tmp_path: Path) -> None:
+    from pairflow.config import MAX_SHEET_BYTES
+
+    with pytest.raises(ConfigError, match=r"is not a regular file.*'panels/p/sheet'"):
+        read_sheet(tmp_path, "p")
+    big = tmp_path / "big.tsv"
+    with big.open("wb") as f:  # sparse: the size is what is checked, nothing is read
+        f.truncate(MAX_SHEET_BYTES + 1)
+    with pytest.raises(ConfigError, match=rf"{big} is {MAX_SHEET_BYTES + 1} bytes, over the {MAX_SHEET_BYTES}-byte"):
+        read_sheet(big, "p")
+
+
+def test_crlf_sheets_and_prompts_at_the_limit_read_as_written(tmp_path: Path) -> None:
+    from pairflow.config import MAX_PROMPT_BYTES
+
+    sheet = tmp_path / "s.tsv"
+    long = "\u00e9" * (MAX_PROMPT_BYTES // 2)  # two bytes each: exactly at the limit
+    sheet.write_bytes(f"prompt_id\tprompt\r\na\ta red fox\r\n\r\nb\t{long}\r\n".encode())
+    a, b = read_sheet(sheet, "p")
+    assert (a.prompt_id, a.text) == ("a", "a red fox") and b.text == long
+
+
+def test_relative_paths_resolve_against_the_given_root_never_the_configs_folder(tmp_path: Path) -> None:
+    """One rule for every entry point: relative paths are the working directory's
+    (the project's), wherever the config file is kept."""
+    project = tmp_path / "proj"
+    (project / "config" / "panels").mkdir(parents=True)
+    (project / "studies").mkdir()
+    for sheet in ("smoke.tsv", "motion.tsv"):
+        (project / "config" / "panels" / sheet).write_text((ROOT / "config" / "panels" / sheet).read_text())
+    path = project / "studies" / "a.yaml"
+    path.write_text(DEFAULT_TEXT)
+    s = load_study(path, project)
+    assert s.root == project.resolve() and s.scratch == (project / "results" / "scratch").resolve()
+    assert s.panels[0].sheet == (project / "config" / "panels" / "smoke.tsv").resolve()
+    with pytest.raises(ConfigError, match="resolve against the directory Snakemake runs in"):
+        load_study(path)  # outside config/: its own folder is not the project, so no guess
+    inside = project / "config" / "b.yaml"
+    inside.write_text(DEFAULT_TEXT)
+    assert load_study(inside).root == project.resolve()

@@ -37,14 +37,6 @@ from .identity import canonical_json
 
 log = logging.getLogger(__name__)
 
-LATENT_KEYS = {"vae": ("latent_channels", "z_dim", "temporal_compression_ratio", "temperal_downsample",
-                       "spatial_compression_ratio", "block_out_channels", "patch_size", "patch_size_t",
-                       "spatio_temporal_scaling", "scale_factor_temporal", "scale_factor_spatial", "down_block_types"),
-               "transformer": ("in_channels", "patch_size", "patch_size_t")}
-"""Config keys that decide the latent shape a pipeline draws its initial noise in (VAE
-compression and channels, transformer input channels and patching)."""
-
-
 def search_seeds(stream_seed: int, n: int) -> list[int]:
     """The generator seeds of a search arm's ``n`` candidates for a pair whose stream seed
     is ``stream_seed`` (see the module docstring for the derivation)."""
@@ -60,25 +52,65 @@ def _component(model: ModelSpec, part: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A component's ``config.json`` with the keys it leaves out filled from its diffusers
+    class's defaults, as ``from_pretrained`` fills them (a checkpoint saved by an older
+    diffusers lacks keys a newer one reads, e.g. AutoencoderKLWan's ``scale_factor_*``)."""
+    import inspect
+
+    import diffusers
+
+    cls = getattr(diffusers, str(cfg.get("_class_name")), None)
+    if cls is None:
+        return cfg
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {**{p.name: p.default for p in params if p.default is not inspect.Parameter.empty}, **cfg}
+
+
+def _compression(vae: dict[str, Any]) -> tuple[Any, Any]:
+    """(spatial, temporal) compression of a VAE config, read as the pipelines read it:
+    Wan's ``scale_factor_spatial``/``_temporal``; else HunyuanVideo's and LTX's
+    ``spatial_``/``temporal_compression_ratio``; else LTX's ``patch_size`` times 2 per
+    ``spatio_temporal_scaling`` stage; else CogVideoX's 2 per ``block_out_channels`` stage
+    after the first (spatial) and ``temporal_compression_ratio``. None where a VAE says nothing."""
+    spatial = vae.get("scale_factor_spatial") or vae.get("spatial_compression_ratio")
+    temporal = vae.get("scale_factor_temporal") or vae.get("temporal_compression_ratio")
+    stages = vae.get("spatio_temporal_scaling")
+    if stages is not None:
+        spatial = spatial or vae.get("patch_size", 1) * 2 ** sum(map(bool, stages))
+        temporal = temporal or vae.get("patch_size_t", 1) * 2 ** sum(map(bool, stages))
+    if spatial is None and vae.get("block_out_channels"):
+        spatial = 2 ** (len(vae["block_out_channels"]) - 1)
+    return spatial, temporal
+
+
 def latent_signature(model: ModelSpec) -> dict[str, Any] | None:
-    """What decides the latent shape ``model`` makes from a seed: its pipeline class and
-    the ``LATENT_KEYS`` of its VAE and transformer configs. None when the model is not on
-    disk yet."""
+    """What decides the latents ``model`` draws from a seed, i.e. their shape for a given
+    video size: the pipeline class, the VAE's latent channels (``z_dim`` or
+    ``latent_channels``) and spatial and temporal compression, the transformer's input
+    channels (the channels the pipelines draw noise in) and temporal patch (CogVideoX pads
+    latent frames to it). Not the widths inside the VAE or the transformer, which change
+    no latent. None when the model is not on disk yet."""
     index = _component(model, "model_index")
     if index is None:
         return None
-    out: dict[str, Any] = {"pipeline": index.get("_class_name")}
-    for part, keys in LATENT_KEYS.items():
-        cfg = _component(model, part) or {}
-        out[part] = {k: cfg[k] for k in keys if k in cfg}
-    return out
+    vae = _with_defaults(_component(model, "vae") or {})
+    transformer = _with_defaults(_component(model, "transformer") or {})
+    spatial, temporal = _compression(vae)
+    return {"pipeline class": index.get("_class_name"),
+            "VAE latent channels": vae.get("z_dim", vae.get("latent_channels")),
+            "VAE spatial compression": spatial, "VAE temporal compression": temporal,
+            "transformer input channels": transformer.get("in_channels"),
+            "transformer temporal patch": transformer.get("patch_size_t")}
 
 
 def check_same_latents(arm: ArmSpec, model: ModelSpec) -> None:
     """Refuse a ``model`` arm whose checkpoint would not draw the same initial noise as
-    the study's model from the same seed (another pipeline class, VAE compression, latent
-    channels or patching): its pairs would not share their noise. Skipped while either
-    model is not on disk (the embedded model is built by a rule; generation checks again)."""
+    the study's model from the same seed (``latent_signature`` differs: another pipeline
+    class, latent channels or compression): its pairs would not share their noise. A
+    student whose VAE or transformer differs only in inner widths passes. Skipped while
+    either model is not on disk (the embedded model is built by a rule; generation checks
+    again)."""
     if arm.model is None:
         return
     a, b = latent_signature(model), latent_signature(arm.model)
@@ -87,13 +119,12 @@ def check_same_latents(arm: ArmSpec, model: ModelSpec) -> None:
             raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/model/path' is {str(arm.model.path)!r}, which "
                               "has no model_index.json; point it at a diffusers checkpoint directory")
         return
-    if a != b:
-        diff = sorted(f"{part}.{k}" for part in ("vae", "transformer") for k in set(a[part]) | set(b[part])
-                      if a[part].get(k) != b[part].get(k)) + (["pipeline class"] if a["pipeline"] != b["pipeline"]
-                                                              else [])
-        raise ConfigError(f"arm {arm.name!r}: model {arm.model.path} makes other latents than the study's model "
-                          f"{model.path} from the same seed (differs in {diff}); a pair must share its initial noise. "
-                          "Use a student with the teacher's pipeline class, VAE and transformer input layout")
+    diff = [f"{k} {b[k]} (the study's model: {a[k]})" for k in a if a[k] != b[k]]
+    if diff:
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/model/path' is {str(arm.model.path)!r}, which "
+                          f"makes other latents than the study's model {model.path} from the same seed: "
+                          f"{'; '.join(diff)}. A pair must share its initial noise: use a student with the "
+                          "teacher's pipeline class, latent channels and VAE compression (inner widths may differ)")
 
 
 def check_arms(arms: tuple[ArmSpec, ...], model: ModelSpec) -> None:
@@ -130,13 +161,16 @@ def arms_check_key(arms: tuple[ArmSpec, ...], model: ModelSpec) -> str:
 
 def arms_check_inputs(arms: tuple[ArmSpec, ...], model: ModelSpec) -> list[Path]:
     """The model files the arms' check reads that exist when the run is planned: the
-    transformer config of the study's model and of each arm's own model (a student). The
-    embedded model is left out: its files appear when its rule builds it, and rule
-    ``check_arms`` takes that rule's output instead."""
-    from .generate import _transformer_config
+    ``model_index.json``, transformer config and VAE config of the study's model and of
+    each arm's own model (a student: ``latent_signature`` reads all three). The embedded
+    model is left out: its files appear when its rule builds it, and rule ``check_arms``
+    takes that rule's output instead."""
+    from .generate import _model_root
 
     models = [m for m in (model, *(a.model for a in arms)) if m is not None and m.kind != "embedded-tiny"]
-    return sorted({c for m in models if (c := _transformer_config(m)) is not None})
+    files = (_model_root(m) / part for m in models
+             for part in ("model_index.json", "transformer/config.json", "vae/config.json"))
+    return sorted({f for f in files if f.is_file()})
 
 
 def write_arms_check(arms: tuple[ArmSpec, ...], model: ModelSpec, out: Path) -> None:

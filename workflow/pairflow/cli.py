@@ -22,7 +22,7 @@ import textwrap
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from .errors import PairFlowError
+from .errors import ConfigError, PairFlowError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -71,9 +71,15 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command("check-config", "validate a study config and its prompt sheets; load no model",
                 "Prints the study, panel and candidate counts when the config is valid. Every error names the "
-                "key, the file and the fix.")
-    c.add_argument("config", type=Path, nargs="?", default=DEFAULT_CONFIG,
+                "key, the file and the fix. Relative paths in the config resolve against the directory snakemake "
+                "runs in (--directory, default the current one), as they do in a run.")
+    c.add_argument("config", type=Path, nargs="?", default=None,
                    help=f"the study config (default: {DEFAULT_CONFIG})")
+    c.add_argument("--configfile", type=Path, default=None, dest="configfile",
+                   help="the study config, as the other commands and snakemake take it (same as CONFIG)")
+    c.add_argument("--directory", "-d", type=Path, default=Path("."), metavar="DIR",
+                   help="the directory snakemake runs in, which relative paths in the config (sheets, storage, "
+                        "model) resolve against, as snakemake's own --directory (default: the current one)")
     st = command("status", "progress of a study per panel and stage: done/total, rate, time left, failures, "
                  "active worker slots, busy share",
                  "Reads the outputs, failure records, heartbeats and telemetry under storage.scratch; takes no "
@@ -168,10 +174,19 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         from .arms import check_arms
         from .config import load_study
 
-        s = load_study(args.config)
+        if args.config is not None and args.configfile is not None and args.config != args.configfile:
+            raise ConfigError(f"check-config was given two configs, {args.config} and --configfile "
+                              f"{args.configfile}; give one")
+        config = args.config or args.configfile or DEFAULT_CONFIG
+        directory = args.directory.resolve()
+        if not directory.is_dir():
+            raise ConfigError(f"--directory {args.directory} is not a directory; give the directory snakemake "
+                              "runs in (the project)")
+        s = load_study(config, directory)
         check_arms(s.arms, s.model)
         n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
-        print(f"{args.config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates")
+        print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
+              f"resolved against {directory}")
         return EXIT_OK
     if args.cmd in ("mirror", "build-test-mirror"):
         from .weights import build_test_mirror, fetch

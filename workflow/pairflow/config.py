@@ -2,15 +2,17 @@
 
 The schema (``workflow/schemas/config.schema.yaml``) is the single source of keys,
 types and defaults; Snakemake validates against the same file in ``common.smk``.
-Unknown keys are errors. Relative paths resolve against the project root the caller
-passes, never the working directory.
+Unknown keys are errors, and so is a key written twice in one mapping (YAML would keep
+the last silently). Relative paths (storage, model, sheets, the weight mirror) resolve
+against the project root the caller passes: every entry point passes the working
+directory Snakemake runs in (``pairflow check-config --directory``, default the current
+one), never the config file's own folder.
 """
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,17 @@ if TYPE_CHECKING:
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 MAX_CONFIG_BYTES = 1 << 20
 """A config larger than this (1 MiB) is refused: no study needs it, a YAML bomb does."""
+MAX_SHEET_BYTES = 64 << 20
+"""A prompt sheet larger than this (64 MiB) is refused before it is read: 100k prompts of
+600 bytes, the largest panel benchmarked, take 60 MB."""
+MAX_PROMPT_BYTES = 8 << 10
+"""A prompt longer than this (8 KiB of UTF-8) is refused: text encoders read a few
+hundred tokens (Wan's umT5 512, CogVideoX 226), about 2 KiB of English; beyond 8 KiB a
+cell is a paste or export mistake, not a prompt."""
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category Cc): none belongs in a one-line prompt."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,15 @@ class ArmSpec:
     @property
     def is_control(self) -> bool:
         return self.name == "control"
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The arm's keys that declare a change, as the user writes them in the config
+        (``steps``, ``scheduler``, ...): what messages name. ``kinds`` groups them for records."""
+        names = (("cache", self.cache_class), ("steps", self.steps), ("guidance", self.guidance),
+                 ("scheduler", self.scheduler_class), ("model", self.model), ("dtype", self.dtype),
+                 ("attention_backend", self.attention_backend), ("search", self.search))
+        return tuple(k for k, v in names if v is not None)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -378,59 +399,180 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
     return raw
 
 
+def _clip(text: str, n: int = 60) -> str:
+    """``text`` for a message: its repr, cut to about ``n`` characters (a 10 MB cell stays one line)."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
+
+
+def _decode(data: bytes, path: Path, fix: str) -> str:
+    """``data`` as UTF-8 text, or ConfigError naming the file, the line and column of the
+    first NUL byte or invalid byte, and ``fix`` (what to point at the right file)."""
+    def at(offset: int) -> str:
+        line, column = data.count(b"\n", 0, offset) + 1, offset - data.rfind(b"\n", 0, offset)
+        return f"{path}:{line}: byte {column}"
+
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(f"{path}:1: the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
+                          f"UTF-8 (e.g. iconv -f UTF-16 -t UTF-8), or {fix}")
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise ConfigError(f"{path}:1: the file starts with a UTF-8 byte-order mark (as some spreadsheet "
+                          "programs write); save it as UTF-8 without one")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(f"{at(nul)} is a NUL byte: this is a binary file (or UTF-16 text), not UTF-8 text; "
+                          f"{fix}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{at(e.start)} (0x{data[e.start]:02x}) is not valid UTF-8; save the file as UTF-8 "
+                          f"(e.g. iconv -f latin1 -t UTF-8), or {fix}") from None
+
+
+def _refuse_duplicate_keys(node: yaml.Node, source: str) -> None:
+    """Refuse a mapping, at any depth, that writes one key twice: YAML would keep the last
+    silently (an arm defined twice runs once, with the second definition). Names the key
+    path and both lines. Each node is visited once, so aliases cost nothing extra."""
+    keys = yaml.SafeLoader("")  # constructs scalar keys as the loader will (1 == 1.0, 'a' != 1)
+    found: list[str] = []
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(node, ())]
+    seen: set[int] = set()
+    while stack:
+        n, where = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            stack.extend((v, (*where, str(i))) for i, v in enumerate(n.value))
+        elif isinstance(n, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    key = keys.construct_object(k)
+                    line = k.start_mark.line + 1
+                    if key in first:
+                        found.append(f"  key {'/'.join((*where, str(k.value)))!r} is written twice, at lines "
+                                     f"{first[key]} and {line}")
+                    else:
+                        first[key] = line
+                stack.append((v, (*where, str(k.value))))
+    keys.dispose()
+    if found:
+        raise ConfigError(f"{source}: a key written twice in one mapping; YAML would keep only the last and "
+                          "silently drop the first. Keep one (rename one if you meant two arms or panels):\n"
+                          + "\n".join(sorted(found)[:10]))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML ``text`` with ``safe_load``'s rules, refusing duplicate keys at any depth
+    (ConfigError naming ``source``, the key path and both lines) and malformed YAML."""
+    # libyaml's loader where PyYAML was built with it (same rules, ~10x faster), else Python's
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, source)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from e
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML config safely: size-capped, ``safe_load``, must be a mapping."""
+    """Read a YAML config safely: size-capped, UTF-8, ``safe_load`` rules, no key written
+    twice, a mapping. Raises ConfigError naming the file, the line and the fix."""
     path = Path(path)
     try:
         size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: config is {size} bytes, over the {MAX_CONFIG_BYTES}-byte limit; "
+                              "a study config is a few KiB, check you passed the right file")
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; pass --configfile with an existing path") from None
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: config is {size} bytes, over the {MAX_CONFIG_BYTES}-byte limit; "
-                          "a study config is a few KiB, check you passed the right file")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        raise ConfigError(f"config file {path} does not exist (relative paths start in {Path.cwd()}); "
+                          "check the path") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}; check the path and its "
+                          "permissions") from None
+    raw = parse_yaml(_decode(data, path, "check you passed the study config"), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a YAML mapping, got {type(raw).__name__}")
     return raw
 
 
+def check_config_files(paths: list[str] | tuple[str, ...]) -> None:
+    """Read every config file as ``load_yaml`` does, for an entry point that parsed them
+    with a plain YAML loader (Snakemake's ``configfile``), which keeps the last of two
+    equal keys. Raises ConfigError for the first file that fails."""
+    for p in paths:
+        load_yaml(Path(p))
+
+
 def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
-    """Read a prompt sheet (TSV, header ``prompt_id<TAB>prompt``).
+    """Read a prompt sheet: UTF-8 text, TSV with header ``prompt_id<TAB>prompt``, one
+    prompt per line, at most ``MAX_SHEET_BYTES`` in all and ``MAX_PROMPT_BYTES`` per prompt.
 
-    Raises ConfigError for a missing file, a bad header, an unsafe or duplicate
-    prompt id, or an empty prompt, naming the line.
+    Raises ConfigError naming the sheet, the line and the fix for a missing or unreadable
+    file, a binary file (NUL bytes), invalid UTF-8, a missing header, a row without
+    exactly two fields, an unsafe or duplicate prompt id, an empty or oversize prompt, or
+    a control character in a prompt.
     """
-    import re
+    import stat
 
-    if not path.is_file():
+    key = f"'panels/{panel}/sheet'"
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"panel {panel!r}: prompt sheet {path} is not a regular file (a directory, device "
+                              f"or pipe); point {key} at a TSV file")
+        if st.st_size > MAX_SHEET_BYTES:
+            raise ConfigError(f"panel {panel!r}: prompt sheet {path} is {st.st_size} bytes, over the "
+                              f"{MAX_SHEET_BYTES}-byte limit; split it into several panels, or check {key} "
+                              "names the sheet")
+        data = path.read_bytes()
+    except FileNotFoundError:
         raise ConfigError(f"panel {panel!r}: prompt sheet {path} does not exist; create it "
-                          "(TSV with columns prompt_id and prompt) or fix "
-                          f"'panels/{panel}/sheet'")
-    text = path.read_text(encoding="utf-8")
-    rows = list(csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE))
-    if not rows or rows[0] != ["prompt_id", "prompt"]:
-        raise ConfigError(f"{path}: the first line must be 'prompt_id<TAB>prompt', got {rows[:1]}")
+                          f"(TSV with columns prompt_id and prompt) or fix {key}") from None
+    except OSError as e:
+        raise ConfigError(f"panel {panel!r}: prompt sheet {path} cannot be read: {e.strerror}; check {key} "
+                          "and the file's permissions") from None
+    lines = _decode(data, path, f"point {key} at the prompt sheet (TSV text)").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]  # CRLF sheets read as LF ones
+    if not lines or lines[0] != "prompt_id\tprompt":
+        raise ConfigError(f"{path}:1: the first line must be the header 'prompt_id<TAB>prompt', got "
+                          f"{_clip(lines[0]) if lines else 'an empty file'}; add that header line")
     prompts, seen = [], set()
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not row:
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line:
             continue
+        row = line.split("\t")
         if len(row) != 2:
-            raise ConfigError(f"{path}:{lineno}: expected 2 tab-separated fields, got {len(row)}")
+            raise ConfigError(f"{path}:{lineno}: expected 2 tab-separated fields (prompt_id, prompt), got "
+                              f"{len(row)}; a prompt may not hold a tab, and each row needs both fields")
         pid, text_ = row
-        if not re.fullmatch(NAME_PATTERN, pid):
-            raise ConfigError(f"{path}:{lineno}: prompt_id {pid!r} is not allowed; use ASCII "
+        if not _NAME.fullmatch(pid):
+            raise ConfigError(f"{path}:{lineno}: prompt_id {_clip(pid)} is not allowed; use 1-64 ASCII "
                               "letters, digits, '-' and '_' (no path separators, dots or spaces)")
         if pid in seen:
             raise ConfigError(f"{path}:{lineno}: prompt_id {pid!r} appears twice; ids must be unique")
+        size = len(text_.encode("utf-8"))
+        if size > MAX_PROMPT_BYTES:
+            raise ConfigError(f"{path}:{lineno}: prompt {pid!r} is {size} bytes, over the {MAX_PROMPT_BYTES}-byte "
+                              "limit per prompt (text encoders read a few hundred tokens); shorten it")
+        bad = _CONTROL.search(text_)
+        if bad is not None:
+            raise ConfigError(f"{path}:{lineno}: prompt {pid!r} holds the control character "
+                              f"U+{ord(bad.group()):04X} at character {bad.start() + 1}; a prompt is one line of "
+                              "printable text, remove it")
         if not text_.strip():
-            raise ConfigError(f"{path}:{lineno}: prompt {pid!r} is empty")
+            raise ConfigError(f"{path}:{lineno}: prompt {pid!r} is empty; write the prompt or remove the row")
         seen.add(pid)
         prompts.append(Prompt(pid, text_))
     if not prompts:
-        raise ConfigError(f"{path}: no prompts; add at least one row")
+        raise ConfigError(f"{path}: no prompts; add at least one row under the header")
     return tuple(prompts)
 
 
@@ -519,7 +661,8 @@ def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source:
                   sched.get("class"), dict(sched.get("params", {})), model, a.get("dtype"),
                   a.get("attention_backend"), search)
     if arm.is_control and arm.kinds:
-        raise ConfigError(f"{source}: arm 'control' declares {list(arm.kinds)}; control is the reference and "
+        keys = ", ".join(repr(f"arms/control/{k}") for k in arm.keys)
+        raise ConfigError(f"{source}: arm 'control' sets {keys}; control is the reference and "
                           "changes nothing. Move these keys to a treatment arm and leave 'arms/control' as "
                           "{cache: null}")
     if not arm.is_control and not arm.kinds:
@@ -530,9 +673,16 @@ def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source:
 
 
 def load_study(path: Path, root: Path | None = None) -> StudySpec:
-    """Load, validate and type a study config file. ``root`` defaults to the file's project
-    (the parent of its ``config/`` directory)."""
+    """Load, validate and type a study config file, resolving its relative paths against
+    ``root``: the directory Snakemake runs in (every entry point passes its working
+    directory). Without ``root``, a file at ``<project>/config/<name>`` resolves against
+    ``<project>``; any other file needs ``root`` (ConfigError), since its own folder is
+    not where Snakemake would resolve it."""
     path = Path(path).resolve()
     if root is None:
-        root = path.parent.parent if path.parent.name == "config" else path.parent
+        if path.parent.name != "config":
+            raise ConfigError(f"{path}: relative paths in a config resolve against the directory Snakemake runs "
+                              "in; for a config outside a project's config/ folder, give that directory "
+                              "(load_study(path, root))")
+        root = path.parent.parent
     return study_from_raw(load_yaml(path), root, source=str(path))

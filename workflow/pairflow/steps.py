@@ -310,8 +310,9 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
 def study_for_rule(sm: Any) -> StudySpec:
     """What every rule script does first, given Snakemake's ``snakemake`` object: log to
     the rule's log, end this process when Snakemake dies (``orphans``), type the config,
-    and set this job's cache environment (which Parsl workers inherit). The project root is
-    two levels above ``workflow/scripts``.
+    and set this job's cache environment (which Parsl workers inherit). Relative paths in
+    the config resolve against the working directory Snakemake runs the job in (the
+    project), as when the run was planned (``common.smk``).
     """
     import copy
     import os
@@ -322,8 +323,7 @@ def study_for_rule(sm: Any) -> StudySpec:
 
     log_to(Path(sm.log[0]))
     watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
-    study = study_from_raw(copy.deepcopy(dict(sm.config)), Path(sm.scriptdir).resolve().parents[1],
-                           source="config")
+    study = study_from_raw(copy.deepcopy(dict(sm.config)), Path.cwd(), source="config")
     job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])
     os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1)), study.weights.mirror))
     return study

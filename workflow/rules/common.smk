@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 # envs/pairflow.yaml installs this checkout (`-e ${PAIRFLOW_HOME}`) when Snakemake
 # creates it (`--software-deployment-method conda`); pip expands the variable.
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
-from pairflow.config import study_from_raw  # noqa: E402
+from pairflow.config import check_config_files, study_from_raw  # noqa: E402
+from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence import heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
@@ -19,10 +20,18 @@ from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming
 # the key, the value and a close match; validate() would print jsonschema's dump instead.
 # The whole config is checked here, before any job starts: the same checks as
-# `pairflow check-config`.
+# `pairflow check-config`. Snakemake read the config file(s) with a plain YAML loader,
+# which keeps the last of two equal keys, so the files are read again to refuse that.
+# Relative paths in the config resolve against the working directory (the project).
+# A refusal is one message and exit code 3, as from check-config, not a traceback.
 # Named relative to the project (Snakemake gives absolute paths): the archive rule's params.
 CONFIGFILES = [str(as_named(f)) for f in workflow.overwrite_configfiles or ["config/config.yaml"]]
-STUDY = study_from_raw(config, Path(workflow.basedir), source=", ".join(CONFIGFILES))
+try:
+    check_config_files(CONFIGFILES)
+    STUDY = study_from_raw(config, Path.cwd(), source=", ".join(CONFIGFILES))
+except PairFlowError as e:
+    logger.error(f"error: {e}")
+    sys.exit(3)
 PANELS = [p.name for p in STUDY.panels]
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
@@ -76,8 +85,8 @@ def model_input(wildcards):
 
 
 def arms_check_input(wildcards):
-    """The model files the arms' check reads: the built tiny model, else the transformer
-    configs of the study's model and of the arms' own models."""
+    """The model files the arms' check reads: the built tiny model, else the index,
+    transformer and VAE configs of the study's model and of the arms' own models."""
     return [*([MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []),
             *(str(as_named(p)) for p in arms_check_inputs(STUDY.arms, STUDY.model))]
 
