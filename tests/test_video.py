@@ -251,6 +251,9 @@ DECLARED = {  # name: ((input options, output options), error, message fragment)
     "sei_display_orientation": (bsf("display_orientation=insert:rotate=90"), E.DisplayTransformError,
                                 "DISPLAYMATRIX"),
     "sps_crop": (bsf("crop_right=16"), E.GeometryError, "size 48x64, expected 64x64"),
+    "chroma_location_topleft": (bsf("chroma_sample_loc_type=2"), E.StreamPropertyError,
+                                "chroma sample location .* is 'topleft'"),
+    "chroma_location_center": (bsf("chroma_sample_loc_type=1"), E.StreamPropertyError, "is 'center'"),
     "edit_list": ((["-ss", "0.25"], ["-c", "copy"]), E.StreamPropertyError, "an edit list trims the stream"),
     "start_offset": ((["-itsoffset", "0.5"], ["-c", "copy"]), E.StreamPropertyError, "shown at 0.5 s, not 0"),
 }
@@ -370,3 +373,16 @@ def test_the_recipe_declares_exactly_what_the_reader_allows(encoder_spec, recipe
             assert (set(seen) <= set(values)) if name == "side_data" else (
                 tuple(seen) == values if name == "streams" else seen in values), (path, name, seen)
         assert info.corrupt == "" and info.rotation == 0 and info.frames == F
+
+
+def test_declaring_what_the_recipe_implies_is_accepted(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Stating H.264's defaults explicitly (chroma location left, SAR 1:1) changes no pixel,
+    so the allow-list accepts it and the frames are the recipe video's."""
+    path = tmp_path / "explicit.mp4"
+    subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-y", "-i", str(recipe_video),
+                    "-c", "copy", "-bsf:v", "h264_metadata=chroma_sample_loc_type=0:sample_aspect_ratio=1/1", str(path)],
+                   check=True, capture_output=True)
+    info = probe(path)
+    assert (info.chroma_location, info.sar) == ("left", "1:1")
+    assert np.array_equal(read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS),
+                          read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS))

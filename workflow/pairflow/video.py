@@ -7,8 +7,8 @@ verified, fsynced and renamed.
 
 Reading is one rule: a video is decoded only if every property it declares that changes
 its pixels has the value the recipe writes (``recipe_declaration``: codec, one video
-stream, BT.709 matrix/primaries/transfer, limited range, square pixels, progressive, no
-display matrix or other side data, frames shown at i/fps from 0 with no edit list), and
+stream, BT.709 matrix/primaries/transfer, limited range, square pixels, progressive,
+H.264's default chroma location, no display matrix or other side data, frames shown at i/fps from 0 with no edit list), and
 its size, pixel format, bit depth, rate and frame count are the recorded ones. Anything
 else is refused by name with its own error and the fix; untagged videos (ffmpeg's default
 8-bit output) are refused, never guessed. Every frame is decoded in-process by PyAV with
@@ -51,6 +51,7 @@ from .errors import (
     TruncatedVideoError,
     VideoReadError,
 )
+from .h264 import UNSET, chroma_location
 from .identity import digest_bytes, digest_file, digest_obj
 
 log = logging.getLogger(__name__)
@@ -367,6 +368,7 @@ class ProbeInfo:
     every frame; values that disagree are joined with ``|`` (and so match no allowed value).
 
     ``side_data``: the frame side-data types seen (``av.sidedata.Type`` names);
+    ``chroma_location``: what the H.264 sequence parameter sets declare (``h264``);
     ``timing``: empty when the frames are shown at 0, 1/fps, 2/fps, ... with nothing
     discarded, else what differs; ``corrupt``: empty when every packet decoded cleanly
     with error detection on, else where it failed."""
@@ -385,6 +387,7 @@ class ProbeInfo:
     color_range: str
     sar: str
     field_order: str
+    chroma_location: str
     streams: tuple[str, ...]
     side_data: tuple[str, ...]
     rotation: float
@@ -396,7 +399,8 @@ def recipe_declaration(pix_fmt: str) -> dict[str, tuple[str, ...]]:
     """What the fixed recipe writes for a video of decoded pixel format ``pix_fmt``
     (``expected_pix_fmt``), property by property of ``ProbeInfo``: the allowed values.
     ``side_data`` lists the side-data types allowed on a frame (x264's version string);
-    ``sar`` allows an unset ratio (the recipe's) and 1:1, both square pixels."""
+    ``sar`` allows an unset ratio (the recipe's) and 1:1, both square pixels;
+    ``chroma_location`` an unset one (the recipe's) and ``left``, H.264's default."""
     lossless = pix_fmt == "gbrp"
     return {
         "codec": ("h264",),
@@ -407,6 +411,7 @@ def recipe_declaration(pix_fmt: str) -> dict[str, tuple[str, ...]]:
         "color_trc": ("unknown",) if lossless else ("bt709",),
         "sar": ("unset", "1:1"),
         "field_order": ("progressive",),
+        "chroma_location": (UNSET, "left"),
         "side_data": ("SEI_UNREGISTERED",),
         "timing": ("",),
     }
@@ -434,6 +439,9 @@ _PROPERTY_RULES: dict[str, tuple[type[VideoReadError], str, str]] = {
             "PairFlow never resamples silently. " + _REENCODE + " with square pixels (setsar=1)"),
     "field_order": (StreamPropertyError, "field order (interlaced video)",
                     "PairFlow never deinterlaces silently. " + _REENCODE + " as progressive frames"),
+    "chroma_location": (StreamPropertyError, "chroma sample location (where the 4:2:0 chroma samples sit)",
+                        "PairFlow decodes with chroma where the recipe puts it (left, H.264's default). "
+                        + _REENCODE),
     "timing": (StreamPropertyError, "timing", "An edit list or start offset changes which frames are shown "
                "and when. " + _REENCODE),
 }
@@ -533,7 +541,10 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
         colorspace=_tag(_MATRIX, cc.colorspace, tags["matrix"]),
         color_range=_tag(_RANGE, cc.color_range, tags["range"]),
         sar=_joined({f"{s.numerator}:{s.denominator}" for s in sars}) or "unset",
-        field_order=_joined(field_order), streams=streams, side_data=tuple(sorted(side_data)),
+        field_order=_joined(field_order),
+        chroma_location=(chroma_location(cc.extradata, (bytes(p) for p in packets)) if cc.name == "h264"
+                         else f"not declared by {cc.name}"),
+        streams=streams, side_data=tuple(sorted(side_data)),
         rotation=rotation, timing=timing, corrupt=corrupt)
     return info, out
 
