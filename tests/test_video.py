@@ -386,3 +386,23 @@ def test_declaring_what_the_recipe_implies_is_accepted(encoder_spec, recipe_vide
     assert (info.chroma_location, info.sar) == ("left", "1:1")
     assert np.array_equal(read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS),
                           read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS))
+
+
+def test_a_stream_that_changes_size_mid_file_is_refused(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two recipe-tagged H.264 streams of different sizes joined into one file (the second
+    SPS in-band): refused by name, never reshaped."""
+    parts = []
+    for i, (size, n) in enumerate((("64x64", 5), ("64x48", 4))):
+        parts.append(ff(encoder_spec, tmp_path / f"{i}.h264", "-f", "lavfi", "-i", f"testsrc2=size={size}:rate={FPS}",
+                        "-frames:v", str(n), "-vf", TAGS, *X264, "-bsf:v", "h264_mp4toannexb", "-f", "h264"))
+    (tmp_path / "joined.h264").write_bytes(b"".join(p.read_bytes() for p in parts))
+    path = ff(encoder_spec, tmp_path / "joined.mp4", "-r", str(FPS), "-i", str(tmp_path / "joined.h264"), "-c", "copy")
+    with pytest.raises(E.GeometryError, match="change size or pixel format mid-stream: 64x64 yuv420p from frame 0, "
+                       r"64x48 yuv420p from frame \d"):
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+def test_another_container_is_refused(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = ff(encoder_spec, tmp_path / "v.mkv", "-i", str(recipe_video), "-c", "copy")
+    with pytest.raises(E.StreamPropertyError, match="container format is 'matroska,webm'"):
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)

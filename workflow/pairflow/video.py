@@ -6,10 +6,11 @@ fingerprinted ffmpeg binary with one recipe, written to a temporary name, probed
 verified, fsynced and renamed.
 
 Reading is one rule: a video is decoded only if every property it declares that changes
-its pixels has the value the recipe writes (``recipe_declaration``: codec, one video
-stream, BT.709 matrix/primaries/transfer, limited range, square pixels, progressive,
-H.264's default chroma location, no display matrix or other side data, frames shown at i/fps from 0 with no edit list), and
-its size, pixel format, bit depth, rate and frame count are the recorded ones. Anything
+its pixels has the value the recipe writes (``recipe_declaration``: mp4, H.264, one
+video stream, BT.709 matrix/primaries/transfer, limited range, square pixels,
+progressive, H.264's default chroma location, no display matrix, film grain or other
+side data, frames shown at i/fps from 0 with no edit list), and every frame's size,
+pixel format, bit depth, rate and the frame count are the recorded ones. Anything
 else is refused by name with its own error and the fix; untagged videos (ffmpeg's default
 8-bit output) are refused, never guessed. Every frame is decoded in-process by PyAV with
 the decoder's error detection on (``err_detect=explode``, one decoder thread), so a stream
@@ -367,12 +368,14 @@ class ProbeInfo:
     every decoded frame's tags and side data. A tag is read from the container and from
     every frame; values that disagree are joined with ``|`` (and so match no allowed value).
 
-    ``side_data``: the frame side-data types seen (``av.sidedata.Type`` names);
+    ``mid_stream``: empty when every frame has the first frame's size and pixel format,
+    else what changes where; ``side_data``: the frame side-data types seen (``av.sidedata.Type`` names);
     ``chroma_location``: what the H.264 sequence parameter sets declare (``h264``);
     ``timing``: empty when the frames are shown at 0, 1/fps, 2/fps, ... with nothing
     discarded, else what differs; ``corrupt``: empty when every packet decoded cleanly
     with error detection on, else where it failed."""
 
+    container: str
     codec: str
     pix_fmt: str
     bits: int
@@ -381,6 +384,7 @@ class ProbeInfo:
     frames: int
     fps: str
     vfr: bool
+    mid_stream: str
     color_trc: str
     color_primaries: str
     colorspace: str
@@ -403,6 +407,7 @@ def recipe_declaration(pix_fmt: str) -> dict[str, tuple[str, ...]]:
     ``chroma_location`` an unset one (the recipe's) and ``left``, H.264's default."""
     lossless = pix_fmt == "gbrp"
     return {
+        "container": ("mov,mp4,m4a,3gp,3g2,mj2",),
         "codec": ("h264",),
         "streams": ("video",),
         "colorspace": ("gbr",) if lossless else ("bt709",),
@@ -428,6 +433,7 @@ _TAG_FIX = ("PairFlow decodes only what the recipe declares and never guesses an
             + _REENCODE.lower())
 _COLOUR_FIX = "PairFlow never converts colours silently. " + _REENCODE
 _PROPERTY_RULES: dict[str, tuple[type[VideoReadError], str, str]] = {
+    "container": (StreamPropertyError, "container format", _REENCODE),
     "codec": (StreamPropertyError, "codec", _REENCODE),
     "streams": (StreamPropertyError, "streams", "The recipe writes exactly one video stream and nothing else. "
                 + _REENCODE),
@@ -492,13 +498,15 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
     # ffmpeg's -err_detect explode: a damaged packet is an error, never concealed. One
     # decoder thread: with frame or slice threads the h264 decoder loses the corrupt-frame
     # flag on some damaged streams, and with frame threads their output varies between reads.
-    cc.options = {"err_detect": "explode"}
+    # Film grain is exported as side data (and so refused), never synthesised into the pixels.
+    cc.options = {"err_detect": "explode", "export_side_data": "film_grain"}
     cc.thread_type, cc.thread_count = "SLICE", 1
     fmt = cc.format
     bits = max((c.bits for c in fmt.components), default=8) if fmt is not None else 8
     tags: dict[str, set[int]] = {"trc": set(), "primaries": set(), "matrix": set(), "range": set()}
     side_data: set[str] = set()
     rotation, interlaced, frames, corrupt = 0.0, 0, 0, ""
+    layouts: dict[tuple[int, int, str], int] = {}  # (width, height, pixel format): first frame index
     out: list[np.ndarray] = []
     packets: list[Any] = []
     try:
@@ -508,6 +516,9 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
                                ("matrix", frame.colorspace), ("range", frame.color_range)):
                 tags[key].add(int(value))
             side_data.update(sd.type.name for sd in frame.side_data)
+            if (frame.width, frame.height, frame.format.name) not in layouts:
+                layouts[(frame.width, frame.height, frame.format.name)] = frames
+                bits = max(bits, *(c.bits for c in frame.format.components))
             rotation = rotation or float(frame.rotation)
             interlaced += bool(frame.interlaced_frame)
             if frame.is_corrupt:
@@ -531,11 +542,14 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
     field_order = {_code_name(_FIELD_ORDER, cc.field_order)} | ({"interlaced-frames"} if interlaced else set())
     sars = {s for s in (cc.sample_aspect_ratio, stream.sample_aspect_ratio) if s}
     rate = stream.average_rate or stream.guessed_rate
+    first = next(iter(layouts), (cc.width, cc.height, fmt.name if fmt is not None else "unknown"))
     info = ProbeInfo(
-        codec=cc.name, pix_fmt=fmt.name if fmt is not None else "unknown", bits=bits,
-        width=cc.width, height=cc.height, frames=frames,
+        container=container.format.name, codec=cc.name, pix_fmt=first[2], bits=bits,
+        width=first[0], height=first[1], frames=frames,
         fps=f"{Fraction(rate).numerator}/{Fraction(rate).denominator}" if rate else "0/1",
         vfr=len(deltas) > 1,
+        mid_stream="" if len(layouts) < 2 else "frames change size or pixel format mid-stream: " + ", ".join(
+            f"{w}x{h} {f} from frame {i}" for (w, h, f), i in layouts.items()),
         color_trc=_tag(_TRC, cc.color_trc, tags["trc"]),
         color_primaries=_tag(_PRIMARIES, cc.color_primaries, tags["primaries"]),
         colorspace=_tag(_MATRIX, cc.colorspace, tags["matrix"]),
@@ -582,6 +596,9 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
     if info.bits > 8:
         raise BitDepthError(f"{path}: {info.bits}-bit samples ({info.pix_fmt}); PairFlow does not "
                             "flatten to 8 bits silently. Re-encode to 8-bit with the project's recipe")
+    if info.mid_stream:
+        raise GeometryError(f"{path}: {info.mid_stream}; PairFlow never resizes or converts silently. "
+                            "Re-encode it with the project's recipe (or regenerate it: rerun the panel)")
     if pix_fmt == "yuv420p" and (info.width % 2 or info.height % 2):
         raise GeometryError(f"{path}: odd size {info.width}x{info.height} and the recipe is 4:2:0; PairFlow never "
                             "resizes silently. Re-encode at an even size with the project's recipe")
