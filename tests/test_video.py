@@ -267,6 +267,11 @@ MADE = {  # name: (ffmpeg arguments, error, message fragment): clips made from a
     "interlaced": (LAVFI + ["-vf", TAGS + ",setfield=tff", "-flags", "+ildct+ilme", "-x264-params",
                             "interlaced=1:tff=1"] + X264, E.StreamPropertyError, "field order"),
     "setsar": (LAVFI + ["-vf", TAGS + ",setsar=2/1"] + X264, E.DisplayTransformError, "'2:1'"),
+    "hdr_metadata_on_sdr": (LAVFI + ["-vf", TAGS] + X264 + ["-x264-params", "mastering-display=G(13250,34500)"
+                                                          "B(7500,3000)R(34000,16000)WP(15635,16450)L(10000000,1):cll=1000,400"],
+                            E.ColourTagError, "CONTENT_LIGHT_LEVEL, MASTERING_DISPLAY_METADATA"),
+    "stereo_frame_packing": (LAVFI + ["-vf", TAGS] + X264 + ["-x264-params", "frame-packing=3"],
+                             E.DisplayTransformError, "STEREO3D"),
     "two_video_streams": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-f", "lavfi", "-i",
                            f"testsrc=size={W}x{H}:rate={FPS}", "-map", "0:v", "-map", "1:v", "-vf", TAGS,
                            "-frames:v", str(F)] + X264, E.StreamPropertyError, "streams is 'video, video'"),
