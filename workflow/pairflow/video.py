@@ -531,14 +531,6 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
         corrupt = f"decoding failed after {frames} frames of {len(packets)} packets ({e})"
     pts = sorted(p.pts for p in packets if p.pts is not None)
     deltas = {b - a for a, b in zip(pts, pts[1:], strict=False)}
-    discarded = sum(bool(p.is_discard) for p in packets)
-    tb = stream.time_base or Fraction(0)
-    timing = "; ".join(problem for problem, hit in (
-        (f"{discarded} packets marked discard (an edit list trims the stream)", discarded),
-        (f"the first frame is shown at {float((pts[0] if pts else 0) * tb):.6g} s, not 0", pts and pts[0] != 0),
-        (f"the stream starts at {float((stream.start_time or 0) * tb):.6g} s, not 0", stream.start_time or 0),
-        (f"the container starts at {(container.start_time or 0) / 1e6:.6g} s, not 0", container.start_time or 0),
-    ) if hit)
     field_order = {_code_name(_FIELD_ORDER, cc.field_order)} | ({"interlaced-frames"} if interlaced else set())
     sars = {s for s in (cc.sample_aspect_ratio, stream.sample_aspect_ratio) if s}
     rate = stream.average_rate or stream.guessed_rate
@@ -559,8 +551,22 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
         chroma_location=(chroma_location(cc.extradata, (bytes(p) for p in packets)) if cc.name == "h264"
                          else f"not declared by {cc.name}"),
         streams=streams, side_data=tuple(sorted(side_data)),
-        rotation=rotation, timing=timing, corrupt=corrupt)
+        rotation=rotation, timing=_timing(container, stream, pts, sum(bool(p.is_discard) for p in packets)),
+        corrupt=corrupt)
     return info, out
+
+
+def _timing(container: Any, stream: Any, pts: list[int], discarded: int) -> str:
+    """Empty when frames are shown from 0 with nothing discarded (constant spacing is
+    ``vfr``'s check), else each irregularity: an edit list (discarded packets, a first
+    frame before or after 0) or a stream or container start offset."""
+    tb = stream.time_base or Fraction(0)
+    return "; ".join(problem for problem, hit in (
+        (f"{discarded} packets marked discard (an edit list trims the stream)", discarded),
+        (f"the first frame is shown at {float((pts[0] if pts else 0) * tb):.6g} s, not 0", pts and pts[0] != 0),
+        (f"the stream starts at {float((stream.start_time or 0) * tb):.6g} s, not 0", stream.start_time or 0),
+        (f"the container starts at {(container.start_time or 0) / 1e6:.6g} s, not 0", container.start_time or 0),
+    ) if hit)
 
 
 def probe(path: Path) -> ProbeInfo:
@@ -643,8 +649,8 @@ def _check_declaration(info: ProbeInfo, path: Path, allowed: dict[str, tuple[str
         if not ok:
             untagged = value in _UNSPECIFIED and name != "timing"
             what = "none declared (untagged)" if untagged else repr(shown)
-            raise err(f"{path}: {meaning} is {what}; the recipe writes {' or '.join(map(repr, allowed[name]))}. "
-                      f"{_TAG_FIX if untagged else fix}")
+            wanted = " or ".join(repr(v) if v else "none (frames at i/fps from 0)" for v in allowed[name])
+            raise err(f"{path}: {meaning} is {what}; the recipe writes {wanted}. {_TAG_FIX if untagged else fix}")
 
 
 DECODE_MATRICES = ("bt709", "bt601")
