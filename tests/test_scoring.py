@@ -3,10 +3,13 @@ MS-SSIM, a hand computation of VBench's temporal_flickering formula."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from pairflow.scoring import metric_spec, score
+from pairflow.scoring import ScoreContext, metric_spec, score
 
 
 def clip(seed: int, f: int = 4, h: int = 48, w: int = 48) -> np.ndarray:
@@ -439,3 +442,160 @@ def test_metric_specs_come_from_pyiqas_table_without_importing_torch() -> None:
     import pyiqa  # noqa: F401 - now the worker's path: the imported table
 
     assert json.loads(out.stdout) == {n: metric_spec(n).asdict({}) for n in METRICS}
+
+
+# --- scoring.decode: vbench decodes each dimension as VBench 0.1.5 reads it ---------------
+
+VBENCH_DIMENSIONS = {"subject_consistency": "decord", "background_consistency": "decord",
+                     "aesthetic_quality": "decord", "imaging_quality": "decord", "dynamic_degree": "opencv",
+                     "motion_smoothness_proxy": "opencv", "temporal_flickering": "opencv"}
+DECODE_DATA = Path(__file__).parent / "data" / "vbench_decode"
+
+
+def test_each_dimension_declares_the_reader_vbench_uses() -> None:
+    from pairflow.scoring import METRICS, metric_spec
+
+    assert {n: metric_spec(n).vbench_reader for n in METRICS if metric_spec(n).vbench_reader} == VBENCH_DIMENSIONS
+    assert all(metric_spec(n).vbench_reader == "" for n in METRICS if metric_spec(n).kind == "FR")
+
+
+@pytest.mark.parametrize("mode", ["bt709", "vbench"])
+def test_vbench_mode_gives_each_dimension_the_frames_vbench_s_reader_gives(tmp_path: Path, encoder_spec, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """Against independent decodes, fixed: the frames OpenCV 4.10 and decord 0.6.0 return
+    for the same file (tests/data/vbench_decode/README.md). Under ``vbench`` every dimension
+    sees its own reader's frames exactly; under ``bt709`` every metric sees decord's
+    (the declared matrix), so only the OpenCV dimensions differ from VBench."""
+    from conftest import small_config
+
+    from pairflow.config import study_from_raw
+    from pairflow.stages.scoring import metric_decoding
+    from pairflow.video import read_video
+
+    expected = np.load(DECODE_DATA / "expected.npz")
+    reference = {"decord": expected["decord_0_6_0"], "opencv": expected["opencv_4_10_0"]}
+    study = study_from_raw(small_config(tmp_path, tmp_path / "model", scoring={"decode": mode}), tmp_path)
+    for name, reader in {**VBENCH_DIMENSIONS, "psnr": "decord", "lpips": "decord"}.items():
+        frames = read_video(DECODE_DATA / "clip.mp4", encoder_spec, frames=9, height=48, width=64, fps=8,
+                            matrix=metric_decoding(study, name))
+        want = reference[reader if mode == "vbench" else "decord"]
+        assert np.array_equal(frames, want), (name, mode, np.abs(frames.astype(int) - want).max())
+    assert np.abs(reference["decord"].astype(int) - reference["opencv"]).max() > 20  # the readers really differ
+
+
+def test_live_readers_match_when_installed(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    """The same check against OpenCV 4.x / decord themselves, where installed."""
+    from pairflow.video import read_video
+
+    checked = 0
+    try:
+        import cv2
+    except ImportError:
+        cv2 = None
+    if cv2 is not None and cv2.__version__.startswith("4."):
+        cap, frames = cv2.VideoCapture(str(DECODE_DATA / "clip.mp4")), []
+        while (got := cap.read())[0]:
+            frames.append(got[1][..., ::-1])
+        bt601 = read_video(DECODE_DATA / "clip.mp4", encoder_spec, frames=9, height=48, width=64, fps=8, matrix="bt601")
+        assert np.array_equal(np.stack(frames), bt601)
+        checked += 1
+    try:
+        import decord
+    except ImportError:
+        decord = None
+    if decord is not None:
+        vr = decord.VideoReader(str(DECODE_DATA / "clip.mp4"))
+        bt709 = read_video(DECODE_DATA / "clip.mp4", encoder_spec, frames=9, height=48, width=64, fps=8)
+        assert np.array_equal(vr.get_batch(list(range(len(vr)))).asnumpy(), bt709)
+        checked += 1
+    if not checked:
+        pytest.skip("neither OpenCV 4.x nor decord is installed (the environment's OpenCV 5 decodes by the tags); "
+                    "the fixed frames of tests/data/vbench_decode stand in")
+
+
+def bicubic_1d(src: np.ndarray, out_len: int, scale: float) -> np.ndarray:
+    """PyTorch's bicubic sampling along axis 0 (A = -0.75, half-pixel centres, edges
+    clamped), at source positions (i + 0.5) / scale - 0.5: a reference written from the
+    kernel's definition."""
+    a = -0.75
+
+    def w(t: float) -> float:
+        t = abs(t)
+        return ((a + 2) * t - (a + 3)) * t * t + 1 if t <= 1 else (((t - 5) * t + 8) * t - 4) * a if t < 2 else 0.0
+
+    out = np.zeros((out_len, *src.shape[1:]))
+    for i in range(out_len):
+        x = (i + 0.5) / scale - 0.5
+        x0 = int(np.floor(x))
+        for k in range(x0 - 1, x0 + 3):
+            out[i] += w(x - k) * src[min(max(k, 0), src.shape[0] - 1)]
+    return out
+
+
+def test_dino_position_embedding_is_interpolated_the_dino_way() -> None:
+    """Square grids keep the table; a non-square grid gets DINO's scale-factor resampling
+    (checked against a bicubic reference written from the kernel), which differs from
+    timm's size-based one."""
+    import torch
+    from timm.layers import resample_abs_pos_embed
+
+    from pairflow.scoring.models import dino_pos_embed
+
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(1, 1 + 14 * 14, 8, generator=g)
+    assert dino_pos_embed(table, 14, 14) is table
+    rows, cols = 14, 24  # a 224x398 frame (16:9 resized to a 224 short side)
+    ours = dino_pos_embed(table, rows, cols)
+    grid = table[0, 1:].reshape(14, 14, 8).double().numpy()
+    ref = bicubic_1d(bicubic_1d(grid, rows, (rows + 0.1) / 14).transpose(1, 0, 2), cols, (cols + 0.1) / 14)
+    assert torch.equal(ours[:, :1], table[:, :1])
+    assert np.allclose(ours[0, 1:].reshape(rows, cols, 8).numpy(), ref.transpose(1, 0, 2), atol=1e-5)
+    timm_way = resample_abs_pos_embed(table, new_size=[rows, cols], old_size=[14, 14], num_prefix_tokens=1)
+    rel = float((timm_way - ours).norm() / ours.norm())
+    assert rel > 0.01, rel
+
+
+def test_dino_model_uses_dino_interpolation_on_non_square_frames(test_mirror) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from pairflow.scoring import models
+
+    model = models.load("dino", str(test_mirror))
+    x = torch.randn(1, 3, 224, 384, generator=torch.Generator().manual_seed(0))
+    tokens = model.patch_embed(x)  # (1, 14, 24, D)
+    expected = torch.cat([model.cls_token, tokens.reshape(1, -1, tokens.shape[-1])], 1) + \
+        models.dino_pos_embed(model.pos_embed, 14, 24)
+    with torch.inference_mode():
+        assert torch.equal(model._pos_embed(tokens), expected)
+        assert model(x).shape == (1, 768)
+
+
+def test_clip_precision_is_selectable_and_enters_the_scorer_build(tmp_path: Path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """fp16 is VBench's CLIP on GPUs (half weights and activations, float32 layer norms);
+    fp32 the CPU default; the choice is in the build digest, so a change rescores."""
+    import torch
+    from conftest import small_config
+
+    from pairflow.config import study_from_raw
+    from pairflow.errors import ConfigError
+    from pairflow.scoring import models
+    from pairflow.stages.scoring import clip_precision, scorer_build
+
+    half = models.load("clip_b32", str(test_mirror), "fp16")
+    assert half.visual.conv1.weight.dtype == torch.float16 and half.visual.ln_post.weight.dtype == torch.float32
+    assert models.load("clip_b32", str(test_mirror)).visual.conv1.weight.dtype == torch.float32
+    with pytest.raises(ConfigError, match="only the CLIP towers"):
+        models.load("dino", str(test_mirror), "fp16")
+    x = clip(9, 3, 48, 64)
+    ctx = ScoreContext(mirror=test_mirror, batch=2)
+    full, halved = (score("background_consistency", x, None, dataclasses.replace(ctx, clip_precision=p))
+                    for p in ("fp32", "fp16"))
+    assert full == pytest.approx(halved, abs=5e-3)
+    builds = {}
+    for p in ("auto", "fp32", "fp16"):
+        study = study_from_raw(small_config(tmp_path / p, tmp_path / "model", weights={"mirror": str(test_mirror)},
+                                            scoring={"clip_precision": p},
+                                            scorers=["background_consistency"]), tmp_path / p)
+        builds[p] = scorer_build(study)
+        assert clip_precision(study, "cuda") == ("fp32" if p == "fp32" else "fp16")
+    assert builds["auto"]["digest"] == builds["fp32"]["digest"] != builds["fp16"]["digest"]
+    assert builds["fp16"]["precision"].endswith("CLIP image towers fp16")

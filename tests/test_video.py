@@ -155,7 +155,8 @@ CORPUS = {
     "vfr": (SRC + ["-vf", "setpts='if(lt(N,4),N,N*3)/(8*TB)'", "-fps_mode", "vfr", "-c:v", "libx264",
                    "-pix_fmt", "yuv420p"], E.FrameRateError, "variable frame rate"),
     "audio_only": (["-f", "lavfi", "-i", "sine=duration=1", "-c:a", "aac"], E.MissingVideoError, "no video stream"),
-    "short": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-frames:v", "5", "-c:v", "libx264",
+    "short": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-frames:v", "5", "-vf",
+               "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv", "-c:v", "libx264",
                "-pix_fmt", "yuv420p"], E.TruncatedVideoError, "5 frames decoded, 9 expected"),
 }
 
@@ -218,3 +219,195 @@ def test_empty_and_ragged_frame_lists_say_so(encoder_spec) -> None:  # type: ign
         prepare_frames(frames, encoder_spec)
     out, _ = prepare_frames([np.full((16, 16, 3), 0.5, np.float32)] * 3, encoder_spec)
     assert out.shape == (3, 16, 16, 3) and out[0, 0, 0, 0] == 128
+
+
+# ---------------------------------------------------------------- declared properties: the recipe's allow-list
+#
+# Each case starts from a video the recipe wrote and changes one declared property with
+# ffmpeg (stream copy plus a bitstream filter or a container option where possible, so the
+# coded pixels are the recipe's and only the declaration differs), or makes a clip with
+# ffmpeg that differs from the recipe in that property alone.
+
+TAGS = "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv"
+LAVFI = ["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-frames:v", str(F)]
+X264 = ["-c:v", "libx264", "-pix_fmt", "yuv420p"]
+
+
+def bsf(option: str) -> tuple[list[str], list[str]]:
+    return [], ["-c", "copy", "-bsf:v", f"h264_metadata={option}"]
+
+
+DECLARED = {  # name: ((input options, output options), error, message fragment); input is the recipe's video
+    "bt601_matrix": (bsf("matrix_coefficients=6"), E.ColourTagError, "colour matrix is 'smpte170m'"),
+    "bt470bg_all_tags": (bsf("matrix_coefficients=5:colour_primaries=5:transfer_characteristics=6"),
+                         E.ColourTagError, "colour matrix is 'bt470bg'"),
+    "primaries_only": (bsf("colour_primaries=5"), E.ColourTagError, "colour primaries is 'bt470bg'"),
+    "transfer_only": (bsf("transfer_characteristics=6"), E.ColourTagError, "transfer characteristics is 'smpte170m'"),
+    "full_range_flag": (bsf("video_full_range_flag=1"), E.ColourTagError, "colour range is 'pc'"),
+    "non_square_sar": (bsf("sample_aspect_ratio=4/3"), E.DisplayTransformError, "sample aspect ratio .* '4:3'"),
+    "display_matrix_rotation": ((["-display_rotation", "90"], ["-c", "copy"]), E.DisplayTransformError,
+                                "DISPLAYMATRIX"),
+    "display_matrix_hflip": ((["-display_hflip"], ["-c", "copy"]), E.DisplayTransformError, "DISPLAYMATRIX"),
+    "sei_display_orientation": (bsf("display_orientation=insert:rotate=90"), E.DisplayTransformError,
+                                "DISPLAYMATRIX"),
+    "sps_crop": (bsf("crop_right=16"), E.GeometryError, "size 48x64, expected 64x64"),
+    "chroma_location_topleft": (bsf("chroma_sample_loc_type=2"), E.StreamPropertyError,
+                                "chroma sample location .* is 'topleft'"),
+    "chroma_location_center": (bsf("chroma_sample_loc_type=1"), E.StreamPropertyError, "is 'center'"),
+    "edit_list": ((["-ss", "0.25"], ["-c", "copy"]), E.StreamPropertyError, "an edit list trims the stream"),
+    "start_offset": ((["-itsoffset", "0.5"], ["-c", "copy"]), E.StreamPropertyError, "shown at 0.5 s, not 0"),
+}
+MADE = {  # name: (ffmpeg arguments, error, message fragment): clips made from a test source
+    "untagged_ffmpeg_default": (LAVFI + X264, E.ColourTagError, r"colour matrix is none declared \(untagged\)"),
+    "bt601_converted_and_tagged": (LAVFI + ["-vf", "scale=out_color_matrix=bt601:out_range=tv,setparams=color_primaries="
+                                            "bt470bg:color_trc=smpte170m:colorspace=bt470bg:range=tv"] + X264,
+                                   E.ColourTagError, "colour matrix is 'bt470bg'"),
+    "full_range": (LAVFI + ["-vf", "scale=out_color_matrix=bt709:out_range=pc,setparams=color_primaries=bt709:"
+                            "color_trc=bt709:colorspace=bt709:range=pc"] + X264, E.ColourTagError, "colour range is 'pc'"),
+    "interlaced": (LAVFI + ["-vf", TAGS + ",setfield=tff", "-flags", "+ildct+ilme", "-x264-params",
+                            "interlaced=1:tff=1"] + X264, E.StreamPropertyError, "field order"),
+    "setsar": (LAVFI + ["-vf", TAGS + ",setsar=2/1"] + X264, E.DisplayTransformError, "'2:1'"),
+    "hdr_metadata_on_sdr": (LAVFI + ["-vf", TAGS] + X264 + ["-x264-params", "mastering-display=G(13250,34500)"
+                                                          "B(7500,3000)R(34000,16000)WP(15635,16450)L(10000000,1):cll=1000,400"],
+                            E.ColourTagError, "CONTENT_LIGHT_LEVEL, MASTERING_DISPLAY_METADATA"),
+    "stereo_frame_packing": (LAVFI + ["-vf", TAGS] + X264 + ["-x264-params", "frame-packing=3"],
+                             E.DisplayTransformError, "STEREO3D"),
+    "two_video_streams": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-f", "lavfi", "-i",
+                           f"testsrc=size={W}x{H}:rate={FPS}", "-map", "0:v", "-map", "1:v", "-vf", TAGS,
+                           "-frames:v", str(F)] + X264, E.StreamPropertyError, "streams is 'video, video'"),
+    "audio_stream": (["-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate={FPS}", "-f", "lavfi", "-i", "sine=duration=1",
+                      "-map", "0:v", "-map", "1:a", "-vf", TAGS, "-frames:v", str(F), "-c:a", "aac"] + X264,
+                     E.StreamPropertyError, "streams is 'video, audio'"),
+}
+
+
+@pytest.fixture
+def recipe_video(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
+    """A video the recipe wrote (the base every declared-property case alters)."""
+    path = tmp_path / "recipe.mp4"
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    encode(u8, path, encoder_spec, FPS)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_a_declared_property_the_recipe_does_not_write_is_refused(encoder_spec, recipe_video: Path, tmp_path: Path,
+                                                                   name: str) -> None:  # type: ignore[no-untyped-def]
+    (before, after), err, match = DECLARED[name]
+    path = tmp_path / f"{name}.mp4"
+    subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-y", *before, "-i",
+                    str(recipe_video), *after, str(path)], check=True, capture_output=True)
+    with pytest.raises(err, match=match) as info:
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(MADE))
+def test_a_clip_made_otherwise_than_the_recipe_is_refused(encoder_spec, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    args, err, match = MADE[name]
+    path = ff(encoder_spec, tmp_path / f"{name}.mp4", *args)
+    with pytest.raises(err, match=match) as info:
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert str(path) in str(info.value) and "re-encode" in str(info.value).lower()
+
+
+def test_untagged_input_names_the_retagging_fix(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = ff(encoder_spec, tmp_path / "u.mp4", *LAVFI, *X264)
+    with pytest.raises(E.ColourTagError, match="h264_metadata=colour_primaries=1") as info:
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert "never guesses an untagged matrix" in str(info.value)
+
+
+def damaged(recipe_video: Path, tmp_path: Path) -> Path:
+    """The recipe's video with 16 bytes flipped inside its third frame (size unchanged)."""
+    import av
+
+    with av.open(str(recipe_video)) as c:
+        third = [p for p in c.demux(c.streams.video[0]) if p.size][2]
+        at = third.pos + third.size // 2
+    data = bytearray(recipe_video.read_bytes())
+    data[at:at + 16] = bytes(b ^ 0xA5 for b in data[at:at + 16])
+    (tmp_path / "d.mp4").write_bytes(bytes(data))
+    return tmp_path / "d.mp4"
+
+
+def test_a_stream_damaged_mid_file_is_refused_by_name_every_time(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: a few corrupted bytes mid-stream probed clean and decoded to different
+    arrays on different reads. With error detection on, every read refuses it, alike."""
+    path = damaged(recipe_video, tmp_path)
+    messages = set()
+    for _ in range(4):
+        with pytest.raises(E.CorruptVideoError, match="the stream is damaged") as info:
+            read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+        messages.add(str(info.value))
+    assert len(messages) == 1 and str(path) in messages.pop()
+    # ffmpeg with -xerror -err_detect explode refuses it too (the reference behaviour)
+    res = subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-xerror", "-err_detect",
+                          "explode", "-i", str(path), "-f", "null", "-"], capture_output=True)
+    assert res.returncode != 0
+
+
+def test_decoding_is_in_process_exact_and_reproducible(encoder_spec, recipe_video: Path) -> None:  # type: ignore[no-untyped-def]
+    """read_video's in-process decode equals the ffmpeg CLI's with the matrix and range stated
+    explicitly, for both matrices, and two reads give the same bytes."""
+    for matrix in ("bt709", "bt601"):
+        out = subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-i", str(recipe_video),
+                              "-vf", f"scale=in_color_matrix={matrix}:in_range=tv", "-f", "rawvideo", "-pix_fmt", "rgb24",
+                              "pipe:"], check=True, capture_output=True).stdout
+        cli = np.frombuffer(out, np.uint8).reshape(F, H, W, 3)
+        a = read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS, matrix=matrix)
+        b = read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS, matrix=matrix)
+        assert np.array_equal(a, cli) and np.array_equal(a, b), matrix
+    bt709 = read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    bt601 = read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS, matrix="bt601")
+    assert np.abs(bt709.astype(int) - bt601).max() > 3  # the matrix really is applied
+
+
+def test_the_recipe_declares_exactly_what_the_reader_allows(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The allow-list is what the recipe writes: both the lossy and the lossless recipe's
+    videos pass every declared property, with nothing unexplained."""
+    from pairflow.video import recipe_declaration
+
+    lossless = dataclasses.replace(encoder_spec, lossless=True)
+    u8, _ = prepare_frames(smooth(), lossless)
+    encode(u8, tmp_path / "l.mp4", lossless, FPS)
+    for path, pix_fmt in ((recipe_video, "yuv420p"), (tmp_path / "l.mp4", "gbrp")):
+        info, allowed = probe(path), recipe_declaration(pix_fmt)
+        for name, values in allowed.items():
+            seen = getattr(info, name)
+            assert (set(seen) <= set(values)) if name == "side_data" else (
+                tuple(seen) == values if name == "streams" else seen in values), (path, name, seen)
+        assert info.corrupt == "" and info.rotation == 0 and info.frames == F
+
+
+def test_declaring_what_the_recipe_implies_is_accepted(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Stating H.264's defaults explicitly (chroma location left, SAR 1:1) changes no pixel,
+    so the allow-list accepts it and the frames are the recipe video's."""
+    path = tmp_path / "explicit.mp4"
+    subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-y", "-i", str(recipe_video),
+                    "-c", "copy", "-bsf:v", "h264_metadata=chroma_sample_loc_type=0:sample_aspect_ratio=1/1", str(path)],
+                   check=True, capture_output=True)
+    info = probe(path)
+    assert (info.chroma_location, info.sar) == ("left", "1:1")
+    assert np.array_equal(read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS),
+                          read_video(recipe_video, encoder_spec, frames=F, height=H, width=W, fps=FPS))
+
+
+def test_a_stream_that_changes_size_mid_file_is_refused(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two recipe-tagged H.264 streams of different sizes joined into one file (the second
+    SPS in-band): refused by name, never reshaped."""
+    parts = []
+    for i, (size, n) in enumerate((("64x64", 5), ("64x48", 4))):
+        parts.append(ff(encoder_spec, tmp_path / f"{i}.h264", "-f", "lavfi", "-i", f"testsrc2=size={size}:rate={FPS}",
+                        "-frames:v", str(n), "-vf", TAGS, *X264, "-bsf:v", "h264_mp4toannexb", "-f", "h264"))
+    (tmp_path / "joined.h264").write_bytes(b"".join(p.read_bytes() for p in parts))
+    path = ff(encoder_spec, tmp_path / "joined.mp4", "-r", str(FPS), "-i", str(tmp_path / "joined.h264"), "-c", "copy")
+    with pytest.raises(E.GeometryError, match="change size or pixel format mid-stream: 64x64 yuv420p from frame 0, "
+                       r"64x48 yuv420p from frame \d"):
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+def test_another_container_is_refused(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = ff(encoder_spec, tmp_path / "v.mkv", "-i", str(recipe_video), "-c", "copy")
+    with pytest.raises(E.StreamPropertyError, match="container format is 'matroska,webm'"):
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)

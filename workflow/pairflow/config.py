@@ -253,6 +253,7 @@ class ScoringSpec:
     threads: int
     static_filter: str
     decode: str = "bt709"
+    clip_precision: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,19 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── VideoReadError         a video on disk is unfit for scoring
     │   ├── MissingVideoError      zero bytes, absent, or no video stream
     │   ├── TruncatedVideoError    decodes to fewer frames than recorded, or fails mid-stream
+    │   │   └── CorruptVideoError      the decoder's error detection fails a packet or frame
     │   ├── HDRVideoError          PQ (SMPTE ST 2084) or HLG (ARIB STD-B67) transfer
     │   ├── GamutError             BT.2020 primaries or matrix
     │   ├── BitDepthError          more than 8 bits per sample
     │   ├── PixelFormatError       a pixel format other than the recipe's
     │   ├── FrameRateError         variable or unexpected frame rate
-    │   └── GeometryError          size or frame count differs from the record
+    │   ├── GeometryError          size or frame count differs from the record
+    │   └── StreamPropertyError    a declared stream property the recipe does not write (codec, streams,
+    │       │                      interlacing, timing, edit list, side data)
+    │       ├── ColourTagError         a colour matrix, range, primaries or transfer other than the recipe's,
+    │       │                          or none declared
+    │       └── DisplayTransformError  a display matrix (rotation, flip), non-square pixels, a stereo or
+    │                                  spherical layout
     ├── IntegrityError         a digest does not match (record, video, archive)
     │   ├── RecordSchemaError      a record or manifest does not fit its kind's schema (workflow/schemas/)
     │   └── WeightDigestError      a mirrored weight file differs from the mirror's lock
@@ -63,6 +70,11 @@ class TruncatedVideoError(VideoReadError):
     """The file ends early or fails to decode."""
 
 
+class CorruptVideoError(TruncatedVideoError):
+    """The decoder's error detection (``err_detect=explode``) fails a packet or flags a
+    frame corrupt: the stream is damaged mid-file."""
+
+
 class HDRVideoError(VideoReadError):
     """The file has an HDR transfer function (PQ or HLG)."""
 
@@ -85,6 +97,20 @@ class FrameRateError(VideoReadError):
 
 class GeometryError(VideoReadError):
     """Size or frame count differs from the record."""
+
+
+class StreamPropertyError(VideoReadError):
+    """A stream declares a property that changes the decoded pixels and that the fixed
+    encoder recipe does not write (the reader's allow-list, ``video.recipe_declaration``)."""
+
+
+class ColourTagError(StreamPropertyError):
+    """The colour matrix, range, primaries or transfer is not the recipe's, or is not declared."""
+
+
+class DisplayTransformError(StreamPropertyError):
+    """A display transform (display matrix: rotation or flip), non-square sample aspect
+    ratio, or a stereo / spherical layout."""
 
 
 class IntegrityError(PairFlowError):

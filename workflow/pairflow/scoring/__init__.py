@@ -50,7 +50,11 @@ METRICS = tuple(_MODULES)
 class MetricSpec:
     """What a score means. ``kind``: 'NR' (per video), 'FR' (against the control video
     of the same prompt and seed) or 'prompt' (against the prompt text). ``needs``: keys
-    of ``weights.WEIGHTS``."""
+    of ``weights.WEIGHTS``. ``vbench_reader``: how VBench 0.1.5 reads this dimension's
+    videos, ``decord`` (follows the stream's tags: BT.709 on PairFlow's videos) or
+    ``opencv`` (OpenCV 4.x ``VideoCapture``: BT.601 limited range whatever the tags);
+    empty for metrics that are not VBench dimensions. ``scoring/decode: vbench`` decodes
+    each metric's frames that way (``stages.scoring.metric_decoding``)."""
 
     name: str
     version: str
@@ -59,6 +63,7 @@ class MetricSpec:
     range: str
     source: str
     needs: tuple[str, ...] = ()
+    vbench_reader: str = ""
 
     def asdict(self, digests: dict[str, str] | None = None) -> dict[str, Any]:
         """The spec as written into a score record: ``weights`` lists each needed file
@@ -67,6 +72,7 @@ class MetricSpec:
 
         d = asdict(self)
         d.pop("needs")
+        d.pop("vbench_reader")  # the record says how its frames were decoded (``decoded_with``)
         d["weights"] = [[WEIGHTS[k].path, (digests or {}).get(WEIGHTS[k].path)] for k in self.needs]
         return d
 
@@ -74,13 +80,16 @@ class MetricSpec:
 @dataclass(frozen=True)
 class ScoreContext:
     """What a metric may use besides frames: the weight mirror, frames per forward pass,
-    the video's frame rate (VBench samples some dimensions by time) and the device
-    (only ``cpu`` in float32 is implemented; score records say so)."""
+    the video's frame rate (VBench samples some dimensions by time), the device (only
+    ``cpu`` is implemented; score records say so) and the precision of the CLIP image
+    towers (``fp32``, or ``fp16`` as VBench runs CLIP on GPUs: weights and activations
+    in half precision, layer norms in float32). Every other model runs in float32."""
 
     mirror: Path | None = None
     batch: int = 16
     fps: int = 8
     device: str = "cpu"
+    clip_precision: str = "fp32"
 
 
 @functools.lru_cache(maxsize=1)

@@ -26,7 +26,7 @@ MIN_SIDE = 128
 SPEC = MetricSpec(name="dynamic_degree", version="1", kind="NR", higher_is_better=True, range="0, 1",
                   source="VBench dynamic_degree: RAFT-large flow between frames sampled at ~8 fps, 20 iterations; "
                   "a pair moves when its top-5% flow magnitude mean exceeds 6*min(H,W)/256; dynamic (1) when "
-                  "round(4*n/16) pairs move", needs=models.needs("raft_large"))
+                  "round(4*n/16) pairs move", needs=models.needs("raft_large"), vbench_reader="opencv")
 
 
 

@@ -19,7 +19,7 @@ from . import MetricSpec, ScoreContext, metric
 
 SPEC = MetricSpec(name="temporal_flickering", version="1", kind="NR", higher_is_better=True,
                   range="0, 1", source="VBench temporal_flickering: (255 - mean |f[t+1]-f[t]|) / 255; "
-                  "all frames; no static filter (same set for both arms)")
+                  "all frames; no static filter (same set for both arms)", vbench_reader="opencv")
 
 
 

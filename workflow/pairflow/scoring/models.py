@@ -70,19 +70,68 @@ def _check_materialised(model: Any, name: str) -> None:
                            "another architecture's weights: rebuild it with `pairflow mirror --dest DIR`")
 
 
-@functools.lru_cache(maxsize=16)
-def load(name: str, mirror: str) -> Any:
-    """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
-    ``mirror``, in eval mode on CPU in float32; cached for the life of the process."""
+CLIP_PRECISIONS = ("fp32", "fp16")
+
+
+def dino_pos_embed(pos_embed: Any, rows: int, cols: int) -> Any:
+    """DINO's own position-embedding interpolation (``interpolate_pos_encoding`` of
+    facebookresearch/dino's ViT, which VBench loads): the (1, 1 + N, D) table, class token
+    first, for a grid of ``rows`` x ``cols`` patches. Unchanged for the square grid it was
+    trained on; otherwise the sqrt(N) x sqrt(N) grid is resampled bicubically by the scale
+    factors ``(rows + 0.1) / sqrt(N)`` and ``(cols + 0.1) / sqrt(N)`` (DINO adds 0.1 so the
+    output size does not round down), and PyTorch samples at positions set by those factors,
+    not by the output size, so the table differs from timm's size-based, antialiased
+    resampling on non-square frames (issue 23 measured 2.5-10% relative L2 on DINO's
+    released table; the suite checks the difference on a random one)."""
+    import math
+
     import torch
+    import torch.nn.functional as F
+
+    n, dim = pos_embed.shape[1] - 1, pos_embed.shape[2]
+    side = math.isqrt(n)
+    if rows == cols and rows * cols == n:
+        return pos_embed
+    grid = pos_embed[:, 1:].reshape(1, side, side, dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, scale_factor=((rows + 0.1) / side, (cols + 0.1) / side), mode="bicubic")
+    if tuple(grid.shape[-2:]) != (rows, cols):
+        raise ConfigError(f"DINO position embedding resampled to {tuple(grid.shape[-2:])}, expected ({rows}, {cols})")
+    return torch.cat([pos_embed[:, :1], grid.permute(0, 2, 3, 1).reshape(1, rows * cols, dim)], dim=1)
+
+
+def _use_dino_pos_embed(model: Any) -> None:
+    """Make timm's ViT (built with ``dynamic_img_size``: patch tokens arrive as (B, H, W, D))
+    add DINO's interpolated position embedding instead of timm's."""
+    import torch
+
+    def pos_embed(x: Any) -> Any:
+        b, rows, cols, dim = x.shape
+        tokens = torch.cat([model.cls_token.expand(b, -1, -1), x.reshape(b, rows * cols, dim)], dim=1)
+        return model.pos_drop(tokens + dino_pos_embed(model.pos_embed, rows, cols))
+
+    model._pos_embed = pos_embed  # an instance attribute: this model only
+
+
+@functools.lru_cache(maxsize=16)
+def load(name: str, mirror: str, precision: str = "fp32") -> Any:
+    """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
+    ``mirror``, in eval mode on CPU; cached for the life of the process. Every model is
+    float32 except the CLIP towers under ``precision='fp16'`` (VBench's on GPU: openai-clip's
+    ``convert_weights``, so weights and activations are half precision and layer norms
+    compute in float32). Raises ConfigError for an unknown precision."""
+    import torch
+
+    if precision not in CLIP_PRECISIONS or (precision != "fp32" and name not in ("clip_b32", "clip_l14")):
+        raise ConfigError(f"precision {precision!r} for scorer model {name!r}: only the CLIP towers take "
+                          f"{CLIP_PRECISIONS}; set scoring/clip_precision to auto, fp32 or fp16")
 
     verify(Path(mirror) if mirror else None, _NEEDS[name], needed_by=f"scorer model {name}")
     LOAD_COUNTS[name] += 1
     if name == "dino":
         import timm
 
-        # DINO's ViT-B/16 is timm's ViT-B/16 (same keys); dynamic_img_size interpolates the
-        # position embedding for non-square inputs as DINO's hub model does.
+        # DINO's ViT-B/16 is timm's ViT-B/16 (same keys); dynamic_img_size lets it take
+        # non-square frames, whose position embedding is interpolated the DINO way.
         with torch.device("meta"):
             model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0,
                                       dynamic_img_size=True)
@@ -90,6 +139,7 @@ def load(name: str, mirror: str) -> Any:
         model.load_state_dict({k.removeprefix("module."): v.float() for k, v in state.items()}, strict=True,
                               assign=True)
         _check_materialised(model, name)
+        _use_dino_pos_embed(model)
     elif name in ("clip_b32", "clip_l14"):
         from pyiqa.archs.clip_imports import clip  # openai-clip, imported with pyiqa's warning filter
 
@@ -110,6 +160,8 @@ def load(name: str, mirror: str) -> Any:
                               assign=True)
         model = model.float()
         _check_materialised(model.visual, name)
+        if precision == "fp16":
+            clip.model.convert_weights(model)
     elif name == "aesthetic_head":
         model = torch.nn.Linear(768, 1)
         model.load_state_dict(torch.load(_path(mirror, "laion_aes_linear"), map_location="cpu", weights_only=True))

@@ -20,7 +20,8 @@ from . import MetricSpec, ScoreContext, metric
 
 SPEC = MetricSpec(name="motion_smoothness_proxy", version="1", kind="NR", higher_is_better=True, range="0, 1",
                   source="PROXY of VBench motion_smoothness: odd frames reconstructed by linear interpolation of "
-                  "their even neighbours instead of AMT; (255 - mean |reconstructed - original|) / 255")
+                  "their even neighbours instead of AMT; (255 - mean |reconstructed - original|) / 255",
+                  vbench_reader="opencv")
 
 
 

@@ -3,7 +3,8 @@
 Procedure (VBench ``vbench/subject_consistency.py`` with ``utils.dino_transform``):
 every frame, shorter side resized to 224 (bilinear, no antialias, no crop), /255,
 ImageNet normalisation; DINO ViT-B/16 (``facebookresearch/dino`` ``dino_vitb16``; here
-timm's identical architecture loading the same file) gives the [CLS] feature, L2
+timm's identical architecture loading the same file, with DINO's own position-embedding
+interpolation for non-square frames, ``models.dino_pos_embed``) gives the [CLS] feature, L2
 normalised. For each frame t > 0: ``(max(0, cos(f_t, f_{t-1})) + max(0, cos(f_t, f_0))) / 2``;
 the video's score is the mean over t (VBench's per-video ``video_results``). VBench's
 study value weights videos by frame count; PairFlow's unit is the video.
@@ -18,9 +19,10 @@ import numpy as np
 from ..errors import ScoringError
 from . import MetricSpec, ScoreContext, metric, models
 
-SPEC = MetricSpec(name="subject_consistency", version="1", kind="NR", higher_is_better=True, range="0, 1",
+SPEC = MetricSpec(name="subject_consistency", version="2", kind="NR", higher_is_better=True, range="0, 1",
                   source="VBench subject_consistency: DINO ViT-B/16 [CLS] per frame (resize 224, ImageNet norm); "
-                  "mean over t>0 of (relu cos(f_t,f_t-1) + relu cos(f_t,f_0)) / 2", needs=models.needs("dino"))
+                  "mean over t>0 of (relu cos(f_t,f_t-1) + relu cos(f_t,f_0)) / 2", needs=models.needs("dino"),
+                  vbench_reader="decord")
 
 
 

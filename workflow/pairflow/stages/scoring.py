@@ -92,7 +92,8 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
         "weights_origin": lock.origin if lock else None,
         "static_filter": study.scoring.static_filter,
         "decode": study.scoring.decode,
-        "device": "cpu", "precision": "float32", "threads": study.scoring.threads, "batch": study.scoring.batch,
+        "device": "cpu", "precision": f"float32; CLIP image towers {clip_precision(study, 'cpu')}",
+        "threads": study.scoring.threads, "batch": study.scoring.batch,
         "workers": workers,
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
                    "and run on CPU"),
@@ -118,19 +119,32 @@ def compared_frames(study: StudySpec) -> str:
 
 
 def metric_decoding(study: StudySpec, name: str) -> Decoding:
-    """The YUV->RGB matrix a metric's frames are decoded with (``video.DECODE_MATRICES``):
-    under ``scoring/decode: vbench`` the VBench dimensions (NR metrics) see BT.601-decoded
-    frames as VBench does through OpenCV; FR metrics, and everything under ``bt709``, see
-    frames decoded with the BT.709 matrix the videos were encoded with."""
+    """The YUV->RGB matrix a metric's frames are decoded with (``video.DECODE_MATRICES``).
+    ``scoring/decode: bt709``: the BT.709 matrix every video declares, for every metric.
+    ``scoring/decode: vbench``: each VBench dimension as VBench 0.1.5 reads it (its spec's
+    ``vbench_reader``): ``opencv`` dimensions (dynamic_degree, motion_smoothness,
+    temporal_flickering) BT.601 as OpenCV 4.x's ``VideoCapture``; ``decord`` dimensions
+    (subject_consistency, background_consistency, aesthetic_quality, imaging_quality)
+    BT.709, which is how decord decodes the recipe's BT.709-tagged videos; other metrics
+    (FR) BT.709."""
     from ..scoring import metric_spec
 
-    return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).kind == "NR" else "bt709"
+    return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).vbench_reader == "opencv" else "bt709"
 
 
 DECODING_MEANING = {
-    "bt709": "decoded with the BT.709 matrix the video was encoded with",
-    "bt601": "decoded with the BT.601 matrix, as VBench does through OpenCV 4.x (scoring/decode: vbench)",
+    "bt709": "decoded with the BT.709 matrix the video declares (as decord, VBench's reader for subject_consistency, "
+             "background_consistency, aesthetic_quality and imaging_quality, decodes it)",
+    "bt601": "decoded with the BT.601 matrix, as OpenCV 4.x (VBench's reader for dynamic_degree, motion_smoothness and "
+             "temporal_flickering) decodes it whatever the tags say (scoring/decode: vbench)",
 }
+
+
+def clip_precision(study: StudySpec, device: str = "cpu") -> str:
+    """The CLIP towers' precision: ``scoring/clip_precision``, where ``auto`` is fp32 on
+    CPU and fp16 (VBench's) on CUDA."""
+    chosen = study.scoring.clip_precision
+    return chosen if chosen != "auto" else ("fp16" if device == "cuda" else "fp32")
 
 
 def _task_view(record: GenerationRecord) -> dict[str, Any]:
@@ -178,7 +192,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
     frames = {m: decode(rec, m) for m in sorted(wanted)}
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
-    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps)
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps,
+                       clip_precision=clip_precision(study, "cpu"))
     digests = shared["weight_digests"]
     scores: dict[str, ScoreEntry] = {
         name: {"value": score(name, frames[decoding[name]], ref, ctx),

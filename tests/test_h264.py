@@ -1,0 +1,60 @@
+"""The H.264 SPS reader: chroma sample location, on streams ffmpeg writes at test time."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pairflow.h264 import CHROMA_LOCATIONS, UNSET, chroma_location, sps_chroma_location
+from pairflow.video import encode, ffmpeg_binary, prepare_frames
+
+
+def declared(path: Path) -> str:
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        return chroma_location(s.codec_context.extradata, [bytes(p) for p in c.demux(s) if p.size])
+
+
+@pytest.fixture
+def recipe_video(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
+    frames = np.random.default_rng(0).integers(0, 256, (3, 32, 48, 3), dtype=np.uint8)
+    u8, _ = prepare_frames(frames, encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, 8)
+    return tmp_path / "v.mp4"
+
+
+def test_the_recipe_declares_no_chroma_location(recipe_video: Path) -> None:
+    assert declared(recipe_video) == UNSET
+
+
+@pytest.mark.parametrize("loc", range(6))
+@pytest.mark.parametrize("container", ["mp4", "mkv"])
+def test_every_declared_chroma_location_is_read(encoder_spec, recipe_video: Path, tmp_path: Path, loc: int,  # type: ignore[no-untyped-def]
+                                                container: str) -> None:
+    """Set by ffmpeg's h264_metadata filter (which rewrites the SPS, here behind a
+    sample aspect ratio and colour description so the VUI fields before it are walked)."""
+    out = tmp_path / f"c{loc}.{container}"
+    subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-y", "-i", str(recipe_video),
+                    "-c", "copy", "-bsf:v", f"h264_metadata=chroma_sample_loc_type={loc}:sample_aspect_ratio=4/3",
+                    str(out)], check=True, capture_output=True)
+    assert declared(out) == CHROMA_LOCATIONS[loc]
+
+
+def test_high_profile_scaling_matrices_and_interlacing_are_walked(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """x264 with a custom quantisation matrix (the SPS scaling lists) and interlacing
+    (frame_mbs_only_flag 0), then a chroma location: the parser reaches it."""
+    out = tmp_path / "cqm.mp4"
+    subprocess.run([ffmpeg_binary(encoder_spec), "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc2=size=64x48:rate=8", "-frames:v", "3", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                    "-x264-params", "cqm=jvt:interlaced=1:chromaloc=3", str(out)], check=True, capture_output=True)
+    assert declared(out) == "top"
+
+
+def test_a_broken_sps_is_unparsable_not_unset() -> None:
+    assert chroma_location(b"", [b"\x00\x00\x01\x67\x64"]) == "unparsable"  # Annex B, an SPS cut short
+    with pytest.raises((ValueError, IndexError)):
+        sps_chroma_location(b"\x67\x64")
