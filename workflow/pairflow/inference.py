@@ -4,21 +4,25 @@ multiplicity across a study's family of cells, and the verdict read from both.
 A cell is one (arm, metric): its per-prompt values ``x`` (treatment - control, or an FR
 metric's value against control), one per prompt.
 
-The test (``Cell.p``) is the max-p union of three tests of "mean = mu": Student's t, Hall's
-(1992) skew-corrected t (``g(T) = T + a T^2 + a^2 T^3 / 3 + a / 2`` with ``a = G1 / (3
-sqrt(n))``, G1 the bias-adjusted sample skewness; monotone, so it inverts in closed form)
-and the exact sign-flip permutation test (Monte Carlo beyond ``resamples`` sign vectors,
-the observed one counted). Its p is the largest of the three, so it rejects only when all
-three do: its false-positive rate is at most the smallest of theirs, i.e. it holds when the
-differences are symmetric (sign-flip, exact at any n), roughly normal (t) or skewed up to
-about 2 (Hall), and p is never below the sign-flip's 2 / 2^n, so a sample with zero or
-quantised spread never reads as proof. The interval (``Cell.interval``) is every mu the
-test does not reject: the hull of the three intervals (each contains the mean). Measured
-in ``benchmarks/run.py stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
+The test (``Cell.p``) is the max-p union of Student's t and Hall's (1992) skew-corrected t
+(``g(T) = T + a T^2 + a^2 T^3 / 3 + a / 2``, ``a = 1.5 G1 / (3 sqrt(n))``, G1 the
+bias-adjusted sample skewness; ``g`` is monotone, so it inverts in closed form), joined by
+the exact sign-flip permutation test (Monte Carlo beyond ``resamples`` sign vectors, the
+observed one counted) when the values are quantised (zero spread, or half the prompts or
+more on one value) or there are at most 5 prompts. Its p is the largest of its parts, so
+it rejects only when all of them do: its false-positive rate is at most the smallest of
+theirs. t holds for roughly normal and heavy-tailed values; Hall's t for skewed ones
+(factor 1.5 on G1: from 7-30 values G1 averages 0.8-1.4 for a population skewness of 2, so
+the plain estimate under-corrects); the sign-flip test is exact for symmetric values at any
+n and never lets p fall below 2 / 2^n, so zero or quantised spread never reads as proof. At
+5 prompts or fewer no shape can be checked from the data, so only what the sign-flip test
+allows is claimed. The interval (``Cell.interval``) is every mu the test does not reject:
+the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
+stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
 
-Zero spread (every prompt's value equal) gives no interval (an interval needs spread; the
-exact sign-flip p says only that the sign is consistent), and a cell whose n cannot let the
-sign-flip test reach the level gives an unbounded one (``None`` bounds, with the reason).
+Zero spread gives no interval (an interval needs spread; the exact sign-flip p says only
+that the sign is consistent), and where the sign-flip test is part of the union but cannot
+reach the level at this n the interval is unbounded (``None`` bounds, with the reason).
 
 Imports without torch.
 """
@@ -36,8 +40,13 @@ from scipy.stats import t as student
 
 from .errors import StatsError
 
-PROCEDURE = ("max-p union of Student t, Hall's skew-corrected t and the exact sign-flip permutation test "
-             "(p = the largest of the three; interval = every mean none of them rejects)")
+PROCEDURE = ("max-p union of Student t and Hall's skew-corrected t, joined by the exact sign-flip permutation test "
+             "for quantised values or at most 5 prompts (p = the largest; interval = every mean none rejects)")
+SKEW_FACTOR = 1.5
+"""Hall's correction uses SKEW_FACTOR * G1: G1 from few values underestimates a skewed
+population's skewness (benchmarks; config/README.md)."""
+SIGNFLIP_ALWAYS_UP_TO = 5
+"""At this many prompts or fewer the sign-flip test is always part of the union."""
 SKEW_CHECKED = 2.0
 """|skewness| up to which the procedure's coverage and false-positive rate were measured
 to hold at 7-30 prompts (BENCHMARKS.md); a cell beyond it is flagged."""
@@ -96,8 +105,18 @@ class Cell:
         """Zero spread: every value equal (to rounding)."""
         return self.n > 1 and self.sd <= 1e-12 * max(1.0, abs(self.mean))
 
+    @property
+    def quantised(self) -> bool:
+        """Half the prompts or more share one value (a 0/1 metric, identical videos)."""
+        return self.n >= 2 and bool(quantised(self.x[None, :])[0])
+
+    @property
+    def uses_signflip(self) -> bool:
+        """Whether the sign-flip test is part of this cell's union."""
+        return self.n <= SIGNFLIP_ALWAYS_UP_TO or self.flat or self.quantised
+
     def _a(self) -> float:
-        return (self.skew or 0.0) / (3 * math.sqrt(self.n))
+        return SKEW_FACTOR * (self.skew or 0.0) / (3 * math.sqrt(self.n))
 
     def p_signflip(self, mu: float) -> float:
         """Two-sided sign-flip p of "symmetric about mu" (exact or Monte Carlo)."""
@@ -126,9 +145,11 @@ class Cell:
         if self.flat:
             return None, None, (f"no interval: every prompt's value is {self.mean:.6g} (zero spread); the exact "
                                 "sign-flip p says only that the sign is consistent")
-        if not self.bounded(level):
-            return None, None, (f"no bounded interval: with n={self.n} prompts the sign-flip test cannot reach "
-                                f"p < {1 - level:.3g} (smallest p {signflip_min_p(self.n):.3g}); add prompts")
+        if self.uses_signflip and not self.bounded(level):
+            why = "quantised values" if self.quantised else f"at most {SIGNFLIP_ALWAYS_UP_TO} prompts"
+            return None, None, (f"no bounded interval: with n={self.n} prompts ({why}: the exact sign-flip test "
+                                f"decides) no test can reach p < {1 - level:.3g} (smallest p "
+                                f"{signflip_min_p(self.n):.3g}); add prompts")
         half = float(student.ppf(1 - (1 - level) / 2, self.n - 1))
         se = self.sd / math.sqrt(self.n)
         a = self._a()
@@ -138,10 +159,10 @@ class Cell:
             def ginv(y: float) -> float:
                 return float((np.cbrt(1 + 3 * a * (y - a / 2)) - 1) / a)
             hall = (self.mean - ginv(half) * se, self.mean - ginv(-half) * se)
-        sf_lo = self._signflip_edge(float(self.x.min()) - 1e-9 * max(1.0, np.ptp(self.x)), level)
-        sf_hi = self._signflip_edge(float(self.x.max()) + 1e-9 * max(1.0, np.ptp(self.x)), level)
-        lo = min(self.mean - half * se, hall[0], sf_lo)
-        hi = max(self.mean + half * se, hall[1], sf_hi)
+        lo, hi = min(self.mean - half * se, hall[0]), max(self.mean + half * se, hall[1])
+        if self.uses_signflip:
+            lo = min(lo, self._signflip_edge(float(self.x.min()) - 1e-9 * max(1.0, np.ptp(self.x)), level))
+            hi = max(hi, self._signflip_edge(float(self.x.max()) + 1e-9 * max(1.0, np.ptp(self.x)), level))
         return lo, hi, None
 
     def _signflip_edge(self, out: float, level: float) -> float:
@@ -159,10 +180,19 @@ class Cell:
         return inside
 
 
+def quantised(x: np.ndarray) -> np.ndarray:
+    """Per row of ``x`` (studies, n): whether half the values or more share one value."""
+    n = x.shape[1]
+    tol = 1e-12 * np.maximum(1.0, np.abs(x).max(axis=1, keepdims=True))
+    most = np.max(np.stack([np.sum(np.abs(x - x[:, [j]]) <= tol, axis=1) for j in range(n)]), axis=0)
+    return np.asarray(2 * most >= n)
+
+
 def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndarray:
     """The union test's two-sided p of "mean = mu" for each row of ``x`` (studies, n >= 2
-    prompts), vectorised (the benchmark runs thousands of studies through it):
-    max(sign-flip p, t p, Hall p); the sign-flip p alone for a row with zero spread."""
+    prompts), vectorised (the benchmark runs thousands of studies through it): max(t p,
+    Hall p), and the sign-flip p too for quantised rows or n <= 5; the sign-flip p alone
+    for a row with zero spread."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[1]
     y = x - np.asarray(mu, dtype=np.float64).reshape(-1, 1)
@@ -175,10 +205,13 @@ def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndar
         g1 = np.where(m2 > 0, np.mean((x - mean[:, None]) ** 3, axis=1) / m2 ** 1.5, 0.0)
         skew = g1 * math.sqrt(n * (n - 1)) / (n - 2) if n >= 3 else np.zeros_like(g1)
         t = np.where(flat, 0.0, math.sqrt(n) * y.mean(axis=1) / sd)  # y's mean is mean - mu
-    a = skew / (3 * math.sqrt(n))
+    a = SKEW_FACTOR * skew / (3 * math.sqrt(n))
     g = t + a * t * t + a * a * t ** 3 / 3 + a / 2
-    p = np.maximum(p_sf, np.maximum(2 * student.sf(np.abs(t), n - 1), 2 * student.sf(np.abs(g), n - 1)))
-    return np.where(flat, p_sf, p)
+    p = np.maximum(2 * student.sf(np.abs(t), n - 1), 2 * student.sf(np.abs(g), n - 1))
+    with_sf = np.maximum(p, p_sf)
+    if n > SIGNFLIP_ALWAYS_UP_TO:
+        with_sf = np.where(quantised(x), with_sf, p)
+    return np.asarray(np.where(flat, p_sf, with_sf), dtype=np.float64)
 
 
 def family_levels(pvalues: list[float], alpha: float, method: Multiplicity) -> tuple[list[float], list[float]]:
@@ -283,6 +316,15 @@ def detectable_effect(sd: float, n: int, level: float, power: float) -> float | 
     return float(brentq(gap, 0.0, hi))
 
 
+def min_prompts(alpha: float, quantised: bool) -> int:
+    """Fewest prompts at which the union test can reject at ``alpha`` at all: where the
+    sign-flip test is part of it (quantised values, or up to 5 prompts), 2 / 2^n < alpha."""
+    n = 2
+    while signflip_min_p(n) >= alpha and (quantised or n <= SIGNFLIP_ALWAYS_UP_TO):
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class Question:
     """What a cell asks, in the metric's direction (``sign`` +1: higher is better).
@@ -313,6 +355,8 @@ def _decide_in(cell: Cell, distance: float, alpha: float, power: float) -> str:
     if distance == 0 or not cell.sd > 0:
         return "the estimate sits on the boundary; no prompt count is likely to decide it"
     need = required_prompts(cell.sd, distance, 1 - alpha, power)
+    if need is not None:
+        need = max(need, min_prompts(alpha, cell.quantised))
     return (f"about {need} prompts would decide it ({power:.0%} power if the true value is the estimate)"
             if need is not None else "over 100000 prompts would be needed; the estimate sits near the boundary")
 

@@ -49,11 +49,13 @@ from .errors import IntegrityError, PairingError, StatsError
 from .inference import (
     PROCEDURE,
     SD_UPPER_CONFIDENCE,
+    SIGNFLIP_ALWAYS_UP_TO,
     SKEW_CHECKED,
     Cell,
     Question,
     detectable_effect,
     family_levels,
+    min_prompts,
     required_prompts,
     sd_upper,
     signflip_min_p,
@@ -400,7 +402,7 @@ def diagnostics(cell: Cell) -> list[str]:
         values, counts = np.unique(cell.x, return_counts=True)
         if counts.max() * 2 >= cell.n:
             out.append(f"quantised: {counts.max()} of {cell.n} prompts share the value {values[counts.argmax()]:.4g}; "
-                       "the interval rests on the few that differ")
+                       "the exact sign-flip test joins the union, and the interval rests on the few that differ")
     return out
 
 
@@ -446,7 +448,8 @@ def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s
         advice = "add seeds (seed noise dominates; more seeds per prompt shrink it on the same panel)"
 
     def need(sd_: float | None) -> int | None:
-        return None if sd_ is None or target is None else required_prompts(sd_, target, 1 - alpha, s.power)
+        n = None if sd_ is None or target is None else required_prompts(sd_, target, 1 - alpha, s.power)
+        return None if n is None else max(n, min_prompts(alpha, cell.quantised))
 
     return {"sd_prompt": sd, "sd_upper": up, "sd_upper_confidence": SD_UPPER_CONFIDENCE, "power": s.power,
             "target_effect": target,
@@ -465,9 +468,10 @@ def _small_n_notes(metrics: list[MetricResult], level: float) -> list[str]:
     for n, names in sorted(by_n.items()):
         if n < 2:
             out.append(f"n={n} prompt ({', '.join(names)}): no interval and no test; add prompts")
-        elif signflip_min_p(n) >= 1 - level:
-            out.append(f"n={n} prompts ({', '.join(names)}): smallest attainable p = {signflip_min_p(n):.3g} for "
-                       f"the exact sign-flip test, so no test here can reach p < {1 - level:.2g} and intervals are "
+        elif n <= SIGNFLIP_ALWAYS_UP_TO and signflip_min_p(n) >= 1 - level:
+            out.append(f"n={n} prompts ({', '.join(names)}): at {SIGNFLIP_ALWAYS_UP_TO} prompts or fewer no shape can "
+                       f"be checked, so the exact sign-flip test decides; its smallest attainable p = "
+                       f"{signflip_min_p(n):.3g}, so no test here can reach p < {1 - level:.2g} and intervals are "
                        "unbounded; add prompts")
     return out
 
