@@ -450,6 +450,7 @@ def test_margin_verdicts(shift: float, margin: float, word: str) -> None:
     assert m["verdict"] == word, (m["ci"], m["verdict_detail"])
     assert m["hypothesis"] == f"loss = margin {margin:g} (non-inferiority)"
     assert (m["p_adjusted"] < 0.05) == (m["ci"][0] > -margin or m["ci"][1] < -margin)  # interval and p agree
+    assert (m["p_verdict"] < 0.05) == (word != "inconclusive")  # and the p printed beside the word
     if word == "inconclusive":
         assert re.search(r"about \d+ prompts would decide it", m["verdict_detail"])
 
@@ -549,3 +550,21 @@ def test_variance_split_says_add_prompts_or_add_seeds() -> None:
     pl = metric(prompts, "q")["planning"]
     assert pl["advice"].startswith("add prompts") and pl["var_prompt"] > 100 * pl["var_seed"]
     assert pl["seeds_per_prompt"] == 3
+
+
+CLAIMS = {"better", "worse", "superior", "non-inferior", "equivalent", "inferior", "meets floor", "below floor"}
+
+
+def test_the_p_beside_a_verdict_always_agrees_with_it() -> None:
+    """Across random studies, arms and questions (margin, floor, none) in one Holm family:
+    the printed p is below 0.05 exactly when the verdict claims something."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n = int(rng.integers(6, 14))
+        diffs = {f"arm{i}": list(rng.normal(rng.normal(0, 0.2), rng.uniform(0.05, 0.4), n)) for i in range(3)}
+        gen, scores, timings = with_metric("q", diffs)
+        margins = {"q": float(rng.uniform(0.05, 0.4))} if trial % 2 else {}
+        res = analyse(gen, scores, timings, sorted(diffs), StatsSpec(2000, 0.95, 0, margins=margins))
+        for c in res["comparisons"]:
+            m = c["metrics"][0]
+            assert (m["p_verdict"] < 0.05) == (m["verdict"] in CLAIMS), (m["verdict"], m["p_verdict"], m["ci"])

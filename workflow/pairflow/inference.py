@@ -361,11 +361,13 @@ def _decide_in(cell: Cell, distance: float, alpha: float, power: float) -> str:
             if need is not None else "over 100000 prompts would be needed; the estimate sits near the boundary")
 
 
-def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, str]:
-    """(word, detail) for one cell at its family-adjusted significance ``alpha``, read from
-    the union test (so from the interval at 1 - alpha, which is every mu it accepts)."""
+def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, str, list[float]]:
+    """(word, detail, rests on) for one cell at its family-adjusted significance
+    ``alpha``, read from the union test (so from the interval at 1 - alpha, which is every
+    mu it accepts); "rests on" lists the null values whose tests decided the word (the p
+    printed beside it is the largest of their adjusted p-values)."""
     if cell.n < 2:
-        return "no test", "fewer than 2 prompts: no interval and no test; add prompts"
+        return "no test", "fewer than 2 prompts: no interval and no test; add prompts", []
 
     def rejects(mu: float) -> bool:
         p = cell.p(mu)
@@ -377,27 +379,29 @@ def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, s
     if q.kind == "difference":
         if rejects(0.0):
             word = "better" if e > 0 else "worse"
-            return word, f"treatment {word} than control" + (f"; {flat}" if cell.flat else "")
+            return word, f"treatment {word} than control" + (f"; {flat}" if cell.flat else ""), [0.0]
         if cell.flat:
-            return "no detectable difference", f"no detectable difference at n={cell.n}; {flat}"
+            return "no detectable difference", f"no detectable difference at n={cell.n}; {flat}", [0.0]
         d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
         return "no detectable difference", (f"no detectable difference at n={cell.n}; the smallest detectable "
-                                            f"difference is {d:.3g} ({power:.0%} power); this is not equivalence")
+                                            f"difference is {d:.3g} ({power:.0%} power); this is not equivalence"),\
+            [0.0]
     if cell.flat:
-        return "inconclusive", flat
+        return "inconclusive", flat, [q.null]
     if q.kind == "floor":
         if rejects(q.floor):
             return ("meets floor" if e > 0 else "below floor"), (
-                f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}")
-        return "inconclusive", _decide_in(cell, abs(e), alpha, power)
-    d = q.margin
-    if rejects(-q.sign * d) and e > -d:
-        if rejects(q.sign * d) and e < d:
-            return "equivalent", f"both bounds inside +-{d:g}"
+                f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}"), [q.floor]
+        return "inconclusive", _decide_in(cell, abs(e), alpha, power), [q.floor]
+    d, loss, gain = q.margin, -q.sign * q.margin, q.sign * q.margin
+    if rejects(loss) and e > -d:
+        if rejects(gain) and e < d:
+            return "equivalent", f"both bounds inside +-{d:g}", [loss, gain]
         if rejects(0.0) and e > 0:
-            return "superior", f"better than control, and the loss bound is inside the margin {d:g}"
-        return "non-inferior", f"any loss is inside the margin {d:g}"
-    if rejects(-q.sign * d) or (rejects(0.0) and e < 0):
-        return "inferior", (f"the loss exceeds the margin {d:g}" if rejects(-q.sign * d)
-                            else f"worse than control, and a loss beyond the margin {d:g} is not excluded")
-    return "inconclusive", _decide_in(cell, abs(e + d), alpha, power)
+            return "superior", f"better than control, and the loss bound is inside the margin {d:g}", [loss, 0.0]
+        return "non-inferior", f"any loss is inside the margin {d:g}", [loss]
+    if rejects(loss):
+        return "inferior", f"the loss exceeds the margin {d:g}", [loss]
+    if rejects(0.0) and e < 0:
+        return "inferior", f"worse than control, and a loss beyond the margin {d:g} is not excluded", [0.0]
+    return "inconclusive", _decide_in(cell, abs(e + d), alpha, power), [loss]

@@ -402,6 +402,8 @@ class MetricResult(TypedDict):
     diagnostics: list[str]
     verdict: str | None
     verdict_detail: str | None
+    p_verdict: float | None
+    verdict_rests_on: list[str]
     planning: Planning | None
 
 

@@ -387,7 +387,7 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
         "p_value": cell.p(question.null) if question is not None else None, "p_adjusted": None,
         "p_signflip": cell.p_signflip(question.null) if question is not None and cell.n > 1 else None,
         "signflip_min_p": signflip_min_p(cell.n), "skewness": cell.skew, "diagnostics": diagnostics(cell),
-        "verdict": None, "verdict_detail": None, "planning": None}
+        "verdict": None, "verdict_detail": None, "p_verdict": None, "verdict_rests_on": [], "planning": None}
     return m, cell, question, values
 
 
@@ -425,9 +425,29 @@ def decide(cells: Pending, s: StatsSpec) -> int:
             if m["kind"] == "FR" and cell.n == 0:
                 m["verdict"], m["verdict_detail"] = "identical", "every pair is bit-identical to control"
             continue
-        m["verdict"], m["verdict_detail"] = verdict(cell, q, level_alpha, s.power)
+        m["verdict"], m["verdict_detail"], rests_on = verdict(cell, q, level_alpha, s.power)
+        m["p_verdict"] = _p_verdict(cell, q, rests_on, p_adj, level_alpha, 1 - s.level)
+        m["verdict_rests_on"] = [q.hypothesis if mu == q.null else f"mean = {mu:g}" for mu in rests_on]
         m["planning"] = _planning(cell, q, values, level_alpha, s)
     return len(tested)
+
+
+def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | None, alpha_cell: float,
+               alpha: float) -> float | None:
+    """The adjusted p of the tests a verdict word rests on (the largest, as every one of
+    them must reject): the family-adjusted p for the cell's own question, and for a second
+    value read from the same interval (0 for superior or worse, +margin for equivalent) its
+    raw p scaled to the cell's level, min(1, p * alpha / alpha_cell), so that it is below
+    alpha exactly when the interval at the cell's level excludes that value."""
+    out = []
+    for mu in rests_on:
+        if mu == q.null:
+            out.append(p_adj)
+        else:
+            raw = cell.p(mu)
+            out.append(None if raw is None else min(1.0, raw * alpha / alpha_cell))
+    vals = [v for v in out if v is not None]
+    return max(vals) if vals else None
 
 
 def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:

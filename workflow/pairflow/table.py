@@ -63,8 +63,8 @@ def cell(m: MetricResult, level: float, decimals: int | None = None, method: str
     for the sign-flip test to reach the level."""
     out = (f"{m['verdict']}: " if m.get("verdict") else "") + estimate(m, column_decimals([m]) if decimals is None
                                                                         else decimals)
-    if m.get("p_adjusted") is not None:
-        out += f" p={_fmt(m['p_adjusted'], 2)} ({MULTIPLICITY_NAMES.get(method, method)})"
+    if m.get("p_verdict") is not None:
+        out += f" p={_fmt(m['p_verdict'], 2)} ({MULTIPLICITY_NAMES.get(method, method)})"
     if m.get("wins") is not None:
         out += f", W/T/L {m['wins']}/{m['ties']}/{m['losses']}"
     if m.get("n_identical_pairs"):
@@ -211,8 +211,8 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     verdict and why, and where the data lie outside what the procedure was checked for."""
     method = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
     head = ["arm", "metric", "question", "estimate [CI] (level)", "% of control", "standardised",
-            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness", "verdict", "why",
-            "diagnostics"]
+            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness", "verdict",
+            f"verdict rests on ({method} p)", "why", "diagnostics"]
     rows = []
     for c in stats["comparisons"]:
         for m in c["metrics"]:
@@ -226,7 +226,9 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
                          "n/a" if m["relative_effect"] is None else f"{m['relative_effect']:+.1%}",
                          _fmt(m["standardised_effect"], 2), wtl,
                          f"{_fmt(m['p_value'], 2)} → {_fmt(m['p_adjusted'], 2)}", _fmt(m["p_signflip"], 2),
-                         _fmt(m["skewness"], 2), m["verdict"] or "n/a", m["verdict_detail"] or "",
+                         _fmt(m["skewness"], 2), m["verdict"] or "n/a",
+                         f"{'; '.join(m.get('verdict_rests_on') or []) or 'n/a'} ({_fmt(m.get('p_verdict'), 2)})",
+                         m["verdict_detail"] or "",
                          "; ".join(m["diagnostics"]) or "none"])
     return head, rows
 
@@ -249,9 +251,11 @@ def _notes(stats: StudyStats) -> list[str]:
     method_name = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
     method = (f"Each cell: the verdict, then treatment − control (FR metrics: the treatment's value against its "
               "control, on pairs whose videos differ) with its interval over prompts at the family-adjusted level, "
-              f"and the {method_name}-adjusted p of the cell's question; every (arm, metric) test of this table is "
-              f"one family of {stats.get('family_size', 0)}, and the verdict is read from the adjusted interval, so "
-              "verdict and p agree. Questions: a metric with a margin (stats/margins) is non-inferior (any loss "
+              f"and the {method_name}-adjusted p of the tests the verdict rests on (Verdicts names them); every "
+              f"(arm, metric) test of this table is one family of {stats.get('family_size', 0)}, and the verdict is "
+              "read from the adjusted interval, so verdict and p agree (p < "
+              f"{1 - stats['level']:.2g} exactly when the word claims something). "
+              "Questions: a metric with a margin (stats/margins) is non-inferior (any loss "
               "inside the margin), equivalent (both bounds inside ±margin), superior, inferior or inconclusive; an "
               "FR metric with a floor (stats/floors) meets it, is below it or is inconclusive; any other metric "
               "gets a difference test whose 'no detectable difference' is not equivalence. W/T/L: prompts where the "
