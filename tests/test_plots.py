@@ -110,7 +110,7 @@ def _stats(n_arms: int) -> dict[str, Any]:
                     "ci": [-0.01 * i - 0.005, -0.01 * i + 0.005], "treatment_mean": 0.9, "margin": 0.02,
                     "verdict": "non-inferior"},
                    {"metric": "ssim", "kind": "FR", "higher_is_better": True, "diff": None,
-                    "ci": [0.7, 0.8], "treatment_mean": 0.75, "floor": 0.9, "verdict": "below floor"}]
+                    "ci": [0.7, 0.8], "treatment_mean": 0.75, "floor": 0.9, "verdict": "misses floor"}]
         comparisons.append({"treatment": f"arm-{i:02d}", "metrics": metrics,
                             "compute": {"ratio": ratio, "ci": [ratio, ratio]},
                             "speedup": {"geomean": 1 / ratio, "ci": [0.9 / ratio, 1.1 / ratio]}})

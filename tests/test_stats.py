@@ -525,7 +525,7 @@ def test_fidelity_floor_counts_identical_pairs_apart() -> None:
     m = metric(res, "psnr")
     assert m["n_identical_pairs"] == 3 and m["n_pairs"] == 16 and m["n_prompts"] == 8
     assert 14.0 <= m["treatment_mean"] <= 16.0  # no 80 dB pair averaged in
-    assert m["verdict"] == "below floor" and m["hypothesis"] == "mean value = floor 30"
+    assert m["verdict"] == "misses floor" and m["hypothesis"] == "mean value = floor 30"
     free = metric(analyse(gen, scores, timings, ["treat"], S), "psnr")
     assert free["verdict"] == "no floor declared" and free["p_value"] is None
     with pytest.raises(StatsError, match="psnr, a fidelity metric.*stats/floors"):
@@ -552,7 +552,7 @@ def test_variance_split_says_add_prompts_or_add_seeds() -> None:
     assert pl["seeds_per_prompt"] == 3
 
 
-CLAIMS = {"better", "worse", "superior", "non-inferior", "equivalent", "inferior", "meets floor", "below floor"}
+CLAIMS = {"better", "worse", "superior", "non-inferior", "equivalent", "inferior", "meets floor", "misses floor"}
 
 
 def test_the_p_beside_a_verdict_always_agrees_with_it() -> None:
@@ -568,3 +568,17 @@ def test_the_p_beside_a_verdict_always_agrees_with_it() -> None:
         for c in res["comparisons"]:
             m = c["metrics"][0]
             assert (m["p_verdict"] < 0.05) == (m["verdict"] in CLAIMS), (m["verdict"], m["p_verdict"], m["ci"])
+
+
+def test_a_lower_is_better_fidelity_floor_is_a_ceiling() -> None:
+    """LPIPS against control is lower-is-better: a floor of 0.3 is a maximum it must stay under."""
+    gen, scores, timings = records(prompts=8, seeds=1)
+    rng = random.Random(2)
+    lpips = metric_spec("lpips", "FR", higher_is_better=False)
+    for r in scores:
+        if r["arm"]["name"] == "treat":
+            r["scores"]["lpips"] = {"value": 0.1 + rng.uniform(0, 0.05), "spec": lpips, "decoded_with": "bt709"}
+    m = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"lpips": 0.3})), "lpips")
+    assert m["verdict"] == "meets floor" and m["ci"][1] < 0.3
+    m = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"lpips": 0.05})), "lpips")
+    assert m["verdict"] == "misses floor" and m["ci"][0] > 0.05

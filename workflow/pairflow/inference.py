@@ -390,7 +390,7 @@ def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, s
         return "inconclusive", flat, [q.null]
     if q.kind == "floor":
         if rejects(q.floor):
-            return ("meets floor" if e > 0 else "below floor"), (
+            return ("meets floor" if e > 0 else "misses floor"), (
                 f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}"), [q.floor]
         return "inconclusive", _decide_in(cell, abs(e), alpha, power), [q.floor]
     d, loss, gain = q.margin, -q.sign * q.margin, q.sign * q.margin

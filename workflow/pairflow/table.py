@@ -257,7 +257,7 @@ def _notes(stats: StudyStats) -> list[str]:
               f"{1 - stats['level']:.2g} exactly when the word claims something). "
               "Questions: a metric with a margin (stats/margins) is non-inferior (any loss "
               "inside the margin), equivalent (both bounds inside ±margin), superior, inferior or inconclusive; an "
-              "FR metric with a floor (stats/floors) meets it, is below it or is inconclusive; any other metric "
+              "FR metric with a floor (stats/floors) meets it, misses it or is inconclusive; any other metric "
               "gets a difference test whose 'no detectable difference' is not equivalence. W/T/L: prompts where the "
               "treatment is better / tied / worse in the metric's direction. ⚠: see the diagnostics in Verdicts. "
               "Lower-is-better metrics improve when Δ < 0.")
