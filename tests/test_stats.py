@@ -582,3 +582,32 @@ def test_a_lower_is_better_fidelity_floor_is_a_ceiling() -> None:
     assert m["verdict"] == "meets floor" and m["ci"][1] < 0.3
     m = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"lpips": 0.05})), "lpips")
     assert m["verdict"] == "misses floor" and m["ci"][0] > 0.05
+
+
+def test_statistics_fit_their_schema_and_their_types() -> None:
+    """stats.json is validated on write against workflow/schemas/stats.schema.yaml; the
+    TypedDicts mypy checks name the same fields, and every scenario above fits."""
+    import typing
+
+    from pairflow.records import check_schema, load_schema
+    from pairflow.recordtypes import Comparison, MetricResult, Planning, StudyStats
+
+    schema = load_schema("stats")
+    comparison = schema["properties"]["comparisons"]["items"]
+    metric_s = comparison["properties"]["metrics"]["items"]
+    planning_s = metric_s["properties"]["planning"]["oneOf"][1]
+    for td, sch in ((StudyStats, schema), (Comparison, comparison), (MetricResult, metric_s), (Planning, planning_s)):
+        assert set(sch["properties"]) == set(typing.get_type_hints(td)), td.__name__
+    spec = StatsSpec(2000, 0.95, 0, margins={"q": 0.05}, floors={"psnr": 30.0})
+    for res in (analyse(*records(effect=0.1, prompts=7), ["treat"], spec),
+                analyse(*records(effect=0.1, prompts=1), ["treat"], spec),
+                analyse(*records(prompts=3, same_video=True), ["treat"], S),
+                analyse(*with_metric("q", {"a": DIFFS, "b": DIFFS}), ["a", "b"], StatsSpec(2000, 0.95, 0,
+                                                                                      multiplicity="bh"))):
+        check_schema({**res, "provenance": {}}, "stats.json", "write", name="stats")
+    bad = analyse(*records(prompts=7), ["treat"], S)
+    bad["comparisons"][0]["metrics"][0]["verdict"] = "treatment better"  # the old wording
+    from pairflow.errors import RecordSchemaError
+
+    with pytest.raises(RecordSchemaError, match="verdict"):
+        check_schema(bad, "stats.json", "write", name="stats")
