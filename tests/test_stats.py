@@ -88,6 +88,8 @@ def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
 
     res = analyse(gen, scores, timings, ["treat"], S)
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
+    psnr = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 30.0})), "psnr")
+    assert psnr["verdict"] == "identical" and psnr["n_identical_pairs"] == 24 and psnr["treatment_mean"] is None
     assert table(res)[1][0][0] == "treat (this arm changed nothing)"
     assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 

@@ -418,12 +418,13 @@ def decide(cells: Pending, s: StatsSpec) -> int:
         p_adj, level_alpha = alpha.get(id(m), (None, 1 - s.level))
         lo, hi, why = cell.interval(1 - level_alpha)
         m["ci"], m["ci_level"], m["ci_note"], m["p_adjusted"] = [lo, hi], 1 - level_alpha, why, p_adj
+        if m["kind"] == "FR" and cell.n == 0:
+            m["verdict"], m["verdict_detail"] = "identical", "every pair is bit-identical to control"
+            continue
         if q is None:
             m["verdict"] = "no floor declared" if m["kind"] == "FR" else None
             m["verdict_detail"] = ("value only; declare a floor under stats/floors for a verdict"
                                    if m["kind"] == "FR" else None)
-            if m["kind"] == "FR" and cell.n == 0:
-                m["verdict"], m["verdict_detail"] = "identical", "every pair is bit-identical to control"
             continue
         m["verdict"], m["verdict_detail"], rests_on = verdict(cell, q, level_alpha, s.power)
         m["p_verdict"] = _p_verdict(cell, q, rests_on, p_adj, level_alpha, 1 - s.level)
