@@ -34,6 +34,44 @@ def test_float_frames_are_scaled_not_cast(encoder_spec) -> None:  # type: ignore
     assert stats.flags == ()
 
 
+@pytest.mark.parametrize("layout", ["FHWC", "FCHW"])
+def test_chunked_conversion_equals_the_whole_array_formula(encoder_spec, monkeypatch, layout: str) -> None:  # type: ignore[no-untyped-def]
+    """Chunks that split frames mid-row-block give exactly rint(x * 255) clipped, computed whole."""
+    from pairflow import video
+
+    rng = np.random.default_rng(3)
+    arr = rng.uniform(-FLOAT_TOLERANCE, 1 + FLOAT_TOLERANCE, (3, 10, 6, 3)).astype(np.float32)
+    arr[0, 0, 0] = [0.5 / 255, 1.5 / 255, 2.5 / 255]  # ties round to even, as np.rint does
+    want = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+    monkeypatch.setattr(video, "CONVERT_CHUNK_ELEMENTS", 37)  # 2 rows of 18 values per chunk
+    got, _ = prepare_frames(arr if layout == "FHWC" else arr.transpose(0, 3, 1, 2), encoder_spec)
+    assert np.array_equal(got, want)
+    bad = arr.copy()
+    bad[2, 9, 5, 2] = np.nan  # in the last chunk only
+    with pytest.raises(E.FrameError, match="1 NaN"):
+        prepare_frames(bad, encoder_spec)
+
+
+def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    """Regression (issue 22): one 8192x8192 float32 frame peaked at 4x its size during
+    conversion (float64 copies of the whole video). Now: its uint8 output plus one chunk."""
+    import tracemalloc
+
+    from pairflow import video
+
+    arr = np.random.default_rng(0).random((4, 1024, 1536, 3), dtype=np.float32)  # 72 MiB
+    prepare_frames(smooth(), encoder_spec)  # its first call imports torch: not the conversion's memory
+    tracemalloc.start()
+    try:
+        out, _ = prepare_frames(arr, encoder_spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    chunk = video.CONVERT_CHUNK_ELEMENTS * 8  # one float64 block
+    assert peak < out.nbytes + 2 * chunk, (peak, out.nbytes, chunk)
+    assert peak < arr.nbytes  # before: about 4x arr.nbytes
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_all_float_dtypes_accepted_from_torch(encoder_spec, dtype: str) -> None:  # type: ignore[no-untyped-def]
     import torch

@@ -175,15 +175,61 @@ def _layout(shape: tuple[int, ...]) -> str:
                      "expected (F, H, W, 3) or (F, 3, H, W)")
 
 
+CONVERT_CHUNK_ELEMENTS = 1 << 22
+"""Float frames are checked and converted this many values (about) at a time, so the
+conversion's temporaries are a few tens of MiB whatever the video's size: peak memory
+is the input plus its uint8 output (a quarter of a float32 input) plus one chunk."""
+
+
+def _chunks(arr: np.ndarray) -> Any:
+    """(frame, row slice) blocks of (F, H, W, C) ``arr``, each about ``CONVERT_CHUNK_ELEMENTS`` values."""
+    f, h, w, c = arr.shape
+    rows = max(1, CONVERT_CHUNK_ELEMENTS // max(1, w * c))
+    for i in range(f):
+        for r in range(0, h, rows):
+            yield i, slice(r, min(h, r + rows))
+
+
+def _float_to_uint8(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """Check float (F, H, W, C) frames (NaN/inf, [0, 1] ± tolerance) and convert them to
+    uint8 by rint(x * 255) in float64, clipped, chunk by chunk (bounded temporaries)."""
+    nan = inf = 0
+    lo, hi = np.inf, -np.inf
+    for i, rows in _chunks(arr):
+        block = arr[i, rows]
+        nan += int(np.isnan(block).sum())
+        inf += int(np.isinf(block).sum())
+        if not nan and not inf:
+            lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+    if nan or inf:
+        raise FrameError(f"frames contain {nan} NaN and {inf} inf values of {arr.size}; the "
+                         "model diverged (try float32, or check the scheduler and guidance)")
+    if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
+        cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first"
+                 if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
+                 else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
+                 else "values just outside [0, 1]: clamp in the model's post-processing")
+        raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
+                         f"(tolerance {FLOAT_TOLERANCE}); {cause}")
+    out = np.empty(arr.shape, dtype=np.uint8)
+    for i, rows in _chunks(arr):
+        block = np.multiply(arr[i, rows], 255.0, dtype=np.float64)
+        np.rint(block, out=block)
+        np.clip(block, 0, 255, out=block)
+        out[i, rows] = block
+    return out
+
+
 def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameStats]:
     """Check frames and convert them to contiguous uint8 (F, H, W, 3).
 
     Accepts a numpy array or torch tensor. float16/bfloat16/float32 must lie in
     [0, 1] (± ``FLOAT_TOLERANCE``) and are scaled by 255, rounded and clipped; uint8
-    passes unchanged. Raises FrameError for any other dtype, NaN/inf (with counts),
-    out-of-range floats (with min, max and the likely cause), an ambiguous layout, an
-    empty video, or odd sizes under 4:2:0. Near-constant and near-black videos are
-    flagged, and refused when ``spec.fail_on_flat``.
+    passes unchanged. Float frames are converted in chunks (``CONVERT_CHUNK_ELEMENTS``):
+    peak memory is the input plus its uint8 copy plus tens of MiB. Raises FrameError for
+    any other dtype, NaN/inf (with counts), out-of-range floats (with min, max and the
+    likely cause), an ambiguous layout, an empty video, or odd sizes under 4:2:0.
+    Near-constant and near-black videos are flagged, and refused when ``spec.fail_on_flat``.
     """
     arr, dtype = _to_numpy(frames)
     layout = _layout(tuple(arr.shape))
@@ -193,19 +239,7 @@ def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameSta
     if f == 0 or h == 0 or w == 0:
         raise FrameError(f"empty video: shape {tuple(arr.shape)}; the generator returned no frames")
     if dtype in _FLOAT_DTYPES:
-        nan, inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
-        if nan or inf:
-            raise FrameError(f"frames contain {nan} NaN and {inf} inf values of {arr.size}; the "
-                             "model diverged (try float32, or check the scheduler and guidance)")
-        lo, hi = float(arr.min()), float(arr.max())
-        if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
-            cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first"
-                     if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
-                     else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
-                     else "values just outside [0, 1]: clamp in the model's post-processing")
-            raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
-                             f"(tolerance {FLOAT_TOLERANCE}); {cause}")
-        out = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+        out = _float_to_uint8(arr, dtype)
     elif dtype == "uint8":
         out = arr
     else:
