@@ -159,6 +159,57 @@ def test_encoding_is_deterministic(encoder_spec, tmp_path: Path) -> None:  # typ
     assert a.digest == b.digest
 
 
+def hung_ffmpeg(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
+    """A fake ffmpeg that answers ``-version`` like the real one, and otherwise hangs
+    without reading its input (an encoder deadlocked on a bad GPU, a stuck mount)."""
+    real = ffmpeg_binary(encoder_spec)
+    fake = tmp_path / "hung-ffmpeg"
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                    f'echo $$ > {tmp_path / "hung.pid"}\nexec sleep 600\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                         monkeypatch) -> None:
+    """Regression (issue 22): ``encode`` gave ffmpeg no timeout, so a hung encoder hung the
+    task for ever. The limit is a floor plus a per-pixel allowance (floor lowered here)."""
+    import os
+    import time
+
+    from pairflow import video
+
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
+    assert video.tool_timeout(F, H, W) == video.TOOL_TIMEOUT_FLOOR_S + F * H * W * video.TOOL_TIMEOUT_S_PER_PIXEL
+    monkeypatch.setattr(video, "TOOL_TIMEOUT_FLOOR_S", 2.0)
+    u8, _ = prepare_frames(smooth(), spec)
+    started = time.monotonic()
+    with pytest.raises(E.ToolTimeoutError) as e:
+        encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert time.monotonic() - started < 15
+    msg = str(e.value)
+    assert str(tmp_path / "v.mp4") in msg and "hung-ffmpeg" in msg and "-progress pipe:1" in msg  # file, command
+    assert "timeout" in msg and "encoder/ffmpeg" in msg  # why, and the fix
+    assert not list(tmp_path.glob("v.mp4*")) and not list(tmp_path.glob(".tmp-*"))
+    pid = int((tmp_path / "hung.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped, not left running
+
+
+def test_encode_reports_each_frame_as_progress(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The stall check sees an encode advance: ffmpeg's -progress lines and the frames it consumed."""
+    from pairflow import progress
+
+    notes: list[str] = []
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    with progress.reporting_to(notes.append):
+        encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    progress.report("after the block: goes nowhere")
+    assert sum("consumed" in n for n in notes) == F  # one report per frame fed
+    assert any(f"frame={F} of v.mp4" in n for n in notes), notes  # ffmpeg's own count, to the last frame
+    assert "after the block" not in " ".join(notes)
+
+
 def test_failed_encode_leaves_nothing_under_the_final_name(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     u8, _ = prepare_frames(smooth(), encoder_spec)
     bad = dataclasses.replace(encoder_spec, ffmpeg=str(tmp_path / "no-such-ffmpeg"))
