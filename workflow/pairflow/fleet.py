@@ -423,7 +423,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
                 "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
         return [r for r in run.results if r is not None]
     finally:
-        dfk.cleanup()
+        _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
 
@@ -602,20 +602,94 @@ def _heartbeats(beat_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+EXIT_DEADLINE_S = 7.0
+"""After SIGTERM or SIGINT the job process exits within this many seconds, cleaned up or
+not (the pool's own watchdog ends it when the driver is gone; ``orphans``)."""
+CLEANUP_S = 60.0
+"""How long Parsl's cleanup may take after the work (its interchange answering); after
+a signal it gets ``EXIT_DEADLINE_S`` / 2. Past that the pool is torn down directly."""
+_STOPPING: list[int] = []
+"""The signal this job is stopping on, once one arrived."""
+
+
 def _trap_sigterm() -> Any:
-    """Turn SIGTERM (Slurm at walltime, scancel) into SystemExit so ``finally`` cleans
-    Parsl up; a driver that dies without cleanup leaves its worker pool running."""
+    """Turn SIGTERM (Slurm at walltime, scancel) and SIGINT (Ctrl-C) into SystemExit so
+    ``finally`` cleans Parsl up; a driver that dies without cleanup leaves its worker pool
+    running. The first signal is said in the log and on stderr, and arms a hard exit
+    ``EXIT_DEADLINE_S`` later, so the job ends promptly whatever its phase (warm-up
+    included) and wherever Parsl's cleanup waits; later ones are ignored."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    _STOPPING.clear()
 
     def stop(signum: int, frame: Any) -> None:
+        if _STOPPING:
+            return  # already stopping (a Ctrl-C reaches the job and Snakemake forwards one)
+        _STOPPING.append(signum)
+        name = signal.Signals(signum).name
+        msg = (f"{name} received: stopping this job and its Parsl worker pool (exit within {EXIT_DEADLINE_S:.0f} s); "
+               "completed candidates are kept, a rerun runs only what is unfinished")
+        log.error("%s", msg)
+        print(f"pairflow: {msg}", file=sys.stderr, flush=True)
+
+        def hard_exit() -> None:
+            time.sleep(EXIT_DEADLINE_S)
+            log.error("cleanup after %s did not finish within %.0f s; exiting now", name, EXIT_DEADLINE_S)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(128 + signum)
+
+        threading.Thread(target=hard_exit, name="pairflow-exit-deadline", daemon=True).start()
         raise SystemExit(128 + signum)
 
-    return signal.signal(signal.SIGTERM, stop)
+    return (signal.signal(signal.SIGTERM, stop), signal.signal(signal.SIGINT, stop))
 
 
 def _restore_sigterm(previous: Any) -> None:
     if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+
+
+def _cleanup(dfk: Any) -> None:
+    """``dfk.cleanup()`` with a time limit: it talks to the interchange, which a signal to
+    the job's whole process group (Slurm's scancel) may have ended, and then waits for
+    ever. Past the limit the pool's process groups get SIGTERM and the interchange
+    SIGKILL directly, and the job goes on exiting."""
+    import threading
+
+    limit = EXIT_DEADLINE_S / 2 if _STOPPING else CLEANUP_S
+    done = threading.Event()
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # a half-dead interchange makes Parsl's cleanup raise; torn down below
+            dfk.cleanup()
+        done.set()
+
+    threading.Thread(target=run, name="pairflow-parsl-cleanup", daemon=True).start()
+    if done.wait(limit):
+        return
+    log.error("Parsl's cleanup did not finish within %.0f s; ending the worker pool and interchange directly", limit)
+    for executor in dfk.executors.values():
+        _end_blocks(executor)
+        proc = getattr(executor, "interchange_proc", None)
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+
+def _end_blocks(executor: Any) -> None:
+    """SIGTERM each of ``executor``'s worker pools' process groups (LocalProvider starts
+    each block in a group of its own), never this process's own group."""
+    provider = getattr(executor, "provider", None)
+    for job in getattr(provider, "resources", {}).values():
+        pid = job.get("remote_pid") if isinstance(job, dict) else None
+        try:
+            group = os.getpgid(int(pid)) if pid else None
+        except (OSError, ValueError):
+            continue
+        if group is not None and group != os.getpgrp():
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGTERM)
