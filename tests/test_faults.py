@@ -422,10 +422,13 @@ def _live(pids: list[int]) -> list[int]:
     return [p for p in pids if _stat(p) and _stat(p)[1] not in "ZX"]
 
 
-def test_sigterm_during_warm_up_ends_the_panel_job_and_its_pool_within_10s(tiny_model: Path, tmp_path: Path) -> None:
-    """Injected: SIGTERM to the panel job process (what Slurm sends at walltime or on
-    scancel) while its workers are still in warm-up (importing torch and the scorers).
-    Regression (issue 22): it ran on for more than 8 minutes, until SIGKILL."""
+@pytest.mark.parametrize("targets", ["job", "job and its children"])
+def test_sigterm_during_warm_up_ends_the_panel_job_and_its_pool_within_10s(tiny_model: Path, tmp_path: Path,
+                                                                            targets: str) -> None:
+    """Injected: SIGTERM to the panel job process while its workers are still in warm-up
+    (importing torch and the scorers); or, as Slurm's scancel and walltime do, to the job
+    and its children at once (the Parsl interchange then dies before the job can shut the
+    pool down through it). Regression (issue 22): it ran on for more than 8 minutes."""
     project, cfg = make(tmp_path, tiny_model, "termwarm", fleet={"cpu_workers": 1, "retries": 0})
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
@@ -434,7 +437,10 @@ def test_sigterm_during_warm_up_ends_the_panel_job_and_its_pool_within_10s(tiny_
         wait_for(lambda: _heartbeat_in(scratch, "warm-up"), 300, "a worker in warm-up")
         job = _job_process(project, proc.pid)
         tree = [p for p in run_processes(project, proc.pid) if p != proc.pid]
-        os.kill(job, signal.SIGTERM)
+        children = [c for c in tree if _stat(c) and _stat(c)[0] == job]
+        assert children or targets == "job", tree
+        for pid in [job, *(children if targets != "job" else [])]:
+            os.kill(pid, signal.SIGTERM)
         sent = time.monotonic()
         wait_for(lambda: not _live([job]), 10, "the job process to exit after SIGTERM")
         job_s = time.monotonic() - sent
@@ -481,3 +487,42 @@ def test_interrupting_snakemake_ends_the_run_visibly_within_10s(tiny_model: Path
     assert "received: stopping this job and its Parsl worker pool" in out  # the job's own, on stderr
     log = (scratch / "logs" / "generate-score" / "t.log").read_text()
     assert "received: stopping this job and its Parsl worker pool" in log
+
+
+def test_a_hung_encoder_fails_the_job_within_the_stall_timeout_and_a_slow_start_does_not(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """Injected: an ffmpeg that hangs without reading its input (a fake binary set as
+    encoder/ffmpeg; it answers -version like the real one). Regression (issue 22): the
+    heartbeat thread beat while the task was blocked, so the job never stalled. With
+    stall_timeout_s 10, below the workers' start-up (pool, torch, diffusers, scorers), the
+    slow start must not fail the job; the hang must, within 10 s plus the driver's poll and
+    cleanup."""
+    from pairflow.config import EncoderSpec
+    from pairflow.video import ffmpeg_binary
+
+    real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
+    hung = tmp_path / "hung-ffmpeg"
+    marker = tmp_path / "hung.started"
+    hung.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                    f'touch {marker}\nexec sleep 600\n')
+    hung.chmod(0o755)
+    project, cfg = make(tmp_path, tiny_model, "hung", encoder={"ffmpeg": str(hung)},
+                        fleet={"cpu_workers": 1, "retries": 0, "stall_timeout_s": 10})
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+        ended = time.time()
+    finally:
+        kill_everything_under(project, proc.pid)
+    assert proc.returncode != 0
+    log = (Path(cfg["storage"]["scratch"]) / "logs" / "generate-score" / "t.log").read_text()
+    assert "StalledError" in log and "stall_timeout_s: 10" in log, log[-3000:]
+    assert "ffmpeg" in log and "consumed" in log  # the slot's last progress: ffmpeg fed, then nothing
+    ready = next(line for line in log.splitlines() if "a worker is ready after" in line)
+    startup = float(ready.split("ready after ")[1].split("s")[0])
+    hung_s = ended - marker.stat().st_mtime
+    print(f"\nFAULT hung encoder: start-up {startup:.0f}s did not stall; the job failed {hung_s:.1f}s after "
+          "ffmpeg hung (stall_timeout_s 10)")
+    assert hung_s < 10 + 30, hung_s
