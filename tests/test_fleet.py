@@ -456,3 +456,45 @@ def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tm
     size = _tree_bytes(tmp_path / "run")
     time.sleep(5)
     assert _tree_bytes(tmp_path / "run") == size, "a log still grows after the job ended"
+
+
+LOST_DRIVER = """
+import sys
+from pathlib import Path
+from pairflow.config import FleetSpec
+from pairflow.fleet import Grant, run_tasks
+from test_fleet import pid_then_sleep
+d = Path(sys.argv[1])
+run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600, "i": i} for i in range(3)], d / "run",
+          FleetSpec(2, 0, stall_timeout_s=120), Grant(), "lost", None, lambda p: d / "failures" / f"{p['i']}.json")
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots(tmp_path):
+    """Injected: SIGKILL to the worker pool's main process (what the kernel's OOM killer
+    does to the largest process). Regression (issue 22): its block's exit 137 reached the
+    tasks as Parsl's bad-state error, classed ``other``, with ``slot: null``."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", LOST_DRIVER, str(tmp_path)], env=dict(os.environ),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert len(list(tmp_path.glob("*.pid"))) == 2, f"workers did not start (driver exit {proc.poll()})"
+        os.kill(_pool_of(tmp_path), signal.SIGKILL)
+        _, err = proc.communicate(timeout=110)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "TaskFailedError" in err, err[-3000:]
+    records = {int(f.stem): json.loads(f.read_text()) for f in (tmp_path / "failures").glob("*.json")}
+    assert len(records) == 3, err[-3000:]
+    assert {r["class"] for r in records.values()} == {"host_oom_or_killed"}, records
+    assert all("exit 137" in r["advice"] for r in records.values())
+    running = [r["slot"] for r in records.values() if r["slot"]["source"] == "heartbeat"]
+    assert len(running) == 2  # the two tasks that were running: their worker's host and device
+    assert all(s["host"] and s["device"].startswith("cpu") and s["pid"] for s in running)
