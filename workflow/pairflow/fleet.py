@@ -161,6 +161,9 @@ HEARTBEAT_S = 5.0
 """How often the driver looks at its tasks and the workers' heartbeat files."""
 PROGRESS_WRITE_S = 1.0
 """A worker rewrites its heartbeat file at most this often, however fast its task reports."""
+ACTIVE_S = 60.0
+"""``pairflow status`` counts a worker active when its heartbeat moved this recently (it
+moves on progress: one denoising step of a large model may take tens of seconds)."""
 
 
 def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, Any],
