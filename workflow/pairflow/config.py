@@ -229,8 +229,9 @@ class RepeatSpec:
 class FleetSpec:
     """How fanned-out tasks run: CPU workers where no accelerator was granted, task
     retries, seconds an idle block waits before it is released, NVML sampling period,
-    seconds without a finished task or a worker heartbeat after which a job fails as
-    stalled, and whether a panel's generation and scoring share one job."""
+    seconds without a finished task or a worker's progress report after which a job
+    fails as stalled (counted from the first worker ready; start-up has its own limit),
+    and whether a panel's generation and scoring share one job."""
 
     cpu_workers: int
     retries: int
@@ -239,6 +240,9 @@ class FleetSpec:
     stall_timeout_s: float = 600.0
     panel_jobs: str = "combined"
     """``combined``: one job per panel generates and scores; ``per-stage``: one job per stage."""
+    startup_timeout_s: float = 1800.0
+    """Seconds a job may take to start (worker pool, imports, model load) before its stall
+    clock (``stall_timeout_s``) starts; longer fails it as stalled in start-up."""
 
 
 @dataclass(frozen=True)

@@ -305,6 +305,22 @@ class TimingRecord(_Sealed):
     worker: NotRequired[dict[str, Any]]
 
 
+class FailureSlot(TypedDict):
+    """Where a failed task last ran (``fleet._failed_slot``): host and device, the slot's
+    name (``telemetry.slot_name``) and which evidence said so (task, heartbeat, parsl)."""
+
+    host: str | None
+    device: str | None
+    name: str | None
+    source: Literal["task", "heartbeat", "parsl"]
+    pid: NotRequired[int | None]
+    rank: NotRequired[str | int | None]
+    visible_devices: NotRequired[str | None]
+    gpu_index: NotRequired[str | None]
+    gpu_uuid: NotRequired[str | None]
+    slurm_job: NotRequired[str | None]
+
+
 FailureRecord = TypedDict("FailureRecord", {
     "kind": Literal["failure"],
     "schema_version": NotRequired[int],
@@ -320,7 +336,8 @@ FailureRecord = TypedDict("FailureRecord", {
     "message": str,
     "attempts": int,
     "time": float,
-    "slot": dict[str, Any] | str | None,
+    "advice": NotRequired[str],
+    "slot": FailureSlot | str | None,
 })
 """A task that failed after its retries (``fleet``); "class" is a keyword, hence the functional form."""
 
