@@ -57,7 +57,7 @@ def add_candidate(scratch: Path, panel: str, prompt: str) -> dict:  # type: igno
 def pack_of(work: Path, group: str = "panels/p/generation") -> Path:
     snap = snapshot(work)
     manifest = json.loads((snap / "archive.json").read_text())
-    return Path(os.path.normpath(snap / manifest["packing"]["files"][group]))
+    return work / "packs" / (manifest["packs"][group].split(":")[1] + ".pfpack")
 
 
 def test_promote_copies_evidence_not_pixels_and_verifies(tmp_path: Path) -> None:
@@ -107,7 +107,8 @@ def test_one_rerun_panel_adds_only_its_packs(tmp_path: Path) -> None:
     second = json.loads((snapshot(work) / "archive.json").read_text())
     added = {p.name for p in (work / "packs").iterdir()} - before
     assert len(list((work / "snapshots").iterdir())) == 2
-    assert second["packing"]["files"]["panels/p/generation"] == first["packing"]["files"]["panels/p/generation"]
+    assert second["packs"]["panels/p/generation"] == first["packs"]["panels/p/generation"]
+    assert second["packing"]["files"] == {}  # every pack under its root's own name
     assert added == {second["packs"]["panels/q/generation"][9:] + ".pfpack"}
     assert verify_archive(work).ok
 

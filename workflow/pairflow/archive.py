@@ -154,8 +154,9 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
         manifest: Manifest = json.loads(path.read_text())
     else:
-        packing = {g: os.path.relpath(store_pack(dest, g, members, src), snapshot)
-                   for g, members in sorted(groups.items())}
+        stored = {g: store_pack(dest, g, members, src) for g, members in sorted(groups.items())}
+        # Only packs not under their root's own name (written again beside a damaged one).
+        packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items() if p.name != _pack_name(files_root(groups[g]))}
         body = {**(extra or {}), "packs": {g: files_root(m) for g, m in sorted(groups.items())},
                 "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
         manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
@@ -178,7 +179,7 @@ def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Pa
     it was hashed or the written pack does not verify."""
     root = files_root(members)
     n, base = 1, root.split(":", 1)[1]
-    while (target := dest / PACKS / f"{base}{'' if n == 1 else f'-{n}'}{SUFFIX}").exists():
+    while (target := dest / PACKS / (_pack_name(root) if n == 1 else f"{base}-{n}{SUFFIX}")).exists():
         try:
             pack = Pack(target)
             if pack.root == root and not pack.verify():
@@ -430,8 +431,14 @@ def _check_pack(path: Path, sdir: Path) -> tuple[Pack | None, list[str]]:
 def snapshot_files(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Path], dict[str, Path]]:
     """(group -> pack path, listed plain file -> path) of a packed snapshot."""
     packing = (manifest.get("packing") or {}).get("files") or {}
-    return ({g: Path(os.path.normpath(sdir / packing[g])) for g in manifest["packs"] if g in packing},
+    return ({g: Path(os.path.normpath(sdir / packing.get(g, f"../../{PACKS}/{_pack_name(root)}")))
+             for g, root in manifest["packs"].items()},
             {rel: sdir / rel for rel in manifest.get("files", {})})
+
+
+def _pack_name(root: str) -> str:
+    """The file name of the pack whose files have ``root``."""
+    return f"{root.split(':', 1)[1]}{SUFFIX}"
 
 
 def verify_snapshot(sdir: Path, manifest: dict[str, Any],
@@ -447,10 +454,7 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
     pack_paths, _ = snapshot_files(sdir, manifest)
     members: dict[str, tuple[Pack, str]] = {}
     for group, root in sorted(manifest["packs"].items()):
-        ppath = pack_paths.get(group)
-        if ppath is None:
-            problems.append(f"{path}: lists pack {group} but not which file holds it (packing)")
-            continue
+        ppath = pack_paths[group]
         if str(ppath) not in cache:
             cache[str(ppath)] = _check_pack(ppath, sdir)
         pack, found = cache[str(ppath)]

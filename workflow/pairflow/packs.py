@@ -57,7 +57,9 @@ def files_root(digests: dict[str, str]) -> str:
 
 
 def _gzip(data: bytes) -> bytes:
-    c = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: a gzip member (mtime 0: reproducible bytes)
+    # Level 6: about twice as fast as 9 on records for a few percent more bytes. wbits 31:
+    # a gzip member, with mtime 0 (the same files give the same bytes).
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
     return c.compress(data) + c.flush()
 
 

@@ -1,0 +1,150 @@
+"""The ``archive`` section of ``benchmarks/run.py``: a packed snapshot against the
+unpacked layout (every file plain, as PairFlow archived before packs) on the same
+synthetic finished study (``run._write_evidence``, the ``plan`` section's factory).
+
+Per point: files and bytes (apparent and allocated) per snapshot, bytes per candidate,
+promotion and full-verify wall time and peak RSS (each in its own process, under
+``/usr/bin/time``), and what a re-promotion adds after one panel was rerun (its prompts
+changed: every record of that panel, its manifests and the study-level files differ).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import run  # benchmarks/run.py: the synthetic study and the timed child process
+
+os.environ["PYTHONPATH"] = os.pathsep.join([str(run.ROOT / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+ARCHIVE_SIZES = {"31k": 500, "100k": 1613}
+"""Panels of 31 prompts x 1 seed x 2 arms, as the ``plan`` section: 31,000 and 100,006 candidates."""
+
+PLAIN = """
+import json, shutil, sys
+from pathlib import Path
+from pairflow.archive import REGENERATE, evidence_files, make_read_only
+from pairflow.atomic import atomic_path, write_text
+from pairflow.identity import digest_file, digest_obj
+from pairflow.records import build_manifest, write_manifest
+# The promotion as PairFlow did it before packs: every file copied plain (temp, fsync,
+# rename), byte-verified, listed with the videos in archive.json.
+src, dest = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
+files = evidence_files(src)
+digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
+snap = dest / "snapshots" / digest_obj(digests).split(":", 1)[1][:16]
+for rel, want in digests.items():
+    with atomic_path(snap / rel) as tmp:
+        shutil.copyfile(src / rel, tmp)
+        assert digest_file(tmp) == want
+videos = {}
+for rel in digests:
+    if "/records/" in rel:
+        rec = json.loads((src / rel).read_text())
+        videos[(Path(rel).parents[2] / rec["video"]["path"]).as_posix()] = rec["video"]["digest"]
+m = build_manifest("archive", snap, [snap / r for r in digests], {"videos_on_scratch": videos, "regenerate": REGENERATE})
+write_manifest(snap / "archive.json", m)
+make_read_only(snap)
+write_text(dest / "latest.json", json.dumps({"snapshot": f"snapshots/{snap.name}", "root_digest": m["root_digest"]}))
+"""
+PACKED = "import sys; from pathlib import Path; from pairflow.archive import promote; promote(Path(sys.argv[1]), Path(sys.argv[2]))"
+VERIFY = ("import sys; from pathlib import Path; from pairflow.archive import verify_archive; "
+          "r = verify_archive(Path(sys.argv[1])); print(len(r.problems)); sys.exit(0 if r.ok else 1)")
+
+
+def _tree(paths: list[Path]) -> dict[str, int]:
+    """Files, apparent bytes and allocated bytes (st_blocks) under ``paths``."""
+    n = size = alloc = 0
+    for root in paths:
+        found = ([str(root)] if root.is_file() else
+                 [os.path.join(d, name) for d, _dirs, names in os.walk(root) for name in names])
+        for f in found:
+            st = os.lstat(f)
+            n, size, alloc = n + 1, size + st.st_size, alloc + st.st_blocks * 512
+    return {"files": n, "bytes": size, "allocated_bytes": alloc}
+
+
+def _snapshot_paths(work: Path, snap: Path) -> list[Path]:
+    """The snapshot directory and, for a packed one, the packs it lists."""
+    from pairflow.archive import snapshot_files
+
+    manifest = json.loads((snap / "archive.json").read_text())
+    return [snap, *(snapshot_files(snap, manifest)[0].values() if "packs" in manifest else [])]
+
+
+def _latest(work: Path) -> Path:
+    return work / json.loads((work / "latest.json").read_text())["snapshot"]
+
+
+def _py(code: str, *args: Path) -> tuple[float, float]:
+    wall, rss, _ = run._timed_cmd([sys.executable, "-c", code, *map(str, args)], Path.cwd())
+    return wall, rss
+
+
+def _layout(code: str, scratch: Path, work: Path, candidates: int) -> dict[str, Any]:
+    promote_s, promote_rss = _py(code, scratch, work)
+    snap = _latest(work)
+    size = _tree(_snapshot_paths(work, snap))
+    verify_s, verify_rss = _py(VERIFY, work)
+    return {**size, "bytes_per_candidate": size["bytes"] / candidates,
+            "allocated_bytes_per_candidate": size["allocated_bytes"] / candidates,
+            "promote_s": promote_s, "promote_peak_rss_mib": promote_rss,
+            "verify_s": verify_s, "verify_peak_rss_mib": verify_rss}
+
+
+def archive_point(panels: int, prompts: int) -> dict[str, Any]:
+    """Both layouts on one synthetic finished study of ``panels`` x ``prompts`` x 1 seed x
+    2 arms, then a one-panel rerun re-promoted into each."""
+    proj = run._scale_project(panels, prompts)
+    t = time.perf_counter()
+    run._write_evidence(proj)
+    write_s = time.perf_counter() - t
+    scratch, n = proj / "results" / "scratch", panels * prompts * 2
+    src = _tree([scratch])
+    tmp = Path(tempfile.mkdtemp())
+    point: dict[str, Any] = {"candidates": n, "panels": panels, "write_tree_s": write_s,
+                             "scratch_evidence": src}
+    point["plain"] = _layout(PLAIN, scratch, tmp / "plain", n)
+    point["packed"] = _layout(PACKED, scratch, tmp / "packed", n)
+    # Rerun one panel: new prompt texts give it new candidates, records and manifests.
+    sheet = proj / "config" / "panels" / "p000.tsv"
+    sheet.write_text(sheet.read_text().replace("prompt 0 ", "prompt 0 rerun "))
+    run._write_evidence(proj)
+    for name, code in (("plain", PLAIN), ("packed", PACKED)):
+        work = tmp / name
+        before = _tree([work])
+        wall, rss = _py(code, scratch, work)
+        after = _tree([work])
+        point[name]["repromote_s"] = wall
+        point[name]["repromote_added_files"] = after["files"] - before["files"]
+        point[name]["repromote_added_bytes"] = after["bytes"] - before["bytes"]
+    snap = _latest(tmp / "packed")
+    from pairflow.archive import snapshot_files
+
+    packing = snapshot_files(snap, json.loads((snap / "archive.json").read_text()))[0]
+    panel_packs = [p for g, p in packing.items() if g.startswith("panels/p000/")]
+    point["packed"]["rerun_panel_packed_bytes"] = sum(p.stat().st_size for p in panel_packs)
+    point["packed"]["repromote_added_over_panel_packed"] = (point["packed"]["repromote_added_bytes"]
+                                                            / point["packed"]["rerun_panel_packed_bytes"])
+    point["packed"]["files_per_panel"] = (point["packed"]["files"] - _tree([snap])["files"]) / panels
+    point["packed"]["study_level_files"] = _tree([snap])["files"]
+    for p in (tmp, proj):
+        for dirpath, dirs, _names in os.walk(p):  # promoted snapshots are read-only
+            for d in dirs:
+                os.chmod(os.path.join(dirpath, d), 0o755)
+        shutil.rmtree(p)
+    return point
+
+
+def bench_archive(runs: int, quick: bool = False) -> dict[str, Any]:
+    """Packed against plain snapshots at 31,000 and 100,006 candidates; quick: 10 panels
+    of 5 prompts. One run per point (each takes minutes at full size)."""
+    if quick:
+        return {"points": {"quick": archive_point(10, 5)}}
+    return {"points": {k: archive_point(p, 31) for k, p in ARCHIVE_SIZES.items()}}
