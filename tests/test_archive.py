@@ -201,7 +201,25 @@ def test_an_index_that_disagrees_with_its_pack_is_refused(tmp_path: Path) -> Non
         packs.Pack(pack).read(rel)
     problems = verify_tree(snapshot(work))
     assert any(p.startswith(f"{pack}: first failing record {rel}") for p in problems), problems
-    assert any(f"holds files with root" in p for p in problems)
+    assert any("holds files with root" in p for p in problems)
+
+
+def test_a_damaged_pack_is_kept_and_its_files_packed_again_after_retirement(tmp_path: Path) -> None:
+    """Refuse, don't repair: the damaged pack stays, the retired snapshot keeps listing
+    it, and the next promotion packs the same files beside it as <root>-2."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    first, pack = snapshot(work), pack_of(work)
+    flip(pack, pack.stat().st_size - 20)
+    retire(work, first.name, "bit rot in a pack")
+    manifest = promote(scratch, work)
+    again = work / "packs" / pack.name.replace(".pfpack", "-2.pfpack")
+    assert pack.exists() and packs.Pack(again).verify() == []
+    assert manifest["packing"]["files"] == {"panels/p/generation": f"../../packs/{again.name}"}
+    assert snapshot(work).name == f"{first.name}-2" and manifest["packs"] == json.loads(
+        (first / "archive.json").read_text())["packs"]
+    report = verify_archive(work)
+    assert report.ok and [n.kind for n in report.notes] == ["retired"]
 
 
 KILL_PACKING = """

@@ -156,7 +156,8 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     else:
         stored = {g: store_pack(dest, g, members, src) for g, members in sorted(groups.items())}
         # Only packs not under their root's own name (written again beside a damaged one).
-        packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items() if p.name != _pack_name(files_root(groups[g]))}
+        packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
+                   if p.name != _pack_name(files_root(groups[g]))}
         body = {**(extra or {}), "packs": {g: files_root(m) for g, m in sorted(groups.items())},
                 "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
         manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
@@ -310,6 +311,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("altered", dest / RETIRED, str(e))
         gone = {}
     snaps = sorted(p for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
+    cache: dict[str, tuple[Pack | None, list[str]]] = {}
     for sdir in snaps:
         if sdir.name in gone:
             n = gone[sdir.name]
@@ -320,7 +322,7 @@ def verify_archive(dest: Path) -> Any:
                        "rerun the workflow to finish it, or retire it: pairflow archive retire "
                        f"{sdir.name} --why \"...\"")
             continue
-        for line in verify_tree(sdir):
+        for line in verify_tree(sdir, cache):
             file, _, message = line.partition(": ")
             file = os.path.normpath(file)
             kind = "extra" if "extra file" in message else "missing" if message.startswith("missing") else "altered"
@@ -349,7 +351,26 @@ def verify_archive(dest: Path) -> Any:
                 report.add("latest", latest, f"root digest {pointer.get('root_digest')} differs from {target.name}'s")
     for t in temp_files(dest):
         report.add("temp", t, "left by an interrupted write; safe to delete")
+    for pack in sorted(set(_stored_packs(dest)) - set(_listed_packs(snaps))):
+        report.add("temp", pack, "a pack no snapshot lists (its promotion was interrupted before archive.json); "
+                   "the next promotion of the same files uses it, or delete it")
     return report
+
+
+def _stored_packs(dest: Path) -> list[Path]:
+    return sorted(p for p in (dest / PACKS).glob(f"*{SUFFIX}")) if (dest / PACKS).is_dir() else []
+
+
+def _listed_packs(snaps: list[Path]) -> list[Path]:
+    """The packs listed by the complete snapshots among ``snaps`` (retired ones too)."""
+    out = []
+    for sdir in snaps:
+        try:
+            manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+            out += list(snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # an incomplete or unreadable snapshot is reported as such
+    return out
 
 
 def verify_tree(root: Path, packs: dict[str, tuple[Pack | None, list[str]]] | None = None) -> list[str]:
@@ -467,7 +488,10 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
             members[m.path] = (pack, m.digest)
 
     def digest_of(f: Path) -> str | None:
-        rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix()
+        try:
+            rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix()
+        except ValueError:  # a listed path that leaves the snapshot
+            return None
         if rel in members:
             return members[rel][1]
         return digest_file(f) if f.is_file() and not f.is_symlink() and rel in manifest["files"] else None
@@ -500,10 +524,11 @@ def show(sdir: Path, key: str, part: str = "generation") -> bytes:
     try:
         manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
     except (OSError, ValueError) as e:
-        raise ArchiveError(f"{sdir}: not a complete snapshot ({e}); give a directory under work/<study>/snapshots")
+        raise ArchiveError(f"{sdir}: not a complete snapshot ({e}); give a directory under "
+                           "work/<study>/snapshots") from e
     sub = {"generation": "records", "score": "scores", "timing": "timing"}[part]
     if "packs" not in manifest:  # an unpacked snapshot of an earlier version
-        for rel in sorted(manifest.get("files", {})):
+        for rel in sorted(str(r) for r in manifest.get("files", {})):
             if any(f"/{d}/" in f"/{rel}" for d in RECORD_DIRS) and rel.endswith(".json"):
                 rec = read_record(sdir / rel)
                 if rec["record_digest"] == want or (rec.get("candidate", {}).get("candidate_id") == want

@@ -302,8 +302,8 @@ def check_manifest(manifest: Any, path: Path, digest_of: Callable[[Path], str | 
 __all__ = [
     "build_manifest",
     "canonical_json",
-    "check_schema",
     "check_manifest",
+    "check_schema",
     "check_video",
     "digest_bytes",
     "parse_record",
