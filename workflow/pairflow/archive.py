@@ -471,6 +471,8 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
     path = sdir / ARCHIVE_MANIFEST
     problems = check_manifest(manifest, path, lambda f: digest_file(f) if f.is_file() and not f.is_symlink()
                               else None, exclude=("packing",))
+    if not isinstance(manifest.get("packs"), dict) or not isinstance(manifest.get("files"), dict):
+        return [*problems, f"{path}: packs or files is not a mapping; the manifest was altered"]
     problems += _extra_files(sdir, set(manifest.get("files", {})))
     pack_paths, _ = snapshot_files(sdir, manifest)
     members: dict[str, tuple[Pack, str]] = {}

@@ -137,7 +137,7 @@ class Pack:
                 index, self.data_start = _read_index(fh, self.path)
                 self.size = os.fstat(fh.fileno()).st_size
         except FileNotFoundError:
-            raise IntegrityError(f"{self.path}: pack is missing; the snapshots that list it cannot be read, "
+            raise IntegrityError(f"{self.path}: missing pack; the snapshots that list it cannot be read, "
                                  "retire them (pairflow archive retire <id> --why ...) and rerun") from None
         self.index = index
         try:
