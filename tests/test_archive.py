@@ -192,7 +192,17 @@ def test_an_index_that_disagrees_with_its_pack_is_refused(tmp_path: Path) -> Non
         packs.Pack(pack)
     assert any("index disagrees with its pack" in p for p in verify_tree(snapshot(work)))
 
+    def past_the_blocks(index):  # type: ignore[no-untyped-def]
+        index["members"][0][2] = 5
+        index["root"] = packs.files_root({e[0]: e[1] for e in index["members"]})
+        return index
+
+    rewrite_index(pack, past_the_blocks)
+    with pytest.raises(IntegrityError, match=f"index disagrees with its pack: member {rel} lies in block 5"):
+        packs.Pack(pack)
+
     def consistent_lie(index):  # type: ignore[no-untyped-def]
+        index["members"][0][2] = 0
         index["root"] = packs.files_root({e[0]: e[1] for e in index["members"]})
         return index
 

@@ -444,8 +444,7 @@ def _check_pack(path: Path, sdir: Path) -> tuple[Pack | None, list[str]]:
                 problems.append(str(e))
     if failed:
         more = f"; {failed - 1} more member(s) fail" if failed > 1 else ""
-        problems.insert(0, f"{path}: {first}{more}; retire the snapshots that list this pack (pairflow archive "
-                           "retire <id> --why ...)")
+        problems.insert(0, f"{path}: {first}{more}")  # verify_archive says which snapshot to retire
     return pack, problems
 
 

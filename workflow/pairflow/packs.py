@@ -155,6 +155,13 @@ class Pack:
         if files_root({m.path: m.digest for m in self.members.values()}) != self.root:
             raise IntegrityError(f"{self.path}: index disagrees with its pack: root {self.root} is not the "
                                  f"digest of the members it lists; {fix}")
+        if len(self.members) != len(self.index["members"]):
+            raise IntegrityError(f"{self.path}: index disagrees with its pack: a member is listed twice; {fix}")
+        for m in self.members.values():
+            if not (0 <= m.block < len(self.blocks) and m.start >= 0 and m.length >= 0):
+                raise IntegrityError(f"{self.path}: index disagrees with its pack: member {m.path} lies in block "
+                                     f"{m.block} at {m.start} (+{m.length}); the pack has {len(self.blocks)} "
+                                     f"block(s); {fix}")
         end = 0
         for i, (off, n) in enumerate(self.blocks):
             if off != end or n <= 0:
