@@ -358,7 +358,8 @@ def verify_archive(dest: Path) -> Any:
 
 
 def _stored_packs(dest: Path) -> list[Path]:
-    return sorted(p for p in (dest / PACKS).glob(f"*{SUFFIX}")) if (dest / PACKS).is_dir() else []
+    return (sorted(p for p in (dest / PACKS).glob(f"*{SUFFIX}") if not p.name.startswith(TMP_PREFIX))
+            if (dest / PACKS).is_dir() else [])
 
 
 def _listed_packs(snaps: list[Path]) -> list[Path]:
