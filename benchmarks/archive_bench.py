@@ -145,6 +145,10 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
                                                             / point["packed"]["rerun_panel_packed_bytes"])
     point["packed"]["files_per_panel"] = (point["packed"]["files"] - _tree([snap])["files"]) / panels
     point["packed"]["study_level_files"] = _tree([snap])["files"]
+    point["packed"]["study_level_bytes"] = _tree([snap])["bytes"]
+    point["packed"]["largest_study_level_files"] = {  # what a re-promotion writes besides the panel's packs
+        f.relative_to(snap).as_posix(): f.stat().st_size
+        for f in sorted((f for f in snap.rglob("*") if f.is_file()), key=lambda f: -f.stat().st_size)[:4]}
     for p in (tmp, proj):
         for dirpath, dirs, _names in os.walk(p):  # promoted snapshots are read-only
             for d in dirs:
@@ -190,6 +194,19 @@ def render(a: dict[str, Any] | None) -> list[str]:
                        f"{y['promote_s']:.1f} ({y['promote_peak_rss_mib']:.0f}) | {y['verify_s']:.1f} "
                        f"({y['verify_peak_rss_mib']:.0f}) | {y['repromote_added_files']}, "
                        f"{y['repromote_added_bytes'] / 1e6:.2f}{ratio} |")
+    rows = []
+    for k, x in sorted(a["points"].items(), key=lambda kv: kv[1]["candidates"]):
+        y, n = x["packed"], x["candidates"]
+        rows += [(f"files per panel ({n})", "<= 3 + constant", f"{y['files_per_panel']:.0f} + "
+                  f"{y['study_level_files']}", y["files_per_panel"] <= 3),
+                 (f"bytes per candidate ({n})", "<= 1.5 KB", f"{y['bytes_per_candidate']:.0f} B",
+                  y["bytes_per_candidate"] <= 1536),
+                 (f"one-panel re-promotion adds ({n})", "< 2x the panel's packs",
+                  f"{y['repromote_added_over_panel_packed']:.1f}x", y["repromote_added_over_panel_packed"] < 2)]
+        if k == "31k":
+            rows.append(("full verify at 31,000", "< 60 s", f"{y['verify_s']:.1f} s", y["verify_s"] < 60))
+    out += ["", "| goal | target | measured | met |", "|---|---|---|---|",
+            *[f"| {g} | {t} | {m} | {'yes' if ok else '**no**'} |" for g, t, m, ok in rows]]
     out += ["", "Packed: three packs per panel plus the study-level plain files and `archive.json` "
             + ", ".join(f"({x['packed']['study_level_files']} at {x['candidates']})"
                         for x in sorted(a["points"].values(), key=lambda x: x["candidates"])) + ".", ""]
