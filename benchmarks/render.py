@@ -339,7 +339,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"On {h['bytes'] >> 20} MiB in memory: xxh3_128 {h['xxh3_128_MBps']:.0f} MB/s, sha256 "
                   f"{h['sha256_MBps']:.0f} MB/s (sha256 is {h['sha256_over_xxh3']:.1f}x slower); `digest_file` from "
                   f"disk {h['digest_file_MBps']:.0f} MB/s.", ""]
-    lines += [*_plan(r.get("plan"), r.get("records")), *_payload(r.get("payload"))]
+    from archive_bench import render as _archive  # benchmarks/archive_bench.py
+
+    lines += [*_plan(r.get("plan"), r.get("records")), *_archive(r.get("archive")), *_payload(r.get("payload"))]
     lo, sl = r.get("loads"), r.get("slots")
     if _ok(lo):
         lines += [

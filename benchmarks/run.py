@@ -5,8 +5,10 @@ Writes ``benchmarks/results.json`` with the machine, versions and commit. Timing
 medians over several runs; every ratio is measured side by side in one run. Sections:
 encode/decode (writer vs bare ffmpeg), hashing (xxh3 vs sha256), planning at 31,000
 candidates, model loads (once per worker vs per candidate), Parsl slot busy share and
-no-op task rate, metric throughput, the default study's time by stage, and (``stats``) the
-coverage and false-positive rate of the statistics at 3 to 30 prompts.
+no-op task rate, metric throughput, the default study's time by stage, (``stats``) the
+coverage and false-positive rate of the statistics at 3 to 30 prompts, and (``archive``,
+in ``archive_bench.py``) packed against plain archive snapshots at 31,000 and 100,000
+candidates.
 """
 
 from __future__ import annotations
@@ -782,10 +784,19 @@ def machine() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def bench_archive(runs: int, quick: bool = False) -> dict[str, Any]:
+    """Packed against plain archive snapshots (``archive_bench``: files, bytes, promotion,
+    verify, one-panel re-promotion) at 31,000 and 100,006 candidates."""
+    from archive_bench import bench_archive as archive
+
+    return archive(runs, quick)
+
+
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "payload": bench_payload,
             "records": bench_records, "loads": bench_loads, "compute": bench_compute,
             "slots": bench_slots, "metrics": bench_metrics,
-            "slurm": bench_slurm, "slurm_study": bench_slurm_study, "stats": bench_stats, "e2e": bench_e2e}
+            "slurm": bench_slurm, "slurm_study": bench_slurm_study, "stats": bench_stats, "e2e": bench_e2e,
+            "archive": bench_archive}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,15 +2,24 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
 from pathlib import Path
 
 import pytest
 from conftest import generation_record
 
-from pairflow.archive import evidence_files, promote, retire, verify_archive, verify_tree
-from pairflow.errors import ArchiveError
-from pairflow.identity import digest_bytes
-from pairflow.records import write_record
+from pairflow import packs
+from pairflow.archive import evidence_files, promote, retire, show, verify_archive, verify_tree
+from pairflow.cli import main
+from pairflow.errors import ArchiveError, IntegrityError
+from pairflow.identity import canonical_json, digest_bytes, digest_file
+from pairflow.records import build_manifest, read_record, write_record
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_scratch(root: Path) -> Path:
@@ -38,14 +47,254 @@ def writable(snap: Path) -> Path:
     return snap
 
 
+def add_candidate(scratch: Path, panel: str, prompt: str) -> dict:  # type: ignore[type-arg]
+    """One more candidate's generation record in ``panel``."""
+    record = generation_record(panel, prompt, 0, "control", 1, "v")
+    record["video"].update(path=f"videos/control/{prompt}-s0.mp4", digest=digest_bytes(b"pixels"))
+    return write_record(scratch / "panels" / panel / "records" / "control" / f"{prompt}-s0.json", record)
+
+
+def pack_of(work: Path, group: str = "panels/p/generation") -> Path:
+    snap = snapshot(work)
+    manifest = json.loads((snap / "archive.json").read_text())
+    return work / "packs" / (manifest["packs"][group].split(":")[1] + ".pfpack")
+
+
 def test_promote_copies_evidence_not_pixels_and_verifies(tmp_path: Path) -> None:
+    """Study-level files stay plain; the panel's records go into a pack shared under
+    work/packs; the root digest covers the records' digests, not the pack."""
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     manifest = promote(scratch, work)
     snap = snapshot(work)
-    assert not list(snap.rglob("*.mp4"))
+    assert not list(snap.rglob("*.mp4")) and not list(snap.rglob("a-s0.json"))
     assert (snap / "study" / "table.md").read_text() == "| a |\n"
-    assert "regenerate" in manifest and manifest["videos_on_scratch"]
-    assert verify_tree(snap) == []
+    assert "regenerate" in manifest and manifest["videos_on_scratch"] == 1
+    record = scratch / "panels/p/records/control/a-s0.json"
+    rel = "panels/p/records/control/a-s0.json"
+    assert manifest["packs"] == {"panels/p/generation": packs.files_root({rel: digest_file(record)})}
+    pack = pack_of(work)
+    assert pack.parent == work / "packs" and pack.name == manifest["packs"]["panels/p/generation"][9:] + ".pfpack"
+    assert packs.Pack(pack).read(rel) == record.read_bytes()
+    assert verify_tree(snap) == [] and verify_archive(work).ok
+
+
+def test_root_digest_is_over_the_records_not_the_packing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same evidence packed with another block size: other pack bytes, the same root
+    digest and snapshot id."""
+    scratch = make_scratch(tmp_path)
+    for i in range(6):
+        add_candidate(scratch, "p", f"b{i}")
+    first = promote(scratch, tmp_path / "w1")
+    monkeypatch.setattr(packs, "BLOCK", 100)
+    second = promote(scratch, tmp_path / "w2")
+    assert first["root_digest"] == second["root_digest"] and snapshot(tmp_path / "w1").name == snapshot(tmp_path / "w2").name
+    one, two = pack_of(tmp_path / "w1"), pack_of(tmp_path / "w2")
+    assert one.name == two.name and one.read_bytes() != two.read_bytes()
+    assert len(packs.Pack(one).blocks) == 1 and len(packs.Pack(two).blocks) == 7
+    assert verify_archive(tmp_path / "w2").ok
+
+
+def test_one_rerun_panel_adds_only_its_packs(tmp_path: Path) -> None:
+    """Content addressed across snapshots: after a change to panel q, the new snapshot
+    shares panel p's packs and stores q's changed pack only."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    add_candidate(scratch, "q", "c")
+    promote(scratch, work)
+    before = {p.name for p in (work / "packs").iterdir()}
+    first = json.loads((snapshot(work) / "archive.json").read_text())
+    add_candidate(scratch, "q", "d")
+    promote(scratch, work)
+    second = json.loads((snapshot(work) / "archive.json").read_text())
+    added = {p.name for p in (work / "packs").iterdir()} - before
+    assert len(list((work / "snapshots").iterdir())) == 2
+    assert second["packs"]["panels/p/generation"] == first["packs"]["panels/p/generation"]
+    assert second["packing"]["files"] == {}  # every pack under its root's own name
+    assert added == {second["packs"]["panels/q/generation"][9:] + ".pfpack"}
+    assert verify_archive(work).ok
+
+
+def test_record_is_shown_by_record_digest_or_candidate_id(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    other = add_candidate(scratch, "p", "b")
+    promote(scratch, work)
+    snap = snapshot(work)
+    stored = (scratch / "panels/p/records/control/b-s0.json").read_bytes()
+    assert show(snap, other["record_digest"]) == stored
+    assert show(snap, other["candidate"]["candidate_id"].split(":")[1]) == stored
+    assert main(["archive", "show", str(snap), other["record_digest"]]) == 0
+    assert capsysbinary.readouterr().out == stored
+    with pytest.raises(ArchiveError, match="no record with digest or candidate id xxh3_128:00"):
+        show(snap, "xxh3_128:00")
+
+
+def flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_byte_in_a_pack_names_the_pack_and_the_first_failing_record(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    pack = pack_of(work)
+    flip(pack, pack.stat().st_size - 20)  # inside the last block's deflate stream
+    problems = verify_tree(snapshot(work))
+    assert any(p.startswith(f"{pack}: first failing record panels/p/records/control/a-s0.json: block 0")
+               for p in problems), problems
+    report = verify_archive(work)
+    assert not report.ok and any(p.file == str(pack) for p in report.problems)
+    with pytest.raises(IntegrityError, match="member panels/p/records/control/a-s0.json"):
+        packs.Pack(pack).read("panels/p/records/control/a-s0.json")
+
+
+def test_truncated_pack_names_the_pack_and_the_first_record_it_lost(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index comes first, so a pack cut short still says which records it lost."""
+    monkeypatch.setattr(packs, "BLOCK", 4000)
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    for i in range(6):
+        add_candidate(scratch, "p", f"b{i:02d}")
+    promote(scratch, work)
+    pack = pack_of(work)
+    index = packs.Pack(pack)
+    pack.chmod(0o644)
+    os.truncate(pack, index.data_start + index.blocks[2][0] + 10)  # into the third block
+    lost = min((m for m in index.members.values() if m.block == 2), key=lambda m: m.start).path
+    problems = verify_tree(snapshot(work))
+    assert any(p.startswith(f"{pack}: first failing record {lost}: block 2 is cut off") and "(truncated)" in p
+               and "more member(s) fail" in p for p in problems), problems
+    assert packs.Pack(pack).read(min(index.members)) == (scratch / min(index.members)).read_bytes()
+
+
+def rewrite_index(pack: Path, change) -> None:  # type: ignore[no-untyped-def]
+    """Replace a pack's index (its first gzip member) by ``change(index)``, keeping its blocks."""
+    with open(pack, "rb") as fh:
+        index, start = packs._read_index(fh, pack)
+    index = change(index)
+    blocks = pack.read_bytes()[start:]
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    pack.chmod(0o644)
+    pack.write_bytes(c.compress(canonical_json(index) + b"\n") + c.flush() + blocks)
+
+
+def test_an_index_that_disagrees_with_its_pack_is_refused(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    pack, rel = pack_of(work), "panels/p/records/control/a-s0.json"
+
+    def other_digest(index):  # type: ignore[no-untyped-def]
+        index["members"][0][1] = digest_bytes(b"other")
+        return index
+
+    rewrite_index(pack, other_digest)  # the index's root no longer covers its members
+    with pytest.raises(IntegrityError, match="index disagrees with its pack: root .* is not the digest"):
+        packs.Pack(pack)
+    assert any("index disagrees with its pack" in p for p in verify_tree(snapshot(work)))
+
+    def past_the_blocks(index):  # type: ignore[no-untyped-def]
+        index["members"][0][2] = 5
+        index["root"] = packs.files_root({e[0]: e[1] for e in index["members"]})
+        return index
+
+    rewrite_index(pack, past_the_blocks)
+    with pytest.raises(IntegrityError, match=f"index disagrees with its pack: member {rel} lies in block 5"):
+        packs.Pack(pack)
+
+    def consistent_lie(index):  # type: ignore[no-untyped-def]
+        index["members"][0][2] = 0
+        index["root"] = packs.files_root({e[0]: e[1] for e in index["members"]})
+        return index
+
+    rewrite_index(pack, consistent_lie)  # a self-consistent index over other bytes than the blocks hold
+    with pytest.raises(IntegrityError, match=f"member {rel}: bytes 0..[0-9]+ of block 0 hash to"):
+        packs.Pack(pack).read(rel)
+    problems = verify_tree(snapshot(work))
+    assert any(p.startswith(f"{pack}: first failing record {rel}") for p in problems), problems
+    assert any("holds files with root" in p for p in problems)
+
+
+def test_a_damaged_pack_is_kept_and_its_files_packed_again_after_retirement(tmp_path: Path) -> None:
+    """Refuse, don't repair: the damaged pack stays, the retired snapshot keeps listing
+    it, and the next promotion packs the same files beside it as <root>-2."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    promote(scratch, work)
+    first, pack = snapshot(work), pack_of(work)
+    flip(pack, pack.stat().st_size - 20)
+    retire(work, first.name, "bit rot in a pack")
+    manifest = promote(scratch, work)
+    again = work / "packs" / pack.name.replace(".pfpack", "-2.pfpack")
+    assert pack.exists() and packs.Pack(again).verify() == []
+    assert manifest["packing"]["files"] == {"panels/p/generation": f"../../packs/{again.name}"}
+    assert snapshot(work).name == f"{first.name}-2" and manifest["packs"] == json.loads(
+        (first / "archive.json").read_text())["packs"]
+    report = verify_archive(work)
+    assert report.ok and [n.kind for n in report.notes] == ["retired"]
+
+
+KILL_PACKING = """
+import os, signal, sys
+from pathlib import Path
+from pairflow.archive import promote
+
+fsync = os.fsync
+def stop_before_fsync_of_a_pack(fd):  # the kill lands with the pack's bytes written, before fsync and rename
+    if "/packs/.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    fsync(fd)
+os.fsync = stop_before_fsync_of_a_pack
+promote(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_a_kill_during_packing_leaves_no_pack_under_its_final_name(tmp_path: Path) -> None:
+    """SIGKILL a promotion while it writes a pack (stopped at the pack's fsync, so the
+    kill lands mid-write every time): only a .tmp- file is left (verify notes it), no
+    pack under a final name; the next promotion completes and sweeps the temp."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_PACKING, str(scratch), str(work)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")})
+    deadline = time.time() + 60
+    while Path(f"/proc/{proc.pid}/stat").read_text().split(")")[-1].split()[0] != "T":
+        assert proc.poll() is None and time.time() < deadline, "the promotion never reached a pack's fsync"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    left = sorted((work / "packs").iterdir())
+    assert len(left) == 1 and left[0].name.startswith(".tmp-") and left[0].stat().st_size > 0
+    report = verify_archive(work)
+    assert [n.kind for n in report.notes] == ["temp"] and [p.kind for p in report.problems] == ["snapshot", "latest"], report.lines()
+    time.sleep(1.1)
+    promote(scratch, work)
+    assert [p.suffix for p in (work / "packs").iterdir()] == [".pfpack"]
+    assert verify_archive(work).ok
+
+
+def test_snapshot_written_before_packing_still_verifies_and_is_reused(tmp_path: Path) -> None:
+    """An unpacked snapshot (as earlier versions wrote it: every file plain, videos listed
+    in archive.json) verifies, is caught when altered, is shown from, and promoting the
+    same evidence again keeps it rather than writing packs."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    files = evidence_files(scratch)
+    digests = {f.relative_to(scratch).as_posix(): digest_file(f) for f in files}
+    from pairflow.identity import digest_obj
+
+    snap = work / "snapshots" / digest_obj(digests).split(":", 1)[1][:16]
+    for rel in digests:
+        (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+        (snap / rel).write_bytes((scratch / rel).read_bytes())
+    manifest = build_manifest("archive", snap, [snap / r for r in digests],
+                              {"videos_on_scratch": {"panels/p/videos/control/a-s0.mp4": digest_bytes(b"pixels")}})
+    (snap / "archive.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (work / "latest.json").write_text(json.dumps({"snapshot": f"snapshots/{snap.name}",
+                                                  "root_digest": manifest["root_digest"]}))
+    assert verify_tree(snap) == [] and verify_archive(work).ok
+    rec = read_record(snap / "panels/p/records/control/a-s0.json")
+    assert show(snap, rec["record_digest"]) == (snap / "panels/p/records/control/a-s0.json").read_bytes()
+    assert promote(scratch, work)["root_digest"] == manifest["root_digest"]
+    assert not (work / "packs").exists() and verify_archive(work).ok
+    flip(snap / "panels/p/records/control/a-s0.json", 40)
+    assert any("a-s0.json" in p for p in verify_tree(snap))
 
 
 @pytest.mark.parametrize("damage, words", [
@@ -60,15 +309,6 @@ def test_verify_names_flipped_missing_and_extra_files(tmp_path: Path, damage, wo
     problems = verify_tree(snap)
     for w in words:
         assert any(w in p for p in problems), problems
-
-
-def test_flipped_byte_in_archived_record_is_caught(tmp_path: Path) -> None:
-    promote(make_scratch(tmp_path), tmp_path / "work")
-    rec = next(writable(snapshot(tmp_path / "work")).rglob("a-s0.json"))
-    data = bytearray(rec.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    rec.write_bytes(bytes(data))
-    assert any("a-s0.json" in p for p in verify_tree(snapshot(tmp_path / "work")))
 
 
 def test_identical_promotion_is_a_noop_and_changes_make_a_new_snapshot(tmp_path: Path) -> None:

@@ -34,8 +34,12 @@ def test_every_section_runs_quick_and_the_report_renders(tmp_path: Path) -> None
     plan = results["plan"]["points"]["quick"]
     assert plan["outputs"] > 0 and plan["evidence_files"] > 0
     assert plan["noop_rerun_planned_jobs"] == 0  # the finished tree it writes is valid evidence: nothing to redo
+    archive = results["archive"]["points"]["quick"]
+    assert archive["packed"]["files_per_panel"] == 3 and archive["plain"]["files"] > archive["packed"]["files"]
+    assert archive["packed"]["bytes"] < archive["plain"]["bytes"]
     md = tmp_path / "B.md"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py"), "--results", str(out), "--out", str(md),
                     "--gpu", str(tmp_path / "none.json")], check=True, capture_output=True, timeout=60)
     text = md.read_text()
     assert "quick mode" in text and "## Task payload" in text and "## Planning large studies" in text
+    assert "## Archive: packed against plain snapshots" in text

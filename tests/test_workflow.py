@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, small_config, write_config
 
-from pairflow.archive import verify_tree
+from pairflow.archive import snapshot_files, verify_tree
 from pairflow.identity import digest_file
+from pairflow.packs import Pack
 
 pytestmark = pytest.mark.slow
 
@@ -61,25 +62,31 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     assert {m["metric"] for m in stats["comparisons"][0]["metrics"]} == {"psnr", "ssim", "temporal_flickering"}
     work = Path(cfg["storage"]["work"]) / "test"
     snap = work / json.loads((work / "latest.json").read_text())["snapshot"]
-    assert not list(snap.rglob("*.mp4")) and list(snap.rglob("records/*/*.json"))
+    assert not list(snap.rglob("*.mp4")) and not list(snap.rglob("records/*/*.json"))  # records are packed
+    packed = {p: Pack(p) for p in snapshot_files(snap, json.loads((snap / "archive.json").read_text()))[0].values()}
+    assert any("/records/" in m for p in packed.values() for m in p.members)
     assert verify_tree(scratch) == [] and verify_tree(snap) == []
 
 
 def test_every_record_and_manifest_the_study_writes_fits_its_schema(study_run) -> None:  # type: ignore[no-untyped-def]
     """The real run's records (scratch and the archived snapshot) are read through the
     schema check of their kind, and every manifest through the manifest schema."""
-    from pairflow.records import check_schema, read_record
+    from pairflow.records import check_schema, parse_record
 
     _, cfg, _ = study_run
     kinds: dict[str, int] = {}
-    for root in (Path(cfg["storage"]["scratch"]), Path(cfg["storage"]["work"])):
-        for path in sorted(root.rglob("*.json")):
-            parts = set(path.relative_to(root).parts)
-            if parts & {"records", "scores", "timing", "failures", "retired"} and not path.name.startswith(".tmp-"):
-                kinds[read_record(path)["kind"]] = kinds.get(read_record(path)["kind"], 0) + 1
-            elif "root_digest" in (body := json.loads(path.read_text())) and "files" in body:
-                check_schema(body, path, "read", "manifest")
-                kinds[f"manifest {body['kind']}"] = kinds.get(f"manifest {body['kind']}", 0) + 1
+    found = [(path, path.relative_to(root), path.read_bytes())
+             for root in (Path(cfg["storage"]["scratch"]), Path(cfg["storage"]["work"]))
+             for path in sorted(root.rglob("*.json"))]
+    for pack in sorted((Path(cfg["storage"]["work"]) / "test" / "packs").glob("*.pfpack")):  # the snapshot's records
+        found += [(pack / m.path, Path(m.path), data) for m, data in Pack(pack).items()]
+    for path, rel, data in found:
+        if set(rel.parts) & {"records", "scores", "timing", "failures", "retired"} and not path.name.startswith(".tmp-"):
+            kind = parse_record(data, path)["kind"]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        elif path.suffix == ".json" and "root_digest" in (body := json.loads(data)) and "files" in body:
+            check_schema(body, path, "read", "manifest")
+            kinds[f"manifest {body['kind']}"] = kinds.get(f"manifest {body['kind']}", 0) + 1
     assert kinds["generation"] == kinds["score"] == kinds["timing"] >= 10  # scratch, and the snapshot
     assert {"manifest panel-generation", "manifest panel-scores", "manifest timing", "manifest study",
             "manifest archive"} <= set(kinds)

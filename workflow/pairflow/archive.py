@@ -9,12 +9,26 @@ evidence tree.
 
 Layout of ``work/<study>/``::
 
-    snapshots/<id>/        one snapshot per distinct evidence (``archive.json`` last)
+    packs/<root>.pfpack    a panel's files of one part (generation, score, timing), packed
+                           (``packs``); named by the digest of the files they hold and
+                           shared by every snapshot that holds the same files
+    snapshots/<id>/        one snapshot per distinct evidence: the study-level files
+                           (tables, statistics, plots, study manifests, logs) as plain
+                           files, and ``archive.json`` (written last)
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
 
+So a snapshot has three packs per panel and a constant number of plain files, whatever
+the number of candidates, and promoting again after one panel was rerun writes only that
+panel's packs and the study-level files. ``archive.json`` lists the plain files' digests
+(``files``) and each pack's root (``packs``: the digest over its files' own digests);
+its ``root_digest`` covers both and not ``packing`` (which pack file holds which
+group), so the snapshot's identity is its evidence, not its container. Snapshots
+written before packing (every file plain, no ``packs``) verify as they always did.
+
 A damaged snapshot is never repaired or deleted: ``retire`` records why it is set
-aside, and the next promotion of the same evidence lands in a new snapshot id.
+aside, and the next promotion of the same evidence lands in a new snapshot id (a damaged
+pack is kept too; its files are packed again beside it, as ``<root>-2.pfpack``).
 """
 
 from __future__ import annotations
@@ -26,14 +40,24 @@ import os
 import shutil
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_path, write_text
-from .errors import ArchiveError, PairFlowError
-from .identity import digest_file, digest_obj
+from .atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
+from .errors import ArchiveError, IntegrityError, PairFlowError
+from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
-from .records import build_manifest, check_video, read_record, verify_manifest, write_manifest
+from .packs import SUFFIX, Pack, files_root, write_pack
+from .records import (
+    build_manifest,
+    check_manifest,
+    check_video,
+    parse_record,
+    read_record,
+    verify_manifest,
+    write_manifest,
+)
 from .recordtypes import Manifest
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
@@ -42,7 +66,11 @@ SKIP_DIRS = ("run", "videos")
 """Parsl's run directories (internal interchange/worker logs) and pixels are not evidence."""
 SKIP_NAMES = ("archived.json",)
 """The archive rule's own marker is written after promotion."""
-REGENERATE = ("Videos are not archived. Each record lists its video's path and xxh3 digest; "
+PACKS = "packs"
+PACK_FORMAT = "pairflow-pack 1"
+RECORD_DIRS = ("records", "scores", "timing")
+MANIFEST_NAMES = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
+REGENERATE = ("Videos are not archived. Each generation record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
               "recorded commit and run this archive's `regenerate_command` (the config file(s) the run used).")
@@ -69,21 +97,49 @@ def evidence_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
+def pack_group(rel: str, panels: set[str]) -> str | None:
+    """The pack a file of the evidence goes to, ``panels/<panel>/<part>``, or None for a
+    study-level file (kept plain). Parts: ``generation`` (the generation records and
+    manifest), ``timing`` (timing records, telemetry, and the panel job's log and
+    benchmark, ``logs/<rule>/<panel>.log``), ``score`` (the rest: score records and
+    manifest, the panel's statistics and tables). The grouping only decides what is
+    shared between snapshots; identity never depends on it."""
+    parts = rel.split("/")
+    if parts[0] == "panels" and len(parts) >= 3:
+        part = ("generation" if parts[2] in ("records", "generation.json")
+                else "timing" if parts[2] in ("timing", "telemetry") else "score")
+        return f"panels/{parts[1]}/{part}"
+    if parts[0] in ("logs", "benchmarks") and len(parts) == 3 and parts[2].rsplit(".", 1)[0] in panels:
+        return f"panels/{parts[2].rsplit('.', 1)[0]}/timing"
+    return None
+
+
 def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manifest:
     """Copy the compact evidence under ``src`` into an immutable snapshot under ``dest``.
 
     The snapshot's name is derived from the evidence itself
     (``dest/snapshots/<first 16 hex of the evidence digest>``), so the same evidence
     always lands in the same place and a changed study (a rerun panel) lands in a new
-    one; ``dest/latest.json`` points at the newest. Each copy is byte-verified and the
-    snapshot gets an ``archive.json`` manifest. Returns that manifest. Raises
-    ArchiveError when an archived name already holds other bytes.
+    one; ``dest/latest.json`` points at the newest. A panel's files go into three packs
+    under ``dest/packs`` (written only where no intact pack of the same files exists),
+    study-level files are copied plain; every copy is byte-verified and the snapshot
+    gets an ``archive.json`` manifest. Returns that manifest. Raises ArchiveError when an
+    archived name already holds other bytes or a file changes while it is promoted.
     """
+    started = time.time()
     src, dest = Path(src).resolve(), Path(dest)
     files = evidence_files(src)
     digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
     snapshot = dest / "snapshots" / snapshot_id(dest, digest_obj(digests).split(":", 1)[1][:16])
+    path = snapshot / ARCHIVE_MANIFEST
+    legacy = path.is_file() and "packs" not in json.loads(path.read_text())
+    panels = {p.name for p in (src / "panels").iterdir() if p.is_dir()} if (src / "panels").is_dir() else set()
+    groups: dict[str, dict[str, str]] = {}
+    loose: dict[str, str] = {}
     for rel, want in digests.items():
+        group = None if legacy else pack_group(rel, panels)
+        (groups.setdefault(group, {}) if group else loose)[rel] = want
+    for rel, want in loose.items():
         target = snapshot / rel
         if target.exists():
             have = digest_file(target)
@@ -95,20 +151,55 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
             shutil.copyfile(src / rel, tmp)
             if digest_file(tmp) != want:
                 raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
-    videos = {}
-    for f in files:
-        if "/records/" in f.as_posix():
-            rec = read_record(f)
-            videos[(f.relative_to(src).parents[2] / rec["video"]["path"]).as_posix()] = rec["video"]["digest"]
-    manifest = build_manifest("archive", snapshot, [snapshot / r for r in digests],
-                              {**(extra or {}), "videos_on_scratch": videos, "regenerate": REGENERATE})
-    path = snapshot / ARCHIVE_MANIFEST
+    if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
+        manifest: Manifest = json.loads(path.read_text())
+    else:
+        stored = {g: store_pack(dest, g, members, src) for g, members in sorted(groups.items())}
+        # Only packs not under their root's own name (written again beside a damaged one).
+        packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
+                   if p.name != _pack_name(files_root(groups[g]))}
+        body = {**(extra or {}), "packs": {g: files_root(m) for g, m in sorted(groups.items())},
+                "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
+        manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
+        manifest["packing"] = {"format": PACK_FORMAT, "files": packing}  # type: ignore[typeddict-unknown-key]
     if not path.exists():
         write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
+        sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
         make_read_only(snapshot)
+    sweep_temps([dest / PACKS], older_than=started)
     pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
     write_text(dest / "latest.json", json.dumps(pointer, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Path:
+    """The pack under ``dest/packs`` holding ``members`` (path -> digest, read from
+    ``src``): an intact existing one (content addressed by the members' root), else a new
+    one, byte-verified after writing. A damaged pack under that name is kept and the
+    files packed again as ``<root>-<n>``. Raises ArchiveError when a file changed since
+    it was hashed or the written pack does not verify."""
+    root = files_root(members)
+    n, base = 1, root.split(":", 1)[1]
+    while (target := dest / PACKS / (_pack_name(root) if n == 1 else f"{base}-{n}{SUFFIX}")).exists():
+        try:
+            pack = Pack(target)
+            if pack.root == root and not pack.verify():
+                return target
+        except IntegrityError:
+            pass
+        n += 1
+    data = []
+    for rel, want in members.items():
+        body = (src / rel).read_bytes()
+        if digest_bytes(body) != want:
+            raise ArchiveError(f"{src / rel} changed while it was promoted ({want}, now {digest_bytes(body)}); "
+                               "rerun when no job writes the results tree")
+        data.append((rel, body))
+    write_pack(target, group, data)
+    written = Pack(target)
+    if written.root != root or written.verify():
+        raise ArchiveError(f"pack {target} did not verify after writing; check the work storage")
+    return target
 
 
 def snapshot_id(dest: Path, base: str) -> str:
@@ -220,6 +311,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("altered", dest / RETIRED, str(e))
         gone = {}
     snaps = sorted(p for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
+    cache: dict[str, tuple[Pack | None, list[str]]] = {}
     for sdir in snaps:
         if sdir.name in gone:
             n = gone[sdir.name]
@@ -230,7 +322,7 @@ def verify_archive(dest: Path) -> Any:
                        "rerun the workflow to finish it, or retire it: pairflow archive retire "
                        f"{sdir.name} --why \"...\"")
             continue
-        for line in verify_tree(sdir):
+        for line in verify_tree(sdir, cache):
             file, _, message = line.partition(": ")
             file = os.path.normpath(file)
             kind = "extra" if "extra file" in message else "missing" if message.startswith("missing") else "altered"
@@ -259,34 +351,57 @@ def verify_archive(dest: Path) -> Any:
                 report.add("latest", latest, f"root digest {pointer.get('root_digest')} differs from {target.name}'s")
     for t in temp_files(dest):
         report.add("temp", t, "left by an interrupted write; safe to delete")
+    for pack in sorted(set(_stored_packs(dest)) - set(_listed_packs(snaps))):
+        report.add("temp", pack, "a pack no snapshot lists (its promotion was interrupted before archive.json); "
+                   "the next promotion of the same files uses it, or delete it")
     return report
 
 
-def verify_tree(root: Path) -> list[str]:
-    """Re-hash everything under an archive or results tree.
+def _stored_packs(dest: Path) -> list[Path]:
+    return (sorted(p for p in (dest / PACKS).glob(f"*{SUFFIX}") if not p.name.startswith(TMP_PREFIX))
+            if (dest / PACKS).is_dir() else [])
+
+
+def _listed_packs(snaps: list[Path]) -> list[Path]:
+    """The packs listed by the complete snapshots among ``snaps`` (retired ones too)."""
+    out = []
+    for sdir in snaps:
+        try:
+            manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+            out += list(snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # an incomplete or unreadable snapshot is reported as such
+    return out
+
+
+def verify_tree(root: Path, packs: dict[str, tuple[Pack | None, list[str]]] | None = None) -> list[str]:
+    """Re-hash everything under an archive snapshot or results tree.
 
     Every ``archive.json``, ``generation.json``, ``scores.json``, ``timing.json`` and
     ``manifest.json`` found is verified; in an archive, files the manifest does not list
     are reported as extra. Every record's self-digest is checked, and on scratch (where
-    the videos are) every video's digest. Returns one line per problem.
+    the videos are) every video's digest. A packed snapshot's packs are read whole
+    (``verify_snapshot``); ``packs`` caches their findings across snapshots. Returns one
+    line per problem.
     """
     root = Path(root)
+    if (root / ARCHIVE_MANIFEST).is_file():
+        try:
+            manifest = json.loads((root / ARCHIVE_MANIFEST).read_text())
+        except (OSError, ValueError) as e:
+            return [f"{root / ARCHIVE_MANIFEST}: unreadable manifest ({e})"]
+        if isinstance(manifest, dict) and "packs" in manifest:
+            return verify_snapshot(root, manifest, {} if packs is None else packs)
     problems: list[str] = []
-    names = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
-    manifests = sorted(p for p in root.rglob("*.json") if ".tmp-" not in p.as_posix() and p.name in names)
+    manifests = sorted(p for p in root.rglob("*.json") if ".tmp-" not in p.as_posix() and p.name in MANIFEST_NAMES)
     if not manifests:
         return [f"{root}: no manifest found (archive.json, generation.json, scores.json)"]
     for m in manifests:
         problems += verify_manifest(m)
         if m.name == ARCHIVE_MANIFEST:
-            listed = set(json.loads(m.read_text()).get("files", {}))
-            for f in sorted(m.parent.rglob("*")):
-                rel = f.relative_to(m.parent).as_posix()
-                if ((f.is_file() or f.is_symlink()) and rel != ARCHIVE_MANIFEST and rel not in listed
-                        and not f.name.startswith(".tmp-")):
-                    problems.append(f"{f}: extra file, not listed in {m}")
+            problems += _extra_files(m.parent, set(json.loads(m.read_text()).get("files", {})))
     for rec in sorted(root.rglob("*.json")):
-        if (not any(f"/{d}/" in rec.as_posix() for d in ("records", "scores", "timing"))
+        if (not any(f"/{d}/" in rec.as_posix() for d in RECORD_DIRS)
                 or rec.name.startswith(".tmp-")):  # an interrupted write, not a record
             continue
         try:
@@ -297,3 +412,138 @@ def verify_tree(root: Path) -> list[str]:
         except PairFlowError as e:
             problems.append(str(e))
     return problems
+
+
+def _extra_files(sdir: Path, listed: set[str]) -> list[str]:
+    out = []
+    for f in sorted(sdir.rglob("*")):
+        rel = f.relative_to(sdir).as_posix()
+        if ((f.is_file() or f.is_symlink()) and rel != ARCHIVE_MANIFEST and rel not in listed
+                and not f.name.startswith(TMP_PREFIX)):
+            out.append(f"{f}: extra file, not listed in {sdir / ARCHIVE_MANIFEST}")
+    return out
+
+
+def _check_pack(path: Path, sdir: Path) -> tuple[Pack | None, list[str]]:
+    """Open and read a whole pack: its index, every block, every member's digest, and
+    every record's self-digest and schema. (pack or None when unreadable, problems)."""
+    try:
+        pack = Pack(path)
+    except IntegrityError as e:
+        return None, [str(e)]
+    problems, failed = [], 0
+    first = ""
+    for member, data in pack.items():
+        if isinstance(data, IntegrityError):
+            failed += 1
+            first = first or f"first failing record {member.path}: {data}"
+            continue
+        if any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
+            try:
+                parse_record(data, f"{sdir / member.path} (in pack {path})")
+            except PairFlowError as e:
+                problems.append(str(e))
+    if failed:
+        more = f"; {failed - 1} more member(s) fail" if failed > 1 else ""
+        problems.insert(0, f"{path}: {first}{more}")  # verify_archive says which snapshot to retire
+    return pack, problems
+
+
+def snapshot_files(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(group -> pack path, listed plain file -> path) of a packed snapshot."""
+    packing = (manifest.get("packing") or {}).get("files") or {}
+    return ({g: Path(os.path.normpath(sdir / packing.get(g, f"../../{PACKS}/{_pack_name(root)}")))
+             for g, root in manifest["packs"].items()},
+            {rel: sdir / rel for rel in manifest.get("files", {})})
+
+
+def _pack_name(root: str) -> str:
+    """The file name of the pack whose files have ``root``."""
+    return f"{root.split(':', 1)[1]}{SUFFIX}"
+
+
+def verify_snapshot(sdir: Path, manifest: dict[str, Any],
+                    cache: dict[str, tuple[Pack | None, list[str]]]) -> list[str]:
+    """A packed snapshot: ``archive.json``'s root digest and plain files, no extra files,
+    every pack it lists (index, blocks, members, records; each pack read once per
+    ``cache``) holding the files with the root it lists, and every manifest in the
+    evidence (plain or packed) matching the files it lists. Returns one line per problem."""
+    path = sdir / ARCHIVE_MANIFEST
+    problems = check_manifest(manifest, path, lambda f: digest_file(f) if f.is_file() and not f.is_symlink()
+                              else None, exclude=("packing",))
+    if not isinstance(manifest.get("packs"), dict) or not isinstance(manifest.get("files"), dict):
+        return [*problems, f"{path}: packs or files is not a mapping; the manifest was altered"]
+    problems += _extra_files(sdir, set(manifest.get("files", {})))
+    pack_paths, _ = snapshot_files(sdir, manifest)
+    members: dict[str, tuple[Pack, str]] = {}
+    for group, root in sorted(manifest["packs"].items()):
+        ppath = pack_paths[group]
+        if str(ppath) not in cache:
+            cache[str(ppath)] = _check_pack(ppath, sdir)
+        pack, found = cache[str(ppath)]
+        problems += found
+        if pack is None:
+            continue
+        if pack.root != root:
+            problems.append(f"{ppath}: holds files with root {pack.root}; {path} lists {root} for {group}")
+        for m in pack.members.values():
+            members[m.path] = (pack, m.digest)
+
+    def digest_of(f: Path) -> str | None:
+        try:
+            rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix()
+        except ValueError:  # a listed path that leaves the snapshot
+            return None
+        if rel in members:
+            return members[rel][1]
+        return digest_file(f) if f.is_file() and not f.is_symlink() and rel in manifest["files"] else None
+
+    inner = [rel for rel in [*manifest["files"], *members] if rel.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]]
+    for rel in sorted(inner):
+        try:
+            data = members[rel][0].read(rel) if rel in members else (sdir / rel).read_bytes()
+            obj = json.loads(data)
+        except (OSError, ValueError, IntegrityError) as e:
+            problems.append(f"{sdir / rel}: unreadable manifest ({e})")
+            continue
+        problems += check_manifest(obj, sdir / rel, digest_of)
+    for rel in sorted(manifest["files"]):
+        if any(f"/{d}/" in f"/{rel}" for d in RECORD_DIRS) and rel.endswith(".json"):
+            try:
+                read_record(sdir / rel)
+            except PairFlowError as e:
+                problems.append(str(e))
+    return problems
+
+
+def show(sdir: Path, key: str, part: str = "generation") -> bytes:
+    """The stored bytes of one record of snapshot ``sdir`` (packed or plain), found by its
+    record digest or by a candidate id (then the candidate's ``part`` record:
+    generation, score or timing). Reads one pack index per panel and one block. Raises
+    ArchiveError when no record matches, IntegrityError when its bytes are damaged."""
+    sdir = Path(sdir)
+    want = key if ":" in key else f"xxh3_128:{key}"
+    try:
+        manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise ArchiveError(f"{sdir}: not a complete snapshot ({e}); give a directory under "
+                           "work/<study>/snapshots") from e
+    sub = {"generation": "records", "score": "scores", "timing": "timing"}[part]
+    if "packs" not in manifest:  # an unpacked snapshot of an earlier version
+        for rel in sorted(str(r) for r in manifest.get("files", {})):
+            if any(f"/{d}/" in f"/{rel}" for d in RECORD_DIRS) and rel.endswith(".json"):
+                rec = read_record(sdir / rel)
+                if rec["record_digest"] == want or (rec.get("candidate", {}).get("candidate_id") == want
+                                                    and f"/{sub}/" in f"/{rel}"):
+                    return (sdir / rel).read_bytes()
+    else:
+        pack_paths, _ = snapshot_files(sdir, manifest)
+        packs = {g: Pack(p) for g, p in sorted(pack_paths.items())}
+        for pack in packs.values():
+            for m in pack.members.values():
+                if m.record_digest == want:
+                    return pack.read(m.path)
+                if m.candidate_id == want and f"/{sub}/" in f"/{m.path}":
+                    return pack.read(m.path)
+    raise ArchiveError(f"{sdir}: no record with digest or candidate id {want} (part {part}); record digests "
+                       "are the records' record_digest, candidate ids their candidate.candidate_id")

@@ -35,6 +35,7 @@ examples:
   pairflow verify results/work/tiny-default --json
   pairflow rerun-panel smoke -- --profile profiles/local
   pairflow archive retire SNAPSHOT_ID --why "bit rot on /work"
+  pairflow archive show SNAPSHOT_ID xxh3_128:...   # one archived record, by record digest or candidate id
 
 exit codes: 0 ok, 1 problems found, 2 usage error, 3 input refused (the message says the
 fix), 130 interrupted. Docs: README.md and config/README.md."""
@@ -102,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
                    f"{DEFAULT_CONFIG})")
     a = command("archive", "manage archive snapshots on work storage")
-    asub = a.add_subparsers(dest="archive_cmd", required=True, metavar="ACTION", help="retire")
+    asub = a.add_subparsers(dest="archive_cmd", required=True, metavar="ACTION", help="retire, show")
     ar = asub.add_parser("retire", help="set a damaged snapshot aside (kept, excluded from latest.json, reported "
                          "as retired); the next run promotes a new one",
                          description="Set a damaged snapshot aside: it is kept, excluded from latest.json and "
@@ -111,6 +112,16 @@ def _parser() -> argparse.ArgumentParser:
     ar.add_argument("--why", required=True, help="the reason, kept in the sealed retirement note")
     ar.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
                     f"{DEFAULT_CONFIG})")
+    ash = asub.add_parser("show", help="print one archived record (read from its pack: one block inflated)",
+                          description="Print one archived record as it was written: by its record digest, or "
+                          "by a candidate id (that candidate's generation record, or with --part its score or "
+                          "timing record).")
+    ash.add_argument("snapshot", help="snapshot id (under work/<study>/snapshots) or a snapshot directory")
+    ash.add_argument("key", help="a record digest or candidate id (xxh3_128:<hex> or the bare hex)")
+    ash.add_argument("--part", choices=["generation", "score", "timing"], default="generation",
+                     help="with a candidate id: which of its records (default: generation)")
+    ash.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config, to find "
+                     f"work/<study> from a snapshot id (default: {DEFAULT_CONFIG})")
     b = command("build-tiny-model", "build a tiny random-weight pipeline (the embedded Wan model, or another "
                 "family for tests)", "Real diffusers classes, seeded weights, saved with save_pretrained; "
                 "byte-reproducible.")
@@ -158,9 +169,17 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "status":
         return status(args.configfile, args.watch, args.check)
     if args.cmd == "archive":
-        from .archive import retire
+        from .archive import retire, show
         from .config import load_study
 
+        if args.archive_cmd == "show":
+            sdir = Path(args.snapshot)
+            if not sdir.is_dir():
+                study = load_study(args.configfile, Path.cwd())
+                sdir = study.work / study.study / "snapshots" / args.snapshot
+            sys.stdout.buffer.write(show(sdir, args.key, args.part))
+            sys.stdout.flush()
+            return EXIT_OK
         study = load_study(args.configfile, Path.cwd())
         note = retire(study.work / study.study, args.snapshot, args.why, study.scratch)
         print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")

@@ -174,9 +174,17 @@ def read_record(path: Path, kind: RecordKind | None = None) -> Any:
     """
     path = Path(path)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise IntegrityError(f"{path}: record is missing; rerun the panel to regenerate it") from None
+    return parse_record(data, path, kind)
+
+
+def parse_record(data: bytes, path: Path | str, kind: RecordKind | None = None) -> Any:
+    """``read_record`` of bytes already read (``path`` names where they came from, e.g. a
+    member of an archive pack). Raises as ``read_record`` does."""
+    try:
+        record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise IntegrityError(f"{path}: record is not valid JSON ({e}); delete it and rerun the panel") from e
     if not isinstance(record, dict) or "record_digest" not in record:
@@ -257,25 +265,37 @@ def verify_manifest(path: Path) -> list[str]:
     under the directory that the manifest does not list are reported as extra.
     """
     path = Path(path)
-    problems: list[str] = []
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         return [f"{path}: unreadable manifest ({e})"]
+
+    def on_disk(f: Path) -> str | None:
+        return None if f.is_symlink() or not f.is_file() else digest_file(f)
+
+    return check_manifest(manifest, path, on_disk)
+
+
+def check_manifest(manifest: Any, path: Path, digest_of: Callable[[Path], str | None],
+                   exclude: tuple[str, ...] = ()) -> list[str]:
+    """The checks of ``verify_manifest`` on a parsed ``manifest`` that was read from
+    ``path``, with ``digest_of(file)`` giving a listed file's digest (None: missing);
+    fields in ``exclude`` are left out of the root digest (an archive's packing)."""
     try:
         check_schema(manifest, path, "read", "manifest")
     except RecordSchemaError as e:
         return [str(e)]
+    problems: list[str] = []
     root = path.parent / manifest.get("base", ".")
-    body = {k: v for k, v in manifest.items() if k != "root_digest"}
+    body = {k: v for k, v in manifest.items() if k != "root_digest" and k not in exclude}
     if digest_obj(body) != manifest.get("root_digest"):
         problems.append(f"{path}: root digest mismatch; the manifest itself was altered")
     listed = manifest.get("files", {})
     for rel, digest in sorted(listed.items()):
         f = root / rel
-        if f.is_symlink() or not f.is_file():
+        if (actual := digest_of(f)) is None:
             problems.append(f"{f}: missing (listed in {path})")
-        elif (actual := digest_file(f)) != digest:
+        elif actual != digest:
             problems.append(f"{f}: digest {actual} differs from {digest} listed in {path}")
     return problems
 
@@ -283,9 +303,11 @@ def verify_manifest(path: Path) -> list[str]:
 __all__ = [
     "build_manifest",
     "canonical_json",
+    "check_manifest",
     "check_schema",
     "check_video",
     "digest_bytes",
+    "parse_record",
     "read_record",
     "seal",
     "stable_view",
