@@ -515,12 +515,25 @@ def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
             "noop_tasks_per_s_after_startup": n / (noop["window"]["end"] - noop_first)}
 
 
+def _no_cluster() -> str | None:
+    """Why the Slurm sections cannot run here (``pairflow.slurm.cluster_unavailable``:
+    also where sbatch is installed but no cluster answers), None when they can. Raises
+    RuntimeError under ``PAIRFLOW_REQUIRE_SLURM=1`` (CI), where a skip would hide a
+    cluster that failed to start."""
+    from pairflow.slurm import cluster_unavailable
+
+    why = cluster_unavailable()
+    if why is not None and os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
+        raise RuntimeError(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
+    return why
+
+
 def bench_slurm(runs: int, quick: bool = False) -> dict[str, Any]:
     """Per-task overhead inside a Slurm allocation: ``pairflow probe-slots`` in an sbatch
     job granted two GPUs (srun starts the pool; one worker per GPU). Needs a cluster
     (``bash .ci/slurm-up``)."""
-    if shutil.which("sbatch") is None:
-        return {"skipped": "no Slurm here (sbatch not found); start the CI cluster with bash .ci/slurm-up"}
+    if (why := _no_cluster()) is not None:
+        return {"skipped": why}
     out_dir = Path(tempfile.mkdtemp())
     out = out_dir / "probe.json"
     n = 50 if quick else 2000
@@ -537,8 +550,8 @@ def bench_slurm_study(runs: int, quick: bool = False) -> dict[str, Any]:
     """The default study through ``snakemake --profile profiles/slurm`` (the shipped
     profile, unchanged) in a fresh project copy: wall time and the slot busy share its
     utilisation report computes from per-task spans. Needs a cluster (``.ci/slurm-up``)."""
-    if shutil.which("sbatch") is None:
-        return {"skipped": "no Slurm here (sbatch not found); start the CI cluster with bash .ci/slurm-up"}
+    if (why := _no_cluster()) is not None:
+        return {"skipped": why}
     if quick:  # measured: 147 s at 6 candidates on the CI VM, almost all of it per-job start-up
         return {"skipped": "quick: a study through Slurm takes minutes at any size (job start-up dominates); "
                            "tests/test_slurm.py runs this study through profiles/slurm in CI"}
