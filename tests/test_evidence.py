@@ -432,3 +432,58 @@ def test_a_dry_run_writes_nothing_and_shows_the_healing_jobs(study: Path) -> Non
         if flags != ["--summary"]:
             assert "rule generate_score_panel:" in log and "a run recomputes" in log, log[-3000:]
     assert not (scratch / "heal").exists()
+
+
+def test_symlinks_in_the_results_tree_are_refused_and_the_record_healed(
+        study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record replaced by a symlink to a copy outside ``results/`` and a stray symlink
+    to /etc/hostname: verify refuses both (evidence is a regular file in its tree, as the
+    archive demands); a plain rerun regenerates the record and names the stray link with
+    the command that removes it."""
+    scratch = study / SCRATCH
+    record = scratch / "panels/t/records/pab/a2-s0.json"
+    copy = tmp_path / "outside" / "a2-s0.json"
+    copy.parent.mkdir()
+    shutil.copy(record, copy)
+    record.unlink()
+    record.symlink_to(copy)
+    stray = scratch / "panels/t/records/pab/hostname.json"
+    stray.symlink_to("/etc/hostname")
+    study_link = scratch / "study/notes.md"
+    study_link.symlink_to("/etc/hostname")
+    rc, out = verify(scratch, capsys)
+    assert rc == 1 and out == [
+        (f"altered: {record}: a symlink (to {copy}), not a record; evidence must be a regular file inside its "
+         "tree. Delete the link and rerun the panel, which regenerates it"),
+        (f"extra: {stray}: a symlink (to /etc/hostname) not implied by the config (no current candidate is named "
+         f"so); remove it: rm {stray}"),
+        (f"symlink: {study_link}: a symlink (to /etc/hostname); evidence is a regular file inside its tree and the "
+         f"archive refuses links. Replace it with the file itself or remove it: rm {study_link}"),
+        f"verify {scratch}: 3 problem(s)"], out
+    log = snakemake(study, check=False)
+    assert "Nothing to be done" not in log
+    assert not record.is_symlink() and record.is_file()  # regenerated in place of the link
+    stray.unlink()
+    study_link.unlink()
+    snakemake(study)
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A prompt removed from the sheet: after the rerun its records, videos, scores and
+    timing records (both arms) are listed as extra, each with the command removing it."""
+    scratch = study / SCRATCH
+    sheet = study / "config/panels/t.tsv"
+    sheet.write_text("".join(line for line in sheet.read_text().splitlines(keepends=True) if not line.startswith("a2")))
+    snakemake(study)
+    rc, out = verify(scratch, capsys)
+    pdir = scratch / "panels/t"
+    gone = sorted(pdir / kind / arm / f"a2-s0.{'mp4' if kind == 'videos' else 'json'}"
+                  for kind in ("records", "videos", "scores", "timing") for arm in ("control", "pab"))
+    assert rc == 1 and out == [
+        f"extra: {f}: not implied by the config (no current candidate is named so); remove it: rm {f}"
+        for f in gone] + [f"verify {scratch}: 8 problem(s)"], out
+    for f in gone:
+        f.unlink()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])

@@ -104,11 +104,27 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
                               {**(extra or {}), "videos_on_scratch": videos, "regenerate": REGENERATE})
     path = snapshot / ARCHIVE_MANIFEST
     if not path.exists():
+        sweep_temp(snapshot)  # a killed promotion's half-copies: never sealed into the snapshot
         write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
         make_read_only(snapshot)
     pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
     write_text(dest / "latest.json", json.dumps(pointer, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def sweep_temp(snapshot: Path) -> list[Path]:
+    """Remove the ``.tmp-*`` files and folders a killed promotion left in an unsealed
+    ``snapshot`` (copies it never renamed into place), so none is sealed read-only with
+    it. Returns what was removed."""
+    from .evidence import temp_files
+
+    gone = temp_files(snapshot)
+    for t in gone:
+        if t.is_dir() and not t.is_symlink():
+            shutil.rmtree(t)
+        else:
+            t.unlink(missing_ok=True)
+    return gone
 
 
 def snapshot_id(dest: Path, base: str) -> str:
@@ -210,7 +226,7 @@ def verify_archive(dest: Path) -> Any:
     """An archive (``work/<study>``) as an ``evidence.Report``: every non-retired
     snapshot is complete and verifies, retired ones are notes, and ``latest.json``
     points at a complete, non-retired snapshot with its root digest."""
-    from .evidence import Report, temp_files
+    from .evidence import Report, links, temp_files
 
     dest = Path(dest)
     report = Report()
@@ -257,6 +273,11 @@ def verify_archive(dest: Path) -> Any:
                 report.add("latest", latest, f"points at {target.name}, which is not a complete snapshot")
             elif json.loads((target / ARCHIVE_MANIFEST).read_text()).get("root_digest") != pointer.get("root_digest"):
                 report.add("latest", latest, f"root digest {pointer.get('root_digest')} differs from {target.name}'s")
+    for link in links(dest):
+        if link.relative_to(dest).parts[0] == "snapshots" and len(link.relative_to(dest).parts) > 2:
+            continue  # inside a snapshot: verify_tree names it (extra, or missing where a file is listed)
+        report.add("symlink", link, f"a symlink (to {os.readlink(link)}); an archive holds regular files only. "
+                   "Replace it with the file itself or remove it")
     for t in temp_files(dest):
         report.add("temp", t, "left by an interrupted write; safe to delete")
     return report

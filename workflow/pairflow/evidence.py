@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ KINDS = {
     "root": "manifests that do not match their records",
     "frames": "timed runs whose frames differ from the bulk run (latency dropped for the pair)",
     "failure": "failure records (tasks that failed after their retries)",
-    "extra": "extra files",
+    "extra": "extra files (not implied by the config; no rerun removes them)",
+    "symlink": "symlinks (evidence is a regular file inside its tree; the archive refuses links)",
     "snapshot": "incomplete or damaged snapshots",
     "latest": "latest.json",
     "config": "study config",
@@ -293,7 +295,7 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write
     ``deep``) skips panels unchanged since this check last found them clean and, when
     ``write``, records what it finds clean now (see the module docstring); it collects
     problems only, not notes (temporary files), which heal nothing."""
-    from .candidates import candidates, panel_dir, record_path, score_path
+    from .candidates import candidates, panel_dir, record_path, score_path, video_path
     from .stages.scoring import expected_scores
     from .stages.timing import timing_path
     from .video import recipe_digest
@@ -344,6 +346,10 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write
                 continue
             current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
             video = pdir / rec["video"]["path"]
+            if video.is_symlink():
+                report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
+                           "link, the next plain run regenerates the video", gm)
+                continue
             if not video.is_file():
                 report.add("missing", video, f"video of {path} is missing", gm)
                 continue
@@ -354,6 +360,8 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write
         m = _manifest(gm, [record_path(study, c) for c in cands], report, gm)
         if m is not None:
             roots[f"generation:{panel.name}"] = m.get("root_digest", "")
+        _extras(pdir, {f for c in cands for f in (record_path(study, c), video_path(study, c), score_path(study, c),
+                                                  timing_path(study, c))}, report)
         for stage, heals in (("generate", gm), ("score", sm)):
             for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
                 if f.name.startswith(TMP_PREFIX):
@@ -391,6 +399,19 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write
         if m is not None:
             roots["timing"] = m.get("root_digest", "")
     _check_study(study, study_manifest, roots, report)
+    if layout.panels.is_dir():
+        names = {p.name for p in study.panels}
+        for d in sorted(layout.panels.iterdir()):
+            if d.name not in names and not d.name.startswith(TMP_PREFIX):
+                report.add("extra", d, f"panel {d.name!r} is not in the config; its evidence is no longer implied. "
+                           f"Remove it: rm -r {shlex.quote(str(d))}")
+    if deep:
+        named = {p.file for p in report.problems}
+        for link in links(scratch):
+            if str(link) not in named:
+                report.add("symlink", link, f"a symlink (to {os.readlink(link)}); evidence is a regular file inside "
+                           f"its tree and the archive refuses links. Replace it with the file itself or remove it: "
+                           f"rm {shlex.quote(str(link))}")
     # Temp files are notes, which heal nothing: the plan (``memo``) does not walk the tree for them.
     for t in temp_files(scratch) if not use_memo else []:
         report.add("temp", t, "left by an interrupted write; safe to delete")
@@ -469,6 +490,34 @@ def _failure_text(path: Path) -> str:
     return f"{f.get('label', '?')} failed [{f.get('class', '?')}] ({who}): {f.get('message', '')[:300]}"
 
 
+EXTRA_READS = ("records", "videos", "scores", "timing")
+"""A panel's per-candidate folders: a file there that no current candidate names is extra."""
+
+
+def _extras(pdir: Path, implied: set[Path], report: Report) -> None:
+    """Report every file (or link) in ``pdir``'s per-candidate folders that no current
+    candidate implies (a candidate the config no longer has), with the command that
+    removes it. Temporary files are left to ``temp_files``."""
+    for kind in EXTRA_READS:
+        for dirpath, dirnames, filenames in os.walk(pdir / kind):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                f = Path(dirpath) / name
+                if name.startswith(TMP_PREFIX) or f in implied:
+                    continue
+                what = f"a symlink (to {os.readlink(f)}) " if f.is_symlink() else ""
+                report.add("extra", f, f"{what}not implied by the config (no current candidate is named so); "
+                           f"remove it: rm {shlex.quote(str(f))}")
+
+
+def links(root: Path) -> list[Path]:
+    """Symlinks under ``root`` (Parsl run directories skipped), never followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        out += [Path(dirpath) / n for n in filenames + dirnames if os.path.islink(os.path.join(dirpath, n))]
+        dirnames[:] = [d for d in dirnames if d != "run"]
+    return sorted(out)
+
+
 def temp_files(root: Path) -> list[Path]:
     """``.tmp-*`` files and directories under ``root`` (Parsl run directories skipped)."""
     out = []
@@ -481,14 +530,14 @@ def temp_files(root: Path) -> list[Path]:
 def heal_targets(study: StudySpec, write: bool = True) -> dict[str, list[Problem]]:
     """The workflow outputs a plain rerun must recompute so the tree verifies, with the
     problems each heals (the plan-time check: the memo, videos re-hashed when they
-    changed). Empty when the tree is complete or not started. ``write``: update the
+    changed); under ``""`` the problems no rerun heals (extra files, symlinks). Empty
+    when the tree is complete or not started. ``write``: update the
     memo (off in a dry run, which writes nothing)."""
     if not Layout(study.scratch).panels.exists():
         return {}
     out: dict[str, list[Problem]] = {}
     for p in check_results(study, deep=False, memo=True, write=write).problems:
-        if p.heals:
-            out.setdefault(p.heals, []).append(p)
+        out.setdefault(p.heals or "", []).append(p)
     return out
 
 
@@ -499,7 +548,7 @@ def heal_stamp(scratch: Path, output: str | Path, folder: Path | None = None) ->
     return (Layout(scratch).heal if folder is None else Path(folder)) / f"{rel}.txt"
 
 
-def mark_stale(study: StudySpec, folder: Path | None = None) -> dict[str, Path]:
+def mark_stale(study: StudySpec, folder: Path | None = None, unhealed: list[Problem] | None = None) -> dict[str, Path]:
     """Touch the heal stamp of every existing output the check finds stale, writing the
     problems into it. Each rule takes its output's stamp as an input when it exists
     (``stamp_input``), so a stamp newer than the output makes Snakemake rerun that job
@@ -508,12 +557,17 @@ def mark_stale(study: StudySpec, folder: Path | None = None) -> dict[str, Path]:
 
     ``folder``: a dry run's stamps, outside the results tree (the dry run writes nothing
     there: neither stamps nor the memo); the stamp named there differs from the one a
-    real run records as the job's input, so the dry run shows the job. Returns the
-    stamps written by output."""
+    real run records as the job's input, so the dry run shows the job. ``unhealed``
+    receives the problems no rerun heals (the run names them). Returns the stamps
+    written by output."""
     from .atomic import write_text
 
     written = {}
     for output, problems in sorted(heal_targets(study, write=folder is None).items()):
+        if not output:
+            if unhealed is not None:
+                unhealed += problems
+            continue
         if not Path(output).exists():
             continue
         stamp = heal_stamp(study.scratch, output, folder)

@@ -104,7 +104,7 @@ def plans_only():
                for a in sys.argv[1:])
 
 
-STALE = {}
+STALE, UNHEALED = {}, []
 if not (workflow.remote_exec or workflow.subprocess_exec):
     if plans_only():
         import atexit
@@ -113,16 +113,18 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 
         DRY_STAMPS = Path(tempfile.mkdtemp(prefix="pairflow-dry-run-heal-"))
         atexit.register(shutil.rmtree, DRY_STAMPS, True)
-        STALE = mark_stale(STUDY, DRY_STAMPS)
+        STALE = mark_stale(STUDY, DRY_STAMPS, UNHEALED)
         for output in STALE:
             logger.warning(f"PairFlow (dry run, nothing written): evidence out of date, a run recomputes {output}")
     else:
-        STALE = mark_stale(STUDY)
+        STALE = mark_stale(STUDY, unhealed=UNHEALED)
         for stamp in STALE.values():
             logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
         # Named as stamp_input names a stamp that exists (Snakemake records the input names).
         STALE = {output: heal_stamp(LAYOUT.scratch, as_named(output)) for output in STALE}
     STALE = {str(as_named(output)): stamp for output, stamp in STALE.items()}
+    for problem in UNHEALED:  # extra files, symlinks: a person decides; the line names the command
+        logger.warning(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {problem.line()}")
 STAMPS = heal_stamps(LAYOUT.scratch)
 
 
