@@ -7,7 +7,11 @@ a score record per configured scorer and a timing record; every record names the
 current generation record of its candidate; every panel manifest and the timing
 manifest list exactly those records with their current digests; the study manifest's
 panel roots are the current manifests' roots and the statistics were computed from
-them; no failure record is left; no timed run computed other frames than the bulk run.
+them; no failure record is left; no timed run computed other frames than the bulk run;
+every file in a panel's per-candidate folders belongs to a current candidate and every
+panel folder to a configured panel (else ``extra``, with the ``rm`` that removes it: no
+rerun deletes evidence); nothing in the tree is a symlink (evidence is a regular file
+inside its tree, what the archive demands; a linked record or video is regenerated).
 
 ``check_results`` returns one ``Problem`` per violation, each naming its file and the
 output whose rerun heals it. The workflow runs the same check (videos re-hashed only
