@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -139,6 +140,8 @@ def _timed_cmd(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
 
 
 PLAN_SIZES = {"31k": 500, "100k": 1613}
+VIDEO_DIGEST = "xxh3_128:" + xxhash.xxh3_128(b"\0" * 64).hexdigest()
+"""The digest of the placeholder videos ``_write_evidence`` writes."""
 """Panels of 31 prompts x 1 seed x 2 arms: 31,000 and 100,006 candidates."""
 
 
@@ -159,10 +162,11 @@ def _slurm_probe_s() -> float | None:
 
 def _write_evidence(proj: Path) -> int:
     """A finished study's evidence, valid for the plan-time check (``evidence``): per
-    candidate a sealed generation record, a video of the recorded size (bytes only: the
-    plan-time check reads sizes, not pixels), a score record per expected metric and a
-    timing record, each naming its generation record; the panel, timing and study
-    manifests over them, and the statistics' provenance. Written directly (no fsync).
+    candidate a sealed generation record, a video with the recorded digest (64 bytes:
+    the first plan hashes every video once, later ones only those whose stat changed), a
+    score record per expected metric and a timing record, each naming its generation
+    record; the panel, timing and study manifests over them, and the statistics'
+    provenance. Written directly (no fsync).
     Returns the files written."""
     import yaml
 
@@ -197,7 +201,8 @@ def _write_evidence(proj: Path) -> int:
             body = generation_record(panel.name, c.key.prompt_id, c.key.seed, c.arm.name, c.key.stream_seed, "v")
             body["candidate"] = {**body["candidate"], "candidate_id": c.key.candidate_id}
             body["encoder"] = {**body["encoder"], "recipe_digest": rdigest}
-            body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64}
+            body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64,
+                             "digest": VIDEO_DIGEST}
             gen = seal(body)
             put(record_path(study, c), gen)
             spec = metric_spec("temporal_flickering")
