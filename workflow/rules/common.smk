@@ -123,8 +123,11 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         # Named as stamp_input names a stamp that exists (Snakemake records the input names).
         STALE = {output: heal_stamp(LAYOUT.scratch, as_named(output)) for output in STALE}
     STALE = {str(as_named(output)): stamp for output, stamp in STALE.items()}
-    for problem in UNHEALED:  # extra files, symlinks: a person decides; the line names the command
+    for problem in UNHEALED[:20]:  # extra files, symlinks: a person decides; the line names the command
         logger.warning(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {problem.line()}")
+    if len(UNHEALED) > 20:
+        logger.warning(f"PairFlow: {len(UNHEALED) - 20} more such problem(s): pairflow verify {LAYOUT.scratch} "
+                       "lists them all")
 STAMPS = heal_stamps(LAYOUT.scratch)
 
 
