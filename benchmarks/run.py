@@ -280,9 +280,11 @@ def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
         "dry_run_after_first_peak_rss_mib": max((d[1] for d in dry[1:]), default=None),
         "planning_ms_per_candidate": statistics.median(d[0] for d in dry) / n * 1e3}
     outs, files, write_s = _finish(proj, snake)
-    # The first plan over the finished tree checks every record (the plan-time evidence
-    # check) and remembers what it found clean; later ones read only what changed since.
-    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs + 1)]
+    # The first plan over the finished tree checks every record and hashes every video (the
+    # plan-time evidence check) and remembers what it found clean: a real run, since a dry
+    # run writes nothing (so would check everything every time). Later plans hash the
+    # records and stat the videos, and read in full only what changed since.
+    noop = [_timed_cmd([snake, *([] if i == 0 else ["-n"]), "--cores", "2", "all"], proj) for i in range(runs + 1)]
     # Count what the check made the plan redo instead of pretending it planned nothing.
     planned = 0 if "Nothing to be done" in noop[-1][2] else int(
         next((ln.split()[-1] for ln in noop[-1][2].splitlines() if ln.startswith("total")), "-1"))

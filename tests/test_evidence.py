@@ -476,7 +476,7 @@ def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
     scratch = study / SCRATCH
     sheet = study / "config/panels/t.tsv"
     sheet.write_text("".join(line for line in sheet.read_text().splitlines(keepends=True) if not line.startswith("a2")))
-    snakemake(study)
+    log = snakemake(study)
     rc, out = verify(scratch, capsys)
     pdir = scratch / "panels/t"
     gone = sorted(pdir / kind / arm / f"a2-s0.{'mp4' if kind == 'videos' else 'json'}"
@@ -484,6 +484,8 @@ def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
     assert rc == 1 and out == [
         f"extra: {f}: not implied by the config (no current candidate is named so); remove it: rm {f}"
         for f in gone] + [f"verify {scratch}: 8 problem(s)"], out
+    assert all(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {line}" in log
+               for line in out[:-1])  # the plain run names them too
     for f in gone:
         f.unlink()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
