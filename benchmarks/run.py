@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -142,6 +143,8 @@ def _timed_cmd(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
 
 
 PLAN_SIZES = {"31k": 500, "100k": 1613}
+VIDEO_DIGEST = "xxh3_128:" + xxhash.xxh3_128(b"\0" * 64).hexdigest()
+"""The digest of the placeholder videos ``_write_evidence`` writes."""
 """Panels of 31 prompts x 1 seed x 2 arms: 31,000 and 100,006 candidates."""
 
 
@@ -162,10 +165,11 @@ def _slurm_probe_s() -> float | None:
 
 def _write_evidence(proj: Path) -> int:
     """A finished study's evidence, valid for the plan-time check (``evidence``): per
-    candidate a sealed generation record, a video of the recorded size (bytes only: the
-    plan-time check reads sizes, not pixels), a score record per expected metric and a
-    timing record, each naming its generation record; the panel, timing and study
-    manifests over them, and the statistics' provenance. Written directly (no fsync).
+    candidate a sealed generation record, a video with the recorded digest (64 bytes:
+    the first plan hashes every video once, later ones only those whose stat changed), a
+    score record per expected metric and a timing record, each naming its generation
+    record; the panel, timing and study manifests over them, and the statistics'
+    provenance. Written directly (no fsync).
     Returns the files written."""
     import yaml
 
@@ -200,7 +204,8 @@ def _write_evidence(proj: Path) -> int:
             body = generation_record(panel.name, c.key.prompt_id, c.key.seed, c.arm.name, c.key.stream_seed, "v")
             body["candidate"] = {**body["candidate"], "candidate_id": c.key.candidate_id}
             body["encoder"] = {**body["encoder"], "recipe_digest": rdigest}
-            body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64}
+            body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64,
+                             "digest": VIDEO_DIGEST}
             gen = seal(body)
             put(record_path(study, c), gen)
             spec = metric_spec("temporal_flickering")
@@ -278,9 +283,11 @@ def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:
         "dry_run_after_first_peak_rss_mib": max((d[1] for d in dry[1:]), default=None),
         "planning_ms_per_candidate": statistics.median(d[0] for d in dry) / n * 1e3}
     outs, files, write_s = _finish(proj, snake)
-    # The first plan over the finished tree checks every record (the plan-time evidence
-    # check) and remembers what it found clean; later ones read only what changed since.
-    noop = [_timed_cmd([snake, "-n", "--cores", "2", "all"], proj) for _ in range(runs + 1)]
+    # The first plan over the finished tree checks every record and hashes every video (the
+    # plan-time evidence check) and remembers what it found clean: a real run, since a dry
+    # run writes nothing (so would check everything every time). Later plans hash the
+    # records and stat the videos, and read in full only what changed since.
+    noop = [_timed_cmd([snake, *([] if i == 0 else ["-n"]), "--cores", "2", "all"], proj) for i in range(runs + 1)]
     # Count what the check made the plan redo instead of pretending it planned nothing.
     planned = 0 if "Nothing to be done" in noop[-1][2] else int(
         next((ln.split()[-1] for ln in noop[-1][2].splitlines() if ln.startswith("total")), "-1"))
@@ -518,12 +525,25 @@ def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
             "noop_tasks_per_s_after_startup": n / (noop["window"]["end"] - noop_first)}
 
 
+def _no_cluster() -> str | None:
+    """Why the Slurm sections cannot run here (``pairflow.slurm.cluster_unavailable``:
+    also where sbatch is installed but no cluster answers), None when they can. Raises
+    RuntimeError under ``PAIRFLOW_REQUIRE_SLURM=1`` (CI), where a skip would hide a
+    cluster that failed to start."""
+    from pairflow.slurm import cluster_unavailable
+
+    why = cluster_unavailable()
+    if why is not None and os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
+        raise RuntimeError(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
+    return why
+
+
 def bench_slurm(runs: int, quick: bool = False) -> dict[str, Any]:
     """Per-task overhead inside a Slurm allocation: ``pairflow probe-slots`` in an sbatch
     job granted two GPUs (srun starts the pool; one worker per GPU). Needs a cluster
     (``bash .ci/slurm-up``)."""
-    if shutil.which("sbatch") is None:
-        return {"skipped": "no Slurm here (sbatch not found); start the CI cluster with bash .ci/slurm-up"}
+    if (why := _no_cluster()) is not None:
+        return {"skipped": why}
     out_dir = Path(tempfile.mkdtemp())
     out = out_dir / "probe.json"
     n = 50 if quick else 2000
@@ -540,8 +560,8 @@ def bench_slurm_study(runs: int, quick: bool = False) -> dict[str, Any]:
     """The default study through ``snakemake --profile profiles/slurm`` (the shipped
     profile, unchanged) in a fresh project copy: wall time and the slot busy share its
     utilisation report computes from per-task spans. Needs a cluster (``.ci/slurm-up``)."""
-    if shutil.which("sbatch") is None:
-        return {"skipped": "no Slurm here (sbatch not found); start the CI cluster with bash .ci/slurm-up"}
+    if (why := _no_cluster()) is not None:
+        return {"skipped": why}
     if quick:  # measured: 147 s at 6 candidates on the CI VM, almost all of it per-job start-up
         return {"skipped": "quick: a study through Slurm takes minutes at any size (job start-up dominates); "
                            "tests/test_slurm.py runs this study through profiles/slurm in CI"}

@@ -370,3 +370,39 @@ def test_retired_snapshot_is_kept_reported_and_replaced_on_next_promotion(tmp_pa
     assert snapshot(work).name == f"{first.name}-2"
     report = verify_archive(work)
     assert report.ok and [n.kind for n in report.notes] == ["retired"] and "bad disk" in report.notes[0].message
+
+
+def test_a_promotion_killed_mid_copy_leaves_no_temp_file_in_the_sealed_snapshot(tmp_path: Path) -> None:
+    """SIGKILL during a copy leaves a ``.tmp-*`` half-copy in the unsealed snapshot; the
+    next promotion finishes the snapshot and sweeps it before sealing, so no temp file
+    is sealed read-only for ever."""
+    import signal
+    import subprocess
+    import sys
+
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    killer = ("import os, signal, sys\nfrom pathlib import Path\nimport pairflow.archive as a\n"
+              "def half(src, dst):\n    Path(dst).write_bytes(Path(src).read_bytes()[:3])\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n"
+              "a.shutil.copyfile = half\na.promote(Path(sys.argv[1]), Path(sys.argv[2]))\n")
+    proc = subprocess.run([sys.executable, "-c", killer, str(scratch), str(work)], capture_output=True, timeout=120,
+                          check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (snap,) = (work / "snapshots").iterdir()
+    left = [p for p in snap.rglob("*") if p.name.startswith(".tmp-")]
+    assert left and not (snap / "archive.json").exists()
+    assert verify_archive(work).lines()[0].startswith(f"snapshot: {snap}: incomplete snapshot")
+    promote(scratch, work)
+    assert snapshot(work) == snap and (snap / "archive.json").is_file()
+    assert not [p for p in snap.rglob("*") if p.name.startswith(".tmp-")]
+    assert verify_archive(work).lines() == []
+
+
+def test_a_symlink_in_the_archive_is_a_problem(tmp_path: Path) -> None:
+    promote(make_scratch(tmp_path), tmp_path / "work")
+    work = tmp_path / "work"
+    (work / "notes.json").symlink_to("/etc/hostname")
+    report = verify_archive(work)
+    assert not report.ok and report.lines() == [
+        f"symlink: {work / 'notes.json'}: a symlink (to /etc/hostname); an archive holds regular files only. "
+        "Replace it with the file itself or remove it"]

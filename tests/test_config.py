@@ -152,6 +152,42 @@ def test_storage_and_model_paths_that_escape_or_hit_system_or_source_dirs_are_re
         assert w in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("where, words", [
+    ({"scratch": "results/w"}, ["'storage/scratch'", "is the same folder as", "'storage/work'"]),
+    ({"scratch": "resources/tiny-wan/scratch"}, ["'storage/scratch'", "lies inside", "'model/path'"]),
+    ({"work": "results"}, ["'storage/scratch'", "lies inside", "'storage/work'"]),
+    ({"scratch": "."}, ["'storage/scratch'", "the project root itself"]),
+    ({"model": "results/scratch/model"}, ["'storage/scratch'", "holds", "'model/path'"]),
+    ({"student": "results/scratch/student"}, ["'storage/scratch'", "holds", "'arms/student/model/path'"]),
+    ({"student": "resources/tiny-wan/student"}, ["'model/path'", "holds", "'arms/student/model/path'"]),
+])
+def test_overlapping_storage_and_model_folders_are_refused_naming_both_keys(where, words, tmp_path: Path) -> None:
+    """A record placed in a scratch inside the model folder vanished when the model folder
+    was swapped in: storage, model and student folders and the project root are disjoint."""
+    raw = default_raw()
+    raw["storage"] = {"scratch": "results/scratch", "work": "results/w"}
+    for key in ("scratch", "work"):
+        raw["storage"][key] = where.get(key, raw["storage"][key])
+    raw["model"]["path"] = where.get("model", raw["model"]["path"])
+    if "student" in where:
+        raw["arms"]["student"] = {"model": {"kind": "local", "path": where["student"]}}
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(raw, ROOT)
+    for w in [*words, "disjoint"]:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_folder_holding_the_project_is_refused_and_one_checkpoint_may_serve_two_arms(tmp_path: Path) -> None:
+    raw = default_raw()
+    raw["storage"]["work"] = str(ROOT.parent)
+    with pytest.raises(ConfigError, match=r"'storage/work'.*a folder holding the project"):
+        study_from_raw(raw, ROOT)
+    raw = default_raw()
+    for name in ("s1", "s2"):
+        raw["arms"][name] = {"model": {"kind": "local", "path": str(tmp_path / "student")}}
+    assert [a.model.path for a in study_from_raw(raw, ROOT).arms if a.model] == [tmp_path / "student"] * 2
+
+
 def test_absolute_storage_outside_the_project_is_allowed(tmp_path: Path) -> None:
     raw = default_raw()
     raw["storage"] = {"scratch": str(tmp_path / "s"), "work": str(tmp_path / "w")}

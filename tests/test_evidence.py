@@ -306,9 +306,10 @@ def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> 
 
 def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_clean(
         study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The plan-time check remembers the panels it found clean (their files' inode, size
-    and mtime, and what the config implies for them) and skips them while nothing there
-    changes; a record rewritten in place, even at the same size, is read and healed."""
+    """The plan-time check remembers the panels it found clean (their records' contents,
+    their videos' inode, size, mtime and ctime, and what the config implies for them) and
+    skips them while nothing there changes; a record rewritten in place, even at the same
+    size, is read and healed."""
     from pairflow import evidence
     from pairflow.config import load_study
 
@@ -331,3 +332,160 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     score.write_text(text)
     reads.clear()
     assert evidence.check_results(s, deep=True).ok and score in reads
+
+
+def _same_size_edit(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite bytes in place and restore the file's mtime (as ``touch -r`` would)."""
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_same_size_edits_with_restored_mtimes_are_healed_by_a_plain_rerun(
+        study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A byte flipped in a video and a record edited in place, both with size and mtime
+    restored: the plan-time check signs records by content and videos by ctime too (set
+    by the kernel on every write), so a plain rerun heals what verify reports."""
+    scratch = study / SCRATCH
+    assert "Nothing to be done" in snakemake(study)  # the plan-time memo now holds the clean tree
+    video = scratch / "panels/t/videos/pab/a1-s0.mp4"
+    old = video.read_bytes()
+    _same_size_edit(video, len(old) // 2, bytes([old[len(old) // 2] ^ 0xFF]))
+    score = scratch / "panels/t/scores/control/a2-s0.json"
+    text = score.read_bytes()
+    _same_size_edit(score, text.index(b'"scores"'), b'"scorez"')
+    rc, out = verify(scratch, capsys)
+    assert rc == 1 and [line.split(":")[0] for line in out[:-1]] == ["altered", "altered", "root"], out
+    log = snakemake(study)
+    assert "Nothing to be done" not in log
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+    assert video.read_bytes() == old  # the same stack regenerates the same bytes
+    assert "Nothing to be done" in snakemake(study)
+
+
+def test_video_rot_under_an_unchanged_stat_is_the_documented_bound(
+        study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bytes that change with no write through the filesystem (media bit rot: inode,
+    size, mtime and ctime unchanged) are the bound: the plan trusts the stat it saw when
+    it last hashed the video, ``pairflow verify`` re-hashes and, finding the problem,
+    drops the memo, after which a plain rerun re-hashes every video and heals it."""
+    scratch = study / SCRATCH
+    assert "Nothing to be done" in snakemake(study)
+    memo_path = scratch / "checks/evidence.json"
+    video = scratch / "panels/t/videos/control/a1-s0.mp4"
+    old = video.read_bytes()
+    _same_size_edit(video, 100, bytes([old[100] ^ 0x01]))
+    # Simulate rot the kernel never saw: the memo's stat for this video is the new one.
+    from pairflow.evidence import _stat_key
+
+    memo = json.loads(memo_path.read_text())
+    memo["videos"]["t"]["videos/control/a1-s0.mp4"][0] = _stat_key(video.stat())
+    sig = memo["panels"]["t"]["files"]
+    from pairflow.evidence import PANEL_READS, _signature
+
+    pdir = scratch / "panels/t"
+    memo["panels"]["t"]["files"] = _signature((pdir / "generation.json", pdir / "scores.json"),
+                                              tuple(pdir / k for k in PANEL_READS))
+    assert memo["panels"]["t"]["files"] != sig
+    memo_path.write_text(json.dumps(memo, sort_keys=True) + "\n")
+    assert "Nothing to be done" in snakemake(study)  # the bound: the plan cannot see it
+    rc, out = verify(scratch, capsys)
+    assert rc == 1 and out[0].startswith(f"altered: {video}: digest ") and not memo_path.exists()
+    assert "Nothing to be done" not in snakemake(study)
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"]) and video.read_bytes() == old
+
+
+def test_arms_check_rerun_with_missing_evidence_runs_the_panel_in_the_same_run(
+        study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The arms' check key changes (arm order in the YAML) while a record is missing:
+    check_arms reruns and so does the panel job (not only the check), in one run."""
+    import yaml
+
+    scratch = study / SCRATCH
+    cfg_path = study / "config/config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["arms"] = dict(reversed(list(cfg["arms"].items())))
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (scratch / "panels/t/records/control/a1-s0.json").unlink()
+    log = snakemake(study)
+    assert "rule check_arms:" in log and "rule generate_score_panel:" in log
+    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+    assert "Nothing to be done" in snakemake(study)
+
+
+def test_a_dry_run_writes_nothing_and_shows_the_healing_jobs(study: Path) -> None:
+    """``snakemake -n`` over a damaged tree: no heal stamp, no memo, no file changed in
+    the tree; the plan lists the panel job a real run will redo."""
+    scratch = study / SCRATCH
+    (scratch / "panels/t/scores/pab/a2-s0.json").unlink()
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in study.rglob("*")
+              if p.is_file() and ".snakemake" not in p.parts}
+    for flags in (["-n"], ["--dry-run"], ["-np"], ["--summary"]):
+        log = snakemake(study, *flags)
+        after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in study.rglob("*")
+                 if p.is_file() and ".snakemake" not in p.parts}
+        assert after == before, (flags, set(after) ^ set(before))
+        if flags != ["--summary"]:
+            assert "rule generate_score_panel:" in log and "a run recomputes" in log, log[-3000:]
+    assert not (scratch / "heal").exists()
+
+
+def test_symlinks_in_the_results_tree_are_refused_and_the_record_healed(
+        study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record replaced by a symlink to a copy outside ``results/`` and a stray symlink
+    to /etc/hostname: verify refuses both (evidence is a regular file in its tree, as the
+    archive demands); a plain rerun regenerates the record and names the stray link with
+    the command that removes it."""
+    scratch = study / SCRATCH
+    record = scratch / "panels/t/records/pab/a2-s0.json"
+    copy = tmp_path / "outside" / "a2-s0.json"
+    copy.parent.mkdir()
+    shutil.copy(record, copy)
+    record.unlink()
+    record.symlink_to(copy)
+    stray = scratch / "panels/t/records/pab/hostname.json"
+    stray.symlink_to("/etc/hostname")
+    study_link = scratch / "study/notes.md"
+    study_link.symlink_to("/etc/hostname")
+    rc, out = verify(scratch, capsys)
+    assert rc == 1 and out == [
+        (f"altered: {record}: a symlink (to {copy}), not a record; evidence must be a regular file inside its "
+         "tree. Delete the link and rerun the panel, which regenerates it"),
+        (f"extra: {stray}: a symlink (to /etc/hostname) not implied by the config (no current candidate is named "
+         f"so); remove it: rm {stray}"),
+        (f"symlink: {study_link}: a symlink (to /etc/hostname); evidence is a regular file inside its tree and the "
+         f"archive refuses links. Replace it with the file itself or remove it: rm {study_link}"),
+        f"verify {scratch}: 3 problem(s)"], out
+    log = snakemake(study, check=False)
+    assert "Nothing to be done" not in log
+    assert not record.is_symlink() and record.is_file()  # regenerated in place of the link
+    stray.unlink()
+    study_link.unlink()
+    snakemake(study)
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
+def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A prompt removed from the sheet: after the rerun its records, videos, scores and
+    timing records (both arms) are listed as extra, each with the command removing it."""
+    scratch = study / SCRATCH
+    sheet = study / "config/panels/t.tsv"
+    sheet.write_text("".join(line for line in sheet.read_text().splitlines(keepends=True) if not line.startswith("a2")))
+    log = snakemake(study)
+    rc, out = verify(scratch, capsys)
+    pdir = scratch / "panels/t"
+    gone = sorted(pdir / kind / arm / f"a2-s0.{'mp4' if kind == 'videos' else 'json'}"
+                  for kind in ("records", "videos", "scores", "timing") for arm in ("control", "pab"))
+    assert rc == 1 and out == [
+        f"extra: {f}: not implied by the config (no current candidate is named so); remove it: rm {f}"
+        for f in gone] + [f"verify {scratch}: 8 problem(s)"], out
+    assert all(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {line}" in log
+               for line in out[:-1])  # the plain run names them too
+    for f in gone:
+        f.unlink()
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])

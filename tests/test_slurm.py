@@ -17,26 +17,19 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, copy_project
 
+from pairflow.slurm import cluster_unavailable
+
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def _slurm_answers() -> bool:
-    if shutil.which("sinfo") is None:
-        return False
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
-    except subprocess.TimeoutExpired:
-        return False
-    return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mix", "alloc"))
-
-
 @pytest.fixture(scope="module")
 def slurm() -> None:
-    if not _slurm_answers():
+    why = cluster_unavailable()
+    if why is not None:
         if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
-            pytest.fail("PAIRFLOW_REQUIRE_SLURM=1 but sinfo shows no usable node; start one with bash .ci/slurm-up")
-        pytest.skip("no Slurm cluster answers (bash .ci/slurm-up starts one)")
+            pytest.fail(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
 
 
 def _env() -> dict[str, str]:
@@ -115,3 +108,27 @@ def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
     assert all(v["tasks"] > 0 for v in t["slots"].values())
     assert t["allocation"]["gpus"] == ["0", "1"] and t["probe"]["tasks_per_s"] > 0
     assert {s["slurm_job"] for s in t["spans"]} == {t["allocation"]["job_id"]}
+
+
+def test_a_client_with_no_cluster_behind_it_is_a_reason_to_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's client installed, no cluster configured: sinfo fails with "Could not
+    establish a configuration source". The Slurm tests and the benchmarks' Slurm sections
+    skip with that reason, and fail instead under PAIRFLOW_REQUIRE_SLURM=1."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run  # benchmarks/run.py
+
+    for tool in ("sinfo", "sbatch", "scontrol"):
+        fake = tmp_path / tool
+        fake.write_text("#!/bin/sh\necho 'sinfo: error: Could not establish a configuration source' >&2\nexit 1\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    why = cluster_unavailable()
+    assert why is not None and "Could not establish a configuration source" in why
+    monkeypatch.delenv("PAIRFLOW_REQUIRE_SLURM", raising=False)
+    for section in (run.bench_slurm, run.bench_slurm_study):
+        assert section(1, quick=True) == {"skipped": why}
+    monkeypatch.setenv("PAIRFLOW_REQUIRE_SLURM", "1")
+    with pytest.raises(RuntimeError, match="PAIRFLOW_REQUIRE_SLURM=1 but no Slurm cluster answers"):
+        run.bench_slurm(1, quick=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert "sinfo not found" in (cluster_unavailable() or "")

@@ -163,8 +163,9 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
         manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
         manifest["packing"] = {"format": PACK_FORMAT, "files": packing}  # type: ignore[typeddict-unknown-key]
     if not path.exists():
-        write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
+        # A killed promotion's half-copies (.tmp-*) are never sealed into the snapshot.
         sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
+        write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
         make_read_only(snapshot)
     sweep_temps([dest / PACKS], older_than=started)
     pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
@@ -301,7 +302,7 @@ def verify_archive(dest: Path) -> Any:
     """An archive (``work/<study>``) as an ``evidence.Report``: every non-retired
     snapshot is complete and verifies, retired ones are notes, and ``latest.json``
     points at a complete, non-retired snapshot with its root digest."""
-    from .evidence import Report, temp_files
+    from .evidence import Report, links, temp_files
 
     dest = Path(dest)
     report = Report()
@@ -349,6 +350,11 @@ def verify_archive(dest: Path) -> Any:
                 report.add("latest", latest, f"points at {target.name}, which is not a complete snapshot")
             elif json.loads((target / ARCHIVE_MANIFEST).read_text()).get("root_digest") != pointer.get("root_digest"):
                 report.add("latest", latest, f"root digest {pointer.get('root_digest')} differs from {target.name}'s")
+    for link in links(dest):
+        if link.relative_to(dest).parts[0] == "snapshots" and len(link.relative_to(dest).parts) > 2:
+            continue  # inside a snapshot: verify_tree names it (extra, or missing where a file is listed)
+        report.add("symlink", link, f"a symlink (to {os.readlink(link)}); an archive holds regular files only. "
+                   "Replace it with the file itself or remove it")
     for t in temp_files(dest):
         report.add("temp", t, "left by an interrupted write; safe to delete")
     for pack in sorted(set(_stored_packs(dest)) - set(_listed_packs(snaps))):

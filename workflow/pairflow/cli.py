@@ -250,7 +250,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
 
     from .archive import ARCHIVE_MANIFEST, verify_archive, verify_tree
     from .config import load_study
-    from .evidence import Report, check_results, recorded_study, temp_files, write_verify_json
+    from .evidence import Report, check_results, drop_memo, recorded_study, temp_files, write_verify_json
 
     if (path / "latest.json").exists() or (path / "snapshots").is_dir():
         report = verify_archive(path)
@@ -268,6 +268,8 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
         else:
             study = recorded_study(path)
         report = check_results(study, deep=True)
+        if not report.ok:  # the next plain run checks every panel in full and re-hashes every video
+            drop_memo(study.scratch)
     if as_json:
         print(write_verify_json(report, path))
     else:

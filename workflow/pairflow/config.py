@@ -613,6 +613,12 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
     panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]),
                              prompts[name] if prompts is not None else read_sheet(resolve(p["sheet"]), name))
                    for name, p in raw["panels"].items())
+    check_storage_disjoint(
+        [("storage/scratch", raw["storage"]["scratch"], resolve(raw["storage"]["scratch"])),
+         ("storage/work", raw["storage"]["work"], resolve(raw["storage"]["work"])),
+         ("model/path", m["path"], model.path),
+         *((f"arms/{a.name}/model/path", raw["arms"][a.name]["model"]["path"], a.model.path)
+           for a in arms if a.model is not None)], root, source)
     return StudySpec(
         study=raw["study"], root=root, scratch=resolve(raw["storage"]["scratch"]),
         work=resolve(raw["storage"]["work"]), model=model, arms=arms, panels=panels,
@@ -656,6 +662,34 @@ def check_location(key: str, value: str, path: Path, root: Path, source: str) ->
         raise ConfigError(f"{source}: key {key!r} is {value!r}, which resolves to {path}: {bad}. Point it at "
                           "a directory of its own (e.g. results/scratch, or an absolute path on your scratch "
                           "file system)")
+
+
+def check_storage_disjoint(roots: list[tuple[str, str, Path]], project: Path, source: str) -> None:
+    """Refuse storage roots that overlap: ``storage/scratch``, ``storage/work``, the model
+    folder and every student model folder (``roots``: key, value as written, resolved
+    path) must each be disjoint from the others (neither equal nor nested: a folder
+    swapped in or cleaned takes the other's files with it) and from the project root
+    (neither the project itself nor a folder holding it). Two model keys may name the
+    same folder (one checkpoint used twice). Raises ConfigError naming both keys."""
+    def nested(a: Path, b: Path) -> bool:
+        return a == b or a in b.parents or b in a.parents
+
+    for key, value, path in roots:
+        if path == project or path in project.parents:
+            raise ConfigError(f"{source}: key {key!r} is {value!r}, which resolves to {path}: "
+                              + ("the project root itself" if path == project else f"a folder holding the project "
+                                 f"{project}") + f"; storage and model folders must be disjoint from the project "
+                              f"root. Point {key!r} at a folder of its own (e.g. results/scratch)")
+    for i, (key_a, value_a, a) in enumerate(roots):
+        for key_b, value_b, b in roots[i + 1:]:
+            models = key_a.endswith("model/path") and key_b.endswith("model/path")
+            if not nested(a, b) or (models and a == b):
+                continue
+            how = "is the same folder as" if a == b else "lies inside" if b in a.parents else "holds"
+            raise ConfigError(f"{source}: key {key_a!r} ({value_a!r}, {a}) {how} key {key_b!r} ({value_b!r}, {b}); "
+                              f"storage and model folders must be disjoint (neither equal nor nested). Give "
+                              f"{key_a!r} and {key_b!r} folders of their own, side by side (e.g. results/scratch "
+                              "and results/work)")
 
 
 def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source: str) -> ArmSpec:

@@ -7,26 +7,41 @@ a score record per configured scorer and a timing record; every record names the
 current generation record of its candidate; every panel manifest and the timing
 manifest list exactly those records with their current digests; the study manifest's
 panel roots are the current manifests' roots and the statistics were computed from
-them; no failure record is left; no timed run computed other frames than the bulk run.
+them; no failure record is left; no timed run computed other frames than the bulk run;
+every file in a panel's per-candidate folders belongs to a current candidate and every
+panel folder to a configured panel (else ``extra``, with the ``rm`` that removes it: no
+rerun deletes evidence); nothing in the tree is a symlink (evidence is a regular file
+inside its tree, what the archive demands; a linked record or video is regenerated).
 
 ``check_results`` returns one ``Problem`` per violation, each naming its file and the
-output whose rerun heals it. The workflow runs the same check (without re-hashing
-videos) when it builds its plan and forces those outputs, so a plain rerun sees what is
-missing (``heal_targets``). Imports without torch.
+output whose rerun heals it. The workflow runs the same check (videos re-hashed only
+when they changed, see below) when it builds its plan and forces those outputs, so a
+plain rerun sees what is missing (``heal_targets``). Imports without torch.
 
 The plan-time check remembers what it found clean (``scratch/checks/evidence.json``): per
-panel, the digest of what the config implies for it and the (path, inode, size, mtime)
-of every file its check reads (records, videos, scores, timing records, failure records,
-its two manifests), with the roots it found. A panel whose files and expectations are
-unchanged since is not read again; any write, rename, deletion or new file in those
-folders changes its signature and the panel is checked in full. ``pairflow verify``
-(``deep``) never uses the memo.
+panel, the digest of what the config implies for it and a signature of every file its
+check reads, with the roots it found. A panel whose signature and expectations are
+unchanged since is not read again. The signature holds the *contents* (xxh3) of every
+record, score, timing and failure record and of the panel's two manifests, so an edit
+is seen whatever its size and mtime (``touch -r``, ``rsync -t``, bit rot in a record);
+for videos it holds (inode, size, mtime, ctime). The kernel sets ctime on every write,
+rename, chmod or copy and no call sets it back, so an edit of a video's bytes through
+the filesystem changes the signature even when size and mtime are restored. In a panel
+checked in full, each video is re-hashed unless its (inode, size, mtime, ctime) and the
+digest its record names are the ones it had when it was last hashed and matched
+(``videos`` in the memo): the first plan over a new tree hashes every video once.
+
+The bound: a video whose bytes change without any write through the filesystem (media
+bit rot under an unchanged inode) is seen only by a full re-hash, which ``pairflow
+verify`` (``deep``, never the memo) always does; a verify that finds any problem drops
+the memo, so the next plain run checks every panel in full and re-hashes every video.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +61,8 @@ KINDS = {
     "root": "manifests that do not match their records",
     "frames": "timed runs whose frames differ from the bulk run (latency dropped for the pair)",
     "failure": "failure records (tasks that failed after their retries)",
-    "extra": "extra files",
+    "extra": "extra files (not implied by the config; no rerun removes them)",
+    "symlink": "symlinks (evidence is a regular file inside its tree; the archive refuses links)",
     "snapshot": "incomplete or damaged snapshots",
     "latest": "latest.json",
     "config": "study config",
@@ -184,39 +200,56 @@ def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> 
     return manifest
 
 
-MEMO_VERSION = 1
+MEMO_VERSION = 2
 PANEL_READS = ("records", "videos", "scores", "timing", "failures")
 """A panel's folders the check reads (besides its two manifests): its memo signature."""
+STAT_READS = ("videos",)
+"""Folders signed by (inode, size, mtime, ctime) instead of content (see the module docstring)."""
+
+
+def _stat_key(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
-    """Digest of (path, inode, size, mtime) of ``files`` and of every file below
-    ``folders`` (one ``scandir`` per folder: no per-candidate paths are built)."""
+    """Digest of the contents of ``files`` and of every file below ``folders`` (one
+    ``scandir`` per folder: no per-candidate paths are built), except below a
+    ``STAT_READS`` folder, whose files are signed by (inode, size, mtime, ctime).
+    Measured: about 17 us per record file (open, read, xxh3), 5 us per stat."""
     import xxhash
 
     h = xxhash.xxh3_128()
 
-    def walk(folder: str) -> None:
+    def content(path: str) -> None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            h.update(f"{path}\0absent\n".encode())
+            return
+        h.update(f"{path}\0{len(data)}\0".encode())
+        h.update(data)
+
+    def walk(folder: str, by_stat: bool) -> None:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except FileNotFoundError:
             h.update(f"{folder}\0absent\n".encode())
             return
         for e in entries:
-            if e.is_dir():
-                walk(e.path)
+            if e.is_symlink():
+                h.update(f"{e.path}\0link\0{os.readlink(e.path)}\n".encode())
+            elif e.is_dir():
+                walk(e.path, by_stat)
+            elif by_stat:
+                h.update(f"{e.path}\0{_stat_key(e.stat())}\n".encode())
             else:
-                st = e.stat()
-                h.update(f"{e.path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                content(e.path)
 
     for f in files:
-        try:
-            st = f.stat()
-            h.update(f"{f}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        except FileNotFoundError:
-            h.update(f"{f}\0absent\n".encode())
+        content(str(f))
     for folder in folders:
-        walk(str(folder))
+        walk(str(folder), folder.name in STAT_READS)
     return f"xxh3_128:{h.hexdigest()}"
 
 
@@ -228,14 +261,45 @@ def _read_memo(path: Path) -> dict[str, Any]:
     return memo if isinstance(memo, dict) and memo.get("version") == MEMO_VERSION else {}
 
 
-def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Report:
+def drop_memo(scratch: Path) -> None:
+    """Forget what the plan-time check found clean (``pairflow verify`` does when it finds
+    a problem), so the next plain run checks every panel in full and re-hashes every
+    video. A tree this process cannot write is left as it is."""
+    try:
+        Layout(scratch).evidence_memo.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+class _Videos:
+    """A panel's videos checked at plan time: trusted when (inode, size, mtime, ctime)
+    and the recorded digest are the ones seen when the video was last hashed and
+    matched, else re-hashed. ``seen`` is what to remember."""
+
+    def __init__(self, old: Any) -> None:
+        self.old: dict[str, Any] = old if isinstance(old, dict) else {}
+        self.seen: dict[str, list[str]] = {}
+
+    def digest(self, rel: str, video: Path, recorded: str) -> str:
+        key = _stat_key(video.stat())
+        if self.old.get(rel) == [key, recorded]:
+            actual = recorded
+        else:
+            actual = digest_file(video)
+        if actual == recorded:
+            self.seen[rel] = [key, recorded]
+        return actual
+
+
+def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write: bool = True) -> Report:
     """Completeness and consistency of ``study``'s results tree (see the module docstring).
-    ``deep`` re-hashes every video; without it a video is checked by existence and size
-    (what the workflow does when it plans a run). ``memo`` (only without ``deep``) skips
-    panels unchanged since this check last found them clean and records the ones it
-    finds clean now (see the module docstring); it collects problems only, not notes
-    (temporary files), which heal nothing."""
-    from .candidates import candidates, panel_dir, record_path, score_path
+    ``deep`` re-hashes every video; without it (what the workflow does when it plans a
+    run) a video is re-hashed only when it changed since it was last hashed and matched
+    (the memo's ``videos``; every one when ``memo`` is off). ``memo`` (only without
+    ``deep``) skips panels unchanged since this check last found them clean and, when
+    ``write``, records what it finds clean now (see the module docstring); it collects
+    problems only, not notes (temporary files), which heal nothing."""
+    from .candidates import candidates, panel_dir, record_path, score_path, video_path
     from .stages.scoring import expected_scores
     from .stages.timing import timing_path
     from .video import recipe_digest
@@ -250,6 +314,8 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
     current: dict[str, dict[str, Any]] = {}
     use_memo = memo and not deep
     old = _read_memo(layout.evidence_memo) if use_memo else {}
+    old_videos: dict[str, Any] = old["videos"] if isinstance(old.get("videos"), dict) else {}
+    videos: dict[str, _Videos] = {}
     expect = digest_obj({"recipe": rdigest, "scores": {a.name: expected_scores(study, a) for a in study.arms}})
     keys = {p.name: digest_obj([study.panel_digest(p.name), expect]) for p in study.panels} if use_memo else {}
     pending: dict[str, dict[str, Any]] = {}
@@ -266,6 +332,7 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
                 hits[panel.name] = entry
                 continue
             pending[panel.name] = {"key": keys[panel.name], "files": sig}
+        vids = videos[panel.name] = _Videos(old_videos.get(panel.name))
         cands = candidates(study, panel)
         all_cands += cands
         for c in cands:
@@ -283,17 +350,22 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
                 continue
             current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
             video = pdir / rec["video"]["path"]
+            if video.is_symlink():
+                report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
+                           "link, the next plain run regenerates the video", gm)
+                continue
             if not video.is_file():
                 report.add("missing", video, f"video of {path} is missing", gm)
-            elif not deep and video.stat().st_size != rec["video"]["bytes"]:
-                report.add("altered", video,
-                           f"{video.stat().st_size} bytes, {rec['video']['bytes']} recorded in {path}", gm)
-            elif deep and (actual := digest_file(video)) != rec["video"]["digest"]:
-                report.add("altered", video,
-                           f"digest {actual} differs from {rec['video']['digest']} recorded in {path}", gm)
+                continue
+            recorded = rec["video"]["digest"]
+            actual = digest_file(video) if deep else vids.digest(rec["video"]["path"], video, recorded)
+            if actual != recorded:
+                report.add("altered", video, f"digest {actual} differs from {recorded} recorded in {path}", gm)
         m = _manifest(gm, [record_path(study, c) for c in cands], report, gm)
         if m is not None:
             roots[f"generation:{panel.name}"] = m.get("root_digest", "")
+        _extras(pdir, {f for c in cands for f in (record_path(study, c), video_path(study, c), score_path(study, c),
+                                                  timing_path(study, c))}, report)
         for stage, heals in (("generate", gm), ("score", sm)):
             for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
                 if f.name.startswith(TMP_PREFIX):
@@ -331,19 +403,36 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False) -> Re
         if m is not None:
             roots["timing"] = m.get("root_digest", "")
     _check_study(study, study_manifest, roots, report)
+    if layout.panels.is_dir():
+        names = {p.name for p in study.panels}
+        for d in sorted(layout.panels.iterdir()):
+            if d.name not in names and not d.name.startswith(TMP_PREFIX):
+                report.add("extra", d, f"panel {d.name!r} is not in the config; its evidence is no longer implied. "
+                           f"Remove it: rm -r {shlex.quote(str(d))}")
+    if deep:
+        named = {p.file for p in report.problems}
+        for link in links(scratch):
+            if str(link) not in named:
+                report.add("symlink", link, f"a symlink (to {os.readlink(link)}); evidence is a regular file inside "
+                           f"its tree and the archive refuses links. Replace it with the file itself or remove it: "
+                           f"rm {shlex.quote(str(link))}")
     # Temp files are notes, which heal nothing: the plan (``memo``) does not walk the tree for them.
     for t in temp_files(scratch) if not use_memo else []:
         report.add("temp", t, "left by an interrupted write; safe to delete")
-    if use_memo:
-        _write_memo(layout, study, report, old, hits, pending, roots, timing_key, timing_sig)
+    if use_memo and write:
+        seen = {name: old_videos[name] for name in hits if name in old_videos}
+        seen.update({name: v.seen for name, v in videos.items()})
+        _write_memo(layout, study, report, old, hits, pending, roots, timing_key, timing_sig, seen)
     return report
 
 
 def _write_memo(layout: Layout, study: StudySpec, report: Report, old: dict[str, Any], hits: dict[str, Any],
-                pending: dict[str, dict[str, Any]], roots: dict[str, str], timing_key: str, timing_sig: str) -> None:
+                pending: dict[str, dict[str, Any]], roots: dict[str, str], timing_key: str, timing_sig: str,
+                videos: dict[str, Any]) -> None:
     """Record the panels this check found clean (no problem on any file below the panel's
-    folder) beside the ones it skipped, and the timing manifest when every panel is clean
-    and nothing is wrong with it or any timing record. Written only when it changed."""
+    folder) beside the ones it skipped, the timing manifest when every panel is clean
+    and nothing is wrong with it or any timing record, and every video hashed (or
+    trusted) and matched. Written only when it changed."""
     from .atomic import write_text
 
     dirty = {Path(p.file).relative_to(layout.panels).parts[0] for p in report.problems
@@ -355,7 +444,7 @@ def _write_memo(layout: Layout, study: StudySpec, report: Report, old: dict[str,
                                                if k in roots}}
     timing_ok = (len(panels) == len(study.panels) and "timing" in roots
                  and not any(p.heals == str(layout.timing_manifest) for p in report.problems))
-    memo = {"version": MEMO_VERSION, "panels": panels,
+    memo = {"version": MEMO_VERSION, "panels": panels, "videos": videos,
             "timing": {"key": timing_key, "files": timing_sig, "root": roots["timing"]} if timing_ok else None}
     if memo != old:
         write_text(layout.evidence_memo, json.dumps(memo, sort_keys=True) + "\n")
@@ -405,6 +494,34 @@ def _failure_text(path: Path) -> str:
     return f"{f.get('label', '?')} failed [{f.get('class', '?')}] ({who}): {f.get('message', '')[:300]}"
 
 
+EXTRA_READS = ("records", "videos", "scores", "timing")
+"""A panel's per-candidate folders: a file there that no current candidate names is extra."""
+
+
+def _extras(pdir: Path, implied: set[Path], report: Report) -> None:
+    """Report every file (or link) in ``pdir``'s per-candidate folders that no current
+    candidate implies (a candidate the config no longer has), with the command that
+    removes it. Temporary files are left to ``temp_files``."""
+    for kind in EXTRA_READS:
+        for dirpath, dirnames, filenames in os.walk(pdir / kind):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                f = Path(dirpath) / name
+                if name.startswith(TMP_PREFIX) or f in implied:
+                    continue
+                what = f"a symlink (to {os.readlink(f)}) " if f.is_symlink() else ""
+                report.add("extra", f, f"{what}not implied by the config (no current candidate is named so); "
+                           f"remove it: rm {shlex.quote(str(f))}")
+
+
+def links(root: Path) -> list[Path]:
+    """Symlinks under ``root`` (Parsl run directories skipped), never followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        out += [Path(dirpath) / n for n in filenames + dirnames if os.path.islink(os.path.join(dirpath, n))]
+        dirnames[:] = [d for d in dirnames if d != "run"]
+    return sorted(out)
+
+
 def temp_files(root: Path) -> list[Path]:
     """``.tmp-*`` files and directories under ``root`` (Parsl run directories skipped)."""
     out = []
@@ -414,42 +531,53 @@ def temp_files(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def heal_targets(study: StudySpec) -> dict[str, list[Problem]]:
+def heal_targets(study: StudySpec, write: bool = True) -> dict[str, list[Problem]]:
     """The workflow outputs a plain rerun must recompute so the tree verifies, with the
-    problems each heals (the check without re-hashing videos). Empty when the tree is
-    complete or not started."""
+    problems each heals (the plan-time check: the memo, videos re-hashed when they
+    changed); under ``""`` the problems no rerun heals (extra files, symlinks). Empty
+    when the tree is complete or not started. ``write``: update the
+    memo (off in a dry run, which writes nothing)."""
     if not Layout(study.scratch).panels.exists():
         return {}
     out: dict[str, list[Problem]] = {}
-    for p in check_results(study, deep=False, memo=True).problems:
-        if p.heals:
-            out.setdefault(p.heals, []).append(p)
+    for p in check_results(study, deep=False, memo=True, write=write).problems:
+        out.setdefault(p.heals or "", []).append(p)
     return out
 
 
-def heal_stamp(scratch: Path, output: str | Path) -> Path:
-    """The stamp file of one workflow output (``scratch/heal/<output path with -->.txt``)."""
+def heal_stamp(scratch: Path, output: str | Path, folder: Path | None = None) -> Path:
+    """The stamp file of one workflow output (``scratch/heal/<output path with -->.txt``,
+    or the same name under ``folder``)."""
     rel = os.path.relpath(output, scratch).replace(os.sep, "--")
-    return Layout(scratch).heal / f"{rel}.txt"
+    return (Layout(scratch).heal if folder is None else Path(folder)) / f"{rel}.txt"
 
 
-def mark_stale(study: StudySpec) -> list[Path]:
+def mark_stale(study: StudySpec, folder: Path | None = None, unhealed: list[Problem] | None = None) -> dict[str, Path]:
     """Touch the heal stamp of every existing output the check finds stale, writing the
     problems into it. Each rule takes its output's stamp as an input when it exists
     (``stamp_input``), so a stamp newer than the output makes Snakemake rerun that job
     and, through the updated output, everything downstream. Outputs that are missing
     need no stamp: ``rule all`` lists every manifest, so Snakemake rebuilds them.
-    Returns the stamps written."""
+
+    ``folder``: a dry run's stamps, outside the results tree (the dry run writes nothing
+    there: neither stamps nor the memo); the stamp named there differs from the one a
+    real run records as the job's input, so the dry run shows the job. ``unhealed``
+    receives the problems no rerun heals (the run names them). Returns the stamps
+    written by output."""
     from .atomic import write_text
 
-    written = []
-    for output, problems in sorted(heal_targets(study).items()):
+    written = {}
+    for output, problems in sorted(heal_targets(study, write=folder is None).items()):
+        if not output:
+            if unhealed is not None:
+                unhealed += problems
+            continue
         if not Path(output).exists():
             continue
-        stamp = heal_stamp(study.scratch, output)
+        stamp = heal_stamp(study.scratch, output, folder)
         write_text(stamp, f"{output} is recomputed by the next run: it does not match its evidence\n"
                    + "".join(f"{p.line()}\n" for p in problems))
-        written.append(stamp)
+        written[output] = stamp
     return written
 
 
@@ -459,10 +587,14 @@ def heal_stamps(scratch: Path) -> frozenset[str]:
     return frozenset(str(folder / n) for n in os.listdir(folder)) if folder.is_dir() else frozenset()
 
 
-def stamp_input(scratch: Path, output: str, stamps: frozenset[str] | None = None) -> list[str]:
+def stamp_input(scratch: Path, output: str, stamps: frozenset[str] | None = None,
+                stale: dict[str, Path] | None = None) -> list[str]:
     """Input-function helper: ``[stamp]`` when ``output``'s heal stamp exists (in
     ``stamps``, a ``heal_stamps`` listing, when given: a lookup instead of a stat per
-    job), else ``[]``."""
+    job), else ``[]``; a dry run's stamp (``stale``, from ``mark_stale``) instead when
+    there is one."""
+    if stale and output in stale:
+        return [str(stale[output])]
     stamp = heal_stamp(scratch, output)
     return [str(stamp)] if (str(stamp) in stamps if stamps is not None else stamp.exists()) else []
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, overload
@@ -169,10 +170,14 @@ def read_record(path: Path, kind: RecordKind | None = None) -> Any:
     """Read a record, check its self-digest, then validate it against its kind's schema;
     with ``kind``, also that it is a record of that kind (and typed as one).
 
-    Raises IntegrityError naming the file if it is unreadable, not JSON, or altered, and
+    Raises IntegrityError naming the file if it is a symlink, unreadable, not JSON, or altered, and
     its subclass RecordSchemaError if it does not fit its schema or is of another kind.
     """
     path = Path(path)
+    if path.is_symlink():  # evidence is a regular file in its tree (verify and the archive agree)
+        raise IntegrityError(f"{path}: a symlink (to {os.readlink(path)}), not a record; evidence must be a "
+                             "regular file inside its tree. Delete the link and rerun the panel, which "
+                             "regenerates it")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -205,6 +210,9 @@ def check_video(record: GenerationRecord | Mapping[str, Any], path: Path) -> Non
     """Raise IntegrityError if the record's video is missing or its bytes changed."""
     video = record["video"]
     vpath = Path(path).parents[2] / video["path"]  # records/<arm>/<file> -> the panel directory
+    if vpath.is_symlink():
+        raise IntegrityError(f"{vpath}: video of record {path} is a symlink (to {os.readlink(vpath)}); evidence "
+                             "must be a regular file inside its tree. Delete the link and rerun the panel")
     if not vpath.is_file():
         raise IntegrityError(f"{vpath}: video of record {path} is missing; rerun the panel to regenerate")
     actual = digest_file(vpath)

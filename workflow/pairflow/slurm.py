@@ -89,3 +89,25 @@ def exclusivity(alloc: AllocationInfo | None) -> dict[str, Any]:
             "exclusive": details.get("OverSubscribe") == "NO",
             "oversubscribe": details.get("OverSubscribe"), "nodelist": details.get("NodeList"),
             "tres": details.get("TRES")}
+
+
+def cluster_unavailable(timeout_s: float = 15.0) -> str | None:
+    """Why no Slurm cluster answers here (None when one does): ``sinfo`` must be on the
+    PATH, answer within ``timeout_s`` and show a node that can run jobs (idle, mixed or
+    allocated). A client installed with no cluster behind it ("Could not establish a
+    configuration source") is unavailable, not an error. Used to skip Slurm-dependent
+    tests and benchmark sections with this reason."""
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        return "no Slurm client here (sinfo not found); start the CI cluster with bash .ci/slurm-up"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"sinfo did not answer in {timeout_s:.0f}s; no Slurm controller answers (bash .ci/slurm-up starts one)"
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        return f"no Slurm cluster answers (sinfo: {why}); bash .ci/slurm-up starts one"
+    if not any(s in out.stdout for s in ("idle", "mix", "alloc")):
+        return f"Slurm answers but shows no usable node (states: {' '.join(out.stdout.split()) or 'none'})"
+    return None

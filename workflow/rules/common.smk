@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
 from pairflow.config import check_config_files, study_from_raw  # noqa: E402
 from pairflow.errors import PairFlowError  # noqa: E402
-from pairflow.evidence import heal_stamps, mark_stale, stamp_input  # noqa: E402
+from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
@@ -100,11 +100,51 @@ def arms_check_input(wildcards):
 
 
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is
-# checked as `pairflow verify` does (videos by size, not re-hashed); every existing output
-# that no longer matches its records gets a newer heal stamp, which its rule takes as input.
+# checked as `pairflow verify` does (records by content, videos re-hashed when their
+# inode, size, mtime or ctime changed); every existing output that no longer matches its
+# records gets a newer heal stamp, which its rule takes as input. A dry run (or any
+# invocation that executes nothing: --summary, --list, --dag, --lint) writes nothing in
+# the tree: its stamps go to a temporary folder, removed at exit, and it shows the jobs.
+def plans_only():
+    """Whether this Snakemake invocation executes nothing (read from its command line)."""
+    import inspect
+
+    for info in inspect.stack(0):
+        args = info.frame.f_locals.get("args")
+        if info.function == "args_to_api" and args is not None:
+            return any(getattr(args, k, False) for k in (
+                "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
+                "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata"))
+    # Not started by the command line (the API): read the flags Snakemake would.
+    return any(a in ("--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
+               or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
+               for a in sys.argv[1:])
+
+
+STALE, UNHEALED = {}, []
 if not (workflow.remote_exec or workflow.subprocess_exec):
-    for stamp in mark_stale(STUDY):
-        logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+    if plans_only():
+        import atexit
+        import shutil
+        import tempfile
+
+        DRY_STAMPS = Path(tempfile.mkdtemp(prefix="pairflow-dry-run-heal-"))
+        atexit.register(shutil.rmtree, DRY_STAMPS, True)
+        STALE = mark_stale(STUDY, DRY_STAMPS, UNHEALED)
+        for output in STALE:
+            logger.warning(f"PairFlow (dry run, nothing written): evidence out of date, a run recomputes {output}")
+    else:
+        STALE = mark_stale(STUDY, unhealed=UNHEALED)
+        for stamp in STALE.values():
+            logger.warning(f"PairFlow: evidence out of date, will be recomputed: {stamp}")
+        # Named as stamp_input names a stamp that exists (Snakemake records the input names).
+        STALE = {output: heal_stamp(LAYOUT.scratch, as_named(output)) for output in STALE}
+    STALE = {str(as_named(output)): stamp for output, stamp in STALE.items()}
+    for problem in UNHEALED[:20]:  # extra files, symlinks: a person decides; the line names the command
+        logger.warning(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {problem.line()}")
+    if len(UNHEALED) > 20:
+        logger.warning(f"PairFlow: {len(UNHEALED) - 20} more such problem(s): pairflow verify {LAYOUT.scratch} "
+                       "lists them all")
 STAMPS = heal_stamps(LAYOUT.scratch)
 
 
@@ -117,5 +157,20 @@ def replicate_outputs(wildcards):
 
 def healing(pattern):
     """Input function: this job's heal stamp, when one exists (see above)."""
-    return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards), STAMPS)
+    return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards), STAMPS, STALE)
+
+
+def arms_checked(*patterns):
+    """Input function: the arms' check, as ancient input (a rerun of the check alone
+    regenerates nothing), except for a job that runs anyway (an output missing or out
+    of date with its evidence). Snakemake does not evaluate a job's own reasons when a
+    job upstream of it runs (here check_arms, after an arm or the diffusers version
+    changed) and reaches it only through non-ancient inputs: with the ancient edge such
+    a job would wait for the next run."""
+    def arms(wildcards):
+        outputs = [p.format(**wildcards) for p in patterns]
+        if any(o in STALE or not os.path.exists(o) for o in outputs):
+            return ARMS_CHECK
+        return ancient(ARMS_CHECK)
+    return arms
 

@@ -2,7 +2,7 @@
 rule generate_panel:
     input:
         model=model_input,
-        arms=ancient(ARMS_CHECK),
+        arms=arms_checked(GEN_MANIFEST),
         sheet=panel_sheet,
         heal=healing(GEN_MANIFEST),
     output:

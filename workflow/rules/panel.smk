@@ -4,7 +4,7 @@
 rule generate_score_panel:
     input:
         model=model_input,
-        arms=ancient(ARMS_CHECK),
+        arms=arms_checked(GEN_MANIFEST, SCORE_MANIFEST),
         sheet=panel_sheet,
         heal_generation=healing(GEN_MANIFEST),
         heal_scores=healing(SCORE_MANIFEST),
