@@ -20,6 +20,7 @@ path is deterministic (dates go inside files, never into names)::
       study/
         stats.json, table.md, table.html, manifest.json, timing.json, archived.json
         utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
+        gallery.html                       the video gallery (filmstrips inlined)
       contexts/<digest>.pkl                study context shared by a job's tasks
       checks/arms.json                     the arms passed their check (rule check_arms)
       checks/evidence.json                 what the plan-time evidence check last found clean
@@ -140,6 +141,11 @@ class Layout:
     @property
     def plots(self) -> Path:
         return self.study / "plots"
+
+    @property
+    def gallery(self) -> Path:
+        """The video gallery: one HTML page, filmstrips inlined (``gallery.py``)."""
+        return self.study / "gallery.html"
 
     # --- shared folders ---------------------------------------------------------------------
     @property
