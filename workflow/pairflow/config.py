@@ -15,7 +15,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -192,17 +192,22 @@ class EncoderSpec:
 @dataclass(frozen=True)
 class StatsSpec:
     """The ``stats`` keys, as ``stats.analyse`` takes them. ``resamples`` and ``seed``:
-    the sign-flip check's Monte Carlo draws beyond exact enumeration (exact while 2^n <=
-    resamples); ``level``: the interval's confidence; ``missing``: ``error`` or
-    ``drop-pair`` for a pair without a partner; ``target_effects``: metric name to the
-    smallest difference worth detecting (sample-size section); ``power``: its target power."""
+    the sign-flip test's Monte Carlo draws beyond exact enumeration (exact while 2^n <=
+    resamples); ``level``: the intervals' confidence (the family's error rate is 1 -
+    level); ``missing``: ``error`` or ``drop-pair`` for a pair without a partner;
+    ``power``: the planning's target power; ``margins``: NR metric name to the largest loss
+    that still counts as not worse (metric units, direction from the metric); ``floors``:
+    FR metric name to the value it must clear (a minimum, or a maximum for a lower-is-better
+    metric); ``multiplicity``: ``holm`` or ``bh`` across every (arm, metric) test."""
 
     resamples: int
     level: float
     seed: int
     missing: str = "error"
     power: float = 0.8
-    target_effects: dict[str, float] = field(default_factory=dict, hash=False)
+    margins: dict[str, float] = field(default_factory=dict, hash=False)
+    floors: dict[str, float] = field(default_factory=dict, hash=False)
+    multiplicity: Literal["holm", "bh"] = "holm"
 
 
 @dataclass(frozen=True)
@@ -591,11 +596,12 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                        ("model/path", raw["model"]["path"])):
         check_location(key, value, resolve(value), root, source)
 
-    unknown = sorted(set(raw["stats"]["target_effects"]) - set(raw["scorers"]))
-    if unknown:
-        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which "
-                          f"{'is' if len(unknown) == 1 else 'are'} not among scorers {list(raw['scorers'])}; add "
-                          "the metric to scorers or remove the entry")
+    for key in ("margins", "floors"):
+        unknown = sorted(set(raw["stats"][key]) - set(raw["scorers"]))
+        if unknown:
+            raise ConfigError(f"{source}: stats/{key} names {unknown}, which "
+                              f"{'is' if len(unknown) == 1 else 'are'} not among scorers {list(raw['scorers'])}; "
+                              "add the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())

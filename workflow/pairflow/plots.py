@@ -116,7 +116,9 @@ def forest_title(stats: StudyStats, name: str) -> str:
 
 def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
     """Speedup with its interval (first panel, log scale), then each metric's paired
-    difference (NR metrics) or value (FR metrics) with its CI, one row and one colour per arm."""
+    difference (NR metrics) or value (FR metrics) with its interval at the cell's
+    family-adjusted level, the verdict beside each point, and the declared margin (dotted,
+    ±) or floor (dotted) the verdict was read against; one row and one colour per arm."""
     _agg()
     import matplotlib.pyplot as plt
 
@@ -137,23 +139,30 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
     ax.set_xlabel("speedup (×, log scale)", fontsize=8)
     ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
     for ax, name in zip(axes[0][1:], names, strict=True):
-        kind = "NR"
+        ms = [m for c in comps for m in c["metrics"] if m["metric"] == name]
+        kind = ms[0]["kind"] if ms else "NR"
         for i, c in enumerate(comps):
             m = next((m for m in c["metrics"] if m["metric"] == name), None)
-            if m is None:
+            point = None if m is None else m["diff"] if m["diff"] is not None else m["treatment_mean"]
+            if m is None or point is None:
                 continue
-            kind = m["kind"]
-            point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
             ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
+            ax.annotate(m.get("verdict") or "", (point, i), fontsize=6, xytext=(0, 5), textcoords="offset points",
+                        ha="center", color=col[c["treatment"]])
         ax.set_title(forest_title(stats, name), fontsize=9)
-        if any(m["kind"] == "NR" for c in comps for m in c["metrics"] if m["metric"] == name):
+        if any(m["kind"] == "NR" for m in ms):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
+        margin = next((m["margin"] for m in ms if m.get("margin")), None)
+        floor = next((m["floor"] for m in ms if m.get("floor") is not None), None)
+        for x in ([-margin, margin] if margin else []) + ([floor] if floor is not None else []):
+            ax.axvline(x, color="tab:red", lw=0.8, ls=":")
         ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=8)
         ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
     for ax in axes[0]:
         for lb in ax.get_yticklabels():
             lb.set_color(col.get(lb.get_text(), "black"))
-    fig.suptitle(f"Paired estimates per arm, {stats['level']:.0%} t-interval over prompts", fontsize=10, y=1.04)
+    fig.suptitle("Paired estimates per arm; intervals at each cell's family-adjusted level; dotted: margin or floor",
+                 fontsize=10, y=1.04)
     fig.tight_layout()
     _save(fig, out, caption)
 
@@ -308,6 +317,8 @@ def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
                     continue
                 nr = nr or m["kind"] == "NR"
                 point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+                if point is None:  # an FR metric whose every pair is identical to control
+                    continue
                 xv, xci = x
                 ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3,
                             color=col[c["treatment"]])
