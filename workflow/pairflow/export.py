@@ -95,7 +95,10 @@ def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
             rows.append({**base, "metric": m["metric"], "kind": m["kind"], "higher_is_better": m["higher_is_better"],
                          "estimate": point, "ci_low": m["ci"][0], "ci_high": m["ci"][1],
                          "control_mean": m.get("control_mean"), "treatment_mean": m.get("treatment_mean"),
-                         "p_value": m.get("p_value"), "verdict": m.get("verdict")})
+                         "p_value": m.get("p_value"), "p_adjusted": m.get("p_adjusted"),
+                         "verdict": m.get("verdict"), "verdict_detail": m.get("verdict_detail"),
+                         "p_verdict": m.get("p_verdict"), "wins": m.get("wins"), "ties": m.get("ties"),
+                         "losses": m.get("losses")})
     return rows
 
 
