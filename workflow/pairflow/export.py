@@ -120,8 +120,8 @@ def _csv(rows: Sequence[dict[str, Any]], columns: list[str]) -> str:
 
 def _parquet(rows: Sequence[dict[str, Any]], columns: list[str]) -> bytes:
     try:
-        import pyarrow as pa  # optional: only --format parquet needs it
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]  # optional: only --format parquet needs it
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as e:
         raise ConfigError("--format parquet needs the pyarrow package, which is not installed here; install it "
                           "(pip install pyarrow) or export with --format csv") from e

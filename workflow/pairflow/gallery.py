@@ -25,8 +25,10 @@ import html
 import json
 import subprocess
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .atomic import write_text
 from .config import StudySpec
@@ -104,7 +106,7 @@ class PairView:
 Key = tuple[str, str, int, str]  # (panel, prompt id, seed, arm)
 
 
-def _index(records: list[GenerationRecord] | list[ScoreRecord] | list[TimingRecord]) -> dict[Key, dict]:  # type: ignore[type-arg]
+def _index(records: Sequence[Mapping[str, Any]]) -> dict[Key, Any]:
     return {(r["candidate"]["panel"], r["candidate"]["prompt_id"], r["candidate"]["seed"], r["candidate"]["arm"]): r
             for r in records}
 
