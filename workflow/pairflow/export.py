@@ -13,8 +13,8 @@ opens in pandas without reading JSON records:
   ``stats.json`` it came from.
 
 Records are read through ``records.read_record`` (self-digest and schema checked), so an
-altered record is refused rather than exported. Parquet needs pyarrow (or pandas with a
-parquet engine); without it the command names the package to install. Imports without torch.
+altered record is refused rather than exported. Parquet needs pyarrow (optional, not a
+dependency); without it the command names the package to install. Imports without torch.
 """
 
 from __future__ import annotations
