@@ -146,3 +146,18 @@ def test_watch_redraws_in_place_on_a_terminal(half_done) -> None:  # type: ignor
     # no newline-only growth: the redraws carry cursor moves between the blocks
     blocks = rest.split(b"done/total")[1:]
     assert all(b"\x1b[" in b for b in blocks[:-1])
+
+
+def test_without_rich_the_redraw_moves_the_cursor_back_over_the_last_block(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from pairflow.cli import _redrawer
+
+    for name in ("rich", "rich.console", "rich.live", "rich.text"):
+        monkeypatch.setitem(sys.modules, name, None)  # as when rich is not installed
+    draw = _redrawer()
+    draw("a\nb\nc")
+    draw("d\ne\nf")
+    out = capsys.readouterr().out
+    assert out == "\x1b[Ja\nb\nc\n\x1b[3F\x1b[Jd\ne\nf\n"  # up 3 lines, clear, redraw
