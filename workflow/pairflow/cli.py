@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, PairFlowError
+from .layout import Layout
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -175,7 +176,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
 
         _require_tree(args.path)
         study = recorded_study(args.path)
-        for written in export(study, args.out or args.path / "study" / "export", args.format):
+        for written in export(study, args.out or Layout(args.path).export, args.format):
             print(written)
         return EXIT_OK
     if args.cmd == "archive":
@@ -290,7 +291,7 @@ def _redrawer() -> Any:
 def _require_tree(path: Path) -> None:
     """Refuse, in one line, a path that is not a results tree (no ``panels`` or ``study``
     folder), instead of one "record is missing" line per expected file."""
-    if not (path / "panels").is_dir() and not (path / "study").is_dir():
+    if not Layout(path).panels.is_dir() and not Layout(path).study.is_dir():
         what = "does not exist" if not path.exists() else "is not a results tree (no panels/ or study/ folder in it)"
         raise ConfigError(f"{path} {what}; give the study's storage.scratch folder (e.g. results/scratch), an "
                           "archive (results/work/<study>) or one snapshot")
