@@ -159,6 +159,7 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
         ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=8)
         ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
     for ax in axes[0]:
+        ax.set_ylim(-0.6, len(comps) - 0.2)  # room above the top row for its verdict label
         for lb in ax.get_yticklabels():
             lb.set_color(col.get(lb.get_text(), "black"))
     fig.suptitle("Paired estimates per arm; intervals at each cell's family-adjusted level; dotted: margin or floor",
