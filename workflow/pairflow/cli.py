@@ -1,5 +1,6 @@
 """The ``pairflow`` command line: check a config, follow a running study, verify its
-evidence, rerun one panel, and the helpers that build models and weight mirrors.
+evidence, export its results as tidy tables, rerun one panel, and the helpers that build
+models and weight mirrors.
 
 Exit codes (distinct from argparse's usage error, 2):
 
@@ -63,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="pairflow", formatter_class=fmt, epilog=EXAMPLES,
         description=textwrap.fill(
             "Paired evaluation of video-generation models: check a study config, follow a running study, verify "
-            "its evidence, rerun one panel. The study itself runs with `snakemake --profile profiles/local` (or "
+            "its evidence, export its results, rerun one panel. The study itself runs with "
+            "`snakemake --profile profiles/local` (or "
             "profiles/slurm).", 88))
     parser.add_argument("--version", action="version", version=f"pairflow {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", title="commands")
