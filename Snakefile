@@ -43,6 +43,7 @@ localrules:
     check_arms,
     study_stats,
     plots,
+    gallery,
     utilisation,
     archive,
     repeatability,
@@ -54,4 +55,5 @@ rule all:
         ARCHIVE_DONE,
         STUDY_TABLE,
         STUDY_TABLE_HTML,
+        GALLERY,
     default_target: True

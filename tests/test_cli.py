@@ -74,6 +74,19 @@ def test_verify_without_a_recorded_config_names_the_fix(tmp_path: Path, capsys: 
     assert f"pairflow verify {tmp_path} --configfile config/config.yaml" in err
 
 
+def test_verify_of_a_path_that_is_not_a_results_tree_says_so_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (issue 26): with --configfile, a wrong path gave 174 'record is missing' lines."""
+    monkeypatch.chdir(ROOT)
+    for path, what in ((tmp_path / "nope", "does not exist"), (tmp_path, "is not a results tree")):
+        assert main(["verify", str(path), "--configfile", "config/config.yaml"]) == 3
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and f"{path} {what}" in err
+        assert "storage.scratch folder" in err
+        assert main(["export", str(path)]) == 3
+        assert len(capsys.readouterr().err.splitlines()) == 1
+
+
 def test_half_written_snapshot_is_reported_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A promotion killed before ``archive.json`` leaves an incomplete snapshot: verify
     says so (and how to finish or retire it), and ``--json`` carries the same finding."""

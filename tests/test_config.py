@@ -346,3 +346,16 @@ def test_relative_paths_resolve_against_the_given_root_never_the_configs_folder(
     inside = project / "config" / "b.yaml"
     inside.write_text(DEFAULT_TEXT)
     assert load_study(inside).root == project.resolve()
+
+
+def test_the_readme_wan21_single_gpu_config_is_valid(tmp_path: Path, tiny_model: Path) -> None:
+    """config/examples/wan21-1gpu.yaml (README, "A complete single-GPU Wan 2.1 config")
+    passes every check a run makes, with its model path and prompt sheet supplied."""
+    raw = yaml.safe_load((ROOT / "config" / "examples" / "wan21-1gpu.yaml").read_text())
+    raw["model"]["path"] = str(tiny_model)  # the download itself is not in the test
+    sheet = tmp_path / "config" / "panels" / "mine.tsv"
+    sheet.parent.mkdir(parents=True)
+    sheet.write_text("prompt_id\tprompt\ncat\ta cat walking on grass, realistic\n")
+    study = study_from_raw(raw, tmp_path)
+    assert [a.name for a in study.arms] == ["control", "fbc005", "fbc010"]
+    assert (study.generation.frames, study.generation.height, study.generation.width) == (81, 480, 832)

@@ -5,6 +5,7 @@ same resume rules as the per-stage jobs."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,23 @@ def _run(study, at: Layout) -> dict:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(tiny_model: Path,
-                                                                              tmp_path: Path) -> None:
+def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
+        tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = small_config(tmp_path, tiny_model, scorers=["psnr", "temporal_flickering"])
     study = study_from_raw(cfg, tmp_path)
     assert study.fleet.panel_jobs == "combined"  # the default
     at = Layout(study.scratch)
     cs = candidates(study, study.panel("t"))
 
-    first = _run(study, at)
+    with caplog.at_level(logging.INFO, logger="pairflow"):
+        first = _run(study, at)
+    # The log speaks from the first second: the pool starting, each start-up phase of the
+    # worker as it begins (polled every 2 s: a phase shorter than that, such as importing
+    # the already-loaded scorers, may pass unseen), workers ready, then progress lines.
+    text = caplog.text
+    order = [text.index(s) for s in ("starting 1 worker(s)", "importing torch and diffusers", "loading the model",
+                                     "workers ready 1/1", " done (")]
+    assert order == sorted(order), text[-3000:]
     assert (first["ran"], first["scored"]) == (4, 4)
     gen, scores = (json.loads(m.read_text()) for m in (at.generation_manifest("t"), at.score_manifest("t")))
     assert gen["kind"] == "panel-generation" and scores["kind"] == "panel-scores" and scores["ran"] == 4

@@ -134,3 +134,33 @@ def test_no_figure_has_overlapping_tick_labels_and_each_names_its_source(
     if figure == "forest":  # thinning drops numbers, never an arm's name
         for ax in fig.axes:
             assert [t.get_text() for t in ax.get_yticklabels() if t.get_visible()] == [f"arm-{i:02d}" for i in range(12)]
+
+
+@pytest.mark.parametrize("figure", ["forest", "pareto", "latency"])
+def test_log_axes_read_plain_numbers_and_every_axis_names_its_unit(figure: str, drawn: list[Any],
+                                                                   tmp_path: Path) -> None:
+    """Regression (issue 26): latency ticks read ``2x10^0``; PSNR axes lacked dB."""
+    data = {"forest": _stats(3), "pareto": _stats(3), "latency": _timing_records()}[figure]
+    getattr(plots, figure)(data, tmp_path / f"{figure}.png", "c")
+    (fig,) = drawn
+    labels = [t.get_text() for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+              for t in [*axis.get_majorticklabels(), *axis.get_minorticklabels()] if t.get_visible()]
+    assert labels and not any("10^" in t or "times" in t or "$" in t for t in labels), labels
+    if figure != "latency":
+        metric_axes = [ax.get_xlabel() if figure == "forest" else ax.get_ylabel() for ax in fig.axes[1:]]
+        assert all(metric_axes), metric_axes
+
+
+def test_each_arm_keeps_one_colour_in_every_figure(drawn: list[Any], tmp_path: Path) -> None:
+    colours = plots.arm_colours(["control", *ARMS[1:]])
+    assert len(set(colours.values())) == len(colours)
+    assert plots.arm_colours(list(reversed(ARMS))) == colours  # order of the list does not matter
+    plots.scatter(_score_records(), tmp_path / "s.png", "c", colours)
+    plots.per_prompt(_score_records(), tmp_path / "p.png", "c", colours)
+    import matplotlib.colors as mc
+
+    scatter, per_prompt = drawn
+    seen = {c.get_label(): mc.to_hex(c.get_facecolor()[0]) for c in scatter.axes[0].collections if c.get_label()}
+    assert seen == {a: colours[a].lower() for a in ARMS[1:]}
+    bars = {c.get_label(): mc.to_hex(c.patches[0].get_facecolor()) for c in per_prompt.axes[0].containers}
+    assert bars == {a: colours[a].lower() for a in ARMS[1:]}

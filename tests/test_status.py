@@ -96,3 +96,68 @@ def test_watch_stops_when_every_stage_is_done(half_done, capsys: pytest.CaptureF
     monkeypatch.chdir(study.root)
     assert main(["status", "--watch", "1"]) == 0  # returns at once: nothing left to wait for
     assert "12/12 outputs (100%)" in capsys.readouterr().out
+
+
+def test_json_gives_every_stage_and_the_totals(half_done, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    study, _ = half_done
+    monkeypatch.chdir(study.root)
+    assert main(["status", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["study"], out["done"], out["total"], out["failures"], out["finished"]) == (study.study, 4, 12, 1, False)
+    gen = next(s for s in out["stages"] if s["stage"] == "generate")
+    assert (gen["done"], gen["total"], gen["failures"], gen["active_slots"]) == (3, 4, 1, 1)
+    assert gen["rate_per_s"] == pytest.approx(0.1) and gen["finished"] is False
+
+
+def test_watch_redraws_in_place_on_a_terminal(half_done) -> None:  # type: ignore[no-untyped-def]
+    """Regression (issue 26): --watch appended a new block every refresh (1,306 lines in 10
+    minutes). On a terminal it now moves the cursor back over the last block; the pty's
+    output holds several refreshes but only one block's worth of new lines."""
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    study, _ = half_done
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "pairflow.cli", "status", "--watch", "1"], cwd=study.root,
+                            stdin=follower, stdout=follower, stderr=follower, start_new_session=True)
+    os.close(follower)
+    out = b""
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline and out.count(b"done/total") < 3:
+            if select.select([leader], [], [], 1)[0]:
+                try:
+                    out += os.read(leader, 65536)
+                except OSError:
+                    break
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        os.close(leader)
+    assert out.count(b"done/total") >= 3, out[-2000:]
+    first = out.index(b"done/total")
+    rest = out[first:]
+    # every later block is drawn after a cursor-up (ANSI 'F'/'A'), not below the last one
+    assert rest.count(b"\x1b[") >= 2 and (b"F" in rest or b"A" in rest)
+    # no newline-only growth: the redraws carry cursor moves between the blocks
+    blocks = rest.split(b"done/total")[1:]
+    assert all(b"\x1b[" in b for b in blocks[:-1])
+
+
+def test_without_rich_the_redraw_moves_the_cursor_back_over_the_last_block(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from pairflow.cli import _redrawer
+
+    for name in ("rich", "rich.console", "rich.live", "rich.text"):
+        monkeypatch.setitem(sys.modules, name, None)  # as when rich is not installed
+    draw = _redrawer()
+    draw("a\nb\nc")
+    draw("d\ne\nf")
+    out = capsys.readouterr().out
+    assert out == "\x1b[Ja\nb\nc\n\x1b[3F\x1b[Jd\ne\nf\n"  # up 3 lines, clear, redraw

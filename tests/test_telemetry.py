@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,5 +90,37 @@ def test_utilisation_is_task_seconds_over_slot_seconds():
 def test_progress_line_gives_done_rate_and_time_left() -> None:
     from pairflow.telemetry import progress_line
 
-    assert progress_line("generate smoke", 3, 12, 6.0) == "generate smoke: 3/12 done, 0.50/s, ~18s left"
-    assert progress_line("timed pass", 0, 5, 0.0) == "timed pass: 0/5 done, 0.00/s, time left unknown"
+    assert progress_line("generate smoke", 3, 12, 6.0) == "generate smoke: 3/12 done (25%), 30.0/min, ~18s left"
+    assert progress_line("generate smoke", 1, 400, 30.0) == "generate smoke: 1/400 done (0%), 2.0/min, ~3h19m left"
+    assert progress_line("timed pass", 0, 5, 0.0) == "timed pass: 0/5 done (0%), 0.0/min, time left unknown"
+
+
+def test_rate_counts_work_only_not_warm_up() -> None:
+    """Regression (issue 26): the first ETA read '~11295s left' because the rate's clock
+    started before 5 min 43 s of warm-up; it now starts with the first task's work."""
+    from pairflow.telemetry import progress_line, work_elapsed
+
+    job_start, warm_end = 1000.0, 1343.0
+    spans = [{"kind": "warm-up", "started": 1001.0, "finished": warm_end},
+             {"started": warm_end + 1, "finished": warm_end + 11}, {"started": warm_end + 2, "finished": warm_end + 12}]
+    elapsed = work_elapsed(spans, warm_end + 12, job_start)
+    assert elapsed == 11.0
+    assert progress_line("generate smoke", 2, 56, elapsed).endswith("~4m57s left")
+    assert work_elapsed([], 1010.0, job_start) == 10.0
+
+
+def test_phase_watch_logs_each_workers_start_up_phase_and_ready(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from pairflow.telemetry import PhaseWatch, write_phase
+
+    folder = tmp_path / "phases"
+    with caplog.at_level(logging.INFO, logger="pairflow.telemetry"):
+        with PhaseWatch(folder, "generate and score smoke", 1, period_s=0.05) as watch:
+            assert "starting 1 worker(s)" in caplog.text  # the job's first second already says something
+            write_phase(folder, "importing torch and diffusers")
+            assert not watch.poll()
+            write_phase(folder, "ready", import_s=3.25, load_s=1.5)
+            assert watch.poll()
+    text = caplog.text
+    assert "importing torch and diffusers" in text and "ready (import_s 3.2s, load_s 1.5s)" in text
+    assert "workers ready 1/1" in text

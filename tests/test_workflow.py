@@ -245,7 +245,8 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
 def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Snakemake's HTML report, opened in Debian's chromium through playwright: the landing
     page links the study table and the forest plot; the table has a row per treatment and
-    headers with their direction; every plot renders at a readable size. CI installs
+    headers with their direction; every plot renders at a readable size; the gallery shows
+    control and the treatment for every pair, with the score records' numbers. CI installs
     chromium and sets PAIRFLOW_REQUIRE_BROWSER=1, so there it never skips."""
     import importlib.util
     import os
@@ -255,7 +256,7 @@ def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_pa
         if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):
             raise AssertionError("PAIRFLOW_REQUIRE_BROWSER is set but chromium or playwright is missing")
         pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
-    project, _, _ = study_run
+    project, cfg, _ = study_run
     snakemake(project, "--report", "results/report.html")
     sys.path.insert(0, str(project / "workflow" / "checks"))
     from report_screenshot import inspect
@@ -268,6 +269,21 @@ def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_pa
     for name, (natural_w, shown_w, shown_h) in found["plots"].items():
         assert natural_w > 100 and shown_w > 100 and shown_h > 100, (name, natural_w, shown_w, shown_h)
     assert (tmp_path / "shots" / "table.png").stat().st_size > 10_000
+    # the gallery, inside the report: every pair of both panels, both arms drawn, numbers = the score records
+    scores = {(r["candidate"]["panel"], r["candidate"]["prompt_id"], r["candidate"]["seed"], r["arm"]["name"]): r
+              for r in records(Path(cfg["storage"]["scratch"]), "scores")}
+    pairs = found["gallery"]
+    assert len(pairs) == 5 and {p["arm"] for p in pairs} == {"pab"}
+    for p in pairs:
+        assert p["labels"] == ["control", "pab"] and len(p["images"]) == 2
+        assert all(i["w"] > 0 and i["shown"] > 50 for i in p["images"])
+        key = next(k for k in scores if k[1:] == (p["prompt"], p["seed"], "pab"))
+        rec, ctrl = scores[key], scores[(key[0], key[1], key[2], "control")]
+        assert p["digest"] == rec["record_digest"]
+        for m in p["metrics"]:
+            assert float(m["treatment"]) == rec["scores"][m["metric"]]["value"]
+            if m["metric"] in ctrl["scores"]:
+                assert float(m["diff"]) == rec["scores"][m["metric"]]["value"] - ctrl["scores"][m["metric"]]["value"]
 
 
 def test_e2e_benchmark_reads_the_work_share_from_records_and_benchmark_files(study_run) -> None:  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
 """Open the Snakemake HTML report in headless Chromium, check that the landing page leads
-to the study table and the forest plot and that both render, and save screenshots.
+to the study table and the forest plot and that both render, that the gallery shows both
+arms of each pair, and save screenshots.
 
 Needs Debian's chromium and playwright (`pip install -e ".[test]"`); no browser download:
 it drives /usr/bin/chromium (or $PAIRFLOW_CHROMIUM).
@@ -32,6 +33,26 @@ def _open_result(page: Any, uri: str, category: str, name: str) -> None:
     page.wait_for_timeout(1200)
 
 
+GALLERY_JS = """() => [...document.querySelectorAll('.pair')].map(p => ({
+  arm: p.dataset.arm, prompt: p.dataset.prompt, seed: Number(p.dataset.seed), digest: p.dataset.scoreDigest,
+  images: [...p.querySelectorAll('img')].map(i => ({alt: i.alt, w: i.naturalWidth, h: i.naturalHeight,
+                                                    shown: i.getBoundingClientRect().width})),
+  labels: [...p.querySelectorAll('.lab')].map(l => l.innerText),
+  metrics: [...p.querySelectorAll('tr[data-metric]')].map(r => ({
+    metric: r.dataset.metric, treatment: r.dataset.treatment, control: r.dataset.control, diff: r.dataset.diff,
+    cells: [...r.querySelectorAll('td')].map(c => c.innerText)}))}))"""
+"""What the gallery shows, read from the rendered page: per pair its arm, prompt, seed,
+score-record digest, images (natural and shown size: 0 when one failed to load), the row
+labels beside the images, and each metric row's values (attributes and the cells' text)."""
+
+
+def gallery_pairs(frame: Any) -> list[dict[str, Any]]:
+    """The gallery's pairs as a reader sees them (``GALLERY_JS``) in ``frame`` (a
+    playwright page or frame showing gallery.html)."""
+    frame.wait_for_function("() => [...document.images].every(i => i.complete)")
+    return list(frame.evaluate(GALLERY_JS))
+
+
 def inspect(report: Path, out: Path) -> dict[str, Any]:
     """What a reader sees: the landing page's links, the study table's headers and row
     count (inside the report's frame), and each plot's rendered size in pixels."""
@@ -55,6 +76,11 @@ def inspect(report: Path, out: Path) -> dict[str, Any]:
             found["table_headers"] = [h.inner_text() for h in frame.locator("table").first.locator("th").all()]
             found["table_rows"] = frame.locator("table").first.locator("tr").count() - 1
         page.screenshot(path=str(out / "table.png"))
+        _open_result(page, uri, "Gallery", "gallery.html")
+        frame = next((f for f in page.frames if "filename=gallery.html" in f.url), None)
+        if frame is not None:
+            found["gallery"] = gallery_pairs(frame)
+        page.screenshot(path=str(out / "gallery.png"))
         for name in ("forest.png", "latency.png", "per_prompt.png", "scatter.png"):
             _open_result(page, uri, "Plots", name)
             sizes = [img.evaluate("e => [e.naturalWidth, e.getBoundingClientRect().width, "
@@ -69,6 +95,7 @@ def main(report: Path, out: Path) -> int:
     found = inspect(report, out)
     print(json.dumps(found, indent=1))
     ok = found.get("table_rows", 0) > 0 and all(s and s[1] > 100 and s[2] > 100 for s in found["plots"].values())
+    ok = ok and bool(found.get("gallery")) and all(i["w"] > 0 for p in found["gallery"] for i in p["images"])
     print(("OK" if ok else "NOT VISIBLE") + f": screenshots in {out}")
     return 0 if ok else 1
 

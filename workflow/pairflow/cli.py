@@ -1,5 +1,6 @@
 """The ``pairflow`` command line: check a config, follow a running study, verify its
-evidence, rerun one panel, and the helpers that build models and weight mirrors.
+evidence, export its results as tidy tables, rerun one panel, and the helpers that build
+models and weight mirrors.
 
 Exit codes (distinct from argparse's usage error, 2):
 
@@ -21,8 +22,10 @@ import sys
 import textwrap
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError, PairFlowError
+from .layout import Layout
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -33,6 +36,7 @@ examples:
   pairflow status --watch 30              # while snakemake runs, here or on a login node
   pairflow verify results/scratch         # prove the results complete and consistent
   pairflow verify results/work/tiny-default --json
+  pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
   pairflow rerun-panel smoke -- --profile profiles/local
   pairflow archive retire SNAPSHOT_ID --why "bit rot on /work"
   pairflow archive show SNAPSHOT_ID xxh3_128:...   # one archived record, by record digest or candidate id
@@ -61,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="pairflow", formatter_class=fmt, epilog=EXAMPLES,
         description=textwrap.fill(
             "Paired evaluation of video-generation models: check a study config, follow a running study, verify "
-            "its evidence, rerun one panel. The study itself runs with `snakemake --profile profiles/local` (or "
+            "its evidence, export its results, rerun one panel. The study itself runs with "
+            "`snakemake --profile profiles/local` (or "
             "profiles/slurm).", 88))
     parser.add_argument("--version", action="version", version=f"pairflow {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", title="commands")
@@ -88,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
                     f"{DEFAULT_CONFIG})")
     st.add_argument("--watch", type=_positive, metavar="SECONDS", nargs="?", const=10, default=None,
-                    help="refresh every SECONDS (default 10) until every stage is done or Ctrl-C")
+                    help="redraw in place every SECONDS (default 10) until every stage is done or Ctrl-C")
+    st.add_argument("--json", action="store_true", help="print the progress as JSON (one object; with --watch, "
+                    "one line per refresh)")
     st.add_argument("--check", action="store_true", help="exit 1 when any failure record exists")
     v = command("verify", "prove a results tree or an archive complete and consistent; exit 1 on any problem",
                 "One line per problem, grouped by kind and naming each file, then a summary.")
@@ -96,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
                    "snapshot")
     v.add_argument("--configfile", type=Path, help="the study config (default: the one the manifests record)")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+    ex = command("export", "write the results as tidy tables: one row per candidate, one per (arm, metric)",
+                 "candidates.<format>: ids, arm, prompt, seed, every metric, latency, compute and the digests of "
+                 "the records each row was read from; summary.<format>: every paired estimate of the study "
+                 "statistics with the digest of stats.json. Parquet needs pyarrow.")
+    ex.add_argument("path", type=Path, help="a results tree (storage.scratch)")
+    ex.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format (default csv)")
+    ex.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="where to write the tables (default: PATH/study/export)")
     r = command("rerun-panel", "regenerate, rescore and re-analyse one panel; other panels untouched",
                 "Everything after '--' goes to snakemake, e.g. pairflow rerun-panel smoke -- --profile "
                 "profiles/local")
@@ -167,7 +182,16 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "verify":
         return verify(args.path, args.configfile, args.json)
     if args.cmd == "status":
-        return status(args.configfile, args.watch, args.check)
+        return status(args.configfile, args.watch, args.check, args.json)
+    if args.cmd == "export":
+        from .evidence import recorded_study
+        from .export import export
+
+        _require_tree(args.path)
+        study = recorded_study(args.path)
+        for written in export(study, args.out or Layout(args.path).export, args.format):
+            print(written)
+        return EXIT_OK
     if args.cmd == "archive":
         from .archive import retire, show
         from .config import load_study
@@ -222,25 +246,76 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
 
 
-def status(configfile: Path, watch: int | None, check: bool) -> int:
+def status(configfile: Path, watch: int | None, check: bool, as_json: bool = False) -> int:
     """Print the study's progress once, or every ``watch`` seconds until every stage is
-    done. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
+    done: redrawn in place on a terminal (rich's live display where rich is installed,
+    else ANSI cursor moves), appended only when it changed otherwise; ``as_json``: one
+    JSON object per refresh. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
     import time
 
     from .config import load_study
-    from .status import render, study_status
+    from .status import as_dict, render, study_status
 
     study = load_study(configfile, Path.cwd())
+    tty = sys.stdout.isatty() and not as_json
+    draw = _redrawer() if watch and tty else None
+    last = ""
     while True:
         rows = study_status(study)
-        text = render(rows, study)
-        if watch and sys.stdout.isatty():
-            print("\033[H\033[J", end="")  # clear the terminal between refreshes
-        print(time.strftime("%H:%M:%S"), text, sep="  ", flush=True)
+        if as_json:
+            import json
+
+            print(json.dumps(as_dict(rows, study), sort_keys=True), flush=True)
+        else:
+            text = render(rows, study)
+            if draw is not None:
+                draw(f"{time.strftime('%H:%M:%S')}  {text}")
+            elif text != last:  # not a terminal: a log keeps only the refreshes that changed
+                print(time.strftime("%H:%M:%S"), text, sep="  ", flush=True)
+            last = text
         if not watch or all(r.finished for r in rows):
             break
         time.sleep(watch)
     return EXIT_PROBLEMS if check and any(r.failures for r in rows) else EXIT_OK
+
+
+def _redrawer() -> Any:
+    """A function that draws a block of text over the previous one: rich's live display
+    where rich is installed (optional; never a dependency), else ANSI (move the cursor up
+    over the last block, clear to the end of the screen), so the terminal keeps one block."""
+    try:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+    except ImportError:
+        lines = [0]
+
+        def ansi(text: str) -> None:
+            up = f"\033[{lines[0]}F" if lines[0] else ""
+            sys.stdout.write(f"{up}\033[J{text}\n")
+            sys.stdout.flush()
+            lines[0] = text.count("\n") + 1
+
+        return ansi
+    import atexit
+
+    live = Live(console=Console(), auto_refresh=False, transient=False)
+    live.start()
+    atexit.register(live.stop)  # also on Ctrl-C: the cursor comes back
+
+    def rich_draw(text: str) -> None:
+        live.update(Text(text), refresh=True)
+
+    return rich_draw
+
+
+def _require_tree(path: Path) -> None:
+    """Refuse, in one line, a path that is not a results tree (no ``panels`` or ``study``
+    folder), instead of one "record is missing" line per expected file."""
+    if not Layout(path).panels.is_dir() and not Layout(path).study.is_dir():
+        what = "does not exist" if not path.exists() else "is not a results tree (no panels/ or study/ folder in it)"
+        raise ConfigError(f"{path} {what}; give the study's storage.scratch folder (e.g. results/scratch), an "
+                          "archive (results/work/<study>) or one snapshot")
 
 
 def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
@@ -263,6 +338,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
         for t in temp_files(path):
             report.add("temp", t, "left by an interrupted write; safe to delete")
     else:
+        _require_tree(path)
         if configfile is not None:
             study = dataclasses.replace(load_study(configfile, Path.cwd()), scratch=path.resolve())
         else:

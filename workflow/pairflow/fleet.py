@@ -513,9 +513,10 @@ class _Collect:
         self.results[i] = out["result"]
         stage = self.payloads[i].get("stage")
         self.spans.append({"queued": self.queued[i], **out["span"], **({"stage": stage} if stage else {})})
-        from .telemetry import progress_line
+        from .telemetry import progress_line, work_elapsed
 
-        log.info("%s", progress_line(label, self.done, len(self.payloads), time.time() - self.start))
+        log.info("%s", progress_line(label, self.done, len(self.payloads),
+                                     work_elapsed(self.spans, time.time(), self.start)))
         return True
 
     def record_failure(self, path: Path, record: dict[str, Any]) -> None:

@@ -20,6 +20,8 @@ path is deterministic (dates go inside files, never into names)::
       study/
         stats.json, table.md, table.html, manifest.json, timing.json, archived.json
         utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
+        gallery.html                       the video gallery (filmstrips inlined)
+        export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
       contexts/<digest>.pkl                study context shared by a job's tasks
       checks/arms.json                     the arms passed their check (rule check_arms)
       checks/evidence.json                 what the plan-time evidence check last found clean
@@ -140,6 +142,16 @@ class Layout:
     @property
     def plots(self) -> Path:
         return self.study / "plots"
+
+    @property
+    def export(self) -> Path:
+        """Where ``pairflow export`` writes its tables by default."""
+        return self.study / "export"
+
+    @property
+    def gallery(self) -> Path:
+        """The video gallery: one HTML page, filmstrips inlined (``gallery.py``)."""
+        return self.study / "gallery.html"
 
     # --- shared folders ---------------------------------------------------------------------
     @property

@@ -67,6 +67,40 @@ def _err(point: float, ci: list[float | None]) -> list[list[float]] | None:
     return None if lo is None or hi is None else [[point - lo], [hi - point]]
 
 
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255", "#999933")
+"""Okabe-Ito's colour-blind-safe colours (then two of Tol's), one per treatment arm in order."""
+CONTROL_COLOUR = "#444444"
+
+
+def arm_colours(arms: Sequence[str]) -> dict[str, str]:
+    """One colour per arm, the same in every figure and in the gallery: control dark grey,
+    the treatments in name order through ``PALETTE`` (repeating past eight), so the colour
+    does not depend on where the arm list came from (config or a recorded snapshot)."""
+    treatments = sorted(a for a in arms if a != "control")
+    return {"control": CONTROL_COLOUR, **{a: PALETTE[i % len(PALETTE)] for i, a in enumerate(treatments)}}
+
+
+def _colours(arms: Sequence[str], given: dict[str, str] | None) -> dict[str, str]:
+    return {**arm_colours(arms), **(given or {})}
+
+
+def unit(name: str) -> str:
+    """`` (dB)`` for a metric with a unit (``table.UNITS``), else empty."""
+    from .table import UNITS
+
+    return f" ({UNITS[name]})" if name in UNITS else ""
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    """Log-axis ticks written as plain numbers (0.5, 1, 2), never ``2x10^0``: majors at
+    1, 2 and 5 per decade, no minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def forest_title(stats: StudyStats, name: str) -> str:
     """A forest panel's title: what is plotted and which way is better (a lower-is-better
     metric improves to the left of 0)."""
@@ -80,26 +114,41 @@ def forest_title(stats: StudyStats, name: str) -> str:
     return f"{name} vs control (value; {better})"
 
 
-def forest(stats: StudyStats, out: Path, caption: str = "") -> None:
-    """Paired difference (NR metrics) or value (FR metrics) with its interval at the cell's
-    family-adjusted level, per metric and arm, the verdict beside each point, and the
-    declared margin (dotted, ±) or floor (dotted) the verdict was read against."""
+def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
+    """Speedup with its interval (first panel, log scale), then each metric's paired
+    difference (NR metrics) or value (FR metrics) with its interval at the cell's
+    family-adjusted level, the verdict beside each point, and the declared margin (dotted,
+    ±) or floor (dotted) the verdict was read against; one row and one colour per arm."""
     _agg()
     import matplotlib.pyplot as plt
 
-    names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 1.6 + 0.5 * len(stats["comparisons"])),
+    comps = stats["comparisons"]
+    col = _colours([c["treatment"] for c in comps], colours)
+    names = sorted({m["metric"] for c in comps for m in c["metrics"]})
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(3.6 * (len(names) + 1), 1.6 + 0.5 * len(comps)),
                              squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
-        ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
-        for i, c in enumerate(stats["comparisons"]):
+    ax = axes[0][0]
+    for i, c in enumerate(comps):
+        sp = c["speedup"]
+        ax.errorbar([sp["geomean"]], [i], xerr=_err(sp["geomean"], sp["ci"]), fmt="o", capsize=4,
+                    color=col[c["treatment"]])
+    ax.axvline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
+    ax.set_title("speedup (control / treatment latency)\n(higher is faster: right of 1)", fontsize=9)
+    ax.set_xlabel("speedup (×, log scale)", fontsize=8)
+    ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
+    for ax, name in zip(axes[0][1:], names, strict=True):
+        ms = [m for c in comps for m in c["metrics"] if m["metric"] == name]
+        kind = ms[0]["kind"] if ms else "NR"
+        for i, c in enumerate(comps):
             m = next((m for m in c["metrics"] if m["metric"] == name), None)
             point = None if m is None else m["diff"] if m["diff"] is not None else m["treatment_mean"]
             if m is None or point is None:
                 continue
-            ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4)
+            ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
             ax.annotate(m.get("verdict") or "", (point, i), fontsize=6, xytext=(0, 5), textcoords="offset points",
-                        ha="center")
+                        ha="center", color=col[c["treatment"]])
         ax.set_title(forest_title(stats, name), fontsize=9)
         if any(m["kind"] == "NR" for m in ms):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
@@ -107,14 +156,20 @@ def forest(stats: StudyStats, out: Path, caption: str = "") -> None:
         floor = next((m["floor"] for m in ms if m.get("floor") is not None), None)
         for x in ([-margin, margin] if margin else []) + ([floor] if floor is not None else []):
             ax.axvline(x, color="tab:red", lw=0.8, ls=":")
-        ax.set_yticks(range(len(stats["comparisons"])), [c["treatment"] for c in stats["comparisons"]])
-    fig.suptitle("Paired estimates; intervals at each cell's family-adjusted level; dotted: margin or floor",
+        ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=8)
+        ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
+    for ax in axes[0]:
+        ax.set_ylim(-0.6, len(comps) - 0.2)  # room above the top row for its verdict label
+        for lb in ax.get_yticklabels():
+            lb.set_color(col.get(lb.get_text(), "black"))
+    fig.suptitle("Paired estimates per arm; intervals at each cell's family-adjusted level; dotted: margin or floor",
                  fontsize=10, y=1.04)
     fig.tight_layout()
     _save(fig, out, caption)
 
 
-def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = "") -> None:
+def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = "",
+            colours: dict[str, str] | None = None) -> None:
     """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
     video's timed latency to the treatment's (log scale, so equal ratios look equal), with
     each arm's median marked. The pairing is what the speedup is computed over."""
@@ -129,6 +184,7 @@ def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = ""
             continue
         lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = seconds
     treatments = sorted(a for a in lat if a != "control")
+    col = _colours(treatments, colours)
     fig, axes = plt.subplots(1, max(1, len(treatments)), figsize=(2.6 * max(1, len(treatments)) + 0.6, 3.4),
                              squeeze=False, sharey=True)
     for ax, arm in zip(axes[0], treatments, strict=False):
@@ -136,7 +192,7 @@ def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = ""
         ctrl = np.array([lat["control"][k] for k in pairs])
         treat = np.array([lat[arm][k] for k in pairs])
         for a, b in zip(ctrl, treat, strict=True):
-            ax.plot([0, 1], [a, b], color="tab:blue" if b < a else "tab:red", alpha=0.5, lw=0.9, marker="o", ms=3)
+            ax.plot([0, 1], [a, b], color=col[arm], alpha=0.55, lw=0.9, marker="o", ms=3, ls="-" if b < a else ":")
         if pairs:
             ax.plot([0, 1], [np.median(ctrl), np.median(treat)], color="black", lw=2.2, marker="D", ms=6,
                     label="median")
@@ -145,14 +201,17 @@ def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = ""
         ax.set_xticks([0, 1], ["control", arm])
         ax.set_xlim(-0.3, 1.3)
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
+        ax.get_xticklabels()[1].set_color(col[arm])
     axes[0][0].set_ylabel("timed latency per video (s, log scale)")
-    fig.suptitle("Paired latency from the exclusive timed pass (blue: treatment faster, red: slower)",
+    fig.suptitle("Paired latency from the exclusive timed pass (solid: treatment faster, dotted: slower)",
                  fontsize=10, y=1.02)
     fig.tight_layout()
     _save(fig, out, caption)
 
 
-def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") -> None:
+def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
+            colours: dict[str, str] | None = None) -> None:
     """Control value against treatment value, per no-reference metric and pair."""
     _agg()
     import matplotlib.pyplot as plt
@@ -173,17 +232,18 @@ def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") 
         arms = sorted({a for row in rows for a in row if a != "control"})
         for arm in arms:
             pts = [(row["control"], row[arm]) for row in rows if "control" in row and arm in row]
-            ax.scatter(*zip(*pts, strict=True), s=12, label=arm)
+            ax.scatter(*zip(*pts, strict=True), s=12, label=arm, color=_colours(arms, colours)[arm])
         lo, hi = ax.get_xlim()
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
-        ax.set_xlabel("control")
-        ax.set_ylabel("treatment")
+        ax.set_xlabel(f"control{unit(name)}")
+        ax.set_ylabel(f"treatment{unit(name)}")
         ax.set_title(f"{name} ({'above' if better[name] else 'below'} the diagonal: treatment better)", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # never over points
     _save(fig, out, caption)
 
 
-def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "") -> None:
+def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
+               colours: dict[str, str] | None = None) -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
     per-prompt value for FR metrics."""
     _agg()
@@ -222,18 +282,19 @@ def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "
         width = 0.8 / max(1, len(arms))
         for j, arm in enumerate(arms):
             ys = [float(np.mean(vals[name][arm][p]["v"])) if p in vals[name][arm] else np.nan for p in prompts]
-            ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm)
+            ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm, color=_colours(arms, colours)[arm])
         ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=90, fontsize=7)
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
         what = 'value' if kinds[name] == 'FR' else 'treatment − control'
         ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better)", fontsize=9)
         ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel(("Δ" if kinds[name] == "NR" else "value") + unit(name), fontsize=8)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar
     fig.tight_layout()
     _save(fig, out, caption)
 
 
-def pareto(stats: StudyStats, out: Path, caption: str = "") -> None:
+def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
     """Quality against cost per arm: for each metric, the paired difference [CI] (FR
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
@@ -242,6 +303,7 @@ def pareto(stats: StudyStats, out: Path, caption: str = "") -> None:
     import matplotlib.pyplot as plt
 
     names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]}) or ["(no metric)"]
+    col = _colours([c["treatment"] for c in stats["comparisons"]], colours)
     fig, axes = plt.subplots(2, len(names), figsize=(3.8 * len(names), 6.4), squeeze=False)
     for j, name in enumerate(names):
         for row, what in enumerate(("compute", "speedup")):
@@ -259,21 +321,20 @@ def pareto(stats: StudyStats, out: Path, caption: str = "") -> None:
                 if point is None:  # an FR metric whose every pair is identical to control
                     continue
                 xv, xci = x
-                ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3)
-                ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3,
+                            color=col[c["treatment"]])
+                ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                            color=col[c["treatment"]])
             if nr:
                 ax.scatter([1.0], [0.0], marker="s", color="black")
                 ax.annotate("control", (1.0, 0.0), fontsize=7, xytext=(3, -9), textcoords="offset points")
                 ax.axhline(0, color="grey", lw=0.8, ls="--")
             ax.set_xscale("log")
-            from matplotlib.ticker import ScalarFormatter
-
-            for axis in (ax.xaxis,):
-                axis.set_major_formatter(ScalarFormatter())
-                axis.set_minor_formatter(ScalarFormatter())
+            _plain_log_ticks(ax.xaxis)
             ax.tick_params(axis="x", which="both", labelsize=7)
-            ax.set_xlabel("compute ratio (treatment / control FLOPs)" if what == "compute"
-                          else "measured speedup (control / treatment latency)", fontsize=8)
+            ax.set_xlabel("compute ratio (× control FLOPs, log scale)" if what == "compute"
+                          else "measured speedup (×, log scale)", fontsize=8)
+            ax.set_ylabel(("Δ " if nr else "value ") + name + unit(name), fontsize=8)
             ax.set_title(_pareto_title(stats, name, nr), fontsize=8)
     fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
     fig.tight_layout()

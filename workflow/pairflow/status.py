@@ -16,11 +16,13 @@ deep-verifies (that is ``pairflow verify``). Per panel and stage it reports:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path
 from .config import StudySpec
@@ -135,3 +137,13 @@ def render(rows: list[StageStatus], study: StudySpec) -> str:
         lines.append(f"{failed} failure record(s): see {study.scratch}/panels/<panel>/failures/; "
                      "a rerun retries them")
     return "\n".join(lines)
+
+
+def as_dict(rows: list[StageStatus], study: StudySpec, now: float | None = None) -> dict[str, Any]:
+    """``pairflow status --json``: the study, the time read (Unix seconds), one object per
+    panel and stage (``StageStatus``'s fields plus ``finished``) and the totals."""
+    done, total = sum(r.done for r in rows), sum(r.total for r in rows)
+    return {"study": study.study, "scratch": str(study.scratch), "time": time.time() if now is None else now,
+            "stages": [{**dataclasses.asdict(r), "finished": r.finished} for r in rows],
+            "done": done, "total": total, "failures": sum(r.failures for r in rows),
+            "finished": all(r.finished for r in rows)}

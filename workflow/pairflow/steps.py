@@ -259,11 +259,22 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     where = Path(os.path.relpath(Path(stats_json).resolve(), Path(study.scratch).resolve())).as_posix()
     caption = (f"{study.study}: from scratch/{where} ({digest_file(Path(stats_json))}), whose provenance lists "
                "the manifest roots of every record behind this figure")
-    P.forest(stats, out["forest"], caption)
-    P.pareto(stats, out["pareto"], caption)
-    P.latency(timings, out["latency"], caption)
-    P.scatter(scores, out["scatter"], caption)
-    P.per_prompt(scores, out["per_prompt"], caption)
+    colours = P.arm_colours([a.name for a in study.arms])  # one colour per arm in every figure and the gallery
+    P.forest(stats, out["forest"], caption, colours)
+    P.pareto(stats, out["pareto"], caption, colours)
+    P.latency(timings, out["latency"], caption, colours)
+    P.scatter(scores, out["scatter"], caption, colours)
+    P.per_prompt(scores, out["per_prompt"], caption, colours)
+
+
+def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
+    """The report's video gallery (``gallery.py``): control beside each treatment per pair."""
+    from .gallery import write_gallery
+
+    gen, scores, timings = panel_records(study, [p.name for p in study.panels])
+    used = write_gallery(study, gen, scores, timings, out, Path(stats_json))
+    log.info("gallery: %d pairs, %d with filmstrips, %.2f MiB of images", used["pairs"], used["shown"],
+             used["bytes"] / 2**20)
 
 
 def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:

@@ -233,8 +233,70 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _arm_notes(stats: StudyStats) -> list[str]:
+    """Each arm's flags and notes, one line per distinct text naming every arm it holds
+    for (three arms with the same timing-noise warning make one line, not three)."""
+    arms: dict[str, list[str]] = {}
+    for c in stats["comparisons"]:
+        for f in c["flags"] + c["notes"]:
+            arms.setdefault(f, [])
+            if c["treatment"] not in arms[f]:
+                arms[f].append(c["treatment"])
+    return [f"{', '.join(names)}: {text}" for text, names in arms.items()]
+
+
+def answer(stats: StudyStats) -> list[str]:
+    """The answer first, one line per treatment arm: the speedup with its interval, the
+    compute ratio, then each metric's verdict (as the statistics word it: ``worse``,
+    ``non-inferior``, ...; ``value`` where a metric has no question, e.g. an FR metric
+    without a floor) with the estimate and interval it rests on, e.g. ``fbcache: 1.38×
+    faster [1.24, 1.54], compute 0.58× control; temporal_flickering worse, Δ -0.0036
+    [-0.0046, -0.0027]; psnr value 12.8 dB [12.7, 12.9]``."""
+    out = []
+    for c in stats["comparisons"]:
+        sp = c["speedup"]
+        lo, hi = sp["ci"]
+        faster = "faster" if sp["geomean"] >= 1 else "slower"
+        ci = "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]"
+        speed = (f"{sp['geomean']:.2f}× {faster}{ci}" if sp["geomean"] >= 1
+                 else f"{1 / sp['geomean']:.2f}× slower (speedup {sp['geomean']:.2f}×{ci})")
+        cp = c.get("compute")
+        parts = [speed, "compute n/a" if not cp else f"compute {cp['ratio']:.2f}× control"]
+        no_effect = next((f for f in c["flags"] if f.startswith(NO_EFFECT)), None)
+        if no_effect:
+            parts.append(no_effect)
+        metrics = []
+        for m in sorted(c["metrics"], key=lambda m: m["metric"]):
+            d = column_decimals([m])
+            unit = f" {UNITS[m['metric']]}" if m["metric"] in UNITS else ""
+            point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+            what = "Δ " if m["diff"] is not None else ""
+            lo_m, hi_m = m["ci"]
+            value = "n/a" if point is None else f"{what}{point:.{d}f}{unit}" + (
+                "" if lo_m is None or hi_m is None else f" [{lo_m:.{d}f}, {hi_m:.{d}f}]")
+            metrics.append(f"{m['metric']} {m.get('verdict') or 'value'}, {value}")
+        out.append(f"{c['treatment']}: " + ", ".join(parts) + ("; " + "; ".join(metrics) if metrics else ""))
+    return out
+
+
+def _front_lines(stats: StudyStats) -> list[str]:
+    """Per arm, its kinds of change and the metrics on which it is on the Pareto front
+    (compute ratio against metric); the numbers are the study table's and the plot's."""
+    names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]})
+    out = []
+    for c in stats["comparisons"]:
+        front = [n for n in names if any(m["metric"] == n for m in c["metrics"]) and on_front(stats, c["treatment"], n)]
+        out.append(f"{c['treatment']} ({', '.join(c.get('kinds', [])) or 'n/a'}): on the front for "
+                   f"{', '.join(front) or 'no metric'}")
+    return out
+
+
+GALLERY_LINK = "gallery.html"
+"""The video gallery, beside the study table (``layout.gallery``)."""
+
+
 def _notes(stats: StudyStats) -> list[str]:
-    notes = [f"{c['treatment']}: {f}" for c in stats["comparisons"] for f in c["flags"] + c["notes"]]
+    notes = _arm_notes(stats)
     passes = ", ".join(sorted({p for c in stats["comparisons"] for p in c["latency"]["pass"]}))
     setups = [c.get("scoring", {}) for c in stats["comparisons"]]
     frames = sorted({f for sc in setups for f in sc.get("compared_frames", [])})
@@ -308,13 +370,11 @@ _VERDICTS_TEXT = ("One row per (arm, metric), all in one multiplicity family. Th
                   "checked for (|skewness| > 2, quantised values).")
 
 
-_PARETO_TEXT = ("One row per arm: compute ratio = treatment / control FLOPs per video (transformer work counted with "
-                "torch's FlopCounterMode in the bulk pass, plus a search arm's verifier scorings; hardware-"
-                "independent), measured speedup from the timed pass, and each metric's paired difference, all "
-                "with their intervals over prompts. The Pareto column names the metrics on which no other arm "
-                "(control included) is both at most as costly and at least as good (point estimates). Plot: "
-                "plots/pareto.png.")
-
+_FRONT_TEXT = ("Compute ratio = treatment / control FLOPs per video (transformer work counted with torch's "
+               "FlopCounterMode in the bulk pass, plus a search arm's verifier scorings; hardware-independent; the "
+               "study table's column). An arm is on the front for a metric when no other arm (control included, at "
+               "ratio 1 and Δ 0) is both at most as costly and at least as good (point estimates; read them with "
+               "the intervals above). Plot: plots/pareto.png.")
 
 def _html_table(title: str, text: str, table_: tuple[list[str], list[list[str]]], escape: Any) -> list[str]:
     head, rows = table_
@@ -343,7 +403,9 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     """Render ``stats`` (from ``stats.analyse``) as Markdown, with the manifest roots
     every number came from."""
     head, rows = table(stats)
-    lines = [f"# {title}", "", f"Estimand: {stats['estimand']}.",
+    lines = [f"# {title}", "", *(f"**{line}**  " for line in answer(stats)), "",
+             f"Videos: [{GALLERY_LINK}]({GALLERY_LINK}) (control beside each treatment, worst pairs first).", "",
+             f"Estimand: {stats['estimand']}.",
              f"Intervals: {_intervals(stats)}. Missing pairs: {stats['missing_policy']}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -351,10 +413,7 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     v_head, v_rows = verdicts(stats)
     lines += ["", "## Verdicts", "", _VERDICTS_TEXT, "", "| " + " | ".join(v_head) + " |", "|" + "---|" * len(v_head)]
     lines += ["| " + " | ".join(r) + " |" for r in v_rows]
-    q_head, q_rows = pareto(stats)
-    lines += ["", "## Quality against cost", "", _PARETO_TEXT, "",
-              "| " + " | ".join(q_head) + " |", "|" + "---|" * len(q_head)]
-    lines += ["| " + " | ".join(r) + " |" for r in q_rows]
+    lines += ["", "## Quality against cost", "", _FRONT_TEXT, "", *(f"- {line}" for line in _front_lines(stats))]
     p_head, p_rows = planning(stats)
     if p_rows:
         lines += ["", "## Sample size from this study as a pilot", "", _PLANNING_TEXT, "",
@@ -373,14 +432,19 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     parts = [f"<html><head><meta charset='utf-8'><title>{escape(title)}</title><style>"
              "body{font-family:sans-serif;margin:1em} td,th{border:1px solid #ccc;padding:4px 8px}"
              "table{border-collapse:collapse} code{font-size:90%}</style></head><body>",
-             f"<h1>{escape(title)}</h1><p>Estimand: {escape(stats['estimand'])}.</p>",
+             f"<h1>{escape(title)}</h1>", "<ul class='answer'>",
+             *(f"<li><b>{escape(line)}</b></li>" for line in answer(stats)), "</ul>",
+             f"<p>Videos: <a href='{GALLERY_LINK}'>{GALLERY_LINK}</a> (control beside each treatment, worst pairs "
+             "first; in the report: category Gallery).</p>",
+             f"<p>Estimand: {escape(stats['estimand'])}.</p>",
              f"<p>Intervals: {escape(_intervals(stats))}. "
              f"Missing pairs: {escape(stats['missing_policy'])}.</p><table><tr>",
              "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
              *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
              *_html_table("Verdicts", _VERDICTS_TEXT, verdicts(stats), escape),
-             *_html_table("Quality against cost", _PARETO_TEXT, pareto(stats), escape),
+             f"<h2>Quality against cost</h2><p>{escape(_FRONT_TEXT)}</p><ul>",
+             *(f"<li>{escape(line)}</li>" for line in _front_lines(stats)), "</ul>",
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",
              *(f"<li><code>{escape(k)}</code>: <code>{escape(v)}</code></li>" for k, v in sorted(provenance.items())),
              "</ul></body></html>"]

@@ -32,10 +32,101 @@ NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "ut
 
 def progress_line(label: str, done: int, total: int, elapsed_s: float) -> str:
     """The progress line every fan-out job (``fleet``) and the timed pass log after each
-    finished task: done/total, rate and time left at that rate."""
+    finished task: done/total, rate and time left at that rate. ``elapsed_s`` counts work
+    only (``work_elapsed``): warm-up (imports, model load) would make the first rates
+    read hours too slow."""
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
-    left = f"~{(total - done) / rate:.0f}s left" if rate else "time left unknown"
-    return f"{label}: {done}/{total} done, {rate:.2f}/s, {left}"
+    left = f"~{_clock(max(0.0, (total - done) / rate))} left" if rate else "time left unknown"
+    return f"{label}: {done}/{total} done ({done / total:.0%}), {rate * 60:.1f}/min, {left}" if total else \
+        f"{label}: nothing to do"
+
+
+def _clock(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def work_elapsed(spans: list[dict[str, Any]], now: float, fallback_start: float) -> float:
+    """Seconds since the first finished task (not a warm-up) started, the clock a rate
+    over work only runs on; ``now - fallback_start`` when no span has started yet."""
+    starts = [s["started"] for s in spans if s.get("started") is not None and s.get("kind") != "warm-up"]
+    return now - (min(starts) if starts else fallback_start)
+
+
+PHASES_DIR = "phases"
+"""Under a job's run folder: one small JSON file per worker naming its start-up phase."""
+
+
+def write_phase(folder: str | Path | None, phase: str, **figures: float) -> None:
+    """A worker names the start-up phase it is in (importing, loading the model, ready)
+    in ``folder/<host>-<pid>.json``, for the driver's ``PhaseWatch`` to log. Best effort:
+    a phase that cannot be written is only not shown."""
+    import os
+    import socket
+
+    if folder is None:
+        return
+    path = Path(folder) / f"{socket.gethostname()}-{os.getpid()}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({"phase": phase, "time": time.time(), **figures}))
+        tmp.replace(path)
+    except OSError:
+        return
+
+
+class PhaseWatch:
+    """Logs each worker's start-up phase as it changes (polling ``folder`` every
+    ``period_s``) and ``workers ready k/n`` with the seconds since the job started, from
+    the job's first second until every slot is ready or the watch is stopped."""
+
+    def __init__(self, folder: Path, label: str, slots: int, period_s: float = 2.0) -> None:
+        self.folder, self.label, self.slots, self.period_s = Path(folder), label, slots, period_s
+        self.start = time.time()
+        self.seen: dict[str, str] = {}
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="pairflow-phases", daemon=True)
+
+    def __enter__(self) -> PhaseWatch:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)  # a previous job's workers are not this job's
+        if self.slots < 1:  # nothing to run: no pool starts
+            return self
+        log.info("%s: starting %d worker(s): each imports torch and diffusers, loads the model and imports the "
+                 "scorers before its first task", self.label, self.slots)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=self.period_s * 2)
+            self.poll()  # phases that landed since the last poll
+
+    def poll(self) -> bool:
+        """Log what changed since the last poll; True once every slot is ready."""
+        for f in sorted(self.folder.glob("*.json")):
+            try:
+                state = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue  # being replaced right now
+            if self.seen.get(f.stem) != state["phase"]:
+                self.seen[f.stem] = state["phase"]
+                figures = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(state.items()) if k.endswith("_s"))
+                log.info("%s: worker %s: %s%s (%.0fs after start)", self.label, f.stem, state["phase"],
+                         f" ({figures})" if figures else "", time.time() - self.start)
+                ready = sum(1 for p in self.seen.values() if p == "ready")
+                if state["phase"] == "ready":
+                    log.info("%s: workers ready %d/%d after %.0fs", self.label, ready, self.slots,
+                             time.time() - self.start)
+        return sum(1 for p in self.seen.values() if p == "ready") >= self.slots
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.period_s):
+            if self.poll():
+                return
 
 
 def slot_name(host: str, gpu_index: str | None, rank: Any = None) -> str:

@@ -6,10 +6,14 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# This workflow's own checkout, from this file's place in it (workflow/rules/): when the
+# workflow is used as a module (snakedeploy, `module ...: snakefile:`), workflow.basedir is
+# the deploying project's workflow folder, not this checkout.
+HOME = Path(str(workflow.current_basedir)).parents[1]
+sys.path.insert(0, str(HOME / "workflow"))
 # envs/pairflow.yaml installs this checkout (`-e ${PAIRFLOW_HOME}`) when Snakemake
 # creates it (`--software-deployment-method conda`); pip expands the variable.
-os.environ.setdefault("PAIRFLOW_HOME", str(workflow.basedir))
+os.environ.setdefault("PAIRFLOW_HOME", str(HOME))
 from pairflow.config import check_config_files, study_from_raw  # noqa: E402
 from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
@@ -60,6 +64,7 @@ STUDY_TABLE = str(LAYOUT.study_table())
 STUDY_TABLE_HTML = str(LAYOUT.study_table(".html"))
 STUDY_MANIFEST = str(LAYOUT.study_manifest)
 PLOTS = str(LAYOUT.plots)
+GALLERY = str(LAYOUT.gallery)
 ARCHIVE_DONE = str(LAYOUT.archived)
 UTILISATION = str(LAYOUT.utilisation())
 UTILISATION_MD = str(LAYOUT.utilisation(".md"))

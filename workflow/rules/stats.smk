@@ -44,3 +44,19 @@ rule plots:
         "../../envs/pairflow.yaml"
     script:
         "../scripts/plots.py"
+
+
+rule gallery:
+    input:
+        STUDY_MANIFEST,
+        stats=STUDY_STATS,
+    output:
+        gallery=report(GALLERY, caption="../report/gallery.rst", category="Gallery"),
+    benchmark:
+        str(LAYOUT.benchmark("gallery", "study"))
+    log:
+        f"{LOGS}/gallery.log",
+    conda:
+        "../../envs/pairflow.yaml"
+    script:
+        "../scripts/gallery.py"

@@ -17,6 +17,9 @@ fresh score is not recomputed). Its telemetry is one record for the job
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +35,10 @@ from ..candidates import (
 )
 from ..config import StudySpec
 from ..context import write_context
-from ..fleet import Grant, Task
+from ..fleet import Grant, Task, _slot_count
 from ..locks import hold
 from ..recordtypes import GenerationRecord
+from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
 from .generation import (
     finish_generation,
     generate_task,
@@ -53,11 +57,36 @@ log = logging.getLogger(__name__)
 
 def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
-    and diffusers, load the model, import pyiqa and the scorers), in one worker."""
+    and diffusers, load the model, import pyiqa and the scorers), in one worker, naming
+    each phase as it starts (``telemetry.write_phase``) for the driver's log."""
+    phases = payload.get("phases")
+    write_phase(phases, "importing torch and diffusers")
+    import_s = timed_imports(("torch", "diffusers"))
+    write_phase(phases, "loading the model", import_s=import_s)
     gen = warm_generation(payload)
+    write_phase(phases, "importing the scorers", import_s=import_s, load_s=gen["load_s"])
     scorers = timed_imports(SCORER_MODULES)
-    WARM_UP.update({"import_s": gen["import_s"] + scorers})
+    WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers})
+    write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=gen["load_s"])
     return dict(WARM_UP)
+
+
+@contextmanager
+def _console(*loggers: str) -> Iterator[None]:
+    """Also send these loggers' INFO lines to stderr for the job's duration: under
+    Snakemake that is the console, so a person watching it sees the start-up phases and
+    progress lines the rule's log gets, not only "Select jobs to execute"."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    targets = [logging.getLogger(n) for n in loggers]
+    for t in targets:
+        t.addHandler(handler)
+    try:
+        yield
+    finally:
+        for t in targets:
+            t.removeHandler(handler)
 
 
 def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
@@ -133,13 +162,15 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
         records[record_path(study, c)] = verified(study, c)
         return scores_ready(pairs[c.key.pair_key] if c.arm.is_control else [c])
 
-    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate and score {panel_name}",
-                        telemetry_path(study, panel_name, COMBINED), lambda p: failure_path(study, p["candidate"],
-                                                                                           p["stage"]),
-                        describe, warm=(warm_panel, warm_payload(study)),
-                        start_early=any(not record_path(study, c).exists() or not score_path(study, c).exists()
-                                        for c in todo_all),
-                        follow=follow)
+    label = f"generate and score {panel_name}"
+    start_early = any(not record_path(study, c).exists() or not score_path(study, c).exists() for c in todo_all)
+    phases = Path(run_dir) / PHASES_DIR
+    with _console("pairflow"), PhaseWatch(phases, label, _slot_count(study.fleet, grant) if start_early else 0):
+        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label,
+                            telemetry_path(study, panel_name, COMBINED),
+                            lambda p: failure_path(study, p["candidate"], p["stage"]), describe,
+                            warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                            start_early=start_early, follow=follow)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)

@@ -1,0 +1,136 @@
+"""export: tidy tables from sealed records, one row per candidate and per (arm, metric),
+each row naming the digest of the record it was read from."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from conftest import generation_record, metric_spec, score_record, small_config, timing_record, write_config
+
+from pairflow.candidates import candidates, record_path, score_path
+from pairflow.cli import main
+from pairflow.config import StudySpec, study_from_raw
+from pairflow.errors import IntegrityError
+from pairflow.export import candidate_rows, export, summary_rows
+from pairflow.identity import digest_file
+from pairflow.layout import Layout
+from pairflow.records import build_manifest, write_manifest, write_record
+from pairflow.stages.timing import timing_path
+
+FLICKER = {("a1", "control"): 0.91, ("a1", "pab"): 0.85, ("a2", "control"): 0.90, ("a2", "pab"): 0.92}
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
+    """A recorded study (2 prompts x 1 seed, control + pab): sealed generation, score and
+    timing records where the stages put them, a generation manifest recording the config
+    (so `pairflow export <scratch>` finds the study) and a study stats.json."""
+    from pairflow.evidence import config_snapshot
+
+    cfg = small_config(tmp_path, tiny_model)
+    write_config(tmp_path, cfg)
+    study = study_from_raw(cfg, tmp_path)
+    for c in candidates(study, study.panels[0]):
+        pid, arm = c.key.prompt_id, c.arm.name
+        gen = generation_record("t", pid, 0, arm, 1, f"{pid}{arm}")
+        gen["candidate"]["candidate_id"] = c.key.candidate_id
+        gen["compute"] = {"work_flops": 1e9 if arm == "control" else 6e8, "blocks_computed": 30, "blocks_skipped": 0}
+        ctrl = generation_record("t", pid, 0, "control", 1, f"{pid}control")
+        gen = write_record(record_path(study, c), gen)
+        metrics = {"temporal_flickering": (FLICKER[(pid, arm)], metric_spec("temporal_flickering"))}
+        if arm != "control":
+            metrics["ssim"] = (0.5 if pid == "a1" else 0.75, metric_spec("ssim", "FR"))
+        write_record(score_path(study, c), score_record(gen, ctrl, metrics))
+        write_record(timing_path(study, c), timing_record(gen, 2.0 if arm == "control" else 1.0))
+    layout = Layout(study.scratch)
+    write_manifest(layout.generation_manifest("t"), build_manifest(
+        "panel-generation", layout.panel("t"), [], {"config": config_snapshot(study)}))
+    stats = {"level": 0.95, "comparisons": [{
+        "treatment": "pab", "n_prompts": 2, "n_pairs": 2, "speedup": {"geomean": 2.0, "ci": [1.5, 2.5]},
+        "compute": {"ratio": 0.6, "ci": [0.6, 0.6]},
+        "metrics": [{"metric": "temporal_flickering", "kind": "NR", "higher_is_better": True, "diff": -0.02,
+                     "ci": [-0.5, 0.46], "control_mean": 0.905, "treatment_mean": 0.885, "p_value": 0.9,
+                     "verdict": "no detectable difference"}]}]}
+    layout.study_stats.parent.mkdir(parents=True, exist_ok=True)
+    layout.study_stats.write_text(json.dumps(stats))
+    return study
+
+
+def test_one_row_per_candidate_with_every_metric_latency_compute_and_digests(scratch: StudySpec) -> None:
+    rows = candidate_rows(scratch)
+    assert [(r["prompt_id"], r["arm"]) for r in rows] == [("a1", "control"), ("a1", "pab"), ("a2", "control"),
+                                                          ("a2", "pab")]
+    for r in rows:
+        c = next(c for c in candidates(scratch, scratch.panels[0])
+                 if (c.key.prompt_id, c.arm.name) == (r["prompt_id"], r["arm"]))
+        records = {kind: json.loads(path(scratch, c).read_text())
+                   for kind, path in (("generation", record_path), ("score", score_path), ("timing", timing_path))}
+        assert r["candidate_id"] == c.key.candidate_id and r["seed"] == 0 and r["study"] == "test"
+        assert r["temporal_flickering"] == FLICKER[(r["prompt_id"], r["arm"])]
+        assert ("ssim" in r) == (r["arm"] == "pab")
+        assert r["latency_s"] == records["timing"]["timing"]["latency_s"]
+        assert r["work_flops"] == records["generation"]["compute"]["work_flops"]
+        for kind in records:
+            assert r[f"{kind}_record_digest"] == records[kind]["record_digest"]
+
+
+def test_summary_rows_carry_the_stats_digest(scratch: StudySpec) -> None:
+    path = Layout(scratch.scratch).study_stats
+    rows = summary_rows(path)
+    assert [(r["arm"], r["metric"]) for r in rows] == [("pab", "speedup"), ("pab", "compute_ratio"),
+                                                       ("pab", "temporal_flickering")]
+    assert {r["stats_digest"] for r in rows} == {digest_file(path)}
+    flick = rows[2]
+    assert (flick["estimate"], flick["ci_low"], flick["ci_high"], flick["verdict"]) == (
+        -0.02, -0.5, 0.46, "no detectable difference")
+
+
+def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: StudySpec,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(scratch.scratch), "--format", "csv"]) == 0
+    out = Path(scratch.scratch) / "study" / "export"
+    assert capsys.readouterr().out.split() == [str(out / "candidates.csv"), str(out / "summary.csv")]
+    with (out / "candidates.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 4 and float(table[1]["temporal_flickering"]) == FLICKER[("a1", "pab")]
+    assert table[0]["ssim"] == ""  # control has no FR value: an empty cell, not 0
+    # an edited record is refused, not exported
+    c = candidates(scratch, scratch.panels[0])[1]
+    rec = json.loads(score_path(scratch, c).read_text())
+    rec["scores"]["temporal_flickering"]["value"] = 0.99
+    score_path(scratch, c).write_text(json.dumps(rec))
+    with pytest.raises(IntegrityError):
+        export(scratch, out, "csv")
+
+
+def test_parquet_round_trips_or_names_the_missing_package(scratch: StudySpec, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec("pyarrow") is None:
+        assert main(["export", str(scratch.scratch), "--format", "parquet", "--out", str(tmp_path / "x")]) == 3
+        assert "needs the pyarrow package" in capsys.readouterr().err
+        assert not (tmp_path / "x").exists()
+        return
+    import pyarrow.parquet as pq
+
+    written = export(scratch, tmp_path / "pq", "parquet")
+    table = pq.read_table(written[0]).to_pylist()
+    assert [r["temporal_flickering"] for r in table] == [FLICKER[("a1", "control")], FLICKER[("a1", "pab")],
+                                                         FLICKER[("a2", "control")], FLICKER[("a2", "pab")]]
+    assert pq.read_table(written[1]).num_rows == 3
+
+
+def test_parquet_without_pyarrow_names_the_package_and_writes_nothing(scratch: StudySpec, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError, as when not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    assert main(["export", str(scratch.scratch), "--format", "parquet", "--out", str(tmp_path / "x")]) == 3
+    err = capsys.readouterr().err
+    assert "needs the pyarrow package" in err and "--format csv" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x").exists()

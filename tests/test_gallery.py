@@ -1,0 +1,155 @@
+"""gallery: control beside each treatment from real encoded videos, worst pair first, with
+each pair's numbers equal to its score records; the page loads in headless Chromium."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ROOT, generation_record, metric_spec, score_record, small_config, timing_record, write_config
+
+from pairflow import gallery
+from pairflow.config import EncoderSpec, StudySpec, study_from_raw
+from pairflow.layout import Layout
+from pairflow.video import encode
+
+# temporal_flickering (NR, higher is better) per (prompt, arm); psnr (FR) per prompt.
+FLICKER = {("a1", "control"): 0.91, ("a1", "pab"): 0.85, ("a2", "control"): 0.90, ("a2", "pab"): 0.92}
+PSNR = {"a1": 21.5, "a2": 34.25}
+
+
+def _frames(shift: int) -> np.ndarray:
+    """5 frames of 32x32 gradients moving by ``shift`` pixels a frame (uint8 RGB)."""
+    x = np.arange(32, dtype=np.int32)
+    frames = [np.stack([(x[None, :] * 8 + t * shift) % 256 + 0 * x[:, None],
+                        (x[:, None] * 8) % 256 + 0 * x[None, :],
+                        np.full((32, 32), 40 * t % 256)], axis=-1) for t in range(5)]
+    return np.asarray(frames, dtype=np.uint8)
+
+
+@pytest.fixture
+def tree(tmp_path: Path, tiny_model: Path, encoder_spec: EncoderSpec) -> tuple[StudySpec, list[Any], list[Any],
+                                                                                 list[Any]]:
+    """A scored and timed panel (2 prompts x 1 seed, control + pab) whose videos are real
+    H.264 files and whose records are shaped as the stages write them."""
+    cfg = small_config(tmp_path, tiny_model)
+    write_config(tmp_path, cfg)
+    study = study_from_raw(cfg, tmp_path)
+    panel = Layout(study.scratch).panel("t")
+    gen, scores, timings = [], [], []
+    for pid in ("a1", "a2"):
+        recs = {}
+        for arm, shift in (("control", 3), ("pab", 5)):
+            rec = generation_record("t", pid, 0, arm, 1, f"{pid}{arm}")
+            rec["candidate"]["prompt"] = {"a1": "a red fox in snow", "a2": "waves on a beach"}[pid]
+            info = encode(_frames(shift), panel / rec["video"]["path"], encoder_spec, 8)
+            rec["video"]["frames"] = info.frames
+            recs[arm] = rec
+            gen.append(rec)
+        for arm, rec in recs.items():
+            metrics = {"temporal_flickering": (FLICKER[(pid, arm)], metric_spec("temporal_flickering"))}
+            if arm != "control":
+                metrics["psnr"] = (PSNR[pid], metric_spec("psnr", "FR"))
+            scores.append({**score_record(rec, recs["control"], metrics), "record_digest": f"xxh3_128:{pid}{arm}"})
+            timings.append(timing_record(rec, 2.0 if arm == "control" else {"a1": 1.0, "a2": 0.5}[pid]))
+    return study, gen, scores, timings
+
+
+def test_frame_indices_span_the_video() -> None:
+    assert gallery.frame_indices(81) == [0, 16, 32, 48, 64, 80]
+    assert gallery.frame_indices(9) == [0, 2, 3, 5, 6, 8]
+    assert gallery.frame_indices(4) == [0, 1, 2, 3]
+
+
+def test_pairs_are_worst_first_and_carry_the_records_numbers(tree: tuple[Any, ...]) -> None:
+    study, gen, scores, timings = tree
+    views = gallery.pairs(study, gen, scores, timings)
+    assert list(views) == [("t", "pab")]
+    first, second = views[("t", "pab")]
+    # a1 is worse on both metrics (flicker falls 0.06, PSNR 21.5 dB), a2 better on both
+    assert (first.prompt_id, second.prompt_id) == ("a1", "a2")
+    flick = next(m for m in first.metrics if m.name == "temporal_flickering")
+    assert (flick.control, flick.treatment, flick.diff, flick.worse) == (0.91, 0.85, 0.85 - 0.91, True)
+    psnr = next(m for m in first.metrics if m.name == "psnr")
+    assert (psnr.control, psnr.treatment, psnr.diff) == (None, 21.5, None)
+    assert (first.speedup, second.speedup) == (2.0, 4.0)
+    assert first.score_digest == "xxh3_128:a1pab"
+
+
+def test_filmstrip_tiles_real_decoded_frames(tree: tuple[Any, ...], tmp_path: Path) -> None:
+    from PIL import Image
+
+    study, gen, _, _ = tree
+    video = Layout(study.scratch).panel("t") / gen[0]["video"]["path"]
+    out = tmp_path / "strip.jpg"
+    gallery.filmstrip(video, 5, out, gallery.ffmpeg_binary(study.encoder))
+    img = np.asarray(Image.open(out).convert("RGB"), dtype=np.float64)
+    assert img.shape == (gallery.STRIP_HEIGHT, 5 * gallery.STRIP_HEIGHT, 3)  # 32x32 frames scaled to 96 px
+    # the blue channel is 40 * t: each tile is its frame, in order
+    blues = [img[:, i * 96:(i + 1) * 96, 2].mean() for i in range(5)]
+    assert blues == sorted(blues) and blues[-1] - blues[0] > 100
+    with pytest.raises(gallery.VideoReadError, match="could not make the gallery's filmstrip"):
+        gallery.filmstrip(tmp_path / "missing.mp4", 5, tmp_path / "x.jpg", gallery.ffmpeg_binary(study.encoder))
+
+
+def test_size_caps_leave_pairs_listed_without_images(tree: tuple[Any, ...], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    study, gen, scores, timings = tree
+    monkeypatch.setattr(gallery, "MAX_PAIRS", 1)
+    used = gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
+    assert (used["pairs"], used["shown"]) == (2, 1) and 0 < used["bytes"] <= gallery.MAX_BYTES
+    page = (tmp_path / "g.html").read_text()
+    assert "only the worst 1 pairs per arm get images" in page
+    monkeypatch.setattr(gallery, "MAX_PAIRS", 6)
+    monkeypatch.setattr(gallery, "MAX_BYTES", 1)  # the first strip passes, then nothing more
+    used = gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
+    assert used["shown"] == 0 and "reached their 0 KiB cap" in (tmp_path / "g.html").read_text()
+
+
+def _browser() -> None:
+    if not (shutil.which("chromium") and importlib.util.find_spec("playwright")):
+        if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):
+            raise AssertionError("PAIRFLOW_REQUIRE_BROWSER is set but chromium or playwright is missing")
+        pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
+
+
+def test_gallery_in_chromium_shows_both_arms_and_the_records_numbers(tree: tuple[Any, ...], tmp_path: Path) -> None:
+    """The page as a reader sees it: every pair shows control's and the treatment's
+    filmstrip (both decoded and drawn), labelled, and every number equals its record."""
+    _browser()
+    study, gen, scores, timings = tree
+    out = tmp_path / "gallery.html"
+    gallery.write_gallery(study, gen, scores, timings, out)
+    sys.path.insert(0, str(ROOT / "workflow" / "checks"))
+    from playwright.sync_api import sync_playwright
+    from report_screenshot import CHROMIUM, FLAGS, gallery_pairs
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto(out.as_uri())
+        shown = gallery_pairs(page)
+        page.screenshot(path=str(tmp_path / "gallery.png"))
+        browser.close()
+    assert [(s["arm"], s["prompt"], s["seed"]) for s in shown] == [("pab", "a1", 0), ("pab", "a2", 0)]
+    by_key = {(r["candidate"]["prompt_id"], r["arm"]["name"]): r for r in scores}
+    for s in shown:
+        assert s["labels"] == ["control", "pab"]
+        assert len(s["images"]) == 2 and all(i["w"] == 5 * 96 and i["h"] == 96 and i["shown"] > 100
+                                             for i in s["images"])
+        rec, ctrl = by_key[(s["prompt"], "pab")], by_key[(s["prompt"], "control")]
+        assert s["digest"] == rec["record_digest"]
+        for m in s["metrics"]:
+            value = rec["scores"][m["metric"]]["value"]
+            assert float(m["treatment"]) == value and m["cells"][2] == f"{value:.4g}"
+            if m["metric"] in ctrl["scores"]:
+                diff = value - ctrl["scores"][m["metric"]]["value"]
+                assert float(m["control"]) == ctrl["scores"][m["metric"]]["value"] and float(m["diff"]) == diff
+                assert m["cells"][3] == f"{diff:.4g}"
+    assert (tmp_path / "gallery.png").stat().st_size > 10_000

@@ -1,0 +1,67 @@
+"""table: the answer comes first (one line per arm from the statistics' own fields), notes
+are said once, and no second table repeats the study table's columns."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from test_stats import S, records, with_compute
+
+from pairflow.stats import analyse
+from pairflow.table import _notes, answer, html, markdown
+
+
+def _stats() -> dict:
+    gen, scores, timings = records(effect=-0.2, ratio=1.5)
+    return analyse(with_compute(gen, 0.5, ["cache"], skipped=4), scores, timings, ["treat"], S)
+
+
+def test_answer_line_gives_speedup_compute_and_each_metrics_verdict_from_the_stats() -> None:
+    res = _stats()
+    (line,) = answer(res)
+    c = res["comparisons"][0]
+    sp, lo, hi = c["speedup"]["geomean"], *c["speedup"]["ci"]
+    assert line.startswith(f"treat: {sp:.2f}× faster [{lo:.2f}, {hi:.2f}], compute {c['compute']['ratio']:.2f}× "
+                           "control; ")
+    for m in c["metrics"]:  # every metric, worded as the statistics decided, with its estimate
+        assert f"{m['metric']} {m['verdict'] or 'value'}, " in line
+    q = next(m for m in c["metrics"] if m["metric"] == "q")
+    assert re.search(r"q \S.*, Δ -0\.\d+ \[-\d\.\d+, -?\d\.\d+\]", line), line
+    psnr = next(m for m in c["metrics"] if m["metric"] == "psnr")
+    assert f"{psnr['treatment_mean']:.1f}"[:2] in line and " dB [" in line
+    assert q["diff"] < 0
+    # a slower arm reads as slower, with the speedup beside it
+    slow = copy.deepcopy(res)
+    slow["comparisons"][0]["speedup"] = {"geomean": 0.5, "ci": [0.4, 0.6]}
+    assert answer(slow)[0].startswith("treat: 2.00× slower (speedup 0.50× [0.40, 0.60])")
+
+
+def test_markdown_and_html_open_with_the_answer_and_link_the_gallery() -> None:
+    res = _stats()
+    md = markdown(res, "t", {})
+    lines = md.splitlines()
+    assert lines[0] == "# t" and lines[2] == f"**{answer(res)[0]}**  "
+    assert "Videos: [gallery.html](gallery.html)" in md
+    page = html(res, "t", {})
+    assert page.index("class='answer'") < page.index("Estimand") and "href='gallery.html'" in page
+
+
+def test_identical_notes_of_several_arms_are_said_once() -> None:
+    """Regression (issue 26): three arms' identical timing-noise warnings gave three lines."""
+    res = _stats()
+    second = copy.deepcopy(res["comparisons"][0])
+    second["treatment"] = "treat2"
+    res["comparisons"].append(second)
+    warn = "latency: 14 of 14 timed pair(s) vary between repeats more than timing/max_cv (0.05)"
+    for c in res["comparisons"]:
+        c["notes"] = [warn]
+    notes = _notes(res)
+    assert [n for n in notes if warn in n] == [f"treat, treat2: {warn}"]
+
+
+def test_quality_against_cost_repeats_no_column_of_the_study_table() -> None:
+    md = markdown(_stats(), "t", {})
+    section = md.split("## Quality against cost", 1)[1].split("\n## ", 1)[0]
+    assert "|" not in section  # no second table
+    assert "- treat (cache): on the front for" in section
