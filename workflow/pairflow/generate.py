@@ -350,6 +350,7 @@ class GenerationResult:
     device: str
     threads: int
     compute: dict[str, Any] | None = None
+    count: Any = None  # the compute.ComputeCount behind ``compute`` (its per-unit FLOPs), or None
 
 
 def effective_generation(arm: ArmSpec, gen: GenerationSpec) -> GenerationSpec:
@@ -422,15 +423,28 @@ def check_attention_backend(arm: ArmSpec, device: str) -> None:
 
 
 def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpec,
-             max_sequence_length: int | None = None, count: bool = False) -> GenerationResult:
+             max_sequence_length: int | None = None, count: bool = False, table: Any = None,
+             full: bool = True) -> GenerationResult:
     """Generate one video from a fresh ``torch.Generator`` seeded with ``seed``.
 
     ``gen`` is the study's generation spec; the arm's steps and guidance override it.
     The arm's scheduler, attention backend and cache are applied for this call only and
     always restored afterwards (``pipe`` is shared by every arm of a worker). ``count``:
     count the transformer's work (``compute.counting``; for the bulk pass, never the
-    timed one).
+    timed one): with ``full`` its FLOPs are counted by FlopCounterMode (cross-checked
+    against ``table`` when given), otherwise derived from ``table`` (a ``FlopTable``);
+    a derivation the table cannot make (a unit it never measured) repeats the generation
+    counted in full, so a figure is never missing or guessed.
     """
+    r = _generate(pipe, prompt, seed, arm, gen, max_sequence_length, count, table, full)
+    if r.count is None or r.count.transformer_flops >= 0:
+        return r
+    log.info("arm %s: FLOP table %s lacks a unit this run called; counting it in full", arm.name, table.key)
+    return _generate(pipe, prompt, seed, arm, gen, max_sequence_length, True, table, True)
+
+
+def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpec, max_sequence_length: int | None,
+              count: bool, table: Any, full: bool) -> GenerationResult:
     import contextlib
     import resource
 
@@ -458,7 +472,7 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
         if config is not None:
             pipe.transformer.enable_cache(config)
         generator = torch.Generator(device="cpu").manual_seed(seed)
-        counter = counting(pipe.transformer) if count else contextlib.nullcontext()
+        counter = counting(pipe.transformer, table, full) if count else contextlib.nullcontext()
         if device == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
@@ -488,7 +502,7 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
     return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
-                            work.asdict() if work is not None else None)
+                            work.asdict() if work is not None else None, work)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:
