@@ -112,6 +112,13 @@ class FrameFields(TypedDict):
     flags: list[str]
 
 
+class CrossCheck(TypedDict):
+    """A fully counted run's FLOPs derived from the table as well (``compute.counting``)."""
+
+    derived_transformer_flops: int | None
+    equal: bool
+
+
 class ComputeFields(TypedDict, total=False):
     """The bulk pass's counted work (``compute.py``); every key optional (an uncounted run)."""
 
@@ -128,6 +135,9 @@ class ComputeFields(TypedDict, total=False):
     latent_shape: list[int] | None
     counter: str
     verifier: str
+    method: Literal["counted", "derived"]
+    table: str
+    cross_check: CrossCheck
 
 
 BulkTiming = TypedDict("BulkTiming", {
