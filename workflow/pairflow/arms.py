@@ -317,12 +317,13 @@ class Verifier:
     mirror: Path | None
     batch: int
     fps: int
+    device: str = "cpu"
 
     def __call__(self, frames: Any, count: bool = False) -> tuple[float, int]:
         """(score, FLOPs the scoring took; 0 when not counted)."""
         from .scoring import ScoreContext, score
 
-        ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps)
+        ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps, device=self.device)
         if not count:
             return float(score(self.name, frames, None, ctx)), 0
         from torch.utils.flop_counter import FlopCounterMode
@@ -336,7 +337,9 @@ def verifier_for(arm: ArmSpec, study: Any) -> Verifier | None:
     """The study's verifier for a search arm, or None for any other arm."""
     if arm.search is None:
         return None
+    from .generate import _device
     from .scoring import metric_spec
 
+    # on the generating worker's device: a search scores where it generates
     return Verifier(arm.search.verifier, metric_spec(arm.search.verifier).higher_is_better, study.encoder,
-                    study.weights.mirror, study.scoring.batch, study.generation.fps)
+                    study.weights.mirror, study.scoring.batch, study.generation.fps, _device())

@@ -73,6 +73,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
     from ..identity import digest_file, digest_tree
 
     accelerators = grant.accelerators if grant else ()
+    device = scoring_device(grant)
     workers = len(accelerators) or study.fleet.cpu_workers
     # The kind and count of slots, never which GPU indices: panels scored on different
     # GPUs of one study share a build, so their pairs pool.
@@ -92,11 +93,11 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
         "weights_origin": lock.origin if lock else None,
         "static_filter": study.scoring.static_filter,
         "decode": study.scoring.decode,
-        "device": "cpu", "precision": f"float32; CLIP image towers {clip_precision(study, 'cpu')}",
+        "device": device, "precision": f"float32; CLIP image towers {clip_precision(study, device)}",
         "threads": study.scoring.threads, "batch": study.scoring.batch,
         "workers": workers,
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
-                   "and run on CPU"),
+                   f"and run on {'the slot GPU (cuda)' if device == 'cuda' else 'CPU'}"),
     }
     return cast(ScorerBuild, {**build, "digest": digest_obj(build)})
 
@@ -138,6 +139,12 @@ DECODING_MEANING = {
     "bt601": "decoded with the BT.601 matrix, as OpenCV 4.x (VBench's reader for dynamic_degree, motion_smoothness and "
              "temporal_flickering) decodes it whatever the tags say (scoring/decode: vbench)",
 }
+
+
+def scoring_device(grant: Grant | None) -> str:
+    """Where this job's metrics run: ``cuda`` when its slots were granted accelerators
+    (one worker per GPU, each seeing only its own as ``cuda``), else ``cpu``."""
+    return "cuda" if grant is not None and grant.accelerators else "cpu"
 
 
 def clip_precision(study: StudySpec, device: str = "cpu") -> str:
@@ -192,8 +199,9 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
     frames = {m: decode(rec, m) for m in sorted(wanted)}
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
-    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps,
-                       clip_precision=clip_precision(study, "cpu"))
+    device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps, device=device,
+                       clip_precision=clip_precision(study, device))
     digests = shared["weight_digests"]
     scores: dict[str, ScoreEntry] = {
         name: {"value": score(name, frames[decoding[name]], ref, ctx),
