@@ -54,8 +54,9 @@ def timing_summary(scratch: Path) -> dict[str, Any]:
     for arm, rs in by.items():
         ts = [r["timing"] for r in rs]
         cvs = [t["cv"] for t in ts if t.get("cv") is not None]
-        reasons = sorted({x for r in rs for run in (r.get("gpu") or []) for side in ("gpu_before", "gpu_after")
-                          for x in run.get(side, {}).get("throttle_reasons", [])})
+        # reasons NVML reported while a timed run ran (polled during it), gpu_idle excluded
+        reasons = sorted({x for r in rs for run in (r.get("gpu") or [])
+                          for x in (run.get("throttled") or {}).get("reasons", [])})
         others = max((len(run.get(side, {}).get("other_processes", [])) for r in rs for run in (r.get("gpu") or [])
                       for side in ("gpu_before", "gpu_after")), default=0)
         temps = [run[side]["temperature_c"] for r in rs for run in (r.get("gpu") or [])

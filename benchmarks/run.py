@@ -464,7 +464,7 @@ def bench_compute(runs: int, quick: bool = False) -> dict[str, Any]:
         full = counted()
         table = full.measured
 
-        def derived(arm: Any = arm) -> Any:
+        def derived(arm: Any = arm, table: Any = table) -> Any:
             return run_arm(pipe, "a fox", 0, arm, gen, 64, count=True, verifier=verifier, table=table, full=False)
 
         work = derived().compute

@@ -151,3 +151,23 @@ def test_an_inexact_or_foreign_table_is_not_loaded_as_exact(tmp_path: Path) -> N
     (tmp_path / "b.json").write_text("{not json")
     assert load_table(tmp_path, "b") is None
     assert load_table(tmp_path, "missing") is None
+
+
+@pytest.mark.parametrize("name, model, tflops", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.0), ("NVIDIA H100 PCIe", "H100 PCIe", 756.0),
+    ("NVIDIA H200", "H200 SXM", 989.0), ("NVIDIA GH200 480GB", "GH200", 989.0), ("NVIDIA B200", "B200", 2250.0),
+    ("NVIDIA GB200", "GB200 (per GPU)", 2500.0), ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
+    ("NVIDIA L40S", "L40S", 362.0)])
+def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, model: str, tflops: float) -> None:
+    from pairflow.compute import bf16_peak, estimated_mfu
+
+    assert bf16_peak(name) == (model, tflops * 1e12)
+    mfu = estimated_mfu(tflops * 1e12 * 0.25, 2.0, name)  # a quarter of a second's peak work over 2 s
+    assert mfu is not None and mfu["mfu"] == pytest.approx(0.125) and mfu["convention"].startswith("estimated")
+
+
+def test_an_unknown_gpu_gets_no_mfu_rather_than_a_wrong_one() -> None:
+    from pairflow.compute import estimated_mfu
+
+    assert estimated_mfu(1e12, 1.0, "NVIDIA GeForce RTX 3090") is None
+    assert estimated_mfu(1e12, 0.0, "NVIDIA H100") is None

@@ -241,3 +241,12 @@ def test_the_bulk_pass_measures_a_flop_table_once_then_derives_and_cross_checks(
     assert derived["table"] == counted["table"]
     assert counted["cross_check"] == {"derived_transformer_flops": counted["transformer_flops"], "equal": True}
     assert derived["work_flops"] == counted["work_flops"] and derived["total_flops"] == counted["total_flops"]
+
+
+def test_generation_records_peak_memory_per_phase(pipe) -> None:  # type: ignore[no-untyped-def]
+    r = generate(pipe, "a red fox", 3, CONTROL, GEN, 64)
+    peaks = r.memory.asdict()
+    assert set(peaks) == {"denoise", "decode"}
+    for p in peaks.values():
+        assert p["peak_rss_mb"] > 0 and (p["peak_device_mb"] is None) == (r.device == "cpu")
+    assert not hasattr(pipe.vae, "__dict__") or "decode" not in pipe.vae.__dict__  # the wrapper is gone

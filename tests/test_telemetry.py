@@ -90,3 +90,35 @@ def test_progress_line_gives_done_rate_and_time_left() -> None:
 
     assert progress_line("generate smoke", 3, 12, 6.0) == "generate smoke: 3/12 done, 0.50/s, ~18s left"
     assert progress_line("timed pass", 0, 5, 0.0) == "timed pass: 0/5 done, 0.00/s, time left unknown"
+
+
+def test_phase_memory_resets_the_host_peak_per_phase() -> None:
+    """Issue 25 item 5: a phase's peak RSS is its own, not the process's: a 200 MiB
+    allocation in one phase shows in that phase and not in the next."""
+    import numpy as np
+
+    from pairflow.telemetry import PhaseMemory
+
+    mem = PhaseMemory(cuda=False)
+    mem.start("big")
+    block = np.ones(200 * 2**20 // 8)  # 200 MiB touched
+    mem.stop("big")
+    del block
+    mem.start("small")
+    mem.stop("small")
+    peaks = mem.asdict()
+    assert peaks["big"]["host_scope"] == peaks["small"]["host_scope"] == "phase"
+    assert peaks["big"]["peak_rss_mb"] - peaks["small"]["peak_rss_mb"] > 150
+    assert peaks["big"]["peak_device_mb"] is None  # no CUDA in this phase tracker
+
+
+def test_gpu_idle_is_never_reported_as_throttling_and_mig_uuids_are_tried() -> None:
+    from pairflow.telemetry import ThrottleWatch, throttled_during, uuid_names
+
+    assert throttled_during([{"throttle_reasons": ["gpu_idle"]}, {"throttle_reasons": ["sw_power_cap", "gpu_idle"]},
+                             {"unavailable": "no NVML"}]) == ["sw_power_cap"]
+    assert uuid_names("1b2c") == ["1b2c", "GPU-1b2c", "MIG-1b2c"]
+    assert uuid_names("MIG-1b2c") == ["MIG-1b2c", "GPU-1b2c"]
+    with ThrottleWatch(None) as w:  # no device: a no-op that says why
+        pass
+    assert w.reasons == [] and w.status.startswith("unavailable")

@@ -232,6 +232,7 @@ class ArmResult:
     candidates: tuple[dict[str, Any], ...] = ()
     chosen: int | None = None
     measured: Any = None  # the compute.FlopTable a run counted in full measured, or None
+    memory: Any = None  # telemetry.PhaseMemory over every generation of the arm (denoise, decode)
 
 
 def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: GenerationSpec, tokens: int | None,
@@ -252,7 +253,8 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         measured = None
         if r.count is not None and r.count.method == "counted" and table_key is not None:
             measured = measure(r.count, table_key, {r.count.total_flops - r.count.transformer_flops}, {0})
-        return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute, measured=measured)
+        return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute, measured=measured,
+                         memory=r.memory)
     if verifier is None:
         raise ConfigError(f"arm {arm.name!r} searches (search: n={arm.search.n}), so run_arm needs its verifier; "
                           "pass arms.verifier_for(arm, study)")
@@ -266,9 +268,14 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
     seconds, last = 0.0, None
     rest: set[int] = set()
     vseen: set[int] = set()
+    memory: Any = None
     for i, seed in enumerate(search_seeds(stream_seed, arm.search.n)):
         r = last = generate(pipe, prompt, seed, arm, gen, tokens, count=count, table=table, full=full)
         counted = r.count is not None and r.count.method == "counted"
+        if memory is None:
+            memory = r.memory
+        elif r.memory is not None:
+            memory.merge(r.memory)
         started = time.perf_counter()
         frames, _ = prepare_frames(r.frames, verifier.encoder)
         value, vflops = verifier(frames, count and (counted or table is None))
@@ -303,7 +310,7 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         if methods == {"counted"} and table_key is not None:
             measured = measure(total, table_key, rest, vseen)
     return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
-                     best, measured)
+                     best, measured, memory)
 
 
 @dataclass(frozen=True)

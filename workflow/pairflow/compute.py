@@ -291,3 +291,42 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
     finally:
         for h in handles:
             h.remove()
+
+
+BF16_DENSE_PEAK_TFLOPS: tuple[tuple[str, str, float], ...] = (
+    # (substring of torch's device name, model, dense BF16 tensor-core TFLOP/s from NVIDIA's
+    # datasheets; the "with sparsity" figures are twice these). Most specific names first.
+    ("GH200", "GH200", 989.0),
+    ("GB200", "GB200 (per GPU)", 2500.0),
+    ("B200", "B200", 2250.0),
+    ("H200 NVL", "H200 NVL", 835.0),
+    ("H200", "H200 SXM", 989.0),
+    ("H100 NVL", "H100 NVL", 835.0),
+    ("H100 PCIe", "H100 PCIe", 756.0),
+    ("H100", "H100 SXM", 989.0),
+    ("A100", "A100", 312.0),
+    ("L40S", "L40S", 362.0),
+)
+"""Dense BF16 peaks for estimated MFU (``estimated_mfu``)."""
+
+
+def bf16_peak(device_name: str) -> tuple[str, float] | None:
+    """(model, dense BF16 peak FLOP/s) of the GPU torch names ``device_name``, or None when
+    the table does not know it (then no MFU is estimated rather than a wrong one)."""
+    for needle, model, tflops in BF16_DENSE_PEAK_TFLOPS:
+        if needle.lower() in device_name.lower():
+            return model, tflops * 1e12
+    return None
+
+
+def estimated_mfu(flops: float, latency_s: float, device_name: str) -> dict[str, Any] | None:
+    """Estimated model FLOPs utilisation, the PaLM convention: forward FLOPs actually
+    counted for the call (no backward, no rematerialisation) over the timed latency over
+    the device's dense BF16 peak. "Estimated": the peak is a datasheet figure, not this
+    board's clocks. None when the device is not in ``BF16_DENSE_PEAK_TFLOPS`` or the
+    latency is not positive."""
+    peak = bf16_peak(device_name)
+    if peak is None or latency_s <= 0:
+        return None
+    return {"mfu": flops / latency_s / peak[1], "peak_tflops": peak[1] / 1e12, "gpu": peak[0],
+            "convention": "estimated: counted forward FLOPs / timed latency / datasheet dense BF16 peak (PaLM)"}

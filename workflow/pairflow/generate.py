@@ -351,6 +351,7 @@ class GenerationResult:
     threads: int
     compute: dict[str, Any] | None = None
     count: Any = None  # the compute.ComputeCount behind ``compute`` (its per-unit FLOPs), or None
+    memory: Any = None  # telemetry.PhaseMemory: peak host RSS and device memory of denoise and decode
 
 
 def effective_generation(arm: ArmSpec, gen: GenerationSpec) -> GenerationSpec:
@@ -451,6 +452,7 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
     import torch
 
     from .compute import counting
+    from .telemetry import PhaseMemory
 
     eff = effective_generation(arm, gen)
     config = cache_config(arm, pipe)
@@ -476,7 +478,8 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
         if device == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
-        with torch.inference_mode(), counter as work:
+        memory = PhaseMemory(device == "cuda")
+        with torch.inference_mode(), counter as work, memory.track(pipe):
             out = pipe(prompt=prompt, negative_prompt=gen.negative_prompt, height=gen.height,
                        width=gen.width, num_frames=gen.frames, num_inference_steps=eff.steps,
                        guidance_scale=eff.guidance, generator=generator, output_type="np", **kwargs)
@@ -502,7 +505,7 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
     return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
-                            work.asdict() if work is not None else None, work)
+                            work.asdict() if work is not None else None, work, memory)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:

@@ -71,6 +71,33 @@ def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
 
 # --- NVML -------------------------------------------------------------------------------
 
+_NVML: dict[str, Any] = {}
+
+
+def _nvml() -> Any:
+    """The ``pynvml`` module, initialised once per process and shut down at exit (each
+    ``nvmlInit`` takes a reference the driver keeps until a matching ``nvmlShutdown``).
+    Raises ImportError without nvidia-ml-py and ``pynvml.NVMLError`` without a driver."""
+    if "module" not in _NVML:
+        import atexit
+
+        import pynvml
+
+        pynvml.nvmlInit()
+        _NVML["module"] = pynvml
+        atexit.register(_nvml_shutdown)
+    return _NVML["module"]
+
+
+def _nvml_shutdown() -> None:
+    pynvml = _NVML.pop("module", None)
+    if pynvml is not None:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
 def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     """(read, status): ``read()`` returns one sample per GPU on this node; ``read`` is None
     with the reason in ``status`` where NVML is unavailable (no driver, no GPU)."""
@@ -79,20 +106,17 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     except ImportError:
         return None, "nvidia-ml-py is not installed"
     try:
-        pynvml.nvmlInit()
+        _nvml()
         count = pynvml.nvmlDeviceGetCount()
     except pynvml.NVMLError as e:
         return None, f"NVML unavailable: {e}"
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
 
-    def text(v: Any) -> str:
-        return v.decode() if isinstance(v, bytes) else str(v)
-
     def read() -> list[dict[str, Any]]:
         now, rows = time.time(), []
         for i, h in enumerate(handles):
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            rows.append({"time": now, "index": i, "uuid": text(pynvml.nvmlDeviceGetUUID(h)),
+            rows.append({"time": now, "index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
                          "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
                          "utilization_gpu_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
                          "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
@@ -102,18 +126,50 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     return read, f"NVML {count} GPU(s)"
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 THROTTLE_REASONS = {  # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
+NOT_THROTTLING = frozenset({"gpu_idle"})
+"""Reasons that say the clocks are low because nothing runs: never a slowdown of a timed run."""
+
+
+def uuid_names(uuid: str) -> list[str]:
+    """The spellings NVML may know a device by: torch reports a bare UUID where NVML says
+    ``GPU-<uuid>`` for a whole GPU and ``MIG-<uuid>`` for a MIG instance."""
+    bare = uuid.removeprefix("GPU-").removeprefix("MIG-")
+    return list(dict.fromkeys([uuid, f"GPU-{bare}", f"MIG-{bare}"]))
+
+
+def _handle(pynvml: Any, uuid: str) -> tuple[Any, Any] | None:
+    """(handle for memory and processes, handle of the physical GPU for clocks, power,
+    temperature and throttle reasons) of the device ``uuid``, a whole GPU or a MIG
+    instance; None when NVML has neither."""
+    for name in uuid_names(uuid):
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(name.encode())
+        except pynvml.NVMLError:
+            continue
+        try:
+            mig = bool(pynvml.nvmlDeviceIsMigDeviceHandle(h))
+        except (pynvml.NVMLError, AttributeError):
+            mig = False
+        return h, (pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h) if mig else h)
+    return None
 
 
 def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     """One GPU's state through NVML, found by the UUID torch reports for the device this
-    process uses: SM and memory clocks (MHz), throttle reasons, temperature (C), power
-    (W), memory used (MiB) and the other processes computing on it. Where NVML or the
-    device is unavailable: ``{"unavailable": <reason>}`` (recorded, never raised)."""
+    process uses (a whole GPU or a MIG instance, whose clocks, power, temperature and
+    throttle reasons are its physical GPU's): SM and memory clocks (MHz), throttle
+    reasons, temperature (C), power (W), memory used (MiB) and the other processes
+    computing on it. Where NVML or the device is unavailable: ``{"unavailable": <reason>}``
+    (recorded, never raised)."""
     try:
         import pynvml
     except ImportError:
@@ -121,29 +177,89 @@ def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     if not uuid:
         return {"unavailable": "no CUDA device in this process"}
     try:
-        pynvml.nvmlInit()
-        h = None
-        for name in (uuid, f"GPU-{uuid}"):  # torch prints the UUID without NVML's "GPU-" prefix
-            try:
-                h = pynvml.nvmlDeviceGetHandleByUUID(name.encode() if isinstance(name, str) else name)
-                break
-            except pynvml.NVMLError:
-                continue
-        if h is None:
-            return {"unavailable": f"NVML has no device with UUID {uuid}"}
-        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        _nvml()
+        found = _handle(pynvml, uuid)
+        if found is None:
+            return {"unavailable": f"NVML has no device with UUID {uuid} (tried {', '.join(uuid_names(uuid))})"}
+        h, gpu = found
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(gpu)
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
-                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(gpu, pynvml.NVML_CLOCK_SM),
                 "throttle_reasons": [n for bit, n in THROTTLE_REASONS.items() if reasons & bit],
-                "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-                "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(gpu, pynvml.NVML_TEMPERATURE_GPU),
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(gpu) / 1000.0,
                 "memory_used_mb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                "mig": h is not gpu,
                 "other_processes": [{"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20}
                                     for p in procs if p.pid != own_pid]}
     except pynvml.NVMLError as e:
         return {"unavailable": f"NVML: {e}"}
+
+
+class ThrottleWatch:
+    """Polls the clock-event (throttle) reasons of the GPU ``uuid`` every ``interval_s``
+    on a daemon thread while the ``with`` block runs, so a reason is reported only when it
+    appeared *during* a timed run (``reasons``, ``gpu_idle`` excluded). A no-op (with
+    ``status`` saying why) without NVML or the device."""
+
+    def __init__(self, uuid: str | None, interval_s: float = 0.05) -> None:
+        self.uuid, self.interval_s = uuid, interval_s
+        self.seen: set[str] = set()
+        self.polls = 0
+        self.status = "not started"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu: Any = None
+
+    def _poll(self) -> None:
+        pynvml = _NVML["module"]
+        try:
+            bits = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._gpu)
+        except pynvml.NVMLError:
+            return
+        self.polls += 1
+        self.seen.update(n for bit, n in THROTTLE_REASONS.items() if bits & bit)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._poll()
+
+    def __enter__(self) -> ThrottleWatch:
+        try:
+            import pynvml
+
+            _nvml()
+            found = _handle(pynvml, self.uuid) if self.uuid else None
+        except Exception as e:  # ImportError or NVMLError: recorded, never raised
+            self.status = f"unavailable: {type(e).__name__}: {e}"
+            return self
+        if found is None:
+            self.status = f"unavailable: NVML has no device with UUID {self.uuid}"
+            return self
+        self._gpu = found[1]
+        self.status = "watched"
+        self._poll()
+        self._thread = threading.Thread(target=self._loop, name="throttle-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._poll()
+
+    @property
+    def reasons(self) -> list[str]:
+        return sorted(self.seen - NOT_THROTTLING)
+
+
+def throttled_during(states: list[dict[str, Any]]) -> list[str]:
+    """The throttle reasons in ``states`` (``gpu_state`` readings taken at the end of
+    timed runs) that slow a run down: ``gpu_idle`` excluded."""
+    return sorted({r for s in states for r in s.get("throttle_reasons", []) if r not in NOT_THROTTLING})
 
 
 class Sampler:
@@ -252,3 +368,109 @@ def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
     lines += ["", "NVML: " + "; ".join(sorted({j["nvml"] for j in u["jobs"]})), "", "## Provenance", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(provenance.items())]
     return "\n".join(lines) + "\n"
+
+
+# --- peak memory per phase ----------------------------------------------------------------
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def _host_peak_mb() -> tuple[float, str]:
+    """(peak resident set, what it covers): Linux's VmHWM since the last ``_reset_host``
+    (per phase), else the process's lifetime peak (``ru_maxrss``)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0, "phase"
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "process"
+
+
+def _reset_host() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS (``clear_refs`` 5, Linux >= 4.0)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class PhaseMemory:
+    """Peak host RSS and peak device memory per phase. ``start(phase)`` resets both peaks
+    (the kernel's VmHWM and torch's CUDA peak); ``stop(phase)`` reads them into
+    ``peaks[phase]`` (the larger of any earlier reading: a search's N generations give
+    one peak per phase). On a machine where the host peak cannot be reset, its figure is
+    the process's peak so far and ``peaks[phase]['host_scope']`` says ``process``.
+    ``track(pipe)`` splits a pipeline call into ``denoise`` (everything before the VAE
+    decode: text encoding and the denoising loop) and ``decode``."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.peaks: dict[str, dict[str, Any]] = {}
+
+    def start(self, phase: str) -> None:
+        reset = _reset_host()
+        if self.cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        self.peaks.setdefault(phase, {"peak_rss_mb": 0.0, "peak_device_mb": None,
+                                      "host_scope": "phase" if reset else "process"})
+
+    def stop(self, phase: str) -> None:
+        rss, _ = _host_peak_mb()
+        p = self.peaks[phase]
+        p["peak_rss_mb"] = max(p["peak_rss_mb"], rss)
+        if self.cuda:
+            import torch
+
+            dev = torch.cuda.max_memory_allocated() / 2**20
+            p["peak_device_mb"] = max(p["peak_device_mb"] or 0.0, dev)
+
+    def merge(self, other: PhaseMemory) -> None:
+        for phase, q in other.peaks.items():
+            p = self.peaks.setdefault(phase, dict(q))
+            p["peak_rss_mb"] = max(p["peak_rss_mb"], q["peak_rss_mb"])
+            if q["peak_device_mb"] is not None:
+                p["peak_device_mb"] = max(p["peak_device_mb"] or 0.0, q["peak_device_mb"])
+
+    def track(self, pipe: Any) -> Any:
+        """A context manager: the ``with`` block is a pipeline call of ``pipe``, split at
+        its VAE decode (``vae.decode`` wrapped for the call, restored on exit)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def tracked() -> Any:
+            vae: Any = getattr(pipe, "vae", None)
+            inner = getattr(vae, "decode", None)
+            self.start("denoise")
+            state = {"phase": "denoise"}
+
+            def decode(*args: Any, **kwargs: Any) -> Any:
+                if state["phase"] == "denoise":
+                    self.stop("denoise")
+                state["phase"] = "decode"
+                self.start("decode")
+                try:
+                    return inner(*args, **kwargs)  # type: ignore[misc]
+                finally:
+                    self.stop("decode")
+
+            if inner is not None:
+                vae.decode = decode  # an instance attribute, deleted on exit
+            try:
+                yield self
+            finally:
+                if inner is not None:
+                    del vae.decode
+                if state["phase"] == "denoise":
+                    self.stop("denoise")
+
+        return tracked()
+
+    def asdict(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.peaks.items()}

@@ -36,6 +36,7 @@ from ..recordtypes import (
     ComputeFields,
     GenerationRecord,
     GenerationSettings,
+    PhaseMemoryFields,
     Provenance,
     VideoFields,
 )
@@ -96,6 +97,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     from .. import generate as g
     from ..arms import arm_model, arm_pipeline
     from ..fleet import worker_identity
+    from ..telemetry import PhaseMemory
     from ..video import encode, prepare_frames
 
     shared = load_context(payload["context"])
@@ -109,8 +111,11 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     # The bulk pass counts the transformer's work (compute.counting); the timed pass does not.
     result = counted_run(study, c, pipe, tokens, payload.get("flops_check", True))
     frames, stats = prepare_frames(result.frames, study.encoder)
+    memory = result.memory or PhaseMemory(result.device == "cuda")
     started = time.perf_counter()
+    memory.start("encode")
     info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    memory.stop("encode")
     encode_s = time.perf_counter() - started
     prov: Provenance = shared["provenance"]
     record: GenerationRecord = {
@@ -132,6 +137,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         # are under worker.warm_up.
         "timing": {"pass": "bulk", "import_s": import_s, "load_s": load_s, "generate_s": result.seconds,
                    "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
+        # peak host RSS and device memory per phase (telemetry.PhaseMemory)
+        "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
                    "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
         "code": prov["code"], "environment": prov["environment"], "model": prov["model"],

@@ -31,6 +31,7 @@ from ..recordtypes import (
     Decoding,
     GenerationRecord,
     MetricSpecFields,
+    PhaseMemoryFields,
     ScoreEntry,
     ScorerBuild,
     ScoreRecord,
@@ -180,6 +181,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     from ..fleet import worker_identity
     from ..scoring import ScoreContext, metric_spec, score
     from ..scoring.models import LOAD_COUNTS
+    from ..telemetry import PhaseMemory
     from ..video import read_video
 
     shared = load_context(payload["context"])
@@ -187,6 +189,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
+    device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
         return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
@@ -194,12 +197,13 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
                           fps=g.fps, matrix=matrix)
 
     started = time.perf_counter()
+    memory = PhaseMemory(device == "cuda")
+    memory.start("score")  # decoding and every metric of this candidate
     names = expected_scores(study, arm_of(rec))
     decoding = {name: metric_decoding(study, name) for name in names}
     wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
     frames = {m: decode(rec, m) for m in sorted(wanted)}
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
-    device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps, device=device,
                        clip_precision=clip_precision(study, device))
     digests = shared["weight_digests"]
@@ -214,6 +218,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
         scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
+    memory.stop("score")
     static = cast(StaticFilter, study.scoring.static_filter)  # an enum in the config schema
     record: ScoreRecord = {
         "kind": "score",
@@ -227,6 +232,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "scores": scores,
         "scorer": shared["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
+        "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
     }
     write_record(Path(payload["out"]), record)
