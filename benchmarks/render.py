@@ -234,21 +234,51 @@ def _e2e(e: dict | None, r: dict | None = None) -> list[str]:
 def _gpu(g: dict | None) -> list[str]:
     if not g:
         return ["## On a GPU", "", "Not measured yet: no accelerator was lent when these figures were taken. On a "
-                "GPU machine, `bash benchmarks/gpu_check.sh` (under 8 minutes) runs the default study on CUDA in "
-                "bfloat16, the timed pass and NVML telemetry, writes `benchmarks/gpu_check.json` and renders its "
-                "figures here with the GPU named.", ""]
+                "GPU machine, `bash benchmarks/gpu_check.sh` (under 8 minutes on one H100-class GPU) checks the "
+                "driver against what the torch wheel needs (CUDA 13 wheels: R580+) and that torch sees CUDA, then "
+                "runs the default study on CUDA in bfloat16 with NVML sampled every second (>= 10 samples per "
+                "panel job) and measures: wall time and work share; per arm the timed pass's median latency, "
+                "denoise/decode split, repeat CV, peak device memory, estimated MFU (counted forward FLOPs / "
+                "timed latency / the GPU's datasheet dense BF16 peak, PaLM convention) and the throttle reasons "
+                "NVML reported while timed runs ran (gpu_idle excluded); scoring on the slot's GPU. It writes "
+                "`benchmarks/gpu_check.json` at every step (a failed or overrun study still leaves what was "
+                "measured and its log's tail) and renders its figures here with the GPU named.", ""]
+    gi = g.get("gpu") or {}
+    dc = g.get("driver_check") or {}
+    if not dc.get("ok", True) or not gi:
+        return ["## On a GPU (`benchmarks/gpu_check.sh`)", "",
+                f"Not measured: {dc.get('why', 'the check stopped before the GPU was read')} "
+                f"(driver {dc.get('driver')}, torch {dc.get('torch')} for CUDA {dc.get('torch_cuda')}, needs "
+                f"{dc.get('driver_needed')}); {g.get('date', '')}.", ""]
+    share = (g.get("e2e") or {}).get("work_share")
     lines = ["## On a GPU (`benchmarks/gpu_check.sh`)", "",
-             f"GPU: {g.get('gpu', {}).get('name', '?')} (driver {g.get('gpu', {}).get('driver', '?')}, CUDA "
-             f"{g.get('gpu', {}).get('cuda', '?')}); {g.get('date', '')}; default study on CUDA in "
-             f"{g.get('dtype', '?')} with the tiny model; wall {g.get('study_wall_s', float('nan')):.1f} s; work share "
-             f"{(g.get('e2e') or {}).get('work_share') or float('nan'):.1%}.", ""]
+             f"GPU: {gi.get('name', '?')} (driver {gi.get('driver', '?')}, CUDA "
+             f"{gi.get('cuda', '?')}); {g.get('date', '')}; default study on CUDA in "
+             f"{g.get('dtype', '?')} with the tiny model; wall {g.get('study_wall_s', float('nan')):.1f} s"
+             + (" (**overran its timeout: partial figures**)" if g.get("timed_out") else "")
+             + (f"; work share {share:.1%}" if share is not None else "") + ".", ""]
+    if g.get("not_measured"):
+        lines += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in sorted(g["not_measured"].items())), ""]
     t = g.get("timing") or {}
+    per = g.get("per_arm") or {}
     if t:
-        lines += ["| arm | candidates | median latency s | median denoise s | median decode s | median repeat CV | "
-                  "peak device MiB | throttle reasons seen |", "|---|---|---|---|---|---|---|---|",
-                  *[f"| {a} | {x['candidates']} | {x['latency_s']:.4f} | {x['denoise_s']:.4f} | {x['decode_s']:.4f} | "
-                    f"{x['cv'] if x['cv'] is None else format(x['cv'], '.1%')} | {x['peak_device_mb']:.0f} | "
-                    f"{', '.join(x['throttle_reasons']) or 'none'} |" for a, x in sorted(t.items())], ""]
+        def mfu(a: str) -> str:
+            m = (per.get(a) or {}).get("mfu")
+            return f"{m['mfu']:.2e} (estimated, {m['gpu']} {m['peak_tflops']:.0f} TFLOP/s)" if m else "n/a"
+
+        def speed(a: str) -> str:
+            s = (per.get(a) or {}).get("speedup")
+            return f"{s:.2f}x" if s else "n/a"
+
+        lines += ["| arm | candidates | median latency s | speedup | median denoise s | median decode s | "
+                  "median repeat CV | peak device MiB | estimated MFU | throttle reasons during timed runs |",
+                  "|---|---|---|---|---|---|---|---|---|---|",
+                  *[f"| {a} | {x['candidates']} | {x['latency_s']:.4f} | {speed(a)} | {x['denoise_s']:.4f} | "
+                    f"{x['decode_s']:.4f} | {x['cv'] if x['cv'] is None else format(x['cv'], '.1%')} | "
+                    f"{x['peak_device_mb']:.0f} | {mfu(a)} | {', '.join(x['throttle_reasons']) or 'none'} |"
+                    for a, x in sorted(t.items())], ""]
+    if g.get("snakemake_tail"):
+        lines += ["Study log tail:", "", "```", *g["snakemake_tail"].splitlines()[-15:], "```", ""]
     return lines
 
 
