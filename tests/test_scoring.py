@@ -338,8 +338,16 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     out = tmp_path / "score.json"
     ref = write_context(study.scratch, {"study": study, "scorer": build,
                                         "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    from pairflow.stages import scoring as stage
+
+    stage._FRAMES.clear()
+    before = dict(stage.DECODES)
+    score_task({"context": ref, "record": ctrl, "control": ctrl, "out": str(tmp_path / "c.json"), "candidate": ctrl_c})
     score_task({"context": ref, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c})
+    # issue 25 item 4: the control is decoded once, for its own scores and as the treatment's reference
+    assert stage.DECODES["decoded"] - before["decoded"] == 2 and stage.DECODES["reused"] - before["reused"] == 1
     rec = read_record(out)
+    assert rec["memory"]["score"]["peak_rss_mb"] > 0 and rec["memory"]["score"]["peak_device_mb"] is None
     assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
     lpips = rec["scores"]["lpips"]["spec"]
     assert lpips["kind"] == "FR" and lpips["higher_is_better"] is False

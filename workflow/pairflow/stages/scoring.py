@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, cast
 
@@ -173,6 +174,34 @@ def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
     return dict(WARM_UP)
 
 
+FRAME_CACHE_BYTES = 1 << 30
+"""The most decoded frames a scoring worker keeps (``decoded``): a pair's control video
+at 480p x 81 frames is 97 MiB, so a few pairs' controls stay while their treatments score."""
+_FRAMES: OrderedDict[tuple[str, str], Any] = OrderedDict()
+DECODES: dict[str, int] = {"decoded": 0, "reused": 0}
+"""This worker's decodes and cache hits (``decoded``), for tests and records."""
+
+
+def decoded(digest: str, matrix: str, read: Any) -> Any:
+    """The frames of the video whose content digest is ``digest`` decoded with ``matrix``:
+    ``read()`` on first use, then from this worker's cache (least recently used first out,
+    at most ``FRAME_CACHE_BYTES``), so a pair's control is decoded once for every
+    treatment this worker scores against it. Keyed by the digest the generation record
+    verified, so a changed video is never served from the cache. Metrics are pure
+    functions of their frames (``scoring``), so a cached array is never altered."""
+    key = (digest, matrix)
+    if key in _FRAMES:
+        _FRAMES.move_to_end(key)
+        DECODES["reused"] += 1
+        return _FRAMES[key]
+    frames = read()
+    DECODES["decoded"] += 1
+    _FRAMES[key] = frames
+    while sum(f.nbytes for f in _FRAMES.values()) > FRAME_CACHE_BYTES and len(_FRAMES) > 1:
+        _FRAMES.popitem(last=False)
+    return frames
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: score one candidate's video (and against its control for FR metrics).
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
@@ -192,9 +221,10 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
-        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
-                          frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"],
-                          fps=g.fps, matrix=matrix)
+        return decoded(r["video"]["digest"], matrix, lambda: read_video(
+            panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+            frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"], fps=g.fps,
+            matrix=matrix))
 
     started = time.perf_counter()
     memory = PhaseMemory(device == "cuda")
