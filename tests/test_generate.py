@@ -250,3 +250,29 @@ def test_generation_records_peak_memory_per_phase(pipe) -> None:  # type: ignore
     for p in peaks.values():
         assert p["peak_rss_mb"] > 0 and (p["peak_device_mb"] is None) == (r.device == "cpu")
     assert not hasattr(pipe.vae, "__dict__") or "decode" not in pipe.vae.__dict__  # the wrapper is gone
+
+
+def test_warm_up_books_the_pipelines_lazy_imports_as_imports_not_load(tiny_model: Path) -> None:
+    """Issue 25 item 3: in a fresh process, pipeline_imports imports the pipeline's and
+    every component's module (diffusers/transformers import them lazily), so loading the
+    model afterwards imports no module of theirs: load_s is the weights alone."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from pathlib import Path
+from pairflow.config import ModelSpec
+from pairflow.generate import load_pipeline, pipeline_imports
+m = ModelSpec('embedded-tiny', Path({str(tiny_model)!r}))
+assert 'diffusers.pipelines.wan.pipeline_wan' not in sys.modules
+took = pipeline_imports(m)
+assert took > 0 and pipeline_imports(m) < took
+before = set(sys.modules)
+load_pipeline(m, 'float32', 1)
+late = sorted(n for n in set(sys.modules) - before if n.split('.')[0] in ('diffusers', 'transformers'))
+print('LATE', late)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    late = [line for line in out.stdout.splitlines() if line.startswith("LATE")][0]
+    assert "pipeline_wan" not in late and "modeling_umt5" not in late and "autoencoder_kl_wan" not in late, late

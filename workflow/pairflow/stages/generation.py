@@ -85,7 +85,9 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
     worker's records) the seconds spent on each."""
     from .. import generate as g
 
-    import_s = timed_imports(("torch", "diffusers"))
+    # imports include the pipeline's lazily imported modules (generate.pipeline_imports),
+    # so load_s is the weights alone
+    import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(payload["model"])
     started = time.perf_counter()
     g.load_pipeline(payload["model"], payload["dtype"], payload["threads"])
     WARM_UP.update({"import_s": import_s, "load_s": time.perf_counter() - started})
@@ -103,7 +105,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
     c: Candidate = payload["candidate"]
-    import_s = timed_imports(("torch", "diffusers"))
+    import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(arm_model(c.arm, study.model))
     loaded = time.perf_counter()
     pipe = arm_pipeline(c.arm, study.model, study.generation)
     load_s = time.perf_counter() - loaded
