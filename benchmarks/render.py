@@ -282,6 +282,22 @@ def _gpu(g: dict | None) -> list[str]:
     return lines
 
 
+def _utilisation_local(u: dict) -> list[str]:
+    """The honest busy share of the local study (issue 25 item 3), rendered as measured."""
+    lines = ["## Utilisation that cannot flatter: the local study (issue 25)", "", u.get("how", ""), "",
+             "| job | job s | task work (no warm-up) | start-up | warm-up | idle | failed | busy share |",
+             "|---|---|---|---|---|---|---|---|"]
+    for j in u.get("jobs", []):
+        lines.append(f"| {j['job']} | {j['job_s']:.1f} | {j['work_s']:.1f} | {j['startup_s']:.1f} | "
+                     f"{j['warmup_s']:.1f} | {j['idle_s']:.1f} | {j['failed_s']:.1f} | {j['busy_share']:.1%} |")
+    if u.get("floor"):
+        f = u["floor"]
+        lines += ["", f"Start-up floor measured in the same run (a fresh `python` importing torch, diffusers "
+                      f"and pyiqa and loading the model): {f['floor_s']:.1f} s; panel jobs' start-up (job start to "
+                      f"first task) {f['startup_s']:.1f} s median: **{f['ratio']:.2f}x the floor** (goal <= 1.5x)."]
+    return [*lines, "", *([u["note"], ""] if u.get("note") else [])]
+
+
 def _goals(r: dict) -> list[str]:
     """Issue 17's speed goals beside what was measured (only where the figure exists)."""
     rows = []
@@ -386,6 +402,21 @@ def main(argv: list[str] | None = None) -> None:
               *(_metrics(r["metrics"]) if _ok(r.get("metrics")) else []),
               *(_stats(r.get("stats")) if _ok(r.get("stats")) else []),
               *_e2e(r.get("e2e"), r), *_gpu(gpu), *_skipped(r)]
+    if r.get("write_speed"):
+        ws = r["write_speed"]
+        lines += ["## Writer vs bare ffmpeg at the default size and 480p (issue 25)", "",
+                  f"`benchmarks/write_speed.py` ({ws['date']}): the writer (guards, encode, decode-back check, "
+                  "probe, digest, fsync, rename) and the bare `ffmpeg` CLI on the same frames and recipe, "
+                  "alternated; fastest run (the figure other users' load disturbs least) and median. Goal: "
+                  "writer <= 1.15x bare.", "",
+                  "| frames | runs | writer ms (fastest / median) | bare ms (fastest / median) | writer / bare "
+                  "(fastest / medians) |", "|---|---|---|---|---|",
+                  *[f"| {k} | {v['runs']} | {v['writer_min_s'] * 1e3:.1f} / {v['writer_median_s'] * 1e3:.1f} | "
+                    f"{v['bare_min_s'] * 1e3:.1f} / {v['bare_median_s'] * 1e3:.1f} | {v['ratio_min']:.3f} / "
+                    f"{v['ratio_median']:.3f} |" for k, v in ws["sizes"].items()], "",
+                  *([ws["note"], ""] if ws.get("note") else [])]
+    if r.get("utilisation_local"):
+        lines += _utilisation_local(r["utilisation_local"])
     if _ok(r.get("compute")):
         co = r["compute"]
         lines += ["## Compute accounting and arms (issues 16, 25)", "",
