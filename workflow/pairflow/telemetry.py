@@ -69,6 +69,63 @@ def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
     return out
 
 
+def process_start() -> float:
+    """This process's start (epoch seconds), from ``/proc/self/stat`` (the kernel's own
+    record, so nothing before the first line of Python is missed); on a system without
+    /proc, the interpreter's import of this module (later, so the figure flatters less
+    than it could not)."""
+    import os
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
+def job_window(environ: dict[str, str], end: float) -> tuple[float, float, str]:
+    """(start, end, what the start is) of the whole job: under Slurm the allocation's
+    start (``SLURM_JOB_START_TIME``, set by Slurm 23.02+), else this job process's start;
+    ``end`` is the caller's (when the job's work ended)."""
+    slurm = environ.get("SLURM_JOB_START_TIME", "")
+    if slurm.isdigit():
+        return float(slurm), end, "Slurm allocation start (SLURM_JOB_START_TIME)"
+    return process_start(), end, "job process start (/proc/self/stat)"
+
+
+def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: list[str]) -> dict[str, Any]:
+    """The busy share that cannot flatter: task work (warm-up tasks excluded, failed tasks
+    excluded) over slot time for the whole job (every granted slot, from the job's start,
+    ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
+    (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
+    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (tasks that failed)
+    and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
+    start, end = job[0], job[1]
+    length = max(end - start, 1e-9)
+    names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
+    out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1), "work_s": 0.0,
+           "warmup_s": 0.0, "failed_s": 0.0, "startup_s": 0.0}
+    first: dict[str, float] = {}
+    for s in spans:
+        if s.get("started") is None or s.get("finished") is None:
+            continue
+        took = max(0.0, min(s["finished"], end) - max(s["started"], start))
+        key = "warmup_s" if s.get("kind") == "warm-up" else "failed_s" if s.get("failure") else "work_s"
+        out[key] += took
+        k = slot_key(s)
+        first[k] = min(first.get(k, s["started"]), s["started"])
+    out["startup_s"] = sum(max(0.0, min(first.get(k, end), end) - start) for k in names)
+    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["startup_s"])
+    out["busy_share"] = out["work_s"] / out["slot_s"]
+    return out
+
+
 # --- NVML -------------------------------------------------------------------------------
 
 _NVML: dict[str, Any] = {}
@@ -319,9 +376,16 @@ class Sampler:
 
 
 def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: list[dict[str, Any]],
-                    slots: list[str], sampler: Sampler, nvml_status: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``."""
+                    slots: list[str], sampler: Sampler, nvml_status: str, extra: dict[str, Any],
+                    job: tuple[float, float, str] | None = None) -> dict[str, Any]:
+    """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``.
+    ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
+    this process's start to now. ``job`` in the record holds ``honest_share`` over it;
+    ``slots`` the per-slot shares of the Parsl window (warm-up counted busy, start-up
+    outside it: what a progress view shows, never the study's figure)."""
+    job = job or (process_start(), time.time(), "job process start (/proc/self/stat)")
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
+              "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),
               "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary()},
               **extra}
@@ -335,10 +399,17 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
 
 # --- the study's utilisation report ------------------------------------------------------
 
+HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "slot_s")
+
+
 def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Summarise telemetry records (name → record): per job and slot busy share, and the
-    study's busy share (task seconds over allocated slot seconds)."""
+    """Summarise telemetry records (name → record): the study's busy share, task work
+    (warm-up and failed tasks excluded) over slot time for whole jobs (``honest_share``),
+    with start-up, warm-up, idle and failed-task seconds beside it; and, per job and slot,
+    the Parsl-window share (``window_busy_share``: warm-up counted busy, start-up outside
+    the window, so it flatters)."""
     jobs, busy, alloc = [], 0.0, 0.0
+    totals = dict.fromkeys(HONEST, 0.0)
     for name, r in sorted(records.items()):
         slots = r["slots"]
         jobs.append({"job": name, "label": r["label"], "tasks": sum(s.get("kind") != "warm-up" for s in r["spans"]),
@@ -346,20 +417,28 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      "window_s": r["window"]["end"] - r["window"]["start"],
                      "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],
                      "slots": {k: {"share": v["share"], "busy_s": v["busy_s"], "tasks": v["tasks"]}
-                               for k, v in sorted(slots.items())}})
+                               for k, v in sorted(slots.items())},
+                     "whole_job": r.get("job")})
         busy += sum(v["busy_s"] for v in slots.values())
         alloc += sum(v["window_s"] for v in slots.values())
-    return {"jobs": jobs, "busy_s": busy, "allocated_slot_s": alloc,
-            "busy_share": busy / alloc if alloc else None}
+        for k in HONEST:
+            totals[k] += float((r.get("job") or {}).get(k, 0.0))
+    honest = totals["work_s"] / totals["slot_s"] if totals["slot_s"] else None
+    return {"jobs": jobs, "busy_share": honest, **totals,
+            "window_busy_s": busy, "allocated_slot_s": alloc, "window_busy_share": busy / alloc if alloc else None}
 
 
 def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
+    share = u.get("busy_share")
     lines = ["# Slot utilisation", "",
-             "Share of each slot's allocated time spent running tasks (from per-task spans). "
-             "The window runs from asking for workers to the last result, so worker start-up "
-             "and the tail after a slot's last task count as idle.", "",
-             f"Study: {u['busy_share']:.1%} of {u['allocated_slot_s']:.1f} allocated slot-seconds busy."
-             if u["busy_share"] is not None else "Study: no fan-out jobs ran.", "",
+             "Busy share: task work (warm-up and failed tasks excluded) over slot time for whole jobs (from "
+             "the Slurm allocation's start, or the job process's start, to the job's end), from per-task "
+             "spans; start-up, warm-up (imports, model load), idle and failed-task seconds beside it.", "",
+             (f"Study: **{share:.1%}** busy of {u['slot_s']:.1f} slot-seconds; start-up {u['startup_s']:.1f} s, "
+              f"warm-up {u['warmup_s']:.1f} s, idle {u['idle_s']:.1f} s, failed tasks {u['failed_s']:.1f} s. "
+              f"(Over the Parsl window with warm-up counted busy, as earlier reports did: "
+              f"{u['window_busy_share']:.1%}.)") if share is not None and u.get("window_busy_share") is not None
+             else "Study: no fan-out jobs ran.", "",
              "| job | slot | tasks | busy s | window s | busy share |", "|---|---|---|---|---|---|"]
     for j in u["jobs"]:
         for slot, v in j["slots"].items():
