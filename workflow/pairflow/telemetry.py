@@ -452,6 +452,7 @@ def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
 # --- peak memory per phase ----------------------------------------------------------------
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_UNSET = object()
 _STATUS = Path("/proc/self/status")
 
 
@@ -539,13 +540,17 @@ class PhaseMemory:
                 finally:
                     self.stop("decode")
 
+            prev = vae.__dict__.get("decode", _UNSET) if vae is not None else _UNSET  # another wrapper's
             if inner is not None:
-                vae.decode = decode  # an instance attribute, deleted on exit
+                vae.decode = decode  # an instance attribute, removed (or the previous one restored) on exit
             try:
                 yield self
             finally:
                 if inner is not None:
-                    del vae.decode
+                    if prev is _UNSET:
+                        del vae.decode
+                    else:
+                        vae.decode = prev
                 if state["phase"] == "denoise":
                     self.stop("denoise")
 
