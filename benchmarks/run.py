@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import platform
 import resource
@@ -647,78 +648,86 @@ def bench_metrics(runs: int, quick: bool = False, mirror: Path | None = None) ->
     return {"mirror_origin": origin, "threads": 1, "metrics": out}
 
 
-def _study_diffs(rng: np.random.Generator, reps: int, n: int, effect: float, shape: str) -> np.ndarray:
-    """Per-prompt paired differences of ``reps`` synthetic studies: prompts x 2 seeds, each
-    arm N(0, 0.1) noise per pair, averaged over seeds; each prompt's true effect is
-    ``effect`` plus N(0, 0.05) ("normal") or a centred exponential of sd 0.2 ("skewed": the
-    prompt-level spread dominates and a few prompts gain a lot, the hard case for a t-interval)."""
-    spread = (rng.normal(0, 0.05, (reps, n)) if shape == "normal"
-              else rng.exponential(0.2, (reps, n)) - 0.2)
-    noise = rng.normal(0, 0.1, (reps, n, 2, 2))
-    return effect + spread + (noise[..., 1] - noise[..., 0]).mean(axis=-1)
+def _lognormal(rng: np.random.Generator, shape: tuple[int, int], skew: float) -> np.ndarray:
+    """Standardised lognormal draws (mean 0, sd 1) of population skewness ``skew`` (> 0)."""
+    from scipy.optimize import brentq
+
+    v = brentq(lambda s: (math.exp(s * s) + 2) * math.sqrt(math.exp(s * s) - 1) - skew, 1e-4, 3.0)
+    x = rng.lognormal(0.0, v, shape)
+    return (x - math.exp(v * v / 2)) / math.sqrt((math.exp(v * v) - 1) * math.exp(v * v))
 
 
-def _percentile_bootstrap(x: np.ndarray, rng: np.random.Generator, resamples: int = 1000,
-                          level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """The percentile bootstrap over prompts PairFlow used before (scipy's method='percentile'),
-    vectorised over studies: one set of resample indices per chunk of studies."""
-    lo, hi = np.empty(len(x)), np.empty(len(x))
-    for i in range(0, len(x), 500):
-        idx = rng.integers(0, x.shape[1], (resamples, x.shape[1]))
-        means = x[i:i + 500][:, idx].mean(axis=-1)
-        lo[i:i + 500], hi[i:i + 500] = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=1)
-    return lo, hi
+def _cell_diffs(rng: np.random.Generator, reps: int, n: int, shape: str) -> tuple[np.ndarray, float]:
+    """Per-prompt values of ``reps`` synthetic studies at ``n`` prompts, and their true mean.
+    normal / t3: sd 1 (t3 scaled to sd 1); skew+-k: standardised lognormal of skewness +-k
+    (skew-: a few prompts lose a lot, the cache-regression shape); binary: a 0/1 metric on 2
+    seeds per prompt, control 0.5 and treatment 0.6 (per-prompt differences in steps of 0.5);
+    clustered: 2 seeds per prompt correlated 0.92; latency: log of control / treatment
+    latency ratio, lognormal latencies with per-prompt sd 0.3 and run noise 0.05."""
+    if shape == "normal":
+        return rng.normal(0, 1, (reps, n)), 0.0
+    if shape == "t3":
+        return rng.standard_t(3, (reps, n)) / math.sqrt(3.0), 0.0
+    if shape.startswith("skew"):
+        k = float(shape[5:])
+        return (1.0 if shape[4] == "+" else -1.0) * _lognormal(rng, (reps, n), k), 0.0
+    if shape == "binary":
+        c = rng.random((reps, n, 2)) < 0.5
+        t = rng.random((reps, n, 2)) < 0.6
+        return (t.astype(float) - c.astype(float)).mean(axis=-1), 0.1
+    if shape == "clustered":
+        prompt = rng.normal(0, 1, (reps, n, 1))
+        seeds = math.sqrt(0.92) * prompt + math.sqrt(0.08) * rng.normal(0, 1, (reps, n, 2))
+        return seeds.mean(axis=-1), 0.0
+    if shape == "latency":
+        base = rng.normal(0, 0.3, (reps, n, 2))
+        ctrl = np.exp(base + rng.normal(0, 0.05, (reps, n, 2)))
+        treat = np.exp(base + math.log(0.5) + rng.normal(0, 0.05, (reps, n, 2)))
+        return np.log(ctrl / treat).mean(axis=-1), math.log(2.0)
+    raise ValueError(shape)
 
 
-def _signflip_p(x: np.ndarray, rng: np.random.Generator, draws: int = 4000) -> np.ndarray:
-    """Two-sided sign-flip p of mean 0 per study: exact enumeration up to 12 prompts,
-    else ``draws`` random sign vectors (plus the observed one)."""
-    n = x.shape[1]
-    if n <= 12:
-        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
-    else:
-        signs = np.vstack([np.ones(n), rng.choice([-1.0, 1.0], (draws, n))])
-    null = np.abs(x @ signs.T.astype(np.float64))
-    obs = np.abs(x.sum(axis=1, keepdims=True))
-    return (null >= obs * (1 - 1e-12)).mean(axis=1)
+STAT_SHAPES = ("normal", "t3", "skew+0.5", "skew+1", "skew+2", "skew-1", "skew-2", "skew+4", "binary", "clustered",
+               "latency")
 
 
 def bench_stats(runs: int, quick: bool = False) -> dict[str, Any]:
-    """Coverage and false-positive rate of the interval and test procedures at the prompt
-    counts people run (``reps`` synthetic studies per cell, known effect 0.1 or 0): the
-    percentile bootstrap PairFlow used before, the t procedure it uses now
-    (``stats.t_procedure``), and the exact sign-flip test (with its smallest attainable p)."""
-    from pairflow.stats import signflip_min_p, t_procedure
+    """Coverage and false-positive rate of the union test PairFlow reports
+    (``inference.union_p``: max of Student t, Hall's skew-corrected t and the exact
+    sign-flip test) against the plain t-test it replaced, per shape and prompt count
+    (``reps`` synthetic studies per cell). Coverage: the true mean is accepted (studies
+    drawn with their true mean); false positive: a null study (shifted to mean 0) is
+    rejected; power: a study shifted by 0.8 sd (normal) is rejected."""
+    from pairflow.inference import signflip_min_p, signflip_signs, union_p
+    from pairflow.stats import t_procedure
 
-    reps = 200 if quick else 10000
+    reps = 300 if quick else 6000
     rng = np.random.default_rng(20261201)
     rows = []
     t0 = time.perf_counter()
-    for shape in ("normal", "skewed"):
+    for shape in (("normal", "skew+2") if quick else STAT_SHAPES):
         for n in ((3, 10) if quick else (3, 4, 5, 7, 10, 15, 30)):
-            x = _study_diffs(rng, reps, n, 0.1, shape)
-            lo, hi, p = t_procedure(x, 0.95)
-            blo, bhi = _percentile_bootstrap(x, rng)
-            x0 = _study_diffs(rng, reps, n, 0.0, shape)
-            _lo0, _hi0, p0 = t_procedure(x0, 0.95)
-            blo0, bhi0 = _percentile_bootstrap(x0, rng)
-            sf0 = _signflip_p(x0, rng)
-            sf1 = _signflip_p(x, rng)
-            rows.append({"shape": shape, "prompts": n, "reps": reps,
-                         "coverage_t": float(np.mean((lo <= 0.1) & (hi >= 0.1))),
-                         "coverage_bootstrap": float(np.mean((blo <= 0.1) & (bhi >= 0.1))),
-                         "false_positive_t": float(np.mean(p0 < 0.05)),
-                         "false_positive_bootstrap": float(np.mean((blo0 > 0) | (bhi0 < 0))),
-                         "false_positive_signflip": float(np.mean(sf0 < 0.05)),
-                         "power_t": float(np.mean(p < 0.05)), "power_signflip": float(np.mean(sf1 < 0.05)),
-                         "contradictions_t": int(np.sum(((lo > 0) | (hi < 0)) != (p < 0.05))),
-                         "signflip_min_p": signflip_min_p(n)})
-            print(f"  {shape} n={n}: coverage t {rows[-1]['coverage_t']:.3f} bootstrap "
-                  f"{rows[-1]['coverage_bootstrap']:.3f}", flush=True)
+            signs = signflip_signs(n, 2000, 0)
+            x, mu = _cell_diffs(rng, reps, n, shape)
+            x0, mu0 = _cell_diffs(rng, reps, n, shape)
+            x0 = x0 - mu0  # a true null: mean 0
+            _lo, _hi, p_t = t_procedure(x - mu, 0.95)
+            _lo0, _hi0, p_t0 = t_procedure(x0, 0.95)
+            row = {"shape": shape, "prompts": n, "reps": reps,
+                   "coverage_union": float(np.mean(union_p(x, mu, signs) >= 0.05)),
+                   "coverage_t": float(np.mean(p_t >= 0.05)),
+                   "false_positive_union": float(np.mean(union_p(x0, 0.0, signs) < 0.05)),
+                   "false_positive_t": float(np.mean(p_t0 < 0.05)),
+                   "signflip_min_p": signflip_min_p(n)}
+            if shape == "normal":
+                _l, _h, p_tp = t_procedure(x + 0.8, 0.95)
+                row["power_t"] = float(np.mean(p_tp < 0.05))
+                row["power_union"] = float(np.mean(union_p(x + 0.8, 0.0, signs) < 0.05))
+            rows.append(row)
+            print(f"  {shape} n={n}: coverage union {row['coverage_union']:.3f} t {row['coverage_t']:.3f}; "
+                  f"false pos. union {row['false_positive_union']:.3f} t {row['false_positive_t']:.3f}", flush=True)
     return {"machine": {k: v for k, v in machine().items() if k in ("platform", "cpus", "date", "code")},
-            "rows": rows, "effect": 0.1, "noise_sd": 0.1, "seeds": 2, "prompt_sd": 0.05, "skewed_sd": 0.2,
-            "level": 0.95,
-            "bootstrap_resamples": 1000, "seconds": time.perf_counter() - t0}
+            "rows": rows, "level": 0.95, "procedure": "union", "seconds": time.perf_counter() - t0}
 
 
 PANEL_RULES = {"generate_score_panel": "generate-score", "generate_panel": "generate", "score_panel": "score"}

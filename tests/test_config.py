@@ -41,8 +41,10 @@ def test_default_config_loads_and_fills_defaults() -> None:
     (lambda c: c.update(study="x; rm -rf /"), ["study", "allowed"]),
     (lambda c: c.update(study="caf\u00e9"), ["study"]),
     (lambda c: c["model"].update(kind="hub-mirror"), ["model/id", "revision"]),
-    (lambda c: c["stats"].update(target_effects={"lpips": 0.01}), ["target_effects", "lpips", "scorers"]),
-    (lambda c: c["stats"].update(target_effects={"ssim": 0}), ["target_effects", "ssim"]),
+    (lambda c: c["stats"].update(margins={"lpips": 0.01}), ["margins", "lpips", "scorers"]),
+    (lambda c: c["stats"].update(floors={"lpips": 0.3}), ["floors", "lpips", "scorers"]),
+    (lambda c: c["stats"].update(margins={"ssim": 0}), ["margins", "ssim"]),
+    (lambda c: c["stats"].update(multiplicity="bonferroni"), ["multiplicity", "bonferroni"]),
     (lambda c: c.update(scoring={"decode": "bt2020"}), ["decode", "bt2020"]),
 ])
 def test_bad_config_names_key_value_and_allowed(mutate, words) -> None:  # type: ignore[no-untyped-def]

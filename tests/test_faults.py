@@ -395,3 +395,134 @@ def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_
     assert took < 300, f"the failing run took {took:.0f}s"
     print(f"\nFAULT bad ffmpeg in a worker: run failed after {took:.1f}s, {after:.1f}s after the first "
           "failed task, with ffmpeg's message in the rule log")
+
+
+def _heartbeat_in(scratch: Path, phase: str) -> bool:
+    for f in scratch.rglob("heartbeats/*.json"):
+        try:
+            if json.loads(f.read_text()).get("phase") == phase:
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _job_process(project: Path, root: int) -> int:
+    """The panel job's process (Snakemake's rule script: the Parsl driver), by PID."""
+    for pid in run_processes(project, root):
+        try:
+            if b"generate_score_panel" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError("no panel job process found")
+
+
+def _live(pids: list[int]) -> list[int]:
+    return [p for p in pids if _stat(p) and _stat(p)[1] not in "ZX"]
+
+
+@pytest.mark.parametrize("targets", ["job", "job and its children"])
+def test_sigterm_during_warm_up_ends_the_panel_job_and_its_pool_within_10s(tiny_model: Path, tmp_path: Path,
+                                                                            targets: str) -> None:
+    """Injected: SIGTERM to the panel job process while its workers are still in warm-up
+    (importing torch and the scorers); or, as Slurm's scancel and walltime do, to the job
+    and its children at once (the Parsl interchange then dies before the job can shut the
+    pool down through it). Regression (issue 22): it ran on for more than 8 minutes."""
+    project, cfg = make(tmp_path, tiny_model, "termwarm", fleet={"cpu_workers": 1, "retries": 0})
+    scratch = Path(cfg["storage"]["scratch"])
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: _heartbeat_in(scratch, "warm-up"), 300, "a worker in warm-up")
+        job = _job_process(project, proc.pid)
+        tree = [p for p in run_processes(project, proc.pid) if p != proc.pid]
+        children = [c for c in tree if _stat(c) and _stat(c)[0] == job]
+        assert children or targets == "job", tree
+        for pid in [job, *(children if targets != "job" else [])]:
+            os.kill(pid, signal.SIGTERM)
+        sent = time.monotonic()
+        wait_for(lambda: not _live([job]), 10, "the job process to exit after SIGTERM")
+        job_s = time.monotonic() - sent
+        wait_for(lambda: not _live(tree), 15, "the job's interchange and worker pool to end")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        kill_everything_under(project, proc.pid)
+    assert proc.returncode != 0
+    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
+    assert "SIGTERM received: stopping this job and its Parsl worker pool" in log, log[-2000:]
+    print(f"\nFAULT SIGTERM in warm-up: job exited {job_s:.1f}s after the signal, pool gone")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_snakemake_ends_the_run_visibly_within_10s(tiny_model: Path, tmp_path: Path, sig) -> None:
+    """Injected: Ctrl-C (SIGINT to the run's whole process group, as a terminal sends it)
+    or SIGTERM to Snakemake, while the panel job generates. Regression (issue 22): no
+    visible reaction for 60 s. Snakemake must exit within 10 s saying so, leaving no process."""
+    project, cfg = make(tmp_path, tiny_model, f"int{sig}", generation=SLOWER, seeds=[0, 1, 2],
+                        fleet={"cpu_workers": 1, "retries": 0})
+    scratch = Path(cfg["storage"]["scratch"])
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            text=True)
+    try:
+        wait_for(lambda: len(complete_records(scratch)) >= 1, 300, "a first record")
+        tree = run_processes(project, proc.pid)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+        sent = time.monotonic()
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+        wait_for(lambda: not _live(tree), 20, "every process of the run to end")
+    finally:
+        kill_everything_under(project, proc.pid)
+    print(f"\nFAULT {signal.Signals(sig).name} to snakemake: exit {proc.returncode} after {took:.1f}s; output ends:\n"
+          + out[-1500:])
+    assert took < 10, out[-3000:]
+    assert proc.returncode != 0
+    name = signal.Signals(sig).name
+    assert f"pairflow: {name} received: stopping 1 running job process(es)" in out  # Snakemake's, visible
+    assert "received: stopping this job and its Parsl worker pool" in out  # the job's own, on stderr
+    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
+    assert "received: stopping this job and its Parsl worker pool" in log
+
+
+def test_a_hung_encoder_fails_the_job_within_the_stall_timeout_and_a_slow_start_does_not(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """Injected: an ffmpeg that hangs without reading its input (a fake binary set as
+    encoder/ffmpeg; it answers -version like the real one). Regression (issue 22): the
+    heartbeat thread beat while the task was blocked, so the job never stalled. With
+    stall_timeout_s 10, below the workers' start-up (pool, torch, diffusers, scorers), the
+    slow start must not fail the job; the hang must, within 10 s plus the driver's poll and
+    cleanup."""
+    from pairflow.config import EncoderSpec
+    from pairflow.video import ffmpeg_binary
+
+    real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
+    hung = tmp_path / "hung-ffmpeg"
+    marker = tmp_path / "hung.started"
+    hung.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                    f'touch {marker}\nexec sleep 600\n')
+    hung.chmod(0o755)
+    project, cfg = make(tmp_path, tiny_model, "hung", encoder={"ffmpeg": str(hung)},
+                        fleet={"cpu_workers": 1, "retries": 0, "stall_timeout_s": 10})
+    proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+        ended = time.time()
+    finally:
+        kill_everything_under(project, proc.pid)
+    assert proc.returncode != 0
+    log = (Path(cfg["storage"]["scratch"]) / "logs" / "generate-score" / "t.log").read_text()
+    assert "StalledError" in log and "stall_timeout_s: 10" in log, log[-3000:]
+    assert "ffmpeg" in log and "consumed" in log  # the slot's last progress: ffmpeg fed, then nothing
+    ready = next(line for line in log.splitlines() if "a worker is ready after" in line)
+    startup = float(ready.split("ready after ")[1].split("s")[0])
+    hung_s = ended - marker.stat().st_mtime
+    print(f"\nFAULT hung encoder: start-up {startup:.0f}s did not stall; the job failed {hung_s:.1f}s after "
+          "ffmpeg hung (stall_timeout_s 10)")
+    assert hung_s < 10 + 30, hung_s

@@ -149,7 +149,10 @@ def test_failures_are_classified_and_spans_recorded(tmp_path):
     assert {k: bug[k] for k in ("candidate_id", "arm", "prompt_id", "seed", "attempts")} == {
         "candidate_id": "c3", "arm": "pab", "prompt_id": "a1", "seed": 3, "attempts": 1}
     assert bug["exception"] == "ValueError" and bug["message"] == "ValueError: a bug in the task" and bug["slot"]["host"]
-    assert json.loads((tmp_path / "failures" / "4.json").read_text())["slot"]  # the lost worker's host
+    lost = json.loads((tmp_path / "failures" / "4.json").read_text())["slot"]  # the lost worker's own slot
+    assert lost["source"] == "heartbeat" and lost["device"].startswith("cpu") and lost["name"] == (
+        f"{lost['host']}/{lost['device']}") and lost["pid"]
+    assert bug["slot"]["source"] == "task" and bug["slot"]["device"].startswith("cpu")
     t = json.loads((tmp_path / "tel.json").read_text())
     assert sum(1 for s in t["spans"] if s.get("failure")) == 4 and len(t["spans"]) == 6
     ran = [s for s in t["spans"] if not s.get("failure")]
@@ -232,6 +235,88 @@ def test_two_task_kinds_in_one_pool_and_followers_submitted_as_tasks_succeed(tmp
 def test_classify_failure_by_message():
     assert classify_failure(RuntimeError("CUDA error: out of memory")) == "device_oom"
     assert classify_failure(OSError("disk")) == "other"
+
+
+def test_a_killed_block_is_classed_host_oom_or_killed():
+    """Regression (issue 22): a SIGKILLed pool manager ends its block with exit 137; Parsl
+    fails every task with its bad-state error naming that exit code, which was classed
+    ``other``."""
+    from parsl.executors.errors import BadStateException
+    from parsl.jobs.errors import TooManyJobFailuresError
+
+    from pairflow.fleet import ADVICE, make_config
+
+    executor = make_config(Path("/nonexistent"), FleetSpec(1, 0), Grant()).executors[0]
+    for code in (137, -9):
+        err = BadStateException(executor, TooManyJobFailuresError(f"Error 1:\n\tEXIT CODE: {code}\n"))
+        assert classify_failure(err) == "host_oom_or_killed"
+    assert classify_failure(BadStateException(executor, TooManyJobFailuresError("Error 1:\n\tEXIT CODE: 1\n"))) == (
+        "other")
+    assert "exit 137" in ADVICE["host_oom_or_killed"] and "oom-kill" in ADVICE["host_oom_or_killed"]
+
+
+def test_a_failure_record_that_cannot_be_written_is_reported_in_the_log_and_on_stderr(tmp_path, capfd, caplog):
+    """A full disk (here: a failure folder that cannot be created, the same OSError path)
+    must not lose the failure: the log and stderr carry the record's content."""
+    blocker = tmp_path / "failures"
+    blocker.write_text("a file where the failure folder should be")
+    with pytest.raises(TaskFailedError):
+        run_tasks(failing_task, [{"how": "bug", "identity": {"candidate_id": "c0"}}], tmp_path / "run",
+                  FleetSpec(1, 0), Grant(), "unwritable", None, lambda p: blocker / "sub" / "0.json")
+    err = capfd.readouterr().err
+    assert "cannot write the failure record" in err and str(blocker / "sub" / "0.json") in err
+    assert '"candidate_id": "c0"' in err and '"class": "other"' in err and "a bug in the task" in err
+    assert any("cannot write the failure record" in r.getMessage() and '"candidate_id": "c0"' in r.getMessage()
+               for r in caplog.records)
+
+
+def slow_warm_up(p: dict) -> dict:
+    """A warm-up that takes longer than the stall timeout (a slow torch import)."""
+    time.sleep(p["s"])
+    return {"import_s": p["s"]}
+
+
+def reporting_task(p: dict) -> dict:
+    """Works for ``s`` seconds, reporting progress every 0.5 s (like denoising steps)."""
+    from pairflow import progress
+
+    for i in range(int(p["s"] * 2)):
+        time.sleep(0.5)
+        progress.report(f"step {i}")
+    return {"pid": os.getpid()}
+
+
+def test_a_slow_start_is_not_a_stall_and_reported_progress_keeps_a_long_task_alive(tmp_path):
+    """Regression (issue 22): with stall_timeout_s 30 a healthy job was killed as stalled
+    while its workers still imported torch. The stall clock starts when a worker is ready,
+    and a task reporting progress runs past the stall timeout."""
+    started = time.monotonic()
+    out = run_tasks(reporting_task, [{"s": 6}, {"s": 0.5}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=2.5),
+                    Grant(), "slow start", warm=(slow_warm_up, {"s": 8}))
+    assert len(out) == 2 and time.monotonic() - started > 14  # 8 s warm-up + 6.5 s of tasks, no stall
+
+
+def test_a_silent_task_fails_as_stalled_after_the_stall_timeout(tmp_path):
+    """A task that reports nothing (blocked: a hung tool) fails the job within
+    stall_timeout_s plus the driver's poll period, counted from the worker ready."""
+    from pairflow.errors import StalledError
+
+    started = time.monotonic()
+    with pytest.raises(StalledError) as e:
+        run_tasks(sleep_task, [{"s": 120}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=3), Grant(), "silent",
+                  describe=lambda p: f"sleep {p['s']}")
+    took = time.monotonic() - started
+    assert "stalled: no task finished and no worker reported progress" in str(e.value)
+    assert "silent: sleep 120" in str(e.value) and "/cpu" in str(e.value)  # the slot, host/device
+    assert took < 60, took
+
+
+def test_a_start_up_past_its_own_limit_fails_as_stalled_in_start_up(tmp_path):
+    from pairflow.errors import StalledError
+
+    with pytest.raises(StalledError, match=r"no worker became ready .*\(fleet/startup_timeout_s: 4\)"):
+        run_tasks(sleep_task, [{"s": 0}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=60, startup_timeout_s=4),
+                  Grant(), "stuck start", warm=(slow_warm_up, {"s": 120}))
 
 
 def test_idle_block_is_released(tmp_path):
@@ -371,3 +456,45 @@ def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tm
     size = _tree_bytes(tmp_path / "run")
     time.sleep(5)
     assert _tree_bytes(tmp_path / "run") == size, "a log still grows after the job ended"
+
+
+LOST_DRIVER = """
+import sys
+from pathlib import Path
+from pairflow.config import FleetSpec
+from pairflow.fleet import Grant, run_tasks
+from test_fleet import pid_then_sleep
+d = Path(sys.argv[1])
+run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600, "i": i} for i in range(3)], d / "run",
+          FleetSpec(2, 0, stall_timeout_s=120), Grant(), "lost", None, lambda p: d / "failures" / f"{p['i']}.json")
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots(tmp_path):
+    """Injected: SIGKILL to the worker pool's main process (what the kernel's OOM killer
+    does to the largest process). Regression (issue 22): its block's exit 137 reached the
+    tasks as Parsl's bad-state error, classed ``other``, with ``slot: null``."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", LOST_DRIVER, str(tmp_path)], env=dict(os.environ),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert len(list(tmp_path.glob("*.pid"))) == 2, f"workers did not start (driver exit {proc.poll()})"
+        os.kill(_pool_of(tmp_path), signal.SIGKILL)
+        _, err = proc.communicate(timeout=110)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "TaskFailedError" in err, err[-3000:]
+    records = {int(f.stem): json.loads(f.read_text()) for f in (tmp_path / "failures").glob("*.json")}
+    assert len(records) == 3, err[-3000:]
+    assert {r["class"] for r in records.values()} == {"host_oom_or_killed"}, records
+    assert all("exit 137" in r["advice"] for r in records.values())
+    running = [r["slot"] for r in records.values() if r["slot"]["source"] == "heartbeat"]
+    assert len(running) == 2  # the two tasks that were running: their worker's host and device
+    assert all(s["host"] and s["device"].startswith("cpu") and s["pid"] for s in running)

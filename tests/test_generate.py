@@ -39,6 +39,17 @@ def test_same_seed_is_bitwise_identical_and_seeds_differ(pipe) -> None:  # type:
     assert not np.array_equal(a, c)
 
 
+def test_each_denoising_step_is_reported_as_progress_and_changes_nothing(pipe) -> None:  # type: ignore[no-untyped-def]
+    """The stall check's heartbeat: one report per step (a diffusers callback), same frames."""
+    from pairflow import progress
+
+    notes: list[str] = []
+    with progress.reporting_to(notes.append):
+        reported = run(pipe, 7)
+    assert notes == [f"denoising step {i}/{GEN.steps}" for i in range(1, GEN.steps + 1)]
+    assert np.array_equal(reported, run(pipe, 7))
+
+
 def test_treatment_differs_from_control_yet_reproduces(pipe) -> None:  # type: ignore[no-untyped-def]
     c, t1, t2 = run(pipe, 3), run(pipe, 3, PAB), run(pipe, 3, PAB)
     assert not np.array_equal(c, t1)

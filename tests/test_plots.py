@@ -107,9 +107,10 @@ def _stats(n_arms: int) -> dict[str, Any]:
     for i in range(n_arms):
         ratio = 0.05 * (8 / 0.05) ** (i / max(1, n_arms - 1))
         metrics = [{"metric": "temporal_flickering", "kind": "NR", "higher_is_better": True, "diff": -0.01 * i,
-                    "ci": [-0.01 * i - 0.005, -0.01 * i + 0.005], "treatment_mean": 0.9},
+                    "ci": [-0.01 * i - 0.005, -0.01 * i + 0.005], "treatment_mean": 0.9, "margin": 0.02,
+                    "verdict": "non-inferior"},
                    {"metric": "ssim", "kind": "FR", "higher_is_better": True, "diff": None,
-                    "ci": [0.7, 0.8], "treatment_mean": 0.75}]
+                    "ci": [0.7, 0.8], "treatment_mean": 0.75, "floor": 0.9, "verdict": "misses floor"}]
         comparisons.append({"treatment": f"arm-{i:02d}", "metrics": metrics,
                             "compute": {"ratio": ratio, "ci": [ratio, ratio]},
                             "speedup": {"geomean": 1 / ratio, "ci": [0.9 / ratio, 1.1 / ratio]}})

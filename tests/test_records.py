@@ -97,7 +97,7 @@ def complete_records() -> dict[str, dict]:
     failure = {"kind": "failure", "candidate_id": gen["candidate"]["candidate_id"], "panel": "p", "arm": "pab",
                "prompt_id": "a1", "seed": 0, "label": "generate p", "class": "device_oom",
                "exception": "OutOfMemoryError", "message": "CUDA out of memory", "attempts": 2, "time": 1.0e9,
-               "slot": {"host": "h", "rank": "0"}}
+               "slot": {"host": "h", "device": "cpu0", "name": "h/cpu0", "source": "task", "rank": "0"}}
     return {"generation": gen, "score": score_record(gen, control, {"ssim": (0.9, metric_spec("ssim", "FR"))}),
             "timing": timing_record(gen, 1.5), "failure": failure, "retirement": note()}
 
@@ -203,6 +203,14 @@ def test_each_typeddict_and_its_schema_name_the_same_fields(kind: str) -> None:
     assert td.__required_keys__ <= required, kind
     assert required - {"schema_version", "record_digest"} <= set(td.__annotations__), kind
     assert typing.get_args(td.__annotations__["kind"]) == (schema["properties"]["kind"]["const"],)
+
+
+def test_the_failure_slot_type_and_its_schema_name_the_same_fields() -> None:
+    slot = load_schema("record.failure")["properties"]["slot"]["oneOf"][0]
+    assert set(slot["properties"]) == set(recordtypes.FailureSlot.__annotations__)
+    assert set(slot["required"]) == recordtypes.FailureSlot.__required_keys__
+    assert set(typing.get_args(recordtypes.FailureSlot.__annotations__["source"])) == set(
+        slot["properties"]["source"]["enum"])
 
 
 def test_the_typed_enums_are_the_schemas_enums() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -55,8 +56,8 @@ def test_known_offset_is_recovered_with_sign_and_interval() -> None:
     assert m["diff"] > 0
     assert m["ci"][0] <= 0.1 <= m["ci"][1]
     assert m["ci"][0] > 0  # the interval excludes zero
-    assert m["p_holm"] < 0.01
-    assert m["win_rate"] > 0.8
+    assert m["p_adjusted"] < 0.01 and m["verdict"] == "better"
+    assert m["wins"] >= 11 and m["wins"] + m["ties"] + m["losses"] == 12  # counted over prompts
 
 
 def test_negative_effect_has_negative_sign() -> None:
@@ -69,7 +70,9 @@ def test_no_effect_is_not_significant() -> None:
     gen, scores, timings = records(effect=0.0)
     m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
     assert m["ci"][0] < 0 < m["ci"][1]
-    assert m["p_holm"] > 0.05
+    assert m["p_adjusted"] > 0.05
+    assert m["verdict"] == "no detectable difference" and "this is not equivalence" in m["verdict_detail"]
+    assert "smallest detectable difference is" in m["verdict_detail"]
 
 
 def test_known_latency_ratio_is_recovered_as_speedup() -> None:
@@ -85,6 +88,8 @@ def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
 
     res = analyse(gen, scores, timings, ["treat"], S)
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
+    psnr = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 30.0})), "psnr")
+    assert psnr["verdict"] == "identical" and psnr["n_identical_pairs"] == 24 and psnr["treatment_mean"] is None
     assert table(res)[1][0][0] == "treat (this arm changed nothing)"
     assert table(analyse(*records(effect=0.1), ["treat"], S))[1][0][0] == "treat"
 
@@ -173,64 +178,46 @@ def simulate(n_prompts: int, reps: int, effect: float, rng: np.random.Generator,
     return prompt_effect + (pair_noise[..., 1] - pair_noise[..., 0]).mean(axis=-1)
 
 
-@pytest.mark.parametrize("n_prompts", [3, 4, 7, 30])
-def test_interval_covers_and_test_keeps_its_size_at_small_prompt_counts(n_prompts: int) -> None:
-    """Known answer, 2000 synthetic studies per prompt count: the 95% interval covers the
-    true effect at least 93% of the time and the test rejects a true null at most 6% of
-    the time (the percentile bootstrap it replaces covered 0.72 at 3 prompts)."""
-    from pairflow.stats import t_procedure
+def test_zero_spread_never_gives_p_zero_or_a_zero_width_interval() -> None:
+    """Regression (issue 23): two prompts both +0.01 gave [0.01, 0.01], p = 0, "treatment
+    better"; a 0/1 metric at 3 prompts all 0 -> 1 gave [1, 1], p = 0."""
+    from pairflow.inference import Cell, signflip_signs
 
-    rng = np.random.default_rng(n_prompts)
-    lo, hi, _p = t_procedure(simulate(n_prompts, 2000, 0.1, rng), 0.95)
-    coverage = float(np.mean((lo <= 0.1) & (hi >= 0.1)))
-    _lo, _hi, p0 = t_procedure(simulate(n_prompts, 2000, 0.0, rng), 0.95)
-    size = float(np.mean(p0 < 0.05))
-    assert coverage >= 0.93, coverage
-    assert size <= 0.06, size
-
-
-def test_interval_and_test_never_contradict() -> None:
-    """The interval excludes 0 exactly when p < 1 - level, in every cell."""
-    from pairflow.stats import t_procedure
-
-    rng = np.random.default_rng(3)
-    for n in (2, 3, 4, 7, 30):
-        for level in (0.9, 0.95, 0.99):
-            lo, hi, p = t_procedure(simulate(n, 3000, 0.05, rng), level)
-            near = np.abs(p - (1 - level)) < 1e-9  # exactly on the boundary either reading is fair
-            assert np.array_equal(((lo > 0) | (hi < 0))[~near], (p < 1 - level)[~near])
+    two = Cell(np.array([0.01, 0.01]), signflip_signs(2, 2000, 0))
+    assert two.p(0.0) == 0.5 and two.interval(0.95)[:2] == (None, None)
+    assert "zero spread" in str(two.interval(0.95)[2])
+    flat7 = Cell(np.zeros(7), signflip_signs(7, 2000, 0))
+    assert flat7.interval(0.95)[:2] == (None, None) and flat7.p(0.0) == 1.0
+    gen, scores, timings = records(prompts=3, seeds=1, noise=0.0)
+    for r in scores:  # a 0/1 metric (as VBench's dynamic_degree): control 0, treatment 1 on every prompt
+        r["scores"]["dyn"] = {"value": float(r["arm"]["name"] == "treat"), "spec": NR, "decoded_with": "bt709"}
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "dyn")
+    assert m["p_value"] == 0.25 and m["p_signflip"] == 0.25  # exact sign-flip: 2 / 2^3
+    assert m["ci"] == [None, None] and m["verdict"] == "no detectable difference"
+    assert (m["wins"], m["ties"], m["losses"]) == (3, 0, 0)
+    s = StatsSpec(2000, 0.95, 0, margins={"dyn": 0.5})  # zero spread never proves equivalence either
+    flat = records(prompts=8, seeds=1, noise=0.0)
+    for r in flat[1]:
+        r["scores"]["dyn"] = {"value": 1.0, "spec": NR, "decoded_with": "bt709"}
+    m = metric(analyse(*flat, ["treat"], s), "dyn")
+    assert m["verdict"] == "inconclusive" and "zero spread" in m["verdict_detail"] and m["ties"] == 8
 
 
-def test_compare_uses_the_t_procedure_on_per_prompt_differences() -> None:
-    from scipy.stats import ttest_1samp
-
-    gen, scores, timings = records(effect=0.05, prompts=5, seeds=2)
-    m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
-    by = {}
-    for r in scores:
-        by.setdefault(r["candidate"]["prompt_id"], {}).setdefault(r["candidate"]["seed"], {})[r["arm"]["name"]] = \
-            r["scores"]["q"]["value"]
-    d = np.array([np.mean([v["treat"] - v["control"] for v in seeds.values()]) for _p, seeds in sorted(by.items())])
-    ref = ttest_1samp(d, 0.0)
-    ci = ref.confidence_interval(0.95)
-    assert m["ci"] == pytest.approx([ci.low, ci.high], rel=1e-12)
-    assert m["p_value"] == pytest.approx(ref.pvalue, rel=1e-12)
-    assert m["n_prompts"] == 5 and m["sd_prompt"] == pytest.approx(d.std(ddof=1))
-
-
-def test_small_prompt_count_says_no_distribution_free_test_can_reach_the_level() -> None:
+def test_small_prompt_count_gives_an_unbounded_interval_and_says_why() -> None:
     from pairflow.table import table
 
     gen, scores, timings = records(effect=0.3, prompts=4, seeds=2, noise=0.02)
     res = analyse(gen, scores, timings, ["treat"], S)
     m = metric(res, "q")
-    assert m["signflip_min_p"] == 0.125 and m["p_signflip"] >= 0.125  # exact: 2 / 2^4
-    assert m["p_value"] < 0.05 and m["ci"][0] > 0  # the t procedure can still reject, and agrees with itself
+    assert m["signflip_min_p"] == 0.125 and m["p_value"] >= 0.125  # exact: 2 / 2^4
+    assert m["ci"] == [None, None] and "can reach p < 0.05" in m["ci_note"]
+    assert m["verdict"] == "no detectable difference"
     assert any("n=4 prompts" in n and "smallest attainable p = 0.125" in n for n in res["comparisons"][0]["notes"])
     head, rows = table(res)
     assert "n=4: smallest attainable sign-flip p = 0.125" in rows[0][head.index("q: treatment − control [CI], higher is better")]
     big = analyse(*records(effect=0.3, prompts=8), ["treat"], S)
     assert not any("smallest attainable" in n for n in big["comparisons"][0]["notes"])
+    assert metric(big, "q")["verdict"] == "better" and metric(big, "q")["ci"][0] > 0
 
 
 def test_one_prompt_has_no_interval_and_says_so() -> None:
@@ -238,7 +225,7 @@ def test_one_prompt_has_no_interval_and_says_so() -> None:
 
     res = analyse(*records(effect=0.1, prompts=1), ["treat"], S)
     m = metric(res, "q")
-    assert m["ci"] == [None, None] and m["p_value"] is None and m["verdict"].startswith("no interval")
+    assert m["ci"] == [None, None] and m["p_value"] is None and m["verdict"] == "no test"
     assert res["comparisons"][0]["speedup"]["ci"] == [None, None]
     assert "n=1 prompt (psnr, q): no interval and no test" in markdown(res, "t", {})
 
@@ -265,11 +252,13 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
     tested = [m for m in res["comparisons"][0]["metrics"] if m["p_value"] is not None]  # q (no effect) too
     expected = dict(zip([m["metric"] for m in tested], holm([m["p_value"] for m in tested]), strict=True))
     for k in diffs:
-        assert ms[k]["p_value"] == pytest.approx(raw[k], rel=1e-9)
-        assert ms[k]["p_holm"] == pytest.approx(expected[k], rel=1e-12)
-    assert ms["c"]["p_value"] < 0.05 <= ms["c"]["p_holm"]  # Holm changes the answer
+        assert ms[k]["p_value"] >= raw[k] - 1e-12  # the union test is never bolder than its t test
+        assert ms[k]["p_adjusted"] == pytest.approx(expected[k], rel=1e-12)
+    assert ms["c"]["p_value"] < 0.05 <= ms["c"]["p_adjusted"]  # Holm changes the answer
+    assert ms["c"]["verdict"] == "no detectable difference"  # and the verdict with it
+    assert ms["c"]["ci"][0] is None or ms["c"]["ci"][0] < 0  # unbounded: at 6 prompts and 0.05 / 5 no test can reject
     head, rows = table(res)
-    assert f"Holm {ms['c']['p_holm']:.2g}" in rows[0][head.index("c: treatment − control [CI], higher is better")]
+    assert f"p={ms['c']['p_adjusted']:.2g} (Holm)" in rows[0][head.index("c: treatment − control [CI], higher is better")]
 
 
 def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
@@ -283,16 +272,16 @@ def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
     res = analyse(gen, scores, timings, ["treat"], S)
     m = metric(res, "q")
     assert m["diff"] < 0 and m["ci"][1] < 0
-    assert m["win_rate"] > 0.8 and m["verdict"] == "treatment better"
+    assert m["wins"] >= 11 and m["verdict"] == "better"
     head, _rows = table(res)
     assert "q: treatment − control [CI], lower is better" in head
     assert "better to the left of 0" in forest_title(res, "q")
     worse = metric(analyse(*records(effect=0.1), ["treat"], S), "q")
-    assert worse["verdict"] == "treatment better"  # higher is better there
+    assert worse["verdict"] == "better"  # higher is better there
     for r in scores:
         r["scores"]["q"]["value"] *= -1  # now the treatment raises a lower-is-better metric
     m = metric(analyse(gen, scores, timings, ["treat"], S), "q")
-    assert m["win_rate"] < 0.2 and m["verdict"] == "treatment worse"
+    assert m["losses"] >= 11 and m["verdict"] == "worse"
 
 
 def test_latency_columns_divide_to_the_speedup() -> None:
@@ -317,7 +306,7 @@ def test_required_prompts_matches_the_textbook_value() -> None:
     assert required_prompts(0.2, -0.1, 0.95, 0.8) == 34  # sign does not matter; scale does not either
     d = detectable_effect(1.0, 34, 0.95, 0.8)
     assert d <= 0.5 < detectable_effect(1.0, 33, 0.95, 0.8)
-    with pytest.raises(StatsError, match="target effect of 0"):
+    with pytest.raises(StatsError, match="effect of 0"):
         required_prompts(1.0, 0.0, 0.95, 0.8)
 
 
@@ -326,14 +315,16 @@ def test_sample_size_section_from_a_pilot() -> None:
     from pairflow.table import markdown
 
     gen, scores, timings = records(effect=0.02, prompts=4)
-    s = StatsSpec(2000, 0.95, 0, target_effects={"q": 0.01})
+    s = StatsSpec(2000, 0.95, 0, margins={"q": 0.01})
     res = analyse(gen, scores, timings, ["treat"], s)
     pl = metric(res, "q")["planning"]
     assert pl["sd_prompt"] == pytest.approx(metric(res, "q")["sd_prompt"])
-    assert pl["prompts_needed"] == required_prompts(pl["sd_prompt"], 0.01, 0.95, 0.8) > 4
+    assert pl["prompts_needed"] == required_prompts(pl["sd_prompt"], 0.01, 0.95, 0.8) > 4  # a family of one
+    assert pl["prompts_needed_upper"] == required_prompts(pl["sd_upper"], 0.01, 0.95, 0.8) > pl["prompts_needed"]
     assert pl["detectable_effect"] > 0
     md = markdown(res, "t", {})
-    assert "## Sample size from this study as a pilot" in md and f"| {pl['prompts_needed']} |" in md
+    assert "## Sample size from this study as a pilot" in md
+    assert f"| {pl['prompts_needed']} / {pl['prompts_needed_upper']} |" in md
     assert metric(res, "psnr")["planning"] is None  # FR values are not differences from control
 
 
@@ -416,3 +407,209 @@ def test_a_pair_whose_arms_started_from_other_latents_is_refused() -> None:
     gen, scores, timings = records()
     with pytest.raises(PairingError, match="did not share its initial noise"):
         analyse(with_compute(gen, 1.0, ["model"], shape=[16, 3, 4, 4]), scores, timings, ["treat"], S)
+
+
+# --- issue 23: verdicts against margins and floors, one family per study ---------------
+
+
+def with_metric(name: str, diffs: dict[str, list[float]], higher_is_better: bool = True,
+                base: float = 1.0) -> tuple[list[dict], list[dict], list[dict]]:
+    """Records of arms named in ``diffs`` (one seed per prompt) whose metric ``name`` is
+    control ``base`` and treatment ``base + diffs[arm][prompt]``."""
+    spec = metric_spec(name, higher_is_better=higher_is_better)
+    n = len(next(iter(diffs.values())))
+    gen, scores, timings = [], [], []
+    for p in range(n):
+        control = generation_record("p", f"p{p:02d}", 0, "control", 1000 * p, f"v{p}")
+        gen.append(control)
+        timings.append(timing_record(control, 1.0))
+        scores.append(score_record(control, control, {name: (base, spec)}))
+        for i, (arm, d) in enumerate(sorted(diffs.items())):
+            g = generation_record("p", f"p{p:02d}", 0, arm, 1000 * p, f"v{p}{arm}")
+            gen.append(g)
+            timings.append(timing_record(g, 0.5 + 0.01 * i))
+            scores.append(score_record(g, control, {name: (base + d[p], spec)}))
+    return gen, scores, timings
+
+
+DIFFS = [0.265, 0.475, 0.075, 0.365, -0.125, 0.585, 0.175, 0.315, -0.195, 0.225]
+"""A noisy improvement of 0.216 at 10 prompts: raw p 0.036 (between 0.025 and 0.05), interval
+half-width about 0.19."""
+
+
+@pytest.mark.parametrize("shift, margin, word", [
+    (0.0, 1.0, "equivalent"),        # both bounds inside +-1
+    (0.3, 0.2, "superior"),          # better, and the loss bound inside the margin
+    (0.1, 0.25, "non-inferior"),     # any loss inside 0.25, but neither a gain nor a gain beyond it shown
+    (-1.5, 0.3, "inferior"),         # the whole interval below -0.3
+    (-0.3, 0.3, "inferior"),         # worse than control, and a loss beyond 0.3 not excluded
+    (-0.1, 0.2, "inconclusive"),     # the interval straddles both -0.2 and 0
+])
+def test_margin_verdicts(shift: float, margin: float, word: str) -> None:
+    d = [x - 0.216 + shift for x in DIFFS]
+    res = analyse(*with_metric("q", {"treat": d}), ["treat"], StatsSpec(2000, 0.95, 0, margins={"q": margin}))
+    m = metric(res, "q")
+    assert m["verdict"] == word, (m["ci"], m["verdict_detail"])
+    assert m["hypothesis"] == f"loss = margin {margin:g} (non-inferiority)"
+    assert (m["p_adjusted"] < 0.05) == (m["ci"][0] > -margin or m["ci"][1] < -margin)  # interval and p agree
+    assert (m["p_verdict"] < 0.05) == (word != "inconclusive")  # and the p printed beside the word
+    if word == "inconclusive":
+        assert re.search(r"about \d+ prompts would decide it", m["verdict_detail"])
+
+
+def test_margin_is_a_loss_in_the_metrics_direction() -> None:
+    """A lower-is-better metric that the treatment raises by about 0.4 is inferior at a
+    margin of 0.05 and its wins are the prompts where it fell."""
+    res = analyse(*with_metric("q", {"treat": [x + 0.2 for x in DIFFS]}, higher_is_better=False), ["treat"],
+                  StatsSpec(2000, 0.95, 0, margins={"q": 0.05}))
+    m = metric(res, "q")
+    assert m["verdict"] == "inferior" and (m["wins"], m["losses"]) == (0, 10)
+    assert m["relative_effect"] == pytest.approx(m["diff"] / 1.0) and m["standardised_effect"] == pytest.approx(
+        m["diff"] / m["sd_prompt"])
+
+
+def test_holm_across_arms_flips_a_verdict_and_bh_is_an_option() -> None:
+    """Regression (issue 23): multiplicity was controlled only within one arm's metrics.
+    Alone, arm a is better; beside a second arm with the same evidence, Holm across the
+    study's family makes neither significant, and the verdict follows the adjusted p."""
+    from pairflow.stats import compare, index
+    from pairflow.table import markdown
+
+    one = analyse(*with_metric("q", {"a": DIFFS}), ["a"], S)
+    assert metric(one, "q")["verdict"] == "better" and one["family_size"] == 1
+    gen, scores, timings = with_metric("q", {"a": DIFFS, "b": DIFFS[::-1]})
+    two = analyse(gen, scores, timings, ["a", "b"], S)
+    assert two["family_size"] == 2 and two["multiplicity"] == "holm"
+    for c in two["comparisons"]:
+        m = c["metrics"][0]
+        assert m["p_value"] < 0.05 <= m["p_adjusted"] and m["verdict"] == "no detectable difference"
+        assert m["ci"][0] < 0 < m["ci"][1] and m["ci_level"] > 0.95  # the interval at the adjusted level
+    # compare() alone is a family of its arm only
+    alone = compare(index(gen), index(scores), index(timings), "a", S)
+    assert alone["metrics"][0]["verdict"] == "better"
+    bh = analyse(gen, scores, timings, ["a", "b"], StatsSpec(2000, 0.95, 0, multiplicity="bh"))
+    m = bh["comparisons"][0]["metrics"][0]
+    assert m["p_adjusted"] == pytest.approx(max(c["metrics"][0]["p_value"] for c in bh["comparisons"]))
+    assert m["verdict"] == "better"  # BH at equal p-values rejects both
+    assert "Benjamini-Hochberg" in markdown(bh, "t", {})
+
+
+def test_a_skewed_metric_is_flagged() -> None:
+    from pairflow.table import markdown
+
+    d = [0.01, 0.02, 0.0, 0.015, 0.005, 0.01, 0.025, -0.005, 0.012, 0.9]  # one prompt moves a lot
+    res = analyse(*with_metric("q", {"treat": d}), ["treat"], S)
+    m = metric(res, "q")
+    assert m["skewness"] > 2 and any(f.startswith("skewness 3.") for f in m["diagnostics"])
+    assert "beyond the +-2 the procedure was checked for" in markdown(res, "t", {})
+    calm = metric(analyse(*with_metric("q", {"treat": DIFFS}), ["treat"], S), "q")
+    assert calm["diagnostics"] == [] and abs(calm["skewness"]) < 1
+
+
+def test_fidelity_floor_counts_identical_pairs_apart() -> None:
+    """Regression (issue 23): PSNR means mixed 80 dB (identical) pairs with ~13 dB ones.
+    Identical pairs are counted and left out; the floor verdict is on the others."""
+    gen, scores, timings = records(prompts=8, seeds=2)
+    psnr = {}
+    for r in scores:
+        c = r["candidate"]
+        if r["arm"]["name"] == "treat":
+            same = c["seed"] == 0 and int(c["prompt_id"][1:]) < 3  # 3 pairs bit-identical to control
+            psnr[(c["prompt_id"], c["seed"])] = 80.0 if same else 14.0 + int(c["prompt_id"][1:]) % 3
+            r["scores"]["psnr"]["value"] = psnr[(c["prompt_id"], c["seed"])]
+    for g in gen:
+        c = g["candidate"]
+        if g["arm"]["name"] == "treat" and psnr[(c["prompt_id"], c["seed"])] == 80.0:
+            g["video"]["raw_digest"] = next(x["video"]["raw_digest"] for x in gen if x["arm"]["name"] == "control"
+                                            and x["candidate"]["prompt_id"] == c["prompt_id"]
+                                            and x["candidate"]["seed"] == c["seed"])
+    res = analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 30.0}))
+    m = metric(res, "psnr")
+    assert m["n_identical_pairs"] == 3 and m["n_pairs"] == 16 and m["n_prompts"] == 8
+    assert 14.0 <= m["treatment_mean"] <= 16.0  # no 80 dB pair averaged in
+    assert m["verdict"] == "misses floor" and m["hypothesis"] == "mean value = floor 30"
+    free = metric(analyse(gen, scores, timings, ["treat"], S), "psnr")
+    assert free["verdict"] == "no floor declared" and free["p_value"] is None
+    with pytest.raises(StatsError, match="psnr, a fidelity metric.*stats/floors"):
+        analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, margins={"psnr": 1.0}))
+
+
+def test_variance_split_says_add_prompts_or_add_seeds() -> None:
+    """Prompt-level spread dominates: more seeds cannot help. Seed noise dominates: more seeds do."""
+    prompts = analyse(*records(effect=0.1, prompts=10, seeds=3, noise=0.001), ["treat"],
+                      StatsSpec(2000, 0.95, 0, margins={"q": 0.05}))
+    seeds = analyse(*records(effect=0.1, prompts=10, seeds=3, noise=0.3), ["treat"],
+                    StatsSpec(2000, 0.95, 0, margins={"q": 0.05}))
+    # records() gives every prompt the same true effect: the prompt share comes only from noise
+    assert metric(seeds, "q")["planning"]["advice"].startswith("add seeds")
+    gen, scores, timings = records(effect=0.1, prompts=10, seeds=3, noise=0.001)
+    rng = random.Random(4)
+    shift = {f"p{p:02d}": rng.gauss(0, 0.2) for p in range(10)}
+    for r in scores:
+        if r["arm"]["name"] == "treat":
+            r["scores"]["q"]["value"] += shift[r["candidate"]["prompt_id"]]
+    prompts = analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, margins={"q": 0.05}))
+    pl = metric(prompts, "q")["planning"]
+    assert pl["advice"].startswith("add prompts") and pl["var_prompt"] > 100 * pl["var_seed"]
+    assert pl["seeds_per_prompt"] == 3
+
+
+CLAIMS = {"better", "worse", "superior", "non-inferior", "equivalent", "inferior", "meets floor", "misses floor"}
+
+
+def test_the_p_beside_a_verdict_always_agrees_with_it() -> None:
+    """Across random studies, arms and questions (margin, floor, none) in one Holm family:
+    the printed p is below 0.05 exactly when the verdict claims something."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n = int(rng.integers(6, 14))
+        diffs = {f"arm{i}": list(rng.normal(rng.normal(0, 0.2), rng.uniform(0.05, 0.4), n)) for i in range(3)}
+        gen, scores, timings = with_metric("q", diffs)
+        margins = {"q": float(rng.uniform(0.05, 0.4))} if trial % 2 else {}
+        res = analyse(gen, scores, timings, sorted(diffs), StatsSpec(2000, 0.95, 0, margins=margins))
+        for c in res["comparisons"]:
+            m = c["metrics"][0]
+            assert (m["p_verdict"] < 0.05) == (m["verdict"] in CLAIMS), (m["verdict"], m["p_verdict"], m["ci"])
+
+
+def test_a_lower_is_better_fidelity_floor_is_a_ceiling() -> None:
+    """LPIPS against control is lower-is-better: a floor of 0.3 is a maximum it must stay under."""
+    gen, scores, timings = records(prompts=8, seeds=1)
+    rng = random.Random(2)
+    lpips = metric_spec("lpips", "FR", higher_is_better=False)
+    for r in scores:
+        if r["arm"]["name"] == "treat":
+            r["scores"]["lpips"] = {"value": 0.1 + rng.uniform(0, 0.05), "spec": lpips, "decoded_with": "bt709"}
+    m = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"lpips": 0.3})), "lpips")
+    assert m["verdict"] == "meets floor" and m["ci"][1] < 0.3
+    m = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"lpips": 0.05})), "lpips")
+    assert m["verdict"] == "misses floor" and m["ci"][0] > 0.05
+
+
+def test_statistics_fit_their_schema_and_their_types() -> None:
+    """stats.json is validated on write against workflow/schemas/stats.schema.yaml; the
+    TypedDicts mypy checks name the same fields, and every scenario above fits."""
+    import typing
+
+    from pairflow.records import check_schema, load_schema
+    from pairflow.recordtypes import Comparison, MetricResult, Planning, StudyStats
+
+    schema = load_schema("stats")
+    comparison = schema["properties"]["comparisons"]["items"]
+    metric_s = comparison["properties"]["metrics"]["items"]
+    planning_s = metric_s["properties"]["planning"]["oneOf"][1]
+    for td, sch in ((StudyStats, schema), (Comparison, comparison), (MetricResult, metric_s), (Planning, planning_s)):
+        assert set(sch["properties"]) == set(typing.get_type_hints(td)), td.__name__
+    spec = StatsSpec(2000, 0.95, 0, margins={"q": 0.05}, floors={"psnr": 30.0})
+    for res in (analyse(*records(effect=0.1, prompts=7), ["treat"], spec),
+                analyse(*records(effect=0.1, prompts=1), ["treat"], spec),
+                analyse(*records(prompts=3, same_video=True), ["treat"], S),
+                analyse(*with_metric("q", {"a": DIFFS, "b": DIFFS}), ["a", "b"], StatsSpec(2000, 0.95, 0,
+                                                                                      multiplicity="bh"))):
+        check_schema({**res, "provenance": {}}, "stats.json", "write", name="stats")
+    bad = analyse(*records(prompts=7), ["treat"], S)
+    bad["comparisons"][0]["metrics"][0]["verdict"] = "treatment better"  # the old wording
+    from pairflow.errors import RecordSchemaError
+
+    with pytest.raises(RecordSchemaError, match="verdict"):
+        check_schema(bad, "stats.json", "write", name="stats")

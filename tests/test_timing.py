@@ -131,3 +131,25 @@ def test_on_cuda_events_time_the_run_settings_are_pinned_and_the_device_is_read(
                 state = run[side]
                 assert "unavailable" in state or ({"sm_clock_mhz", "throttle_reasons", "temperature_c", "power_w",
                                                    "other_processes"} <= set(state))
+
+
+def test_latency_is_the_median_of_the_repeats_not_the_mean(tiny_model: Path, tmp_path: Path) -> None:
+    """Regression (issue 23): the known-answer test used 2 repeats, where median and mean
+    agree, so replacing the median by the mean left the suite green. Three repeats with
+    an outlier (a background job stalls one run): the record's latency is the median."""
+    from conftest import generation_record
+
+    from pairflow.stages.timing import _write_timing
+
+    study = _study(tmp_path, tiny_model, repeats=3)
+    c = candidates(study, study.panels[0])[0]
+    bulk = generation_record(c.key.panel, c.key.prompt_id, c.key.seed, c.arm.name, c.key.stream_seed, "v")
+    bulk["record_digest"] = "xxh3_128:" + "0" * 32
+    seconds = [1.0, 1.2, 9.0]  # median 1.2, mean 3.73
+    runs = [{"round": r, "seconds": s, "phases": {"denoise": 0.8 * s, "decode": 0.1 * s, "other": 0.1 * s,
+                                                  "total": s}} for r, s in enumerate(seconds)]
+    _write_timing(study, c, bulk, runs, True, "cpu", 1, None, None)
+    t = read_record(timing_path(study, c))["timing"]
+    assert t["latency_s"] == 1.2 and t["seconds"] == seconds and t["rounds"] == [0, 1, 2]
+    assert t["phases_s"]["total"] == 1.2 and t["phases_s"]["denoise"] == pytest.approx(0.96)
+    assert t["cv"] == pytest.approx(cv(seconds)) and t["over_max_cv"] is True

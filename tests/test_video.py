@@ -34,6 +34,44 @@ def test_float_frames_are_scaled_not_cast(encoder_spec) -> None:  # type: ignore
     assert stats.flags == ()
 
 
+@pytest.mark.parametrize("layout", ["FHWC", "FCHW"])
+def test_chunked_conversion_equals_the_whole_array_formula(encoder_spec, monkeypatch, layout: str) -> None:  # type: ignore[no-untyped-def]
+    """Chunks that split frames mid-row-block give exactly rint(x * 255) clipped, computed whole."""
+    from pairflow import video
+
+    rng = np.random.default_rng(3)
+    arr = rng.uniform(-FLOAT_TOLERANCE, 1 + FLOAT_TOLERANCE, (3, 10, 6, 3)).astype(np.float32)
+    arr[0, 0, 0] = [0.5 / 255, 1.5 / 255, 2.5 / 255]  # ties round to even, as np.rint does
+    want = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+    monkeypatch.setattr(video, "CONVERT_CHUNK_ELEMENTS", 37)  # 2 rows of 18 values per chunk
+    got, _ = prepare_frames(arr if layout == "FHWC" else arr.transpose(0, 3, 1, 2), encoder_spec)
+    assert np.array_equal(got, want)
+    bad = arr.copy()
+    bad[2, 9, 5, 2] = np.nan  # in the last chunk only
+    with pytest.raises(E.FrameError, match="1 NaN"):
+        prepare_frames(bad, encoder_spec)
+
+
+def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: ignore[no-untyped-def]
+    """Regression (issue 22): one 8192x8192 float32 frame peaked at 4x its size during
+    conversion (float64 copies of the whole video). Now: its uint8 output plus one chunk."""
+    import tracemalloc
+
+    from pairflow import video
+
+    arr = np.random.default_rng(0).random((4, 1024, 1536, 3), dtype=np.float32)  # 72 MiB
+    prepare_frames(smooth(), encoder_spec)  # its first call imports torch: not the conversion's memory
+    tracemalloc.start()
+    try:
+        out, _ = prepare_frames(arr, encoder_spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    chunk = video.CONVERT_CHUNK_ELEMENTS * 8  # one float64 block
+    assert peak < out.nbytes + 2 * chunk, (peak, out.nbytes, chunk)
+    assert peak < arr.nbytes  # before: about 4x arr.nbytes
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_all_float_dtypes_accepted_from_torch(encoder_spec, dtype: str) -> None:  # type: ignore[no-untyped-def]
     import torch
@@ -119,6 +157,57 @@ def test_encoding_is_deterministic(encoder_spec, tmp_path: Path) -> None:  # typ
     a = encode(u8, tmp_path / "a.mp4", encoder_spec, FPS)
     b = encode(u8, tmp_path / "b.mp4", encoder_spec, FPS)
     assert a.digest == b.digest
+
+
+def hung_ffmpeg(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
+    """A fake ffmpeg that answers ``-version`` like the real one, and otherwise hangs
+    without reading its input (an encoder deadlocked on a bad GPU, a stuck mount)."""
+    real = ffmpeg_binary(encoder_spec)
+    fake = tmp_path / "hung-ffmpeg"
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                    f'echo $$ > {tmp_path / "hung.pid"}\nexec sleep 600\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                         monkeypatch) -> None:
+    """Regression (issue 22): ``encode`` gave ffmpeg no timeout, so a hung encoder hung the
+    task for ever. The limit is a floor plus a per-pixel allowance (floor lowered here)."""
+    import os
+    import time
+
+    from pairflow import video
+
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
+    assert video.tool_timeout(F, H, W) == video.TOOL_TIMEOUT_FLOOR_S + F * H * W * video.TOOL_TIMEOUT_S_PER_PIXEL
+    monkeypatch.setattr(video, "TOOL_TIMEOUT_FLOOR_S", 2.0)
+    u8, _ = prepare_frames(smooth(), spec)
+    started = time.monotonic()
+    with pytest.raises(E.ToolTimeoutError) as e:
+        encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert time.monotonic() - started < 15
+    msg = str(e.value)
+    assert str(tmp_path / "v.mp4") in msg and "hung-ffmpeg" in msg and "-progress pipe:1" in msg  # file, command
+    assert "timeout" in msg and "encoder/ffmpeg" in msg  # why, and the fix
+    assert not list(tmp_path.glob("v.mp4*")) and not list(tmp_path.glob(".tmp-*"))
+    pid = int((tmp_path / "hung.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped, not left running
+
+
+def test_encode_reports_each_frame_as_progress(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The stall check sees an encode advance: ffmpeg's -progress lines and the frames it consumed."""
+    from pairflow import progress
+
+    notes: list[str] = []
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    with progress.reporting_to(notes.append):
+        encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    progress.report("after the block: goes nowhere")
+    assert sum("consumed" in n for n in notes) == F  # one report per frame fed
+    assert any(f"frame={F} of v.mp4" in n for n in notes), notes  # ffmpeg's own count, to the last frame
+    assert "after the block" not in " ".join(notes)
 
 
 def test_failed_encode_leaves_nothing_under_the_final_name(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -170,7 +170,7 @@ def test_study_numbers_do_not_depend_on_worker_count_or_job_shape(study_run, tin
 
     def numbers(c: dict) -> list:
         stats = json.loads((Path(c["storage"]["scratch"]) / "study" / "stats.json").read_text())
-        return [[{k: m[k] for k in ("metric", "diff", "ci", "p_value", "win_rate", "treatment_mean")}
+        return [[{k: m[k] for k in ("metric", "diff", "ci", "p_value", "wins", "treatment_mean")}
                  for m in comp["metrics"]] for comp in stats["comparisons"]]
 
     assert numbers(cfg) == numbers(cfg2)

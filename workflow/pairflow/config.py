@@ -15,7 +15,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -192,17 +192,22 @@ class EncoderSpec:
 @dataclass(frozen=True)
 class StatsSpec:
     """The ``stats`` keys, as ``stats.analyse`` takes them. ``resamples`` and ``seed``:
-    the sign-flip check's Monte Carlo draws beyond exact enumeration (exact while 2^n <=
-    resamples); ``level``: the interval's confidence; ``missing``: ``error`` or
-    ``drop-pair`` for a pair without a partner; ``target_effects``: metric name to the
-    smallest difference worth detecting (sample-size section); ``power``: its target power."""
+    the sign-flip test's Monte Carlo draws beyond exact enumeration (exact while 2^n <=
+    resamples); ``level``: the intervals' confidence (the family's error rate is 1 -
+    level); ``missing``: ``error`` or ``drop-pair`` for a pair without a partner;
+    ``power``: the planning's target power; ``margins``: NR metric name to the largest loss
+    that still counts as not worse (metric units, direction from the metric); ``floors``:
+    FR metric name to the value it must clear (a minimum, or a maximum for a lower-is-better
+    metric); ``multiplicity``: ``holm`` or ``bh`` across every (arm, metric) test."""
 
     resamples: int
     level: float
     seed: int
     missing: str = "error"
     power: float = 0.8
-    target_effects: dict[str, float] = field(default_factory=dict, hash=False)
+    margins: dict[str, float] = field(default_factory=dict, hash=False)
+    floors: dict[str, float] = field(default_factory=dict, hash=False)
+    multiplicity: Literal["holm", "bh"] = "holm"
 
 
 @dataclass(frozen=True)
@@ -224,8 +229,9 @@ class RepeatSpec:
 class FleetSpec:
     """How fanned-out tasks run: CPU workers where no accelerator was granted, task
     retries, seconds an idle block waits before it is released, NVML sampling period,
-    seconds without a finished task or a worker heartbeat after which a job fails as
-    stalled, and whether a panel's generation and scoring share one job."""
+    seconds without a finished task or a worker's progress report after which a job
+    fails as stalled (counted from the first worker ready; start-up has its own limit),
+    and whether a panel's generation and scoring share one job."""
 
     cpu_workers: int
     retries: int
@@ -234,6 +240,9 @@ class FleetSpec:
     stall_timeout_s: float = 600.0
     panel_jobs: str = "combined"
     """``combined``: one job per panel generates and scores; ``per-stage``: one job per stage."""
+    startup_timeout_s: float = 1800.0
+    """Seconds a job may take to start (worker pool, imports, model load) before its stall
+    clock (``stall_timeout_s``) starts; longer fails it as stalled in start-up."""
 
 
 @dataclass(frozen=True)
@@ -592,11 +601,12 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                        ("model/path", raw["model"]["path"])):
         check_location(key, value, resolve(value), root, source)
 
-    unknown = sorted(set(raw["stats"]["target_effects"]) - set(raw["scorers"]))
-    if unknown:
-        raise ConfigError(f"{source}: stats/target_effects names {unknown}, which "
-                          f"{'is' if len(unknown) == 1 else 'are'} not among scorers {list(raw['scorers'])}; add "
-                          "the metric to scorers or remove the entry")
+    for key in ("margins", "floors"):
+        unknown = sorted(set(raw["stats"][key]) - set(raw["scorers"]))
+        if unknown:
+            raise ConfigError(f"{source}: stats/{key} names {unknown}, which "
+                              f"{'is' if len(unknown) == 1 else 'are'} not among scorers {list(raw['scorers'])}; "
+                              "add the metric to scorers or remove the entry")
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())

@@ -5,6 +5,7 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── ConfigError            the study config or a prompt sheet is wrong
     ├── FrameError             frames handed to the encoder are unusable (dtype, range, NaN, shape)
     ├── EncodeError            the ffmpeg encode failed or its output did not verify
+    ├── ToolTimeoutError       an external tool (ffmpeg) ran past the timeout its work allows
     ├── VideoReadError         a video on disk is unfit for scoring
     │   ├── MissingVideoError      zero bytes, absent, or no video stream
     │   ├── TruncatedVideoError    decodes to fewer frames than recorded, or fails mid-stream
@@ -56,6 +57,11 @@ class FrameError(PairFlowError):
 
 class EncodeError(PairFlowError):
     """ffmpeg failed, or its output failed verification."""
+
+
+class ToolTimeoutError(PairFlowError):
+    """An external tool (ffmpeg) ran longer than its timeout, derived from the work it was
+    given (``video.tool_timeout``); it was killed."""
 
 
 class VideoReadError(PairFlowError):

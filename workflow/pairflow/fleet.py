@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import orphans
+from . import orphans, progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
 from .slurm import AllocationInfo, allocation, gpu_map
@@ -157,43 +158,53 @@ def noop(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 HEARTBEAT_S = 5.0
-"""How often a worker running a task touches its heartbeat file (progress for the stall check)."""
+"""How often the driver looks at its tasks and the workers' heartbeat files."""
+PROGRESS_WRITE_S = 1.0
+"""A worker rewrites its heartbeat file at most this often, however fast its task reports."""
+ACTIVE_S = 60.0
+"""``pairflow status`` counts a worker active when its heartbeat moved this recently (it
+moves on progress: one denoising step of a large model may take tens of seconds)."""
 
 
 def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, Any],
-           beat_dir: str | None = None, what: str = "") -> dict[str, Any]:
+           beat_dir: str | None = None, what: str = "", task: int | None = None,
+           phase: str = "task") -> dict[str, Any]:
     """Run one task and return its result with its span (start, finish, slot).
 
-    While it runs, a thread touches ``beat_dir/<host>-<pid>.json`` (which names the task)
-    every ``HEARTBEAT_S``: the driver's stall check reads these. Any exception leaves as a
-    picklable PairFlowError (see ``portable``), raised outside the ``except`` block so no
-    unpicklable ``__context__`` travels with it."""
-    import threading
-
+    The worker's heartbeat file ``beat_dir/<host>-<pid>.json`` names the task (``what``,
+    its index ``task``, its ``phase``: warm-up or task) and its physical slot; it is
+    rewritten when the task starts, whenever the task reports progress
+    (``progress.report``: denoising steps, frames encoded, metrics scored; at most every
+    ``PROGRESS_WRITE_S``) and when it ends. The driver's stall check reads its mtime, so
+    a task blocked anywhere (a hung encoder) stops the heartbeat. Any exception leaves as
+    a picklable PairFlowError (see ``portable``), raised outside the ``except`` block so
+    no unpicklable ``__context__`` travels with it."""
     started = time.time()
+    slot = slot_identity()
     beat = Path(beat_dir) / f"{socket.gethostname()}-{os.getpid()}.json" if beat_dir else None
-    stop = threading.Event()
+    state = {"what": what, "task": task, "phase": phase, "since": started, **slot}
+    written = [0.0]
+
+    def sink(note: str) -> None:
+        now = time.monotonic()
+        if beat is not None and now - written[0] >= PROGRESS_WRITE_S:
+            written[0] = now
+            _beat(beat, {**state, "progress": note, "at": time.time()})
+
     if beat is not None:
-        _beat(beat, {"what": what, "since": started, **slot_identity()})
-
-        def touch() -> None:
-            while not stop.wait(HEARTBEAT_S):
-                with contextlib.suppress(OSError):  # a missing file must not end the heartbeat
-                    os.utime(beat)
-
-        threading.Thread(target=touch, name="pairflow-heartbeat", daemon=True).start()
+        _beat(beat, state)
     try:
-        result = fn(payload)
+        with progress.reporting_to(sink):
+            result = fn(payload)
     except Exception as e:
         error = portable(e)
-        error.pairflow_slot = slot_identity()  # type: ignore[attr-defined]  # travels pickled; for the failure record
+        error.pairflow_slot = slot  # type: ignore[attr-defined]  # travels pickled; for the failure record
     else:
-        return {"result": result, "span": {"started": started, "finished": time.time(), **slot_identity()}}
+        return {"result": result, "span": {"started": started, "finished": time.time(), **slot}}
     finally:
-        stop.set()
         if beat is not None:
             with contextlib.suppress(OSError):
-                _beat(beat, {"what": f"idle after {what}", "since": time.time(), **slot_identity()})
+                _beat(beat, {**state, "phase": "idle", "what": f"idle after {what}", "since": time.time()})
     raise error
 
 
@@ -245,28 +256,63 @@ def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
     return rebuilt
 
 
-def _failed_slot(exc: BaseException) -> dict[str, Any] | str | None:
-    """Where a failed task last ran: the slot ``traced`` attached to the task's own
-    exception, else the host Parsl's error names (a lost worker or manager)."""
-    for attr in ("pairflow_slot", "hostname", "manager_id", "worker_id"):
-        value = getattr(exc, attr, None)
-        if value:
-            return value if isinstance(value, dict) else str(value.decode() if isinstance(value, bytes) else value)
-    return None
+def _failed_slot(exc: BaseException, beats: list[dict[str, Any]], task: int) -> dict[str, Any]:
+    """Where a failed task last ran, as a physical slot (host and device, see ``slot_name``).
+
+    From the slot ``traced`` attached to the task's own exception; else (a worker or pool
+    manager killed, the exception is Parsl's) from the heartbeat of the worker last
+    running task ``task``; else only the host Parsl's error names. ``source`` says which."""
+    from .telemetry import slot_name
+
+    slot = getattr(exc, "pairflow_slot", None)
+    source = "task"
+    if not isinstance(slot, dict):
+        mine = [b for b in beats if b.get("task") == task]
+        slot = max(mine, key=lambda b: b["touched"]) if mine else None
+        source = "heartbeat"
+    if not isinstance(slot, dict):
+        host = getattr(exc, "hostname", None)
+        host = host.decode() if isinstance(host, bytes) else host
+        return {"host": str(host) if host else None, "device": None, "name": None, "source": "parsl"}
+    keys = ("host", "pid", "rank", "visible_devices", "gpu_index", "gpu_uuid", "slurm_job")
+    out = {k: slot.get(k) for k in keys}
+    device = f"gpu{out['gpu_index']}" if out["gpu_index"] not in (None, "") else f"cpu{out['rank']}"
+    return {**out, "device": device, "name": slot_name(str(out["host"]), out["gpu_index"], out["rank"]),
+            "source": source}
+
+
+KILLED_EXIT_CODES = (137, -9, 143, -15)
+"""Exit codes of a process ended by SIGKILL (the kernel's OOM killer, ``kill -9``) or
+SIGTERM, as a shell (128 + signal) or Python's subprocess (minus the signal) reports them."""
 
 
 def classify_failure(exc: BaseException) -> str:
     """``device_oom``, ``host_oom_or_killed`` or ``other`` for a task's final exception.
 
-    A worker killed from outside (the kernel's OOM killer, a SIGKILL) reaches the driver
-    as Parsl's WorkerLost or ManagerLost; the two cannot be told apart from here."""
+    A worker or pool manager killed from outside (the kernel's OOM killer, a SIGKILL)
+    reaches the driver as Parsl's WorkerLost or ManagerLost, or, when the whole block
+    died, as the executor's bad state naming the block's exit code (137 = 128 + SIGKILL);
+    an OOM kill and a SIGKILL cannot be told apart from here."""
     names = {c.__name__ for c in type(exc).__mro__} | set(getattr(exc, "mro", ()))
     text = str(exc)
     if "OutOfMemoryError" in names or "CUDA out of memory" in text or "CUDA error: out of memory" in text:
         return "device_oom"
     if names & {"MemoryError", "WorkerLost", "ManagerLost"}:
         return "host_oom_or_killed"
+    codes = {int(c) for c in re.findall(r"EXIT CODE: (-?\d+)", text)}
+    if codes & set(KILLED_EXIT_CODES) or re.search(r"\b(SIGKILL|Killed|oom-kill|Out of memory)\b", text):
+        return "host_oom_or_killed"
     return "other"
+
+
+ADVICE = {
+    "device_oom": "the accelerator ran out of memory: use fewer frames, a smaller size or batch, or a larger GPU",
+    "host_oom_or_killed": ("a worker or its pool manager was killed (the kernel's OOM killer or a SIGKILL, e.g. "
+                           "exit 137): give the job more host memory (Slurm --mem, fewer cpu_workers), check "
+                           "`dmesg` or `journalctl -k` on the slot's host for oom-kill lines, then rerun"),
+    "other": "read the exception and the worker traceback in the rule log",
+}
+"""What to do next, per failure class (in the failure record and the job's error)."""
 
 
 def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
@@ -341,13 +387,14 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
         with Sampler(read, fleet.nvml_interval_s) as sampler:
             warming = {}
             for _ in range(_slot_count(fleet, grant) if warm else 0):
-                warming[app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up")] = time.time()  # type: ignore[index]
+                warming[app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up",  # type: ignore[index]
+                            phase="warm-up")] = time.time()
             if prepare is not None:
                 payloads = list(prepare())
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
-            run = _Collect([], {}, fleet, label, failure_out, start)
+            run = _Collect([], {}, fleet, label, failure_out, start, beat_dir)
             futures: dict[Any, int] = {}
 
             def submit(tasks: Iterable[dict[str, Any] | Task]) -> list[Any]:
@@ -356,13 +403,13 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
                     f, p = t if isinstance(t, tuple) else (fn, t)
                     i = run.add(p)
                     what = f"{label}: {describe(p) if describe else f'task {i}'}"
-                    new.append(app(f, p, str(beat_dir), what))
+                    new.append(app(f, p, str(beat_dir), what, i))
                     futures[new[-1]] = i
                 return new
 
             submit(payloads)
             after = None if follow is None else (lambda i, result: submit(follow(run.payloads[i], result)))
-            _wait_all(futures, run, fleet, beat_dir, label, after)
+            _wait_all(futures, run, fleet, beat_dir, label, after, warming, start)
             payloads = run.payloads
             run.spans += _warm_spans(warming, label)
             window = (start, time.time())
@@ -379,7 +426,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
                 "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
         return [r for r in run.results if r is not None]
     finally:
-        dfk.cleanup()
+        _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
 
@@ -419,6 +466,7 @@ class _Collect:
     label: str
     failure_out: Callable[[dict[str, Any]], Path] | None
     start: float
+    beat_dir: Path
     results: list[Any] = field(default_factory=list)
     spans: list[dict[str, Any]] = field(default_factory=list)
     failures: dict[str, int] = field(default_factory=dict)
@@ -437,8 +485,6 @@ class _Collect:
 
     def take(self, i: int, fut: Any) -> bool:
         """Collect task ``i``'s outcome; True when it succeeded."""
-        from .records import write_record
-
         self.done += 1
         fleet, label = self.fleet, self.label
         try:
@@ -449,17 +495,19 @@ class _Collect:
             self.first_error = self.first_error or f"{type(e).__name__}: {e}"
             self.spans.append({"queued": self.queued[i], "started": None, "finished": time.time(),
                                "failure": kind})
+            slot = _failed_slot(e, _heartbeats(self.beat_dir), i)
             if self.failure_out is not None:
                 # The task's identity (candidate id, arm, prompt id, seed: the payload's
                 # "identity") and where it last ran, not only the record's path.
-                write_record(self.failure_out(self.payloads[i]), {
+                self.record_failure(self.failure_out(self.payloads[i]), {
                     **self.payloads[i].get("identity", {}),
-                    "kind": "failure", "label": label, "class": kind,
+                    "kind": "failure", "label": label, "class": kind, "advice": ADVICE[kind],
                     "exception": getattr(e, "exception", "") or type(e).__name__,
                     "message": str(e)[:2000], "attempts": fleet.retries + 1, "time": time.time(),
-                    "slot": _failed_slot(e)})
+                    "slot": slot})
             remote = getattr(e, "remote_traceback", "")
-            log.error("%s: task %d failed after %d attempt(s) [%s]: %s%s", label, i, fleet.retries + 1, kind, e,
+            log.error("%s: task %d failed after %d attempt(s) [%s] on %s: %s (%s)%s", label, i, fleet.retries + 1,
+                      kind, slot["name"] or slot["host"] or "an unknown slot", e, ADVICE[kind],
                       f"\nworker traceback:\n{remote}" if remote else "")
             return False
         self.results[i] = out["result"]
@@ -470,36 +518,79 @@ class _Collect:
         log.info("%s", progress_line(label, self.done, len(self.payloads), time.time() - self.start))
         return True
 
+    def record_failure(self, path: Path, record: dict[str, Any]) -> None:
+        """Write a failure record; when it cannot be written (a full disk), say so and
+        what it held in the rule log and on stderr, so the failure is never lost."""
+        from .records import write_record
+
+        try:
+            write_record(path, record)
+        except (OSError, PairFlowError) as e:
+            text = json.dumps(record, sort_keys=True, default=str)
+            log.error("%s: cannot write the failure record %s (%s: %s); it says: %s", self.label, path,
+                      type(e).__name__, e, text)
+            print(f"pairflow: {self.label}: cannot write the failure record {path} ({type(e).__name__}: {e}); "
+                  f"it says: {text}", file=sys.stderr, flush=True)
+
 
 def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str,
-              after: Callable[[int, Any], list[Any]] | None = None) -> None:
-    """Collect every future, and those ``after(index, result)`` submits as tasks succeed;
-    raise StalledError when neither a task finished nor a worker touched its heartbeat
-    for ``fleet.stall_timeout_s``."""
+              after: Callable[[int, Any], list[Any]] | None = None, warming: dict[Any, float] | None = None,
+              start: float | None = None) -> None:
+    """Collect every future, and those ``after(index, result)`` submits as tasks succeed.
+
+    Two clocks: until a worker is ready (a warm-up in ``warming`` finished, a task
+    started or finished) the job is starting up, and StalledError follows only after
+    ``fleet.startup_timeout_s`` from ``start`` (pool start, imports, model load). From
+    then on StalledError follows when for ``fleet.stall_timeout_s`` no task finished and
+    no worker reported progress (its heartbeat file, rewritten on ``progress.report``)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     pending = set(futures)
-    progress = time.time()
+    start = time.time() if start is None else start
+    progress_at = ready_at = None
     while pending:
         finished, pending = wait(pending, timeout=min(HEARTBEAT_S, fleet.stall_timeout_s),
                                  return_when=FIRST_COMPLETED)
+        now = time.time()
         if finished:
-            progress = time.time()
+            progress_at = ready_at = now
             for fut in finished:
                 if run.take(futures[fut], fut) and after is not None:
                     pending.update(after(futures[fut], run.results[futures[fut]]))
             continue
         beats = _heartbeats(beat_dir)
-        latest = max([progress, *(b["touched"] for b in beats)])
-        if time.time() - latest > fleet.stall_timeout_s:
-            slots = "; ".join(f"{b.get('host')}/pid {b.get('pid')} (rank {b.get('rank')}): {b.get('what')}, "
-                              f"last report {time.time() - b['touched']:.0f}s ago" for b in beats) or "none reported"
+        if ready_at is None and (any(f.done() for f in warming or ())
+                                 or any(b.get("phase") in ("task", "idle") for b in beats)):
+            ready_at = now
+            log.info("%s: a worker is ready after %.0fs; the stall clock starts", label, now - start)
+        if ready_at is None:
+            if now - start > fleet.startup_timeout_s:
+                raise StalledError(
+                    f"{label}: no worker became ready within {now - start:.0f}s of the job's start "
+                    f"(fleet/startup_timeout_s: {fleet.startup_timeout_s}): the pool did not start or its warm-up "
+                    f"(imports, model load) hangs. Slots: {_describe(beats, now)}. The worker pool is shut down; "
+                    "check the worker logs under the job's run/workers directory, then rerun, or raise "
+                    "fleet/startup_timeout_s on a slow file system")
+            continue
+        latest = max([ready_at, progress_at or ready_at, *(b["touched"] for b in beats)])
+        if now - latest > fleet.stall_timeout_s:
             raise StalledError(
                 f"{label}: stalled: no task finished and no worker reported progress for "
-                f"{time.time() - latest:.0f}s (fleet/stall_timeout_s: {fleet.stall_timeout_s}); "
-                f"{len(pending)} of {len(futures)} tasks unfinished. Slots: {slots}. The worker pool is shut "
-                "down; check the worker logs under the job's run/workers directory, then rerun (completed "
-                "candidates are kept), or raise fleet/stall_timeout_s if a single step really takes that long")
+                f"{now - latest:.0f}s (fleet/stall_timeout_s: {fleet.stall_timeout_s}); "
+                f"{len(pending)} of {len(futures)} tasks unfinished. Slots: {_describe(beats, now)}. The worker pool "
+                "is shut down; check the worker logs under the job's run/workers directory, then rerun (completed "
+                "candidates are kept), or raise fleet/stall_timeout_s if a single step (one denoising step, one "
+                "metric on one video) really takes that long")
+
+
+def _describe(beats: list[dict[str, Any]], now: float) -> str:
+    """Each slot's host, pid, rank, device, what it last did and how long ago."""
+    from .telemetry import slot_name
+
+    return "; ".join(
+        f"{slot_name(str(b.get('host')), b.get('gpu_index'), b.get('rank'))} (pid {b.get('pid')}): {b.get('what')}"
+        + (f", last progress {b['progress']}" if b.get("progress") else "")
+        + f", last report {now - b['touched']:.0f}s ago" for b in beats) or "none reported"
 
 
 def _heartbeats(beat_dir: Path) -> list[dict[str, Any]]:
@@ -514,20 +605,94 @@ def _heartbeats(beat_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+EXIT_DEADLINE_S = 7.0
+"""After SIGTERM or SIGINT the job process exits within this many seconds, cleaned up or
+not (the pool's own watchdog ends it when the driver is gone; ``orphans``)."""
+CLEANUP_S = 60.0
+"""How long Parsl's cleanup may take after the work (its interchange answering); after
+a signal it gets ``EXIT_DEADLINE_S`` / 2. Past that the pool is torn down directly."""
+_STOPPING: list[int] = []
+"""The signal this job is stopping on, once one arrived."""
+
+
 def _trap_sigterm() -> Any:
-    """Turn SIGTERM (Slurm at walltime, scancel) into SystemExit so ``finally`` cleans
-    Parsl up; a driver that dies without cleanup leaves its worker pool running."""
+    """Turn SIGTERM (Slurm at walltime, scancel) and SIGINT (Ctrl-C) into SystemExit so
+    ``finally`` cleans Parsl up; a driver that dies without cleanup leaves its worker pool
+    running. The first signal is said in the log and on stderr, and arms a hard exit
+    ``EXIT_DEADLINE_S`` later, so the job ends promptly whatever its phase (warm-up
+    included) and wherever Parsl's cleanup waits; later ones are ignored."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    _STOPPING.clear()
 
     def stop(signum: int, frame: Any) -> None:
+        if _STOPPING:
+            return  # already stopping (a Ctrl-C reaches the job and Snakemake forwards one)
+        _STOPPING.append(signum)
+        name = signal.Signals(signum).name
+        msg = (f"{name} received: stopping this job and its Parsl worker pool (exit within {EXIT_DEADLINE_S:.0f} s); "
+               "completed candidates are kept, a rerun runs only what is unfinished")
+        log.error("%s", msg)
+        print(f"pairflow: {msg}", file=sys.stderr, flush=True)
+
+        def hard_exit() -> None:
+            time.sleep(EXIT_DEADLINE_S)
+            log.error("cleanup after %s did not finish within %.0f s; exiting now", name, EXIT_DEADLINE_S)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(128 + signum)
+
+        threading.Thread(target=hard_exit, name="pairflow-exit-deadline", daemon=True).start()
         raise SystemExit(128 + signum)
 
-    return signal.signal(signal.SIGTERM, stop)
+    return (signal.signal(signal.SIGTERM, stop), signal.signal(signal.SIGINT, stop))
 
 
 def _restore_sigterm(previous: Any) -> None:
     if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+
+
+def _cleanup(dfk: Any) -> None:
+    """``dfk.cleanup()`` with a time limit: it talks to the interchange, which a signal to
+    the job's whole process group (Slurm's scancel) may have ended, and then waits for
+    ever. Past the limit the pool's process groups get SIGTERM and the interchange
+    SIGKILL directly, and the job goes on exiting."""
+    import threading
+
+    limit = EXIT_DEADLINE_S / 2 if _STOPPING else CLEANUP_S
+    done = threading.Event()
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # a half-dead interchange makes Parsl's cleanup raise; torn down below
+            dfk.cleanup()
+        done.set()
+
+    threading.Thread(target=run, name="pairflow-parsl-cleanup", daemon=True).start()
+    if done.wait(limit):
+        return
+    log.error("Parsl's cleanup did not finish within %.0f s; ending the worker pool and interchange directly", limit)
+    for executor in dfk.executors.values():
+        _end_blocks(executor)
+        proc = getattr(executor, "interchange_proc", None)
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+
+def _end_blocks(executor: Any) -> None:
+    """SIGTERM each of ``executor``'s worker pools' process groups (LocalProvider starts
+    each block in a group of its own), never this process's own group."""
+    provider = getattr(executor, "provider", None)
+    for job in getattr(provider, "resources", {}).values():
+        pid = job.get("remote_pid") if isinstance(job, dict) else None
+        try:
+            group = os.getpgid(int(pid)) if pid else None
+        except (OSError, ValueError):
+            continue
+        if group is not None and group != os.getpgrp():
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGTERM)

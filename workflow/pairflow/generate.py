@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import inspect
 import logging
 import os
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import progress
 from .config import ArmSpec, GenerationSpec, ModelSpec
 from .errors import ConfigError
 
@@ -382,6 +384,16 @@ class GenerationResult:
     memory: Any = None  # telemetry.PhaseMemory: peak host RSS and device memory of denoise and decode
 
 
+def _report_step(steps: int) -> Any:
+    """A diffusers ``callback_on_step_end`` that reports each finished denoising step as
+    progress (``progress.report``: the job's stall check) and changes nothing."""
+    def callback(pipe: Any, step: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+        progress.report(f"denoising step {step + 1}/{steps}")
+        return {}
+
+    return callback
+
+
 def effective_generation(arm: ArmSpec, gen: GenerationSpec) -> GenerationSpec:
     """The generation settings an arm runs with: the study's, with the arm's steps,
     guidance and dtype overrides."""
@@ -506,6 +518,8 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
         if device == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
+        if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
+            kwargs["callback_on_step_end"] = _report_step(eff.steps)
         memory = PhaseMemory(device == "cuda")
         with torch.inference_mode(), counter as work, memory.track(pipe):
             out = pipe(prompt=prompt, negative_prompt=gen.negative_prompt, height=gen.height,

@@ -9,7 +9,8 @@ allocation. Each link therefore watches the one above it and ends itself:
 * the rule script watches Snakemake (``watch_ancestors``) and on its death turns it into
   the SIGTERM that ``fleet.run_tasks`` already handles (Parsl cleaned up, lock released);
 * the interchange gets ``PR_SET_PDEATHSIG`` (``python -m pairflow.orphans exec``), so the
-  kernel signals it when the driver dies;
+  kernel signals it when the driver dies, and ignores SIGINT (a Ctrl-C reaches the whole
+  process group; the driver shuts it down);
 * each worker pool runs a watchdog (``python -m pairflow.orphans watch``) in its own
   process group that, when the driver is gone, signals that process group: the manager,
   its workers and multiprocessing's helper processes, and nothing else.
@@ -20,6 +21,7 @@ is never mistaken for the watched process; nothing is ever found or killed by na
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -113,6 +115,42 @@ def watch_ancestors(ancestors: list[tuple[int, int | None]] | None = None) -> th
     return thread
 
 
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            out += [int(x) for x in task.read_text().split()]
+    return out
+
+
+def stop_jobs_on_signal() -> None:
+    """For Snakemake's own process (the workflow's ``onstart`` hook): on SIGTERM or SIGINT,
+    say so, pass SIGTERM to each running job's process and stop Snakemake as Ctrl-C does.
+
+    Snakemake's own SIGTERM handler waits for the running jobs to finish (a panel job runs
+    for hours) and its Ctrl-C handler waits for them too without telling them; each job
+    (``fleet.run_tasks``) shuts its worker pool down and exits within seconds of SIGTERM.
+    Snakemake starts a rule script as its own child; where a shell stands between them,
+    the shell ends and the script follows its parent's death (``watch_ancestors``)."""
+    stopping: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if stopping:
+            return
+        stopping.append(signum)
+        jobs = _children(os.getpid())
+        print(f"pairflow: {signal.Signals(signum).name} received: stopping {len(jobs)} running job process(es); "
+              "each ends its Parsl workers and exits within seconds (completed candidates are kept; rerun to "
+              "resume)", file=sys.stderr, flush=True)
+        for pid in jobs:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def watch_command(pid: int) -> str:
     """Shell line (for Parsl's ``worker_init``) that starts a watchdog in the background
     for the worker pool's process group, watching process ``pid`` (the driver)."""
@@ -137,6 +175,10 @@ def _watch(pid: int, started: int | None) -> None:
 
 
 def _exec(pid: int, argv: list[str]) -> None:
+    # A Ctrl-C reaches the whole foreground process group, the interchange included; the
+    # driver then shuts Parsl down through the interchange, which must still be there.
+    # (SIG_IGN survives exec; SIGTERM stays, as Parsl's shutdown ends the interchange with it.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")

@@ -81,7 +81,9 @@ def forest_title(stats: StudyStats, name: str) -> str:
 
 
 def forest(stats: StudyStats, out: Path, caption: str = "") -> None:
-    """Paired difference (NR metrics) or value (FR metrics) with its CI, per metric and arm."""
+    """Paired difference (NR metrics) or value (FR metrics) with its interval at the cell's
+    family-adjusted level, per metric and arm, the verdict beside each point, and the
+    declared margin (dotted, ±) or floor (dotted) the verdict was read against."""
     _agg()
     import matplotlib.pyplot as plt
 
@@ -89,17 +91,25 @@ def forest(stats: StudyStats, out: Path, caption: str = "") -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 1.6 + 0.5 * len(stats["comparisons"])),
                              squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
+        ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
         for i, c in enumerate(stats["comparisons"]):
             m = next((m for m in c["metrics"] if m["metric"] == name), None)
-            if m is None:
+            point = None if m is None else m["diff"] if m["diff"] is not None else m["treatment_mean"]
+            if m is None or point is None:
                 continue
-            point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
             ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4)
+            ax.annotate(m.get("verdict") or "", (point, i), fontsize=6, xytext=(0, 5), textcoords="offset points",
+                        ha="center")
         ax.set_title(forest_title(stats, name), fontsize=9)
-        if any(m["kind"] == "NR" for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name):
+        if any(m["kind"] == "NR" for m in ms):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
+        margin = next((m["margin"] for m in ms if m.get("margin")), None)
+        floor = next((m["floor"] for m in ms if m.get("floor") is not None), None)
+        for x in ([-margin, margin] if margin else []) + ([floor] if floor is not None else []):
+            ax.axvline(x, color="tab:red", lw=0.8, ls=":")
         ax.set_yticks(range(len(stats["comparisons"])), [c["treatment"] for c in stats["comparisons"]])
-    fig.suptitle(f"Paired estimates, {stats['level']:.0%} t-interval over prompts", fontsize=10, y=1.04)
+    fig.suptitle("Paired estimates; intervals at each cell's family-adjusted level; dotted: margin or floor",
+                 fontsize=10, y=1.04)
     fig.tight_layout()
     _save(fig, out, caption)
 
@@ -246,6 +256,8 @@ def pareto(stats: StudyStats, out: Path, caption: str = "") -> None:
                     continue
                 nr = nr or m["kind"] == "NR"
                 point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+                if point is None:  # an FR metric whose every pair is identical to control
+                    continue
                 xv, xci = x
                 ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3)
                 ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points")

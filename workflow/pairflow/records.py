@@ -103,9 +103,10 @@ def _describe(e: Any) -> tuple[str, str]:
 
 def check_schema(obj: Mapping[str, Any], path: Path | str, when: Literal["write", "read"],
                  name: str | None = None) -> None:
-    """Validate a record (schema ``record.<its kind>``) or, with ``name="manifest"``, a
-    manifest. Raises RecordSchemaError naming the file, the field's path, the value, the
-    schema file and the fix (on write: the code that built it; on read: rerun)."""
+    """Validate a record (schema ``record.<its kind>``) or, with ``name="manifest"`` or
+    ``name="stats"``, a manifest or a table's statistics. Raises RecordSchemaError naming
+    the file, the field's path, the value, the schema file and the fix (on write: the code
+    that built it; on read: rerun)."""
     if name is None:
         kind = obj.get("kind")
         if kind not in RECORD_KINDS:

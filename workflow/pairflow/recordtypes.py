@@ -330,6 +330,22 @@ class TimingRecord(_Sealed):
     worker: NotRequired[dict[str, Any]]
 
 
+class FailureSlot(TypedDict):
+    """Where a failed task last ran (``fleet._failed_slot``): host and device, the slot's
+    name (``telemetry.slot_name``) and which evidence said so (task, heartbeat, parsl)."""
+
+    host: str | None
+    device: str | None
+    name: str | None
+    source: Literal["task", "heartbeat", "parsl"]
+    pid: NotRequired[int | None]
+    rank: NotRequired[str | int | None]
+    visible_devices: NotRequired[str | None]
+    gpu_index: NotRequired[str | None]
+    gpu_uuid: NotRequired[str | None]
+    slurm_job: NotRequired[str | None]
+
+
 FailureRecord = TypedDict("FailureRecord", {
     "kind": Literal["failure"],
     "schema_version": NotRequired[int],
@@ -345,7 +361,8 @@ FailureRecord = TypedDict("FailureRecord", {
     "message": str,
     "attempts": int,
     "time": float,
-    "slot": dict[str, Any] | str | None,
+    "advice": NotRequired[str],
+    "slot": FailureSlot | str | None,
 })
 """A task that failed after its retries (``fleet``); "class" is a keyword, hence the functional form."""
 
@@ -378,33 +395,58 @@ class Manifest(TypedDict):
 # ---- statistics (stats.analyse -> table, plots) -------------------------------------
 
 class Planning(TypedDict):
+    """Sample size from a study as a pilot (``stats._planning``)."""
+
     sd_prompt: float | None
+    sd_upper: float | None
+    sd_upper_confidence: float
     power: float
     target_effect: float | None
     detectable_effect: float | None
     prompts_needed: int | None
+    prompts_needed_upper: int | None
+    var_prompt: float | None
+    var_seed: float | None
+    seeds_per_prompt: float
+    advice: str
 
 
 class MetricResult(TypedDict):
-    """One metric of one comparison: the paired estimate, its interval and tests."""
+    """One metric of one comparison: the paired estimate, its interval at the family's
+    adjusted level, the test of its question and the verdict read from them."""
 
     metric: str
     kind: MetricKind
     higher_is_better: bool
     n_pairs: int
     n_prompts: int
+    n_identical_pairs: int
     control_mean: float | None
-    treatment_mean: float
+    treatment_mean: float | None
     diff: float | None
     sd_prompt: float | None
+    relative_effect: float | None
+    standardised_effect: float | None
+    wins: int | None
+    ties: int | None
+    losses: int | None
+    margin: float | None
+    floor: float | None
+    hypothesis: str | None
     ci: list[float | None]
+    ci_level: float
+    ci_note: str | None
     p_value: float | None
+    p_adjusted: float | None
     p_signflip: float | None
     signflip_min_p: float
-    win_rate: float | None
+    skewness: float | None
+    diagnostics: list[str]
     verdict: str | None
+    verdict_detail: str | None
+    p_verdict: float | None
+    verdict_rests_on: list[str]
     planning: Planning | None
-    p_holm: NotRequired[float]
 
 
 LatencySummary = TypedDict("LatencySummary", {
@@ -470,5 +512,7 @@ class StudyStats(TypedDict):
     seed: int
     missing_policy: str
     power: float
+    multiplicity: str
+    family_size: int
     comparisons: list[Comparison]
     provenance: NotRequired[dict[str, str]]

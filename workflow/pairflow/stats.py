@@ -5,19 +5,21 @@ from the same random stream. Per prompt, the treatment-minus-control difference 
 averaged over seeds; the estimand is the mean of those per-prompt differences over the
 panel's prompts (prompts are the sampled population; seeds are repeated measures).
 
-Interval and test: a Student t-interval over the n per-prompt differences (df = n - 1)
-and the two-sided one-sample t-test of "mean difference = 0", which is the same
-procedure inverted: the interval excludes 0 exactly when p < 1 - level, so a cell never
-shows an interval and a p-value that disagree. Why not the percentile bootstrap over
-prompts used before: at the prompt counts people run it undercovers (on prompts x 2
-seeds with noise sd 0.1 it covered the true effect 0.72 of the time at 3 prompts, 0.80 at
-4, 0.87 at 7), while the t-interval holds 0.95 there (tests/test_stats.py, BENCHMARKS.md).
-Why not an exact sign-flip permutation test as the test: with n prompts its smallest
-attainable two-sided p is 2 / 2^n, so at n <= 5 it can never reject at 0.05. It is still
-computed, as a distribution-free check (``p_signflip``), and a cell whose n cannot reach
-the level that way says so. p-values are Holm-adjusted across a comparison's metrics
-(``p_holm``). Speedup is the geometric mean over prompts of the per-prompt geometric
-mean (over seeds) of control/treatment latency, with the t-interval on the log scale;
+Interval and test (``inference.Cell``): the max-p union of Student's t, Hall's
+skew-corrected t and the exact sign-flip permutation test, inverted into an interval
+(coverage and false-positive rate measured at 3 to 30 prompts for normal, heavy-tailed,
+skewed, 0/1, clustered and ratio data: BENCHMARKS.md; why in config/README.md). Zero spread
+gives no interval, and a prompt count at which the sign-flip test cannot reach the level
+gives an unbounded one; the table says which. Each cell answers one question (``Question``):
+a metric with a margin (``stats.margins``) gets non-inferior / equivalent / superior /
+inferior / inconclusive; an FR metric with a floor (``stats.floors``) meets or misses it,
+counted on pairs whose videos differ (bit-identical pairs are counted apart); any other
+metric a difference test that never reads as equivalence. The study's cells form one
+multiplicity family (Holm or Benjamini-Hochberg, ``stats.multiplicity``): each cell's
+interval is at its adjusted level, and its verdict is read from that interval, so the word
+and the adjusted p beside it agree. Speedup is the geometric mean over prompts of the
+per-prompt geometric mean (over seeds) of control/treatment latency, with the t-interval
+on the log scale (latencies are close to lognormal, so the log ratio is close to normal);
 the latency columns are the geometric means over the same units, so they divide to it.
 The compute ratio (treatment FLOPs / control FLOPs, counted exactly per video in the bulk
 pass, ``compute.py``) is summarised the same way. An arm whose videos equal control's bit
@@ -27,8 +29,8 @@ are sorted by pair key first.
 
 Direction. Differences are always treatment - control in the metric's own units; for a
 lower-is-better metric (``higher_is_better: false``, e.g. LPIPS) a negative difference is
-an improvement: the win rate counts pairs where the treatment is strictly better in the
-metric's direction, and ``verdict`` says better/worse/no detectable difference.
+an improvement: wins / ties / losses count prompts in the metric's direction, and margins
+are losses in that direction.
 
 Imports without torch.
 """
@@ -44,6 +46,23 @@ import numpy as np
 
 from .config import StatsSpec
 from .errors import IntegrityError, PairingError, StatsError
+from .inference import (
+    PROCEDURE,
+    SD_UPPER_CONFIDENCE,
+    SIGNFLIP_ALWAYS_UP_TO,
+    SKEW_CHECKED,
+    Cell,
+    Question,
+    detectable_effect,
+    family_levels,
+    min_prompts,
+    required_prompts,
+    sd_upper,
+    signflip_min_p,
+    signflip_signs,
+    variance_split,
+    verdict,
+)
 from .recordtypes import (
     Comparison,
     ComputeFields,
@@ -57,12 +76,9 @@ from .recordtypes import (
     TimingRecord,
 )
 
-ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control; "
-            "summary: mean over prompts; CI: Student t-interval over prompts (df = prompts - 1); "
-            "test: the same t procedure inverted (two-sided one-sample t-test of the per-prompt differences), "
-            "Holm-adjusted across metrics; exact sign-flip p reported as a distribution-free check")
-PROCEDURE = "t"
-"""Interval/test procedure written into every statistics file."""
+ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control (FR metrics: of the "
+            "value against control, on pairs whose videos differ); summary: mean over prompts; test and interval: "
+            "the union procedure over prompts, adjusted across every (arm, metric) test of the table")
 COMPARABLE: tuple[tuple[str, Callable[[GenerationRecord], object]], ...] = (
     ("model", lambda r: r["model"]["weights"]),
     ("encoder fingerprint", lambda r: r["encoder"]["fingerprint"]["digest"]),
@@ -121,86 +137,9 @@ def _interval(x: np.ndarray, level: float) -> tuple[float | None, float | None, 
     return float(lo), float(hi), float(p)
 
 
-def signflip_min_p(n: int) -> float:
-    """Smallest two-sided p an exact sign-flip test can reach with ``n`` prompts: 2 / 2^n."""
-    return min(1.0, math.ldexp(1.0, 1 - n))  # 2 * 2^-n, exact
-
-
-def _signflip_p(x: np.ndarray, s: StatsSpec) -> float | None:
-    """Exact (2^n <= resamples) or Monte Carlo sign-flip permutation p of mean 0."""
-    from scipy.stats import permutation_test
-
-    if len(x) < 2:
-        return None
-    if np.all(x == 0):
-        return 1.0
-    res = permutation_test((x,), np.mean, permutation_type="samples", n_resamples=s.resamples,
-                           alternative="two-sided", rng=np.random.default_rng(s.seed))
-    return float(res.pvalue)
-
-
-def _power(crit: Any, df: Any, nc: Any) -> Any:
-    """Two-sided t-test power, P(|T| > crit) for T noncentral t(df, nc >= 0). The lower
-    tail is below 1e-9 wherever scipy's nct.cdf returns NaN (far into it), so NaN reads 0."""
-    from scipy.stats import nct
-
-    return nct.sf(crit, df, nc) + np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)
-
-
-def required_prompts(sd: float, effect: float, level: float, power: float, limit: int = 100_000) -> int | None:
-    """Prompts a two-sided paired t-test at ``1 - level`` needs to detect a true mean
-    difference ``effect`` with probability ``power``, given a per-prompt standard
-    deviation ``sd`` (exact, from the noncentral t distribution). None beyond ``limit``."""
-    from scipy.stats import t as student
-
-    if effect == 0:
-        raise StatsError("a target effect of 0 cannot be detected; give the smallest difference that matters "
-                         "(stats/targets in the config)")
-    if sd == 0:
-        return 2
-    start = 2
-    while start <= limit:  # power rises with n: search in growing blocks, not all of 2..limit at once
-        n = np.arange(start, min(limit, 4 * start + 256) + 1)
-        crit = student.ppf(1 - (1 - level) / 2, n - 1)
-        hit = np.nonzero(_power(crit, n - 1, abs(effect) / sd * np.sqrt(n)) >= power)[0]
-        if hit.size:
-            return int(n[hit[0]])
-        start = int(n[-1]) + 1
-    return None
-
-
-def detectable_effect(sd: float, n: int, level: float, power: float) -> float | None:
-    """Smallest true |mean difference| the paired t-test detects with probability
-    ``power`` at ``n`` prompts and per-prompt standard deviation ``sd``."""
-    from scipy.optimize import brentq
-    from scipy.stats import t as student
-
-    if n < 2:
-        return None
-    if sd == 0:
-        return 0.0
-    crit = student.ppf(1 - (1 - level) / 2, n - 1)
-
-    def gap(d: float) -> float:
-        nc = d / sd * math.sqrt(n)
-        return float(_power(crit, n - 1, nc)) - power
-
-    hi = sd * (crit + 1.0) / math.sqrt(n)
-    while gap(hi) < 0:  # power rises with the effect; widen until the bracket holds it
-        hi *= 2
-    return float(brentq(gap, 0.0, hi))
-
-
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjustment (scipy ships only Benjamini-Hochberg as
-    ``false_discovery_control``, so this 8-line version is ours)."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+    """Holm's step-down adjusted p-values (``inference.family_levels``)."""
+    return family_levels(pvalues, 0.05, "holm")[0]
 
 
 def _check_comparable(ctrl: GenerationRecord, treat: GenerationRecord) -> None:
@@ -215,13 +154,25 @@ def _check_comparable(ctrl: GenerationRecord, treat: GenerationRecord) -> None:
 
 def compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: Index[TimingRecord], treatment: str,
             s: StatsSpec) -> Comparison:
-    """Compare one treatment against control.
+    """Compare one treatment against control; its metrics are their own multiplicity
+    family (``analyse`` makes the whole study one family instead).
 
     ``gen[arm][(prompt_id, seed)]`` is a generation record, ``scores[arm][...]`` a score
     record, ``timings[arm][...]`` a timed-pass record (latency comes only from those).
     Raises PairingError for a missing partner (unless ``s.missing ==
     'drop-pair'``) or incomparable records.
     """
+    comparison, cells = _compare(gen, scores, timings, treatment, s)
+    decide(cells, s)
+    return comparison
+
+
+Pending = list[tuple[MetricResult, Cell, Question | None, dict[Key, float]]]
+"""Cells awaiting the family's adjustment: result, test, question, per-pair values."""
+
+
+def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: Index[TimingRecord],
+             treatment: str, s: StatsSpec) -> tuple[Comparison, Pending]:
     ctrl_keys, treat_keys = set(gen["control"]), set(gen.get(treatment, {}))
     missing = sorted(ctrl_keys ^ treat_keys)
     notes = []
@@ -239,44 +190,13 @@ def compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: I
     compute = _compute(gen, treatment, keys, s)
     flags = no_effect_flags(gen, treatment, keys, compute)
     scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
-    metrics: list[MetricResult] = []
+    pending: Pending = []
     names = sorted(set[str]().union(*(scores[treatment][k]["scores"] for k in keys)))
-    targets = dict(s.target_effects)
     for name in names:
         subset = _static_subset(scores, treatment, keys, name, notes)
-        if not subset:
-            continue
-        spec = scores[treatment][subset[0]]["scores"][name]["spec"]
-        t = {k: scores[treatment][k]["scores"][name]["value"] for k in subset}
-        c_mean: float | None
-        wins: float | None
-        if spec["kind"] == "FR":  # fidelity: the control's own value is the identity, not a score
-            diff = _per_prompt(t)
-            c_mean, t_mean = None, float(diff.mean())
-            wins = None
-        else:
-            c = {k: scores["control"][k]["scores"][name]["value"] for k in subset}
-            diff = _per_prompt({k: t[k] - c[k] for k in subset})
-            c_mean, t_mean = float(_per_prompt(c).mean()), float(_per_prompt(t).mean())
-            better = [(t[k] > c[k]) if spec["higher_is_better"] else (t[k] < c[k]) for k in subset]
-            wins = float(np.mean(better))
-        lo, hi, p = _interval(diff, s.level)
-        tested = spec["kind"] != "FR"
-        metrics.append({"metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
-                        "n_pairs": len(subset), "n_prompts": len(diff),
-                        "control_mean": c_mean, "treatment_mean": t_mean,
-                        "diff": float(diff.mean()) if tested else None,
-                        "sd_prompt": float(diff.std(ddof=1)) if len(diff) > 1 else None,
-                        "ci": [lo, hi], "p_value": p if tested else None,
-                        "p_signflip": _signflip_p(diff, s) if tested else None,
-                        "signflip_min_p": signflip_min_p(len(diff)),
-                        "win_rate": wins,
-                        "verdict": _verdict(lo, hi, spec["higher_is_better"]) if tested else None,
-                        "planning": _planning(diff, targets.get(name), s) if tested else None})
-    with_p = [(m, m["p_value"]) for m in metrics if m["p_value"] is not None]
-    for (m, _), p in zip(with_p, holm([p for _, p in with_p]), strict=True):
-        m["p_holm"] = p
-    notes += _small_n_notes(metrics, s.level)
+        if subset:
+            pending.append(_metric(gen, scores, treatment, name, subset, s))
+    notes += _small_n_notes([m for m, *_ in pending], s.level)
     for arm in ("control", treatment):
         absent = [k for k in keys if k not in timings.get(arm, {})]
         if absent:
@@ -309,7 +229,7 @@ def compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: I
     lo, hi, _p = _interval(log_ratio, s.level)
     return {
         "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
-        "flags": flags, "notes": notes, "metrics": metrics, "scoring": scoring,
+        "flags": flags, "notes": notes, "metrics": [m for m, *_ in pending], "scoring": scoring,
         # Geometric means over the speedup's own units (per prompt, over seeds; then over
         # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
         "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
@@ -328,7 +248,7 @@ def compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: I
                     "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
         "compute": compute,
         "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
-    }
+    }, pending
 
 
 def _latency(r: TimingRecord) -> float:
@@ -417,42 +337,163 @@ def _median_or_none(xs: list[float | None]) -> float | None:
     return float(np.median(vals)) if vals else None
 
 
-def _verdict(lo: float | None, hi: float | None, higher_is_better: bool) -> str:
-    """Better, worse or undetected, in the metric's direction, from the interval."""
-    if lo is None or hi is None:
-        return "no interval (fewer than 2 prompts)"
-    if lo > 0 or hi < 0:
-        return "treatment better" if (lo > 0) == higher_is_better else "treatment worse"
-    return "no detectable difference"
+def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment: str, name: str, subset: list[Key],
+            s: StatsSpec) -> tuple[MetricResult, Cell, Question | None, dict[Key, float]]:
+    """One metric's estimate and its cell, before the family's adjustment. NR metrics:
+    treatment - control per pair. FR metrics (fidelity to control): the value, on pairs
+    whose videos differ; bit-identical pairs (PSNR would read its cap) are counted apart."""
+    spec = scores[treatment][subset[0]]["scores"][name]["spec"]
+    sign = 1 if spec["higher_is_better"] else -1
+    t = {k: float(scores[treatment][k]["scores"][name]["value"]) for k in subset}
+    c_mean: float | None = None
+    question: Question | None
+    if spec["kind"] == "FR":
+        if name in s.margins:
+            raise StatsError(f"stats/margins names {name}, a fidelity metric (measured against control, so it "
+                             f"has no treatment - control difference); give it a floor under stats/floors instead")
+        identical = [k for k in subset if gen["control"][k]["video"]["raw_digest"]
+                     == gen[treatment][k]["video"]["raw_digest"]]
+        values = {k: v for k, v in t.items() if k not in identical}
+        question = Question("floor", sign, floor=s.floors[name]) if name in s.floors else None
+    else:
+        if name in s.floors:
+            raise StatsError(f"stats/floors names {name}, a per-video metric; floors are for fidelity metrics "
+                             "against control. Give it a margin under stats/margins instead")
+        identical = []
+        c = {k: float(scores["control"][k]["scores"][name]["value"]) for k in subset}
+        values = {k: t[k] - c[k] for k in subset}
+        c_mean = float(_per_prompt(c).mean())
+        question = (Question("margin", sign, margin=s.margins[name]) if name in s.margins
+                    else Question("difference", sign))
+    x = _per_prompt(values) if values else np.zeros(0)
+    cell = Cell(x, signflip_signs(len(x), s.resamples, s.seed))
+    nr = spec["kind"] == "NR"
+    sd = cell.sd if cell.n > 1 else None
+    tie = 1e-12 * max(1.0, float(np.abs(x).max())) if len(x) else 0.0
+    ref = 0.0 if question is None or question.kind != "floor" else question.floor
+    m: MetricResult = {
+        "metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
+        "n_pairs": len(subset), "n_prompts": cell.n, "n_identical_pairs": len(identical),
+        "control_mean": c_mean, "treatment_mean": float(_per_prompt(t).mean()) if nr else
+        (cell.mean if cell.n else None),
+        "diff": cell.mean if nr else None, "sd_prompt": sd,
+        "relative_effect": cell.mean / abs(c_mean) if nr and c_mean else None,
+        "standardised_effect": (cell.mean - ref) / sd if sd and question is not None else None,
+        "wins": int(np.sum(sign * x > tie)) if nr else None, "ties": int(np.sum(np.abs(x) <= tie)) if nr else None,
+        "losses": int(np.sum(sign * x < -tie)) if nr else None,
+        "margin": s.margins.get(name), "floor": s.floors.get(name),
+        "hypothesis": question.hypothesis if question is not None and cell.n > 1 else None,
+        "ci": [None, None], "ci_level": s.level, "ci_note": None,
+        "p_value": cell.p(question.null) if question is not None else None, "p_adjusted": None,
+        "p_signflip": cell.p_signflip(question.null) if question is not None and cell.n > 1 else None,
+        "signflip_min_p": signflip_min_p(cell.n), "skewness": cell.skew, "diagnostics": diagnostics(cell),
+        "verdict": None, "verdict_detail": None, "p_verdict": None, "verdict_rests_on": [], "planning": None}
+    return m, cell, question, values
 
 
-def _planning(diff: np.ndarray, target: float | None, s: StatsSpec) -> Planning:
-    """Sample size from this study as a pilot: the per-prompt standard deviation of the
-    difference, the smallest effect detectable with ``s.power`` at this prompt count,
-    and, for a metric with a target effect, the prompts needed to detect it."""
-    n = len(diff)
-    sd = float(diff.std(ddof=1)) if n > 1 else None
-    return {"sd_prompt": sd, "power": s.power, "target_effect": target,
-            "detectable_effect": None if sd is None else detectable_effect(sd, n, s.level, s.power),
-            "prompts_needed": None if sd is None or target is None else required_prompts(sd, target, s.level,
-                                                                                          s.power)}
+def diagnostics(cell: Cell) -> list[str]:
+    """Where a cell's data lie outside what the procedure was checked for: skewness beyond
+    ``SKEW_CHECKED``, or quantised values (half or more of the prompts on one value)."""
+    out = []
+    if cell.skew is not None and abs(cell.skew) > SKEW_CHECKED:
+        out.append(f"skewness {cell.skew:.2f} is beyond the +-{SKEW_CHECKED:g} the procedure was checked for; "
+                   "read the interval with care")
+    if cell.n >= 3 and not cell.flat:
+        values, counts = np.unique(cell.x, return_counts=True)
+        if counts.max() * 2 >= cell.n:
+            out.append(f"quantised: {counts.max()} of {cell.n} prompts share the value {values[counts.argmax()]:.4g}; "
+                       "the exact sign-flip test joins the union, and the interval rests on the few that differ")
+    return out
+
+
+def decide(cells: Pending, s: StatsSpec) -> int:
+    """Adjust every tested cell as one family (``s.multiplicity``), then give each its
+    interval at its adjusted level, its verdict read from that interval and its planning.
+    Returns the family's size."""
+    tested = [(m, cell, q) for m, cell, q, _v in cells if q is not None and m["p_value"] is not None]
+    adjusted, levels = family_levels([float(m["p_value"] or 0.0) for m, _c, _q in tested], 1 - s.level,
+                                     s.multiplicity)
+    alpha = {id(m): (p, a) for (m, _c, _q), p, a in zip(tested, adjusted, levels, strict=True)}
+    for m, cell, q, values in cells:
+        p_adj, level_alpha = alpha.get(id(m), (None, 1 - s.level))
+        lo, hi, why = cell.interval(1 - level_alpha)
+        m["ci"], m["ci_level"], m["ci_note"], m["p_adjusted"] = [lo, hi], 1 - level_alpha, why, p_adj
+        if m["kind"] == "FR" and cell.n == 0:
+            m["verdict"], m["verdict_detail"] = "identical", "every pair is bit-identical to control"
+            continue
+        if q is None:
+            m["verdict"] = "no floor declared" if m["kind"] == "FR" else None
+            m["verdict_detail"] = ("value only; declare a floor under stats/floors for a verdict"
+                                   if m["kind"] == "FR" else None)
+            continue
+        m["verdict"], m["verdict_detail"], rests_on = verdict(cell, q, level_alpha, s.power)
+        m["p_verdict"] = _p_verdict(cell, q, rests_on, p_adj, level_alpha, 1 - s.level)
+        m["verdict_rests_on"] = [q.hypothesis if mu == q.null else f"mean = {mu:g}" for mu in rests_on]
+        m["planning"] = _planning(cell, q, values, level_alpha, s)
+    return len(tested)
+
+
+def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | None, alpha_cell: float,
+               alpha: float) -> float | None:
+    """The adjusted p of the tests a verdict word rests on (the largest, as every one of
+    them must reject): the family-adjusted p for the cell's own question, and for a second
+    value read from the same interval (0 for superior or worse, +margin for equivalent) its
+    raw p scaled to the cell's level, min(1, p * alpha / alpha_cell), so that it is below
+    alpha exactly when the interval at the cell's level excludes that value."""
+    out = []
+    for mu in rests_on:
+        if mu == q.null:
+            out.append(p_adj)
+        else:
+            raw = cell.p(mu)
+            out.append(None if raw is None else min(1.0, raw * alpha / alpha_cell))
+    vals = [v for v in out if v is not None]
+    return max(vals) if vals else None
+
+
+def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:
+    """Sample size from this study as a pilot, carrying the pilot's uncertainty: the
+    per-prompt SD and its one-sided upper bound (``SD_UPPER_CONFIDENCE``), the effect
+    detectable at this n, the prompts needed to show non-inferiority at the margin if the
+    true difference is 0 (at the SD and at its upper bound), and the seed vs prompt split of
+    the per-prompt mean's variance with the answer to "more prompts or more seeds?"."""
+    sd = cell.sd if cell.n > 1 else None
+    up = sd_upper(sd, cell.n) if sd is not None else None
+    target = q.margin if q.kind == "margin" else None
+    var_prompt, var_seed, k = variance_split(values)
+    if var_prompt is None or var_seed is None:
+        advice = "add prompts (one seed per prompt: a second seed would split seed from prompt variance)"
+    elif var_prompt >= var_seed:
+        advice = "add prompts (prompt-to-prompt variation dominates; more seeds cannot shrink it)"
+    else:
+        advice = "add seeds (seed noise dominates; more seeds per prompt shrink it on the same panel)"
+
+    def need(sd_: float | None) -> int | None:
+        n = None if sd_ is None or target is None else required_prompts(sd_, target, 1 - alpha, s.power)
+        return None if n is None else max(n, min_prompts(alpha, cell.quantised))
+
+    return {"sd_prompt": sd, "sd_upper": up, "sd_upper_confidence": SD_UPPER_CONFIDENCE, "power": s.power,
+            "target_effect": target,
+            "detectable_effect": None if sd is None else detectable_effect(sd, cell.n, 1 - alpha, s.power),
+            "prompts_needed": need(sd), "prompts_needed_upper": need(up),
+            "var_prompt": var_prompt, "var_seed": var_seed, "seeds_per_prompt": k, "advice": advice}
 
 
 def _small_n_notes(metrics: list[MetricResult], level: float) -> list[str]:
-    """Say where a prompt count is too small for a distribution-free test to reach the
-    level, or for any interval at all."""
+    """Say where a prompt count is too small for any interval, or for the sign-flip test
+    (and so the union test) to reach the level."""
     out = []
     by_n: dict[int, list[str]] = defaultdict(list)
     for m in metrics:
-        if m["p_value"] is not None or m["n_prompts"] < 2:
-            by_n[m["n_prompts"]].append(m["metric"])
+        by_n[m["n_prompts"]].append(m["metric"])
     for n, names in sorted(by_n.items()):
         if n < 2:
             out.append(f"n={n} prompt ({', '.join(names)}): no interval and no test; add prompts")
-        elif signflip_min_p(n) > 1 - level:
-            out.append(f"n={n} prompts ({', '.join(names)}): smallest attainable p = {signflip_min_p(n):.3g} for "
-                       f"an exact sign-flip test, so no distribution-free test can reach p < {1 - level:.2g}; the "
-                       "t-interval and t-test assume roughly normal per-prompt differences")
+        elif n <= SIGNFLIP_ALWAYS_UP_TO and signflip_min_p(n) >= 1 - level:
+            out.append(f"n={n} prompts ({', '.join(names)}): at {SIGNFLIP_ALWAYS_UP_TO} prompts or fewer no shape can "
+                       f"be checked, so the exact sign-flip test decides; its smallest attainable p = "
+                       f"{signflip_min_p(n):.3g}, so no test here can reach p < {1 - level:.2g} and intervals are "
+                       "unbounded; add prompts")
     return out
 
 
@@ -515,14 +556,21 @@ def index(records: Sequence[_R]) -> Index[_R]:
 
 def analyse(gen_records: Sequence[GenerationRecord], score_records: Sequence[ScoreRecord],
             timing_records: Sequence[TimingRecord], treatments: list[str], s: StatsSpec) -> StudyStats:
-    """Every treatment against control. Result is independent of record order."""
+    """Every treatment against control, every (arm, metric) test one multiplicity family.
+    Result is independent of record order."""
     check_streams(gen_records)
     gen, scores, timings = index(gen_records), index(score_records), index(timing_records)
     if "control" not in gen:
         raise PairingError("no control records; the control arm must be generated")
+    comparisons, cells = [], []
+    for t in treatments:
+        comparison, pending = _compare(gen, scores, timings, t, s)
+        comparisons.append(comparison)
+        cells += pending
+    family = decide(cells, s)
     return {"estimand": ESTIMAND, "procedure": PROCEDURE, "level": s.level, "resamples": s.resamples,
-            "seed": s.seed, "missing_policy": s.missing, "power": s.power,
-            "comparisons": [compare(gen, scores, timings, t, s) for t in treatments]}
+            "seed": s.seed, "missing_policy": s.missing, "power": s.power, "multiplicity": s.multiplicity,
+            "family_size": family, "comparisons": comparisons}
 
 
 def noise_flags(stats: StudyStats, floors: dict[str, dict[str, Any]]) -> list[str]:

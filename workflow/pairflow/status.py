@@ -9,8 +9,9 @@ deep-verifies (that is ``pairflow verify``). Per panel and stage it reports:
 * rate and time left: from the modification times of the outputs finished in the last
   ``RATE_WINDOW_S`` seconds (none recent: the stage is idle, no estimate);
 * failures: failure records left by tasks that failed after their retries;
-* slots: workers whose heartbeat moved in the last ``2 * HEARTBEAT_S`` seconds (a job is
-  running now), and the busy share of the stage's last finished job (its telemetry).
+* slots: workers whose heartbeat (rewritten as their task reports progress) moved in the
+  last ``fleet.ACTIVE_S`` seconds (a job is running now), and the busy share of the
+  stage's last finished job (its telemetry).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path
 from .config import StudySpec
-from .fleet import HEARTBEAT_S
+from .fleet import ACTIVE_S
 from .layout import Layout
 from .stages.timing import timing_path
 
@@ -72,7 +73,7 @@ def _rate(mtimes: list[float], now: float) -> float | None:
 
 def _active_slots(beat_dir: Path, now: float) -> int:
     return sum(1 for t in _mtimes(p for p in beat_dir.glob("*.json") if not p.name.startswith("."))
-               if now - t <= 2 * HEARTBEAT_S)
+               if now - t <= ACTIVE_S)
 
 
 def _busy_share(path: Path) -> float | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_obj
-from .records import build_manifest, read_record, stale_link, write_manifest
+from .records import build_manifest, check_schema, read_record, stale_link, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ def _write_stats(stats: StudyStats, out_json: Path, out_md: Path, title: str,
     from .table import html, markdown
 
     stats = {**stats, "provenance": provenance}
-    write_text(out_json, json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    check_schema(stats, out_json, "write", name="stats")  # workflow/schemas/stats.schema.yaml
+    write_text(out_json, json.dumps(stats, indent=1, sort_keys=True, allow_nan=False) + "\n")
     write_text(out_md, markdown(stats, title, provenance))
     write_text(Path(out_md).with_suffix(".html"), html(stats, title, provenance))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .inference import MULTIPLICITY_NAMES
 from .recordtypes import ComputeSummary, MetricResult, StudyStats
 from .stats import NO_EFFECT
 
@@ -51,22 +52,28 @@ def estimate(m: MetricResult, d: int) -> str:
     point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
     lo, hi = m["ci"][0], m["ci"][1]
     out = "n/a" if point is None else f"{point:.{d}f}"
-    return out + (" [no CI]" if lo is None or hi is None else f" [{lo:.{d}f}, {hi:.{d}f}]")
+    return out + (" [no interval]" if lo is None or hi is None else f" [{lo:.{d}f}, {hi:.{d}f}]")
 
 
-def cell(m: MetricResult, level: float, decimals: int | None = None) -> str:
-    """One metric's cell: the paired difference (value, for FR metrics) with its interval
-    at ``decimals`` fixed decimals (default: the cell's own), the t-test p and its Holm
-    adjustment, the win rate in the metric's direction, and a warning where the prompt
-    count is too small for a distribution-free test."""
-    out = estimate(m, column_decimals([m]) if decimals is None else decimals)
-    if m.get("p_value") is not None:
-        out += f" p={_fmt(m['p_value'], 2)}, Holm {_fmt(m.get('p_holm'), 2)}"
-    if m.get("win_rate") is not None:
-        out += f", wins {m['win_rate']:.0%}"
+def cell(m: MetricResult, level: float, decimals: int | None = None, method: str = "holm") -> str:
+    """One metric's cell: the verdict, the paired difference (value, for FR metrics) with
+    its interval at the family-adjusted level (``decimals`` fixed decimals; default: the
+    cell's own), the adjusted p of the cell's question named by its procedure, the
+    wins / ties / losses over prompts, and a warning where the prompt count is too small
+    for the sign-flip test to reach the level."""
+    out = (f"{m['verdict']}: " if m.get("verdict") else "") + estimate(m, column_decimals([m]) if decimals is None
+                                                                        else decimals)
+    if m.get("p_verdict") is not None:
+        out += f" p={_fmt(m['p_verdict'], 2)} ({MULTIPLICITY_NAMES.get(method, method)})"
+    if m.get("wins") is not None:
+        out += f", W/T/L {m['wins']}/{m['ties']}/{m['losses']}"
+    if m.get("n_identical_pairs"):
+        out += f", {m['n_identical_pairs']} of {m['n_pairs']} pairs identical (apart)"
     n, min_p = m.get("n_prompts"), m.get("signflip_min_p")
-    if m.get("p_value") is not None and n is not None and min_p is not None and min_p > 1 - level:
+    if m.get("p_value") is not None and n is not None and min_p is not None and min_p >= 1 - level:
         out += f"; n={n}: smallest attainable sign-flip p = {min_p:.3g}"
+    if m.get("diagnostics"):
+        out += " ⚠"
     return out
 
 
@@ -95,7 +102,7 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
                   f"{lat.get('pairs_over_max_cv', 0)}")]
         for n in metric_names:
             m = by.get(n)
-            cells.append("" if m is None else cell(m, stats["level"], decimals[n]))
+            cells.append("" if m is None else cell(m, stats["level"], decimals[n], stats["multiplicity"]))
         rows.append(cells)
     return head, rows
 
@@ -139,7 +146,8 @@ def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
 
 
 def _point(m: MetricResult) -> float:
-    return m["diff"] if m["diff"] is not None else m["treatment_mean"]
+    point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+    return float("nan") if point is None else point
 
 
 def on_front(stats: StudyStats, arm: str, metric: str) -> bool:
@@ -168,22 +176,60 @@ def _pct(x: float | None) -> str:
 
 
 def planning(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
-    """Sample size from this study as a pilot, per arm and tested metric: per-prompt
-    standard deviation of the difference, the effect detectable at this prompt count, and
-    the prompts needed for each ``stats.target_effects`` entry."""
+    """Sample size from this study as a pilot, per arm and tested metric: per-prompt SD and
+    its upper confidence bound, the effect detectable at this prompt count, the prompts
+    needed to show non-inferiority at the margin (at the SD and at its bound), and the
+    prompt vs seed share of the variance with the answer "add prompts" or "add seeds"."""
     power = stats.get("power", 0.8)
-    head = ["arm", "metric", "prompts", "sd per prompt", f"detectable Δ ({power:.0%} power)", "target Δ",
-            "prompts needed"]
+    head = ["arm", "metric", "prompts", "sd per prompt (80% upper bound)", f"detectable Δ ({power:.0%} power)",
+            "margin", "prompts needed (at sd / at upper bound)", "variance: prompts / seeds", "next study"]
     rows = []
     for c in stats["comparisons"]:
         for m in c["metrics"]:
             pl = m.get("planning")
             if not pl:
                 continue
-            need = pl["prompts_needed"]
-            rows.append([c["treatment"], m["metric"], str(m["n_prompts"]), _fmt(pl["sd_prompt"]),
-                         _fmt(pl["detectable_effect"]), _fmt(pl["target_effect"]),
-                         ("n/a" if pl["target_effect"] is None else "over 100000" if need is None else str(need))])
+
+            def need(x: int | None, pl: Any = pl) -> str:
+                return "n/a" if pl["target_effect"] is None else "over 100000" if x is None else str(x)
+
+            vp, vs = pl["var_prompt"], pl["var_seed"]
+            total = (vp or 0.0) + (vs or 0.0)
+            split = "n/a" if vp is None or vs is None or total == 0 else f"{vp / total:.0%} / {vs / total:.0%}"
+            rows.append([c["treatment"], m["metric"], str(m["n_prompts"]),
+                         f"{_fmt(pl['sd_prompt'])} ({_fmt(pl['sd_upper'])})", _fmt(pl["detectable_effect"]),
+                         _fmt(pl["target_effect"]),
+                         f"{need(pl['prompts_needed'])} / {need(pl['prompts_needed_upper'])}",
+                         split, pl["advice"]])
+    return head, rows
+
+
+def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
+    """One row per (arm, metric): the question, the estimate with its interval at the
+    family-adjusted level, relative (% of control) and standardised effect, wins / ties /
+    losses over prompts, raw and adjusted p, the sign-flip p and skewness beside them, the
+    verdict and why, and where the data lie outside what the procedure was checked for."""
+    method = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
+    head = ["arm", "metric", "question", "estimate [CI] (level)", "% of control", "standardised",
+            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness", "verdict",
+            f"verdict rests on ({method} p)", "why", "diagnostics"]
+    rows = []
+    for c in stats["comparisons"]:
+        for m in c["metrics"]:
+            d = column_decimals([m])
+            question = m["hypothesis"] or "value only"
+            if m["kind"] == "FR" and m["n_identical_pairs"]:
+                question += f" ({m['n_identical_pairs']} identical pair(s) counted apart)"
+            level = f" ({m['ci_level']:.3g})" + (f"; {m['ci_note']}" if m.get("ci_note") else "")
+            wtl = "n/a" if m["wins"] is None else f"{m['wins']} / {m['ties']} / {m['losses']}"
+            rows.append([c["treatment"], m["metric"], question, estimate(m, d) + level,
+                         "n/a" if m["relative_effect"] is None else f"{m['relative_effect']:+.1%}",
+                         _fmt(m["standardised_effect"], 2), wtl,
+                         f"{_fmt(m['p_value'], 2)} → {_fmt(m['p_adjusted'], 2)}", _fmt(m["p_signflip"], 2),
+                         _fmt(m["skewness"], 2), m["verdict"] or "n/a",
+                         f"{'; '.join(m.get('verdict_rests_on') or []) or 'n/a'} ({_fmt(m.get('p_verdict'), 2)})",
+                         m["verdict_detail"] or "",
+                         "; ".join(m["diagnostics"]) or "none"])
     return head, rows
 
 
@@ -202,11 +248,19 @@ def _notes(stats: StudyStats) -> list[str]:
                "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The "
                "latency columns are geometric means over prompts of the per-prompt geometric mean over seeds, "
                "the units of the speedup, so control / treatment equals the speedup.")
-    method = (f"Each cell: treatment − control (FR metrics: the treatment's value against its control) with a "
-              f"{stats['level']:.0%} Student t-interval over prompts; p is the two-sided paired t-test, the same "
-              "procedure inverted (the interval excludes 0 exactly when p < "
-              f"{1 - stats['level']:.2g}); Holm adjusts p across the row's metrics; wins: share of pairs where the "
-              "treatment is strictly better in the metric's direction. Lower-is-better metrics improve when Δ < 0.")
+    method_name = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
+    method = (f"Each cell: the verdict, then treatment − control (FR metrics: the treatment's value against its "
+              "control, on pairs whose videos differ) with its interval over prompts at the family-adjusted level, "
+              f"and the {method_name}-adjusted p of the tests the verdict rests on (Verdicts names them); every "
+              f"(arm, metric) test of this table is one family of {stats.get('family_size', 0)}, and the verdict is "
+              "read from the adjusted interval, so verdict and p agree (p < "
+              f"{1 - stats['level']:.2g} exactly when the word claims something). "
+              "Questions: a metric with a margin (stats/margins) is non-inferior (any loss "
+              "inside the margin), equivalent (both bounds inside ±margin), superior, inferior or inconclusive; an "
+              "FR metric with a floor (stats/floors) meets it, misses it or is inconclusive; any other metric "
+              "gets a difference test whose 'no detectable difference' is not equivalence. W/T/L: prompts where the "
+              "treatment is better / tied / worse in the metric's direction. ⚠: see the diagnostics in Verdicts. "
+              "Lower-is-better metrics improve when Δ < 0.")
     fidelity = ("Fidelity metrics (FR) compare each treatment video with its control, frame by frame, on: "
                 + ("; ".join(frames) or "decoded encoded videos") + ".")
     flicker = (f"temporal_flickering static filter: {', '.join(filters)} (VBench scores only videos its RAFT "
@@ -240,9 +294,18 @@ def _notes(stats: StudyStats) -> list[str]:
     return out
 
 
-_PLANNING_TEXT = ("Per-prompt standard deviation of each paired difference, the smallest true difference a two-sided "
-                  "paired t-test detects at this prompt count, and the prompts needed for the difference set in "
-                  "stats/target_effects (noncentral t; same level). Plan the next study's GPU budget from these.")
+_PLANNING_TEXT = ("Per-prompt standard deviation of each tested cell and its one-sided 80% upper confidence bound "
+                  "(chi-square: the pilot's SD is itself uncertain), the smallest true difference a two-sided paired "
+                  "t-test detects at this prompt count and the cell's adjusted level, and the prompts needed to show "
+                  "non-inferiority at the margin (stats/margins) with the planned power if the true difference is "
+                  "0, at the SD and at its upper bound (the union test needs at least as many). 'variance' splits "
+                  "the per-prompt mean's variance into prompts and seeds (one-way random effects): where prompts "
+                  "dominate, more seeds cannot help.")
+
+_VERDICTS_TEXT = ("One row per (arm, metric), all in one multiplicity family. The interval is at the cell's adjusted "
+                  "level (in brackets); 'p raw → adjusted' tests the cell's question; the sign-flip p and the "
+                  "skewness stand beside it; diagnostics say where the data lie outside what the procedure was "
+                  "checked for (|skewness| > 2, quantised values).")
 
 
 _PARETO_TEXT = ("One row per arm: compute ratio = treatment / control FLOPs per video (transformer work counted with "
@@ -261,9 +324,10 @@ def _html_table(title: str, text: str, table_: tuple[list[str], list[list[str]]]
 
 
 def _intervals(stats: StudyStats) -> str:
-    return (f"{stats['level']:.0%} Student t over prompts, test = the same t procedure inverted, Holm across "
-            f"metrics; sign-flip check with up to {stats['resamples']} resamples (exact while 2^n is fewer), "
-            f"seed {stats['seed']}")
+    method = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
+    return (f"{stats['procedure']}, over prompts; {method} across the table's {stats.get('family_size', 0)} tests "
+            f"at {1 - stats['level']:.2g}; sign-flip with up to {stats['resamples']} resamples (exact while 2^n is "
+            f"fewer), seed {stats['seed']}")
 
 
 def _html_planning(stats: StudyStats, escape: Any) -> list[str]:
@@ -284,6 +348,9 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += [""] + [f"- {n}" for n in _notes(stats)]
+    v_head, v_rows = verdicts(stats)
+    lines += ["", "## Verdicts", "", _VERDICTS_TEXT, "", "| " + " | ".join(v_head) + " |", "|" + "---|" * len(v_head)]
+    lines += ["| " + " | ".join(r) + " |" for r in v_rows]
     q_head, q_rows = pareto(stats)
     lines += ["", "## Quality against cost", "", _PARETO_TEXT, "",
               "| " + " | ".join(q_head) + " |", "|" + "---|" * len(q_head)]
@@ -312,6 +379,7 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
              *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
+             *_html_table("Verdicts", _VERDICTS_TEXT, verdicts(stats), escape),
              *_html_table("Quality against cost", _PARETO_TEXT, pareto(stats), escape),
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",
              *(f"<li><code>{escape(k)}</code>: <code>{escape(v)}</code></li>" for k, v in sorted(provenance.items())),

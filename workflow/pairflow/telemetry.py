@@ -380,10 +380,14 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
                     job: tuple[float, float, str] | None = None) -> dict[str, Any]:
     """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``.
     ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
-    this process's start to now. ``job`` in the record holds ``honest_share`` over it;
-    ``slots`` the per-slot shares of the Parsl window (warm-up counted busy, start-up
+    the Slurm allocation's start (``extra['allocation']['start']``) or this process's
+    start, to now (the job's last work: only its manifest writing follows). ``job`` in
+    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the Parsl window (warm-up counted busy, start-up
     outside it: what a progress view shows, never the study's figure)."""
-    job = job or (process_start(), time.time(), "job process start (/proc/self/stat)")
+    if job is None:
+        alloc_start = (extra.get("allocation") or {}).get("start")
+        job = ((float(alloc_start), time.time(), "Slurm allocation start (SLURM_JOB_START_TIME)")
+               if alloc_start is not None else (process_start(), time.time(), "job process start (/proc/self/stat)"))
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
               "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),

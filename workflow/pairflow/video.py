@@ -25,13 +25,15 @@ from __future__ import annotations
 import functools
 import logging
 import subprocess
+import threading
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 
+from . import progress
 from .atomic import FULL, atomic_path, no_space
 from .config import EncoderSpec
 from .errors import (
@@ -49,6 +51,7 @@ from .errors import (
     MissingVideoError,
     PixelFormatError,
     StreamPropertyError,
+    ToolTimeoutError,
     TruncatedVideoError,
     VideoReadError,
 )
@@ -85,7 +88,11 @@ def ffmpeg_binary(spec: EncoderSpec) -> str:
 def _fingerprint(binary: str) -> tuple[str, str]:
     try:
         out = subprocess.run([binary, "-hide_banner", "-version"], check=True, capture_output=True,
-                             text=True, timeout=60).stdout
+                             text=True, timeout=TOOL_TIMEOUT_FLOOR_S).stdout
+    except subprocess.TimeoutExpired as e:
+        raise ToolTimeoutError(f"ffmpeg binary {binary!r} did not answer '-version' within {e.timeout:.0f} s "
+                               "and was killed; set 'encoder/ffmpeg' to a working ffmpeg, or leave it empty to "
+                               "use the one imageio-ffmpeg ships") from e
     except (OSError, subprocess.CalledProcessError) as e:
         raise EncodeError(f"ffmpeg binary {binary!r} cannot run ({e}); set 'encoder/ffmpeg' to a "
                           "working ffmpeg, or leave it empty to use the one imageio-ffmpeg ships") from e
@@ -190,15 +197,61 @@ def _layout(shape: tuple[int, ...]) -> str:
                      "expected (F, H, W, 3) or (F, 3, H, W)")
 
 
+CONVERT_CHUNK_ELEMENTS = 1 << 22
+"""Float frames are checked and converted this many values (about) at a time, so the
+conversion's temporaries are a few tens of MiB whatever the video's size: peak memory
+is the input plus its uint8 output (a quarter of a float32 input) plus one chunk."""
+
+
+def _chunks(arr: np.ndarray) -> Any:
+    """(frame, row slice) blocks of (F, H, W, C) ``arr``, each about ``CONVERT_CHUNK_ELEMENTS`` values."""
+    f, h, w, c = arr.shape
+    rows = max(1, CONVERT_CHUNK_ELEMENTS // max(1, w * c))
+    for i in range(f):
+        for r in range(0, h, rows):
+            yield i, slice(r, min(h, r + rows))
+
+
+def _float_to_uint8(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """Check float (F, H, W, C) frames (NaN/inf, [0, 1] ± tolerance) and convert them to
+    uint8 by rint(x * 255) in float64, clipped, chunk by chunk (bounded temporaries)."""
+    nan = inf = 0
+    lo, hi = np.inf, -np.inf
+    for i, rows in _chunks(arr):
+        block = arr[i, rows]
+        nan += int(np.isnan(block).sum())
+        inf += int(np.isinf(block).sum())
+        if not nan and not inf:
+            lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+    if nan or inf:
+        raise FrameError(f"frames contain {nan} NaN and {inf} inf values of {arr.size}; the "
+                         "model diverged (try float32, or check the scheduler and guidance)")
+    if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
+        cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first"
+                 if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
+                 else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
+                 else "values just outside [0, 1]: clamp in the model's post-processing")
+        raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
+                         f"(tolerance {FLOAT_TOLERANCE}); {cause}")
+    out = np.empty(arr.shape, dtype=np.uint8)
+    for i, rows in _chunks(arr):
+        block = np.multiply(arr[i, rows], 255.0, dtype=np.float64)
+        np.rint(block, out=block)
+        np.clip(block, 0, 255, out=block)
+        out[i, rows] = block
+    return out
+
+
 def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameStats]:
     """Check frames and convert them to contiguous uint8 (F, H, W, 3).
 
     Accepts a numpy array or torch tensor. float16/bfloat16/float32 must lie in
     [0, 1] (± ``FLOAT_TOLERANCE``) and are scaled by 255, rounded and clipped; uint8
-    passes unchanged. Raises FrameError for any other dtype, NaN/inf (with counts),
-    out-of-range floats (with min, max and the likely cause), an ambiguous layout, an
-    empty video, or odd sizes under 4:2:0. Near-constant and near-black videos are
-    flagged, and refused when ``spec.fail_on_flat``.
+    passes unchanged. Float frames are converted in chunks (``CONVERT_CHUNK_ELEMENTS``):
+    peak memory is the input plus its uint8 copy plus tens of MiB. Raises FrameError for
+    any other dtype, NaN/inf (with counts), out-of-range floats (with min, max and the
+    likely cause), an ambiguous layout, an empty video, or odd sizes under 4:2:0.
+    Near-constant and near-black videos are flagged, and refused when ``spec.fail_on_flat``.
     """
     arr, dtype = _to_numpy(frames)
     layout = _layout(tuple(arr.shape))
@@ -208,19 +261,7 @@ def prepare_frames(frames: Any, spec: EncoderSpec) -> tuple[np.ndarray, FrameSta
     if f == 0 or h == 0 or w == 0:
         raise FrameError(f"empty video: shape {tuple(arr.shape)}; the generator returned no frames")
     if dtype in _FLOAT_DTYPES:
-        nan, inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
-        if nan or inf:
-            raise FrameError(f"frames contain {nan} NaN and {inf} inf values of {arr.size}; the "
-                             "model diverged (try float32, or check the scheduler and guidance)")
-        lo, hi = float(arr.min()), float(arr.max())
-        if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
-            cause = ("looks like [-1, 1] model output: map with (x + 1) / 2 first"
-                     if lo < -0.05 and hi <= 1 + FLOAT_TOLERANCE
-                     else "looks like [0, 255] floats: divide by 255 or cast to uint8 first" if hi > 1.5
-                     else "values just outside [0, 1]: clamp in the model's post-processing")
-            raise FrameError(f"{dtype} frames span [{lo:.6g}, {hi:.6g}], outside [0, 1] "
-                             f"(tolerance {FLOAT_TOLERANCE}); {cause}")
-        out = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+        out = _float_to_uint8(arr, dtype)
     elif dtype == "uint8":
         out = arr
     else:
@@ -295,16 +336,91 @@ class VideoInfo:
         return asdict(self)
 
 
+TOOL_TIMEOUT_FLOOR_S = 120.0
+"""Every ffmpeg run may take at least this long, however little its work (start-up on a
+loaded node, a slow file system)."""
+TOOL_TIMEOUT_S_PER_PIXEL = 1e-6
+"""...plus this much per pixel it reads or writes: 1 M pixels/s, about 30x slower than
+the project's recipe encodes 832x480 on two cores (BENCHMARKS.md), so only a hung or
+pathologically slow tool reaches it."""
+
+
+def tool_timeout(frames: int, height: int, width: int) -> float:
+    """Seconds an ffmpeg run over ``frames`` frames of ``width`` x ``height`` may take
+    (``TOOL_TIMEOUT_FLOOR_S`` + ``TOOL_TIMEOUT_S_PER_PIXEL`` per pixel)."""
+    return TOOL_TIMEOUT_FLOOR_S + frames * height * width * TOOL_TIMEOUT_S_PER_PIXEL
+
+
+def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | None = None,
+             chunk: int = 1 << 20, progress_lines: bool = False) -> tuple[int, bytes, bytes]:
+    """Run an external tool (argv, no shell) about ``path``, feeding it ``feed`` on stdin in
+    ``chunk``-byte writes; return (exit code, stderr, stdout).
+
+    Every chunk the tool consumes is reported as progress (``progress.report``), and with
+    ``progress_lines`` so is each ``frame=N`` line on its stdout (ffmpeg's ``-progress
+    pipe:1``), so the job's stall check sees the work advance. After ``timeout_s`` the
+    tool is killed and ToolTimeoutError names the file, the command and the fix."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdin, stdout, stderr = cast(IO[bytes], proc.stdin), cast(IO[bytes], proc.stdout), cast(IO[bytes], proc.stderr)
+    name = Path(argv[0]).name
+    err: list[bytes] = []
+    out: list[bytes] = []
+
+    def read_err() -> None:
+        err.append(stderr.read())
+
+    def read_out() -> None:
+        if not progress_lines:
+            out.append(stdout.read())
+            return
+        for line in stdout:
+            out.append(line)
+            if line.startswith(b"frame="):
+                progress.report(f"{name}: {line.decode(errors='replace').strip()} of {path.name}")
+
+    def write_in() -> None:
+        view = cast(memoryview, feed)
+        try:
+            for i in range(0, len(view), chunk):
+                stdin.write(view[i:i + chunk])
+                progress.report(f"{name}: consumed {min(len(view), i + chunk)} of {len(view)} bytes for {path.name}")
+            stdin.close()
+        except OSError:
+            pass  # the tool exited early (a broken pipe): its exit code and stderr say why
+
+    threads = [threading.Thread(target=t, daemon=True, name=f"pairflow-{name}-{t.__name__}")
+               for t in ((read_err, read_out, write_in) if feed is not None else (read_err, read_out))]
+    for t in threads:
+        t.start()
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        for t in threads:
+            t.join(timeout=5)
+        raise ToolTimeoutError(
+            f"{path}: {name} ran past its {timeout_s:.0f} s timeout (derived from the work: "
+            f"{TOOL_TIMEOUT_FLOOR_S:.0f} s + {TOOL_TIMEOUT_S_PER_PIXEL:g} s per pixel) and was killed; command: "
+            f"{subprocess.list2cmdline(argv)[:2000]}. The tool hung or the node is overloaded: run that command "
+            "by hand to see which (set 'encoder/ffmpeg' to a working ffmpeg, or leave it empty for the bundled "
+            "one), then rerun") from None
+    for t in threads:
+        t.join()
+    return code, b"".join(err), b"".join(out)
+
+
 def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> VideoInfo:
     """Encode uint8 (F, H, W, 3) ``frames`` to ``final`` with the fixed recipe.
 
     Writes to a temporary sibling, probes it (frame count, size, rate, pixel format),
-    fsyncs and renames. ``raw_digest`` is the digest of the uncompressed frames.
-    Raises EncodeError with ffmpeg's stderr, or a VideoReadError if the output does
-    not verify; nothing is left under ``final`` on failure.
+    fsyncs and renames. ``raw_digest`` is the digest of the uncompressed frames. ffmpeg
+    reports each frame it encodes as progress and is killed after ``tool_timeout``.
+    Raises EncodeError with ffmpeg's stderr, ToolTimeoutError when ffmpeg hangs, or a
+    VideoReadError if the output does not verify; nothing is left under ``final`` on
+    failure.
     """
-    import ffmpeg
-
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
         raise FrameError(f"encode() takes uint8 (F, H, W, 3) from prepare_frames(); got "
                          f"{frames.dtype} {frames.shape}")
@@ -312,24 +428,29 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
     # ndarray.data is the array's memoryview (numpy's stubs declare __buffer__ only for
     # Python >= 3.12, so memoryview(array) does not type-check on 3.10).
     raw = np.ascontiguousarray(frames).data.cast("B")  # no copy: fed to ffmpeg and hashed as is
+    binary = ffmpeg_binary(spec)
     with atomic_path(Path(final)) as tmp:
-        stream = _command(spec, fps, f"{w}x{h}", str(tmp))
+        argv = _command(spec, fps, f"{w}x{h}", str(tmp)).compile(cmd=binary)
+        # Progress lines on stdout (unused otherwise); they change no output byte, so the
+        # recorded recipe does not carry them.
+        argv[1:1] = ["-progress", "pipe:1", "-nostats"]
         try:
-            stream.run(cmd=ffmpeg_binary(spec), input=raw, capture_stdout=True,
-                       capture_stderr=True)
-        except ffmpeg.Error as e:
-            stderr = e.stderr.decode(errors="replace").strip()
-            if "No space left on device" in stderr or "Disk quota exceeded" in stderr:
-                cause = next(line for line in stderr.splitlines() if "No space" in line or "quota" in line)
-                raise no_space(Path(final), cause) from e
-            # The tail: ffmpeg's last lines say why; the whole log can be megabytes.
-            tail = "\n".join(stderr.splitlines()[-STDERR_LINES:])[-STDERR_CHARS:]
-            raise EncodeError(f"ffmpeg ({ffmpeg_binary(spec)}) failed writing {final}; its "
-                              f"stderr ends:\n{tail}") from e
+            code, err, _ = run_tool(argv, Path(final), tool_timeout(f, h, w), raw, chunk=h * w * 3,
+                                    progress_lines=True)
         except OSError as e:
             if e.errno in FULL:
                 raise no_space(Path(final), e) from e
-            raise EncodeError(f"cannot write {final}: {e}") from e
+            raise EncodeError(f"cannot run {binary} to write {final}: {e}; set 'encoder/ffmpeg' to a working "
+                              "ffmpeg, or leave it empty to use the one imageio-ffmpeg ships") from e
+        if code != 0:
+            stderr = err.decode(errors="replace").strip()
+            if "No space left on device" in stderr or "Disk quota exceeded" in stderr:
+                cause = next(line for line in stderr.splitlines() if "No space" in line or "quota" in line)
+                raise no_space(Path(final), cause)
+            # The tail: ffmpeg's last lines say why; the whole log can be megabytes.
+            tail = "\n".join(stderr.splitlines()[-STDERR_LINES:])[-STDERR_CHARS:]
+            raise EncodeError(f"ffmpeg ({binary}) failed writing {final} (exit {code}); its "
+                              f"stderr ends:\n{tail}")
         info = probe(tmp)
         check_probe(info, tmp, frames=f, height=h, width=w, fps=fps, pix_fmt=expected_pix_fmt(spec))
         digest = digest_file(tmp)

@@ -15,6 +15,14 @@ from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence import heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
+from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
+
+
+# On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
+# and on Ctrl-C it waits for them without telling them: stop them at once instead.
+onstart:
+    stop_jobs_on_signal()
+
 
 # pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
 # defaults, as snakemake.utils.validate would) and turns each error into one line naming

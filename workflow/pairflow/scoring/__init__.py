@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..errors import ConfigError, PairingError
 
 _MODULES = {
@@ -186,7 +187,9 @@ def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
         raise ConfigError(f"metric {name} is full-reference and needs the control video")
     if reference is not None and reference.shape != frames.shape:
         raise PairingError(f"metric {name}: cannot compare videos of shapes {frames.shape} and {reference.shape}")
-    return float(_registered(name)[1](name, frames, reference, ctx))
+    value = float(_registered(name)[1](name, frames, reference, ctx))
+    progress.report(f"scored {name} on {frames.shape[0]} frames")  # the job's stall check sees it
+    return value
 
 
 def check_device(device: str) -> None:
