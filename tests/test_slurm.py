@@ -115,3 +115,13 @@ def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
     assert all(v["tasks"] > 0 for v in t["slots"].values())
     assert t["allocation"]["gpus"] == ["0", "1"] and t["probe"]["tasks_per_s"] > 0
     assert {s["slurm_job"] for s in t["spans"]} == {t["allocation"]["job_id"]}
+
+
+def test_the_allocation_start_is_read_for_whole_job_accounting() -> None:
+    """Issue 25 item 3: under Slurm the busy share's job window opens at the allocation's
+    start (SLURM_JOB_START_TIME), not when the job's Python started."""
+    from pairflow.slurm import allocation
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_START_TIME": "1700000000"}
+    assert allocation(env).start == 1700000000.0  # type: ignore[union-attr]
+    assert allocation({"SLURM_JOB_ID": "7"}).start is None  # type: ignore[union-attr]

@@ -382,8 +382,9 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
     ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
     the Slurm allocation's start (``extra['allocation']['start']``) or this process's
     start, to now (the job's last work: only its manifest writing follows). ``job`` in
-    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the Parsl window (warm-up counted busy, start-up
-    outside it: what a progress view shows, never the study's figure)."""
+    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the
+    Parsl window (warm-up counted busy, start-up outside it: what a progress view shows,
+    never the study's figure)."""
     if job is None:
         alloc_start = (extra.get("allocation") or {}).get("start")
         job = ((float(alloc_start), time.time(), "Slurm allocation start (SLURM_JOB_START_TIME)")
