@@ -244,7 +244,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
                  len(todo_all) - len(todo), len(todo))
         ref = write_context(study.scratch, generation_context(study))
         checks = flop_checks(todo_all, study.stats.seed)
-        return [{**generation_payload(ref, c), "flops_check": c.key.candidate_id in checks} for c in todo]
+        return [generation_payload(ref, c, checks) for c in todo]
 
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
@@ -278,9 +278,11 @@ def generation_context(study: StudySpec) -> dict[str, Any]:
     return {"study": study, "provenance": provenance(study)}
 
 
-def generation_payload(ref: Any, c: Candidate) -> dict[str, Any]:
-    """One generation task's payload: the shared context's reference and the candidate."""
-    return {"context": ref, "candidate": c, "identity": task_identity(c), "stage": "generate"}
+def generation_payload(ref: Any, c: Candidate, checks: set[str]) -> dict[str, Any]:
+    """One generation task's payload: the shared context's reference, the candidate and
+    whether its FLOPs are counted in full and cross-checked (``flop_checks``)."""
+    return {"context": ref, "candidate": c, "identity": task_identity(c), "stage": "generate",
+            "flops_check": c.key.candidate_id in checks}
 
 
 def warm_payload(study: StudySpec) -> dict[str, Any]:
