@@ -43,3 +43,46 @@ def test_every_section_runs_quick_and_the_report_renders(tmp_path: Path) -> None
     text = md.read_text()
     assert "quick mode" in text and "## Task payload" in text and "## Planning large studies" in text
     assert "## Archive: packed against plain snapshots" in text
+
+
+def test_gpu_check_reports_the_driver_the_wheel_needs_before_measuring(tmp_path: Path) -> None:
+    """Issue 25 item 6: on a machine without CUDA the check stops at once, exit 2, and
+    its JSON (and the rendered section) says why and which driver the wheel needs."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the check would run the study")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_check.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    g = json.loads(out.read_text())
+    assert g["driver_check"]["ok"] is False and g["complete"] is False
+    if torch.version.cuda and torch.version.cuda.startswith("13"):
+        assert g["driver_check"]["driver_needed"] == "R580+" and "R580+" in g["driver_check"]["why"]
+    md = tmp_path / "B.md"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "render.py"), "--gpu", str(out), "--out", str(md)],
+                   check=True, capture_output=True, timeout=120)
+    assert f"Not measured: {g['driver_check']['why']}" in md.read_text()
+
+
+def test_a_study_that_overruns_is_stopped_and_its_log_kept(tmp_path: Path) -> None:
+    """The check's study runner kills the whole Snakemake session on overrun (real
+    Snakemake, a rule that sleeps) and returns None, leaving the log for the JSON."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from gpu_check import run_study
+
+    (tmp_path / "Snakefile").write_text('rule all:\n    shell: "echo started; sleep 60"\n')
+    (tmp_path / "profiles" / "local").mkdir(parents=True)
+    (tmp_path / "profiles" / "local" / "config.yaml").write_text("cores: 1\n")
+    log = tmp_path / "snake.log"
+    rc, wall = run_study(tmp_path, dict(__import__("os").environ), 8, log)
+    assert rc is None and 8 <= wall < 40
+    assert "started" in log.read_text()

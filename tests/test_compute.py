@@ -86,3 +86,88 @@ def test_counting_changes_no_pixel_and_leaves_no_hook(pipe) -> None:  # type: ig
     assert counted.compute["latent_shape"] == [16, 2, 4, 4]
     hooks = [m for m in pipe.transformer.modules() if m._forward_hooks or m._forward_pre_hooks]
     assert hooks == []
+
+
+PAB = ArmSpec("pab", "PyramidAttentionBroadcastConfig",
+              {"spatial_attention_block_skip_range": 2, "spatial_attention_timestep_skip_range": [0, 1000]})
+
+
+def _verifier():  # type: ignore[no-untyped-def]
+    from pairflow.arms import Verifier
+    from pairflow.config import EncoderSpec
+
+    enc = EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p", gop=9, threads=1,
+                      lossless=False, fail_on_flat=False)
+    return Verifier("temporal_flickering", True, enc, None, 16, 8)
+
+
+@pytest.mark.parametrize("arm", [CONTROL, FB, FB0, PAB, ArmSpec("few", steps=1),
+                                 ArmSpec("best2", search=SearchSpec(2, "temporal_flickering"))],
+                         ids=lambda a: a.name)
+def test_derived_flops_equal_full_counting_exactly(pipe, arm: ArmSpec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Measure a table on one prompt, derive another prompt's FLOPs from hook counts alone,
+    and compare with FlopCounterMode on that same run: equal to the FLOP, every arm kind."""
+    from pairflow.compute import load_table, save_table
+
+    verifier = _verifier() if arm.search else None
+    first = run_arm(pipe, PROMPTS[0], 11, arm, GEN, 64, count=True, verifier=verifier, table_key="k")
+    assert first.measured is not None and first.measured.exact
+    assert first.compute["method"] == "counted"
+    save_table(tmp_path, first.measured)
+    table = load_table(tmp_path, "k")
+    assert table == first.measured
+    for i, prompt in enumerate(PROMPTS):
+        derived = run_arm(pipe, prompt, 20 + i, arm, GEN, 64, count=True, verifier=verifier, table=table, full=False)
+        counted = run_arm(pipe, prompt, 20 + i, arm, GEN, 64, count=True, verifier=verifier, table=table)
+        assert derived.compute["method"] == "derived" and counted.compute["method"] == "counted"
+        assert np.array_equal(derived.frames, counted.frames)
+        for key in ("transformer_flops", "total_flops", "work_flops", "verifier_flops", "blocks_computed",
+                    "blocks_skipped", "attention_computed", "attention_skipped", "transformer_calls"):
+            assert derived.compute[key] == counted.compute[key], key
+        assert counted.compute["cross_check"]["equal"] is True
+        assert counted.compute["cross_check"]["derived_transformer_flops"] == counted.compute["transformer_flops"]
+    if arm.name == "pab":
+        assert derived.compute["attention_skipped"] > 0
+    if arm.name == "few":
+        assert derived.compute["transformer_calls"] == 2  # 1 step x CFG
+
+
+def test_a_table_missing_a_unit_is_never_guessed_from(pipe, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A table measured on a run that skipped nothing has no figure for a skipped block:
+    a run that skips one is counted in full instead of derived."""
+    first = run_arm(pipe, PROMPTS[0], 11, FB0, GEN, 64, count=True, table_key="k0")
+    table = first.measured
+    assert not any(u.endswith("s") and u.startswith("b") for u in table.per_call)
+    r = run_arm(pipe, PROMPTS[0], 11, FB, GEN, 64, count=True, table=table, full=False)
+    assert r.compute["blocks_skipped"] > 0 and r.compute["method"] == "counted"
+    assert r.compute["cross_check"] == {"derived_transformer_flops": None, "equal": False}
+
+
+def test_an_inexact_or_foreign_table_is_not_loaded_as_exact(tmp_path: Path) -> None:
+    from pairflow.compute import FlopTable, load_table, save_table
+
+    save_table(tmp_path, FlopTable("a", {"outer": 5}, 1, 0, False))
+    assert load_table(tmp_path, "a") is not None and not load_table(tmp_path, "a").exact  # type: ignore[union-attr]
+    (tmp_path / "b.json").write_text("{not json")
+    assert load_table(tmp_path, "b") is None
+    assert load_table(tmp_path, "missing") is None
+
+
+@pytest.mark.parametrize("name, model, tflops", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.0), ("NVIDIA H100 PCIe", "H100 PCIe", 756.0),
+    ("NVIDIA H200", "H200 SXM", 989.0), ("NVIDIA GH200 480GB", "GH200", 989.0), ("NVIDIA B200", "B200", 2250.0),
+    ("NVIDIA GB200", "GB200 (per GPU)", 2500.0), ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
+    ("NVIDIA L40S", "L40S", 362.0)])
+def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, model: str, tflops: float) -> None:
+    from pairflow.compute import bf16_peak, estimated_mfu
+
+    assert bf16_peak(name) == (model, tflops * 1e12)
+    mfu = estimated_mfu(tflops * 1e12 * 0.25, 2.0, name)  # a quarter of a second's peak work over 2 s
+    assert mfu is not None and mfu["mfu"] == pytest.approx(0.125) and mfu["convention"].startswith("estimated")
+
+
+def test_an_unknown_gpu_gets_no_mfu_rather_than_a_wrong_one() -> None:
+    from pairflow.compute import estimated_mfu
+
+    assert estimated_mfu(1e12, 1.0, "NVIDIA GeForce RTX 3090") is None
+    assert estimated_mfu(1e12, 0.0, "NVIDIA H100") is None

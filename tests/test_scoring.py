@@ -338,8 +338,16 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     out = tmp_path / "score.json"
     ref = write_context(study.scratch, {"study": study, "scorer": build,
                                         "weight_digests": verify(study.weights.mirror, study_weights(study))})
+    from pairflow.stages import scoring as stage
+
+    stage._FRAMES.clear()
+    before = dict(stage.DECODES)
+    score_task({"context": ref, "record": ctrl, "control": ctrl, "out": str(tmp_path / "c.json"), "candidate": ctrl_c})
     score_task({"context": ref, "record": treat, "control": ctrl, "out": str(out), "candidate": treat_c})
+    # issue 25 item 4: the control is decoded once, for its own scores and as the treatment's reference
+    assert stage.DECODES["decoded"] - before["decoded"] == 2 and stage.DECODES["reused"] - before["reused"] == 1
     rec = read_record(out)
+    assert rec["memory"]["score"]["peak_rss_mb"] > 0 and rec["memory"]["score"]["peak_device_mb"] is None
     assert sorted(rec["scores"]) == ["lpips", "motion_smoothness_proxy", "psnr", "temporal_flickering"]
     lpips = rec["scores"]["lpips"]["spec"]
     assert lpips["kind"] == "FR" and lpips["higher_is_better"] is False
@@ -599,3 +607,77 @@ def test_clip_precision_is_selectable_and_enters_the_scorer_build(tmp_path: Path
         assert clip_precision(study, "cuda") == ("fp32" if p == "fp32" else "fp16")
     assert builds["auto"]["digest"] == builds["fp32"]["digest"] != builds["fp16"]["digest"]
     assert builds["fp16"]["precision"].endswith("CLIP image towers fp16")
+
+
+# --- the slot's device (issue 25 item 1) --------------------------------------------------
+
+def test_a_gpu_slot_scores_on_cuda_and_the_device_enters_the_build(tmp_path: Path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """A job granted GPUs scores on them: its build says cuda (and VBench's fp16 CLIP under
+    auto) and its digest differs from the CPU build's, so a change of device rescores,
+    and one build covers both arms of every pair of the job."""
+    from conftest import small_config
+
+    from pairflow.config import study_from_raw
+    from pairflow.fleet import Grant
+    from pairflow.stages.scoring import scorer_build, scoring_device
+
+    study = study_from_raw(small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)},
+                                        scorers=["background_consistency", "psnr"]), tmp_path)
+    cpu, gpu = scorer_build(study, Grant()), scorer_build(study, Grant(accelerators=("0", "1")))
+    assert scoring_device(Grant()) == "cpu" and scoring_device(None) == "cpu"
+    assert cpu["device"] == "cpu" and gpu["device"] == "cuda"
+    assert gpu["precision"].endswith("CLIP image towers fp16") and cpu["precision"].endswith("fp32")
+    assert "run on the slot GPU (cuda)" in gpu["layout"] and cpu["digest"] != gpu["digest"]
+    assert scorer_build(study, Grant(accelerators=("2", "3")))["digest"] == gpu["digest"]  # which GPUs: not
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: the refusal is for one without")
+def test_a_cuda_build_in_a_worker_without_cuda_is_refused_naming_the_fix() -> None:
+    from pairflow.errors import ScoringError
+
+    with pytest.raises(ScoringError, match=r"scoring device 'cuda': this worker's torch .* sees no CUDA device"):
+        score("temporal_flickering", clip(1), None, ScoreContext(device="cuda"))
+    with pytest.raises(ScoringError, match="'tpu' is not one PairFlow scores on"):
+        score("temporal_flickering", clip(1), None, ScoreContext(device="tpu"))
+
+
+def test_models_are_built_on_the_context_device_and_cached_per_device(test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """The plumbing on CPU: the model a metric loads sits on the device it was asked for,
+    the frames are moved there once as uint8, and the cache keys on the device (a CUDA
+    slot never gets the CPU copy)."""
+    import torch
+
+    from pairflow.scoring import models
+
+    before = models.load.cache_info().currsize
+    model = models.load("dino", str(test_mirror), device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert models.load("dino", str(test_mirror), "fp32", "cpu") is model or models.load.cache_info().currsize > before
+    x = models.float_frames(clip(3, 2, 8, 8), "cpu")
+    assert x.dtype == torch.float32 and x.shape == (2, 3, 8, 8) and x.device.type == "cpu"
+
+
+CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (a GPU slot)")
+
+
+@CUDA
+@pytest.mark.parametrize("name", sorted(WEIGHTED) + ["psnr", "ssim", "ms_ssim"])
+def test_every_metric_scores_on_cuda_as_on_cpu(name: str, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """On a GPU slot every metric runs on CUDA (models and frames there) and agrees with
+    its CPU score to float32 tolerance (TF32 off: pinned by generate.pin_cuda)."""
+    import torch
+
+    from pairflow.generate import pin_cuda
+    from pairflow.scoring import models
+
+    pin_cuda()
+    f, h, w = WEIGHTED.get(name, (3, 176, 176))
+    x, y = clip(4, f, h, w), clip(5, f, h, w)
+    on = {d: score(name, x, y, ScoreContext(mirror=test_mirror, batch=2, device=d)) for d in ("cpu", "cuda")}
+    assert on["cuda"] == pytest.approx(on["cpu"], rel=1e-3, abs=1e-4)
+    if name in WEIGHTED and name not in ("lpips",):
+        key = {"subject_consistency": "dino", "background_consistency": "clip_b32", "aesthetic_quality": "clip_l14",
+               "imaging_quality": "musiq_spaq", "dynamic_degree": "raft_large"}[name]
+        model = models.load(key, str(test_mirror), "fp32", "cuda")
+        assert {p.device.type for p in model.parameters()} == {"cuda"}
+    assert torch.cuda.max_memory_allocated() > 0

@@ -132,3 +132,13 @@ def test_a_client_with_no_cluster_behind_it_is_a_reason_to_skip(tmp_path: Path, 
         run.bench_slurm(1, quick=True)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert "sinfo not found" in (cluster_unavailable() or "")
+
+
+def test_the_allocation_start_is_read_for_whole_job_accounting() -> None:
+    """Issue 25 item 3: under Slurm the busy share's job window opens at the allocation's
+    start (SLURM_JOB_START_TIME), not when the job's Python started."""
+    from pairflow.slurm import allocation
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_START_TIME": "1700000000"}
+    assert allocation(env).start == 1700000000.0  # type: ignore[union-attr]
+    assert allocation({"SLURM_JOB_ID": "7"}).start is None  # type: ignore[union-attr]

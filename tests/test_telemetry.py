@@ -78,13 +78,36 @@ def test_nvml_reader_answers_with_a_reason_or_a_reader():
         assert {r["uuid"] for r in read()}
 
 
-def test_utilisation_is_task_seconds_over_slot_seconds():
-    rec = {"label": "generate t", "window": {"start": 0.0, "end": 10.0}, "nvml": {"status": "none"},
-           "spans": [span(0, 0.0, 8.0), span(1, 0.0, 4.0)],
-           "slots": busy_share([span(0, 0.0, 8.0), span(1, 0.0, 4.0)], (0.0, 10.0))}
+def test_utilisation_is_task_work_over_whole_job_slot_seconds():
+    """Issue 25 item 3: the study's busy share is task work over slot time from the job's
+    start to its end; warm-up, start-up, idle and failed time are beside it, never in it.
+    The Parsl-window share (warm-up busy, start-up outside) is kept, named as such."""
+    from pairflow.telemetry import honest_share
+
+    spans = [{**span(0, 4.0, 6.0), "kind": "warm-up"}, span(0, 6.0, 14.0), span(1, 5.0, 9.0),
+             {**span(1, 9.0, 10.0), "failure": "other"}]
+    window = (4.0, 14.0)
+    rec = {"label": "generate t", "window": {"start": window[0], "end": window[1]}, "nvml": {"status": "none"},
+           "spans": spans, "slots": busy_share(spans, window),
+           "job": honest_share(spans, (0.0, 15.0), ["n1/cpu0", "n1/cpu1"])}
     u = utilisation({"generate:t": rec})
-    assert u["busy_share"] == pytest.approx(12.0 / 20.0)
-    assert u["jobs"][0]["slots"]["n1/cpu1"]["share"] == pytest.approx(0.4)
+    assert u["slot_s"] == 30.0 and u["work_s"] == 12.0 and u["warmup_s"] == 2.0 and u["failed_s"] == 1.0
+    assert u["startup_s"] == 4.0 + 5.0  # job start to each slot's first span
+    assert u["idle_s"] == pytest.approx(30.0 - 12.0 - 2.0 - 1.0 - 9.0)
+    assert u["busy_share"] == pytest.approx(12.0 / 30.0)
+    assert u["window_busy_share"] == pytest.approx(15.0 / 20.0)  # the flattering figure, kept by its name
+    assert u["jobs"][0]["slots"]["n1/cpu0"]["share"] == pytest.approx(1.0)
+
+
+def test_job_window_is_the_slurm_allocation_or_this_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from pairflow.telemetry import job_window, process_start
+
+    start = process_start()
+    assert 0 < time.time() - start < 3600  # this test process started within the hour
+    assert job_window({}, 99.0)[1:] == (99.0, "job process start (/proc/self/stat)")
+    assert job_window({"SLURM_JOB_START_TIME": "1700000000"}, 1700000100.0)[0] == 1700000000.0
 
 
 def test_progress_line_gives_done_rate_and_time_left() -> None:
@@ -124,3 +147,37 @@ def test_phase_watch_logs_each_workers_start_up_phase_and_ready(tmp_path: Path,
     text = caplog.text
     assert "importing torch and diffusers" in text and "ready (import_s 3.2s, load_s 1.5s)" in text
     assert "workers ready 1/1" in text
+
+
+def test_phase_memory_resets_the_host_peak_per_phase() -> None:
+    """Issue 25 item 5: a phase's peak RSS is its own, not the process's: a 200 MiB
+    allocation in one phase shows in that phase and not in the next."""
+    import mmap
+
+    from pairflow.telemetry import PhaseMemory
+
+    mem = PhaseMemory(cuda=False)
+    mem.start("big")
+    block = mmap.mmap(-1, 200 * 2**20)  # fresh pages (a heap allocation may reuse resident free memory)
+    for i in range(0, len(block), 4096):
+        block[i] = 1  # touched: resident
+    mem.stop("big")
+    block.close()
+    mem.start("small")
+    mem.stop("small")
+    peaks = mem.asdict()
+    assert peaks["big"]["host_scope"] == peaks["small"]["host_scope"] == "phase"
+    assert peaks["big"]["peak_rss_mb"] - peaks["small"]["peak_rss_mb"] > 150
+    assert peaks["big"]["peak_device_mb"] is None  # no CUDA in this phase tracker
+
+
+def test_gpu_idle_is_never_reported_as_throttling_and_mig_uuids_are_tried() -> None:
+    from pairflow.telemetry import ThrottleWatch, throttled_during, uuid_names
+
+    assert throttled_during([{"throttle_reasons": ["gpu_idle"]}, {"throttle_reasons": ["sw_power_cap", "gpu_idle"]},
+                             {"unavailable": "no NVML"}]) == ["sw_power_cap"]
+    assert uuid_names("1b2c") == ["1b2c", "GPU-1b2c", "MIG-1b2c"]
+    assert uuid_names("MIG-1b2c") == ["MIG-1b2c", "GPU-1b2c"]
+    with ThrottleWatch(None) as w:  # no device: a no-op that says why
+        pass
+    assert w.reasons == [] and w.status.startswith("unavailable")

@@ -231,20 +231,30 @@ class ArmResult:
     compute: dict[str, Any] | None
     candidates: tuple[dict[str, Any], ...] = ()
     chosen: int | None = None
+    measured: Any = None  # the compute.FlopTable a run counted in full measured, or None
+    memory: Any = None  # telemetry.PhaseMemory over every generation of the arm (denoise, decode)
 
 
 def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: GenerationSpec, tokens: int | None,
-            count: bool = False, verifier: Any = None) -> ArmResult:
+            count: bool = False, verifier: Any = None, table: Any = None, full: bool = True,
+            table_key: str | None = None) -> ArmResult:
     """Run ``arm`` for one pair. Without ``search``: one generation from ``stream_seed``.
     With it: N candidates (``search_seeds``), each generated and scored with ``verifier``
     (a callable uint8 (F, H, W, 3) frames -> float, ``higher_is_better`` attribute), and
-    the best kept (ties: the lowest index). ``count``: count compute (bulk pass only)."""
-    from .compute import ComputeCount
+    the best kept (ties: the lowest index). ``count``: count compute (bulk pass only);
+    ``full``, ``table``: count FLOPs in full (cross-checked against ``table``) or derive
+    them from ``table`` (``compute.counting``). A run counted in full under ``table_key``
+    returns the ``FlopTable`` it measured (``ArmResult.measured``)."""
+    from .compute import ComputeCount, measure
     from .generate import generate
 
     if arm.search is None:
-        r = generate(pipe, prompt, stream_seed, arm, gen, tokens, count=count)
-        return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute)
+        r = generate(pipe, prompt, stream_seed, arm, gen, tokens, count=count, table=table, full=full)
+        measured = None
+        if r.count is not None and r.count.method == "counted" and table_key is not None:
+            measured = measure(r.count, table_key, {r.count.total_flops - r.count.transformer_flops}, {0})
+        return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute, measured=measured,
+                         memory=r.memory)
     if verifier is None:
         raise ConfigError(f"arm {arm.name!r} searches (search: n={arm.search.n}), so run_arm needs its verifier; "
                           "pass arms.verifier_for(arm, study)")
@@ -256,15 +266,28 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
     best: int | None = None
     best_frames: Any = None
     seconds, last = 0.0, None
+    rest: set[int] = set()
+    vseen: set[int] = set()
+    memory: Any = None
     for i, seed in enumerate(search_seeds(stream_seed, arm.search.n)):
-        r = last = generate(pipe, prompt, seed, arm, gen, tokens, count=count)
+        r = last = generate(pipe, prompt, seed, arm, gen, tokens, count=count, table=table, full=full)
+        counted = r.count is not None and r.count.method == "counted"
+        if memory is None:
+            memory = r.memory
+        elif r.memory is not None:
+            memory.merge(r.memory)
         started = time.perf_counter()
         frames, _ = prepare_frames(r.frames, verifier.encoder)
-        value, vflops = verifier(frames, count)
+        value, vflops = verifier(frames, count and (counted or table is None))
+        if count and not counted:
+            vflops = table.verifier  # derived: one scoring's FLOPs from the table
         seconds += r.seconds + time.perf_counter() - started
-        if total is not None and r.compute is not None:
-            total.add(ComputeCount(**{k: v for k, v in r.compute.items() if k != "work_flops"}))
+        if total is not None and r.count is not None:
+            total.add(r.count)
             total.verifier_flops += vflops
+            if counted:
+                rest.add(r.count.total_flops - r.count.transformer_flops)
+                vseen.add(vflops)
         evidence.append({"index": i, "seed": seed, "score": value, "raw_digest": digest_bytes(frames.tobytes()),
                          "generate_s": r.seconds, "compute": r.compute})
         better = best is None or (value > evidence[best]["score"] if verifier.higher_is_better
@@ -274,9 +297,20 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
     if last is None or best is None:
         raise ConfigError(f"arm {arm.name!r}: search n={arm.search.n}; a search needs n >= 1 candidates "
                           f"(set arms.{arm.name}.search.n to 1 or more)")
-    compute = None if total is None else {**total.asdict(), "verifier": arm.search.verifier}
+    compute, measured = None, None
+    if total is not None:
+        methods = {e["compute"]["method"] for e in evidence if e["compute"]}
+        total.method = "counted" if "counted" in methods else "derived"
+        total.table = table.key if table is not None else None
+        checks = [e["compute"]["cross_check"] for e in evidence if e["compute"] and "cross_check" in e["compute"]]
+        if checks:
+            total.cross_check = {"derived_transformer_flops": sum(c["derived_transformer_flops"] or 0 for c in checks),
+                                 "equal": all(c["equal"] for c in checks)}
+        compute = {**total.asdict(), "verifier": arm.search.verifier}
+        if methods == {"counted"} and table_key is not None:
+            measured = measure(total, table_key, rest, vseen)
     return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
-                     best)
+                     best, measured, memory)
 
 
 @dataclass(frozen=True)
@@ -290,12 +324,13 @@ class Verifier:
     mirror: Path | None
     batch: int
     fps: int
+    device: str = "cpu"
 
     def __call__(self, frames: Any, count: bool = False) -> tuple[float, int]:
         """(score, FLOPs the scoring took; 0 when not counted)."""
         from .scoring import ScoreContext, score
 
-        ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps)
+        ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps, device=self.device)
         if not count:
             return float(score(self.name, frames, None, ctx)), 0
         from torch.utils.flop_counter import FlopCounterMode
@@ -309,7 +344,9 @@ def verifier_for(arm: ArmSpec, study: Any) -> Verifier | None:
     """The study's verifier for a search arm, or None for any other arm."""
     if arm.search is None:
         return None
+    from .generate import _device
     from .scoring import metric_spec
 
+    # on the generating worker's device: a search scores where it generates
     return Verifier(arm.search.verifier, metric_spec(arm.search.verifier).higher_is_better, study.encoder,
-                    study.weights.mirror, study.scoring.batch, study.generation.fps)
+                    study.weights.mirror, study.scoring.batch, study.generation.fps, _device())

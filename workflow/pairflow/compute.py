@@ -1,13 +1,26 @@
 """Exact compute per video: block forwards computed vs skipped, and FLOPs.
 
-Counted, never inferred. Hooks on every transformer block (and every attention module
+Counted, never guessed. Hooks on every transformer block (and every attention module
 inside one) see each call; a call is *computed* when any child module of the block ran
 inside it and *skipped* when none did, which is what a diffusers cache does when it
-returns a cached residual or attention output instead of running the block. FLOPs come
-from ``torch.utils.flop_counter.FlopCounterMode`` (matmuls, convolutions and attention,
-exact for the shapes that ran); the transformer's share is read off the counter's total
-before and after each transformer call. Counting runs in the bulk (untimed) pass only:
-the timed pass measures latency without it.
+returns a cached residual or attention output instead of running the block. The hooks
+are cheap; FLOPs are obtained one of two ways, and records say which (``method``):
+
+- ``counted``: ``torch.utils.flop_counter.FlopCounterMode`` runs over the whole pipeline
+  call (matmuls, convolutions and attention, exact for the shapes that ran; about 7x the
+  plain generation time on CPU). A counted run also *measures* a ``FlopTable``: the FLOPs
+  of one call of every hooked unit (the transformer outside its blocks, each block outside
+  its attention, each attention module; computed and skipped separately), the pipeline's
+  FLOPs outside the transformer per generation, and a search verifier's per scoring.
+- ``derived``: hooks only; the FLOPs are the call counts times the table's per-call
+  figures. The table is exact only when every call of a unit gave the same FLOPs in the
+  measuring run (``FlopTable.exact``); an inexact or incomplete table is never used.
+
+Tables are keyed by (model, arm, shape, schedule, library versions) and kept under
+scratch (``load_table``/``save_table``), so a figure is measured once per study, and
+a seeded sample of candidates is counted in full and cross-checked against the derived
+figure (``stages.generation``). Counting runs in the bulk (untimed) pass only: the timed
+pass measures latency without it.
 
 The counts are hardware-independent: the same arm on the same shapes gives the same
 numbers on CPU and GPU, so the compute ratio (treatment FLOPs / control FLOPs) is tested
@@ -17,8 +30,10 @@ on CPU (tests/test_compute.py).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -28,13 +43,17 @@ BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "tem
 (Wan: ``blocks``; CogVideoX, LTX, HunyuanVideo: ``transformer_blocks`` and, for
 HunyuanVideo, ``single_transformer_blocks``)."""
 
+COUNTER = "torch.utils.flop_counter.FlopCounterMode"
+TABLE_VERSION = 1
+
 
 @dataclass
 class ComputeCount:
     """What one or more pipeline calls did in the transformer. ``latent_shape`` is the
     hidden-states shape of the first transformer call without its batch axis (classifier-
     free guidance batches change only the batch), so two arms that start from the same
-    noise show the same shape."""
+    noise show the same shape. ``method``: ``counted`` (FlopCounterMode) or ``derived``
+    (hook counts times a measured ``FlopTable``); ``table``: that table's key."""
 
     blocks_computed: int = 0
     blocks_skipped: int = 0
@@ -46,11 +65,22 @@ class ComputeCount:
     verifier_flops: int = 0
     generations: int = 0
     latent_shape: list[int] | None = None
-    counter: str = "torch.utils.flop_counter.FlopCounterMode"
+    counter: str = COUNTER
+    method: str = "counted"
+    table: str | None = None
+    cross_check: dict[str, Any] | None = None
+    # per unit ("outer", "b<i>c", "b<i>s", "a<j>c", "a<j>s"): calls, and FLOPs seen per call
+    _calls: dict[str, int] = field(default_factory=dict, repr=False)
+    _seen: dict[str, set[int]] = field(default_factory=dict, repr=False)
     _open: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def asdict(self) -> dict[str, Any]:
-        return {**{k: v for k, v in self.__dict__.items() if not k.startswith("_")}, "work_flops": self.work}
+        out = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        if out["cross_check"] is None:
+            del out["cross_check"]
+        if out["table"] is None:
+            del out["table"]
+        return {**out, "work_flops": self.work}
 
     @property
     def work(self) -> int:
@@ -64,6 +94,87 @@ class ComputeCount:
             setattr(self, k, getattr(self, k) + getattr(other, k))
         if self.latent_shape is None:
             self.latent_shape = other.latent_shape
+        for unit, n in other._calls.items():
+            self._calls[unit] = self._calls.get(unit, 0) + n
+        for unit, seen in other._seen.items():
+            self._seen.setdefault(unit, set()).update(seen)
+
+    def tally(self, unit: str, flops: int | None = None) -> None:
+        self._calls[unit] = self._calls.get(unit, 0) + 1
+        if flops is not None:
+            self._seen.setdefault(unit, set()).add(int(flops))
+
+
+@dataclass(frozen=True)
+class FlopTable:
+    """FLOPs per call of every hooked unit, measured by one counted run (see module doc).
+    ``per_call``: unit -> FLOPs of one call; ``rest``: pipeline FLOPs outside the
+    transformer per generation; ``verifier``: FLOPs of one verifier scoring (0 without a
+    search); ``exact``: every call of every unit gave the same FLOPs."""
+
+    key: str
+    per_call: dict[str, int]
+    rest: int
+    verifier: int
+    exact: bool
+
+    def derive(self, count: ComputeCount) -> int | None:
+        """The transformer FLOPs of ``count``'s calls, or None when the table cannot say
+        (inexact, or a unit called that the measuring run never saw)."""
+        if not self.exact or any(unit not in self.per_call for unit in count._calls):
+            return None
+        return sum(n * self.per_call[unit] for unit, n in count._calls.items())
+
+    def asdict(self) -> dict[str, Any]:
+        return {"version": TABLE_VERSION, "key": self.key, "per_call": self.per_call, "rest": self.rest,
+                "verifier": self.verifier, "exact": self.exact, "counter": COUNTER}
+
+
+def measure(count: ComputeCount, key: str, rest: set[int], verifier: set[int]) -> FlopTable:
+    """The ``FlopTable`` a counted run measured: ``count`` summed over its generations,
+    ``rest`` the pipeline FLOPs outside the transformer seen per generation, ``verifier``
+    the FLOPs seen per verifier scoring ({0} without a search)."""
+    exact = all(len(s) == 1 for s in count._seen.values()) and len(rest) == 1 and len(verifier) == 1
+    return FlopTable(key, {u: min(s) for u, s in sorted(count._seen.items())}, min(rest, default=-1),
+                     min(verifier, default=0), exact)
+
+
+def table_key(model: dict[str, Any], arm: dict[str, Any], generation: dict[str, Any], tokens: int | None) -> str:
+    """Digest of what a table's figures depend on: the model's identity, the arm, the
+    effective generation settings (shape and schedule), the text tokens and the torch and
+    diffusers versions (FlopCounterMode's formulas and diffusers' modules)."""
+    import diffusers
+    import torch
+
+    from .identity import digest_obj
+
+    return digest_obj({"v": TABLE_VERSION, "model": model, "arm": arm, "generation": generation, "tokens": tokens,
+                       "torch": torch.__version__, "diffusers": diffusers.__version__})
+
+
+def load_table(folder: Path, key: str) -> FlopTable | None:
+    """The table saved under ``folder`` for ``key``, or None (absent, or from another
+    table version; a table that does not parse is remeasured, never trusted)."""
+    path = Path(folder) / f"{key}.json"
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("version") != TABLE_VERSION or d.get("key") != key:
+        return None
+    return FlopTable(key, {str(k): int(v) for k, v in d["per_call"].items()}, int(d["rest"]), int(d["verifier"]),
+                     bool(d["exact"]))
+
+
+def save_table(folder: Path, table: FlopTable) -> Path:
+    """Write ``table`` atomically under ``folder`` (two workers measuring the same key
+    write the same bytes)."""
+    from .atomic import write_text
+
+    path = Path(folder) / f"{table.key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(table.asdict(), sort_keys=True, indent=1) + "\n")
+    return path
 
 
 def transformer_blocks(transformer: Any) -> list[Any]:
@@ -82,26 +193,44 @@ def _is_attention(module: Any) -> bool:
 
 
 @contextlib.contextmanager
-def counting(transformer: Any) -> Iterator[ComputeCount]:
-    """Count the transformer's block and attention forwards (computed vs skipped) and
-    FLOPs for everything run inside the ``with`` block; hooks are removed on exit, even
-    on error. Yields the ComputeCount being filled."""
+def counting(transformer: Any, table: FlopTable | None = None, full: bool = True) -> Iterator[ComputeCount]:
+    """Count the transformer's block and attention forwards (computed vs skipped) for
+    everything run inside the ``with`` block; hooks are removed on exit, even on error.
+    ``full``: count FLOPs with FlopCounterMode (and, given ``table``, cross-check the
+    figure derived from it: ``count.cross_check``); otherwise derive them from ``table``
+    (``count.transformer_flops`` stays -1 when the table cannot say: the caller counts
+    again in full). Yields the ComputeCount being filled."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    if not full and table is None:
+        raise ValueError("counting(full=False) needs the FlopTable to derive FLOPs from")
     count = ComputeCount()
     handles: list[Any] = []
-    flops = FlopCounterMode(display=False)
-    start: list[int] = []
+    flops = FlopCounterMode(display=False) if full else None
+    total = flops.get_total_flops if flops is not None else None
+    stack: list[list[int]] = []  # per open unit: [flops at entry, FLOPs of nested hooked units]
 
-    def watch(module: Any, computed: str, skipped: str) -> None:
+    def watch(module: Any, unit: str) -> None:
         key = id(module)
 
         def pre(_m: Any, _args: Any) -> None:
             count._open[key] = False
+            if total is not None:
+                stack.append([total(), 0])
 
         def post(_m: Any, _args: Any, _out: Any) -> None:
             ran = count._open.pop(key, False)
-            setattr(count, computed if ran else skipped, getattr(count, computed if ran else skipped) + 1)
+            kind = "blocks" if unit[0] == "b" else "attention"
+            name = f"{kind}_{'computed' if ran else 'skipped'}"
+            setattr(count, name, getattr(count, name) + 1)
+            if total is None:
+                count.tally(f"{unit}{'c' if ran else 's'}")
+                return
+            entered, nested = stack.pop()
+            spent = total() - entered
+            count.tally(f"{unit}{'c' if ran else 's'}", spent - nested)
+            if stack:
+                stack[-1][1] += spent
 
         def child_ran(_m: Any, _args: Any) -> None:
             if key in count._open:
@@ -112,14 +241,17 @@ def counting(transformer: Any) -> Iterator[ComputeCount]:
         for child in module.children():
             handles.append(child.register_forward_pre_hook(child_ran))
 
-    for block in transformer_blocks(transformer):
-        watch(block, "blocks_computed", "blocks_skipped")
+    attention = 0
+    for i, block in enumerate(transformer_blocks(transformer)):
+        watch(block, f"b{i}")
         for sub in block.modules():
             if sub is not block and _is_attention(sub):
-                watch(sub, "attention_computed", "attention_skipped")
+                watch(sub, f"a{attention}")
+                attention += 1
 
     def t_pre(_m: Any, args: Any, kwargs: Any) -> None:
-        start.append(flops.get_total_flops())
+        if total is not None:
+            stack.append([total(), 0])
         if count.latent_shape is None:
             hidden = kwargs.get("hidden_states", args[0] if args else None)
             if hidden is not None and hasattr(hidden, "shape"):
@@ -127,16 +259,74 @@ def counting(transformer: Any) -> Iterator[ComputeCount]:
 
     def t_post(_m: Any, _args: Any, _out: Any) -> None:
         count.transformer_calls += 1
-        count.transformer_flops += flops.get_total_flops() - start.pop()
+        if total is None:
+            count.tally("outer")
+            return
+        entered, nested = stack.pop()
+        spent = total() - entered
+        count.transformer_flops += spent
+        count.tally("outer", spent - nested)
 
     handles.append(transformer.register_forward_pre_hook(t_pre, with_kwargs=True))
     handles.append(transformer.register_forward_hook(t_post))
     try:
-        with flops:
+        with flops if flops is not None else contextlib.nullcontext():
             yield count
-        count.total_flops = int(flops.get_total_flops())
-        count.transformer_flops = int(count.transformer_flops)
         count.generations = max(count.generations, 1)
+        if flops is not None:
+            count.total_flops = int(flops.get_total_flops())
+            count.transformer_flops = int(count.transformer_flops)
+            if table is not None:
+                derived = table.derive(count)
+                count.table = table.key
+                count.cross_check = {"derived_transformer_flops": derived,
+                                     "equal": derived == count.transformer_flops
+                                     and table.rest == count.total_flops - count.transformer_flops}
+        else:
+            assert table is not None
+            derived = table.derive(count)
+            count.method, count.table = "derived", table.key
+            count.transformer_flops = -1 if derived is None else derived
+            count.total_flops = -1 if derived is None else derived + table.rest
     finally:
         for h in handles:
             h.remove()
+
+
+BF16_DENSE_PEAK_TFLOPS: tuple[tuple[str, str, float], ...] = (
+    # (substring of torch's device name, model, dense BF16 tensor-core TFLOP/s from NVIDIA's
+    # datasheets; the "with sparsity" figures are twice these). Most specific names first.
+    ("GH200", "GH200", 989.0),
+    ("GB200", "GB200 (per GPU)", 2500.0),
+    ("B200", "B200", 2250.0),
+    ("H200 NVL", "H200 NVL", 835.0),
+    ("H200", "H200 SXM", 989.0),
+    ("H100 NVL", "H100 NVL", 835.0),
+    ("H100 PCIe", "H100 PCIe", 756.0),
+    ("H100", "H100 SXM", 989.0),
+    ("A100", "A100", 312.0),
+    ("L40S", "L40S", 362.0),
+)
+"""Dense BF16 peaks for estimated MFU (``estimated_mfu``)."""
+
+
+def bf16_peak(device_name: str) -> tuple[str, float] | None:
+    """(model, dense BF16 peak FLOP/s) of the GPU torch names ``device_name``, or None when
+    the table does not know it (then no MFU is estimated rather than a wrong one)."""
+    for needle, model, tflops in BF16_DENSE_PEAK_TFLOPS:
+        if needle.lower() in device_name.lower():
+            return model, tflops * 1e12
+    return None
+
+
+def estimated_mfu(flops: float, latency_s: float, device_name: str) -> dict[str, Any] | None:
+    """Estimated model FLOPs utilisation, the PaLM convention: forward FLOPs actually
+    counted for the call (no backward, no rematerialisation) over the timed latency over
+    the device's dense BF16 peak. "Estimated": the peak is a datasheet figure, not this
+    board's clocks. None when the device is not in ``BF16_DENSE_PEAK_TFLOPS`` or the
+    latency is not positive."""
+    peak = bf16_peak(device_name)
+    if peak is None or latency_s <= 0:
+        return None
+    return {"mfu": flops / latency_s / peak[1], "peak_tflops": peak[1] / 1e12, "gpu": peak[0],
+            "convention": "estimated: counted forward FLOPs / timed latency / datasheet dense BF16 peak (PaLM)"}

@@ -236,7 +236,7 @@ class FleetSpec:
     cpu_workers: int
     retries: int
     idle_timeout_s: int = 120
-    nvml_interval_s: float = 30.0
+    nvml_interval_s: float = 2.0
     stall_timeout_s: float = 600.0
     panel_jobs: str = "combined"
     """``combined``: one job per panel generates and scores; ``per-stage``: one job per stage."""

@@ -96,6 +96,34 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     return pipe
 
 
+def pipeline_imports(model: ModelSpec) -> float:
+    """Import every module the model's pipeline will need, now, and return the seconds it
+    took (about 0 once this process has them). diffusers and transformers import their
+    classes lazily, on first attribute access, so without this the pipeline's own module
+    and each component's (text encoder, tokenizer, VAE, transformer, scheduler) would be
+    imported inside ``from_pretrained`` and booked as model load: 16.6 s of imports
+    against 0.8 s of weights for the embedded tiny model on this machine. Reads the
+    model's ``model_index.json``; a model not on disk yet imports nothing here."""
+    import importlib
+    import json
+
+    index = _model_root(model) / "model_index.json"
+    if not index.is_file():
+        return 0.0
+    started = time.perf_counter()
+    spec = json.loads(index.read_text())
+    import diffusers
+
+    getattr(diffusers, spec.get("_class_name", ""), None)
+    for value in spec.values():
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            try:
+                getattr(importlib.import_module(value[0]), value[1], None)
+            except ImportError:
+                continue  # from_pretrained names the missing library itself
+    return time.perf_counter() - started
+
+
 def cache_class(arm: ArmSpec) -> Any:
     """The installed diffusers cache config class an arm names. Raises ConfigError naming
     the arm, the class, the installed diffusers version and the classes it has."""
@@ -352,6 +380,8 @@ class GenerationResult:
     device: str
     threads: int
     compute: dict[str, Any] | None = None
+    count: Any = None  # the compute.ComputeCount behind ``compute`` (its per-unit FLOPs), or None
+    memory: Any = None  # telemetry.PhaseMemory: peak host RSS and device memory of denoise and decode
 
 
 def _report_step(steps: int) -> Any:
@@ -434,21 +464,35 @@ def check_attention_backend(arm: ArmSpec, device: str) -> None:
 
 
 def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpec,
-             max_sequence_length: int | None = None, count: bool = False) -> GenerationResult:
+             max_sequence_length: int | None = None, count: bool = False, table: Any = None,
+             full: bool = True) -> GenerationResult:
     """Generate one video from a fresh ``torch.Generator`` seeded with ``seed``.
 
     ``gen`` is the study's generation spec; the arm's steps and guidance override it.
     The arm's scheduler, attention backend and cache are applied for this call only and
     always restored afterwards (``pipe`` is shared by every arm of a worker). ``count``:
     count the transformer's work (``compute.counting``; for the bulk pass, never the
-    timed one).
+    timed one): with ``full`` its FLOPs are counted by FlopCounterMode (cross-checked
+    against ``table`` when given), otherwise derived from ``table`` (a ``FlopTable``);
+    a derivation the table cannot make (a unit it never measured) repeats the generation
+    counted in full, so a figure is never missing or guessed.
     """
+    r = _generate(pipe, prompt, seed, arm, gen, max_sequence_length, count, table, full)
+    if r.count is None or r.count.transformer_flops >= 0:
+        return r
+    log.info("arm %s: FLOP table %s lacks a unit this run called; counting it in full", arm.name, table.key)
+    return _generate(pipe, prompt, seed, arm, gen, max_sequence_length, True, table, True)
+
+
+def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpec, max_sequence_length: int | None,
+              count: bool, table: Any, full: bool) -> GenerationResult:
     import contextlib
     import resource
 
     import torch
 
     from .compute import counting
+    from .telemetry import PhaseMemory
 
     eff = effective_generation(arm, gen)
     config = cache_config(arm, pipe)
@@ -470,13 +514,14 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
         if config is not None:
             pipe.transformer.enable_cache(config)
         generator = torch.Generator(device="cpu").manual_seed(seed)
-        counter = counting(pipe.transformer) if count else contextlib.nullcontext()
+        counter = counting(pipe.transformer, table, full) if count else contextlib.nullcontext()
         if device == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
         if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
             kwargs["callback_on_step_end"] = _report_step(eff.steps)
-        with torch.inference_mode(), counter as work:
+        memory = PhaseMemory(device == "cuda")
+        with torch.inference_mode(), counter as work, memory.track(pipe):
             out = pipe(prompt=prompt, negative_prompt=gen.negative_prompt, height=gen.height,
                        width=gen.width, num_frames=gen.frames, num_inference_steps=eff.steps,
                        guidance_scale=eff.guidance, generator=generator, output_type="np", **kwargs)
@@ -502,7 +547,7 @@ def generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSpe
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
     return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
-                            work.asdict() if work is not None else None)
+                            work.asdict() if work is not None else None, work, memory)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:

@@ -177,6 +177,12 @@ class Layout:
         return Path(self.scratch) / "heal"
 
     @property
+    def flop_tables(self) -> Path:
+        """FLOPs per call of each hooked transformer unit, one JSON per table key
+        (``compute.FlopTable``): measured once, then used to derive every bulk run's FLOPs."""
+        return Path(self.scratch) / "flops"
+
+    @property
     def logs(self) -> Path:
         return Path(self.scratch) / "logs"
 

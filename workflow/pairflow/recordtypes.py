@@ -112,6 +112,26 @@ class FrameFields(TypedDict):
     flags: list[str]
 
 
+class CrossCheck(TypedDict):
+    """A fully counted run's FLOPs derived from the table as well (``compute.counting``)."""
+
+    derived_transformer_flops: int | None
+    equal: bool
+
+
+class PhaseMemoryEntry(TypedDict):
+    """One phase's peaks (``telemetry.PhaseMemory``); ``host_scope``: ``phase`` when the
+    host peak was reset at the phase's start, ``process`` where it could not be."""
+
+    peak_rss_mb: float
+    peak_device_mb: float | None
+    host_scope: Literal["phase", "process"]
+
+
+PhaseMemoryFields = dict[str, PhaseMemoryEntry]
+"""Peak memory by phase: denoise, decode, encode (generation records), score (score records)."""
+
+
 class ComputeFields(TypedDict, total=False):
     """The bulk pass's counted work (``compute.py``); every key optional (an uncounted run)."""
 
@@ -128,6 +148,9 @@ class ComputeFields(TypedDict, total=False):
     latent_shape: list[int] | None
     counter: str
     verifier: str
+    method: Literal["counted", "derived"]
+    table: str
+    cross_check: CrossCheck
 
 
 BulkTiming = TypedDict("BulkTiming", {
@@ -197,6 +220,7 @@ class GenerationRecord(Provenance, _Sealed):
     video: VideoFields
     frames: FrameFields
     timing: BulkTiming
+    memory: NotRequired[PhaseMemoryFields]
     worker: dict[str, Any]
     search: NotRequired[SearchRecord]
     arm_model: NotRequired[dict[str, Any]]
@@ -262,6 +286,7 @@ class ScoreRecord(_Sealed):
     scores: dict[str, ScoreEntry]
     scorer: ScorerBuild
     timing: ScoreTiming
+    memory: NotRequired[PhaseMemoryFields]
     worker: dict[str, Any]
 
 

@@ -29,6 +29,7 @@ class AllocationInfo:
     cpus_on_node: int | None
     gpus: tuple[str, ...]
     partition: str | None
+    start: float | None = None  # the allocation's start (SLURM_JOB_START_TIME, Slurm 23.02+), epoch s
 
     def asdict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,7 +45,9 @@ def allocation(environ: dict[str, str]) -> AllocationInfo | None:
     return AllocationInfo(job_id=job, nodes=int(environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1"))),
                           nodelist=environ.get("SLURM_JOB_NODELIST", environ.get("SLURM_NODELIST", "")),
                           cpus_on_node=int(cpus) if cpus and cpus.isdigit() else None, gpus=gpus,
-                          partition=environ.get("SLURM_JOB_PARTITION"))
+                          partition=environ.get("SLURM_JOB_PARTITION"),
+                          start=float(environ["SLURM_JOB_START_TIME"])
+                          if environ.get("SLURM_JOB_START_TIME", "").isdigit() else None)
 
 
 def gpu_map(visible: list[str], alloc: AllocationInfo | None) -> dict[str, str]:

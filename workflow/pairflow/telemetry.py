@@ -160,7 +160,91 @@ def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
     return out
 
 
+def process_start() -> float:
+    """This process's start (epoch seconds), from ``/proc/self/stat`` (the kernel's own
+    record, so nothing before the first line of Python is missed); on a system without
+    /proc, the interpreter's import of this module (later, so the figure flatters less
+    than it could not)."""
+    import os
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
+def job_window(environ: dict[str, str], end: float) -> tuple[float, float, str]:
+    """(start, end, what the start is) of the whole job: under Slurm the allocation's
+    start (``SLURM_JOB_START_TIME``, set by Slurm 23.02+), else this job process's start;
+    ``end`` is the caller's (when the job's work ended)."""
+    slurm = environ.get("SLURM_JOB_START_TIME", "")
+    if slurm.isdigit():
+        return float(slurm), end, "Slurm allocation start (SLURM_JOB_START_TIME)"
+    return process_start(), end, "job process start (/proc/self/stat)"
+
+
+def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: list[str]) -> dict[str, Any]:
+    """The busy share that cannot flatter: task work (warm-up tasks excluded, failed tasks
+    excluded) over slot time for the whole job (every granted slot, from the job's start,
+    ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
+    (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
+    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (tasks that failed)
+    and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
+    start, end = job[0], job[1]
+    length = max(end - start, 1e-9)
+    names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
+    out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1), "work_s": 0.0,
+           "warmup_s": 0.0, "failed_s": 0.0, "startup_s": 0.0}
+    first: dict[str, float] = {}
+    for s in spans:
+        if s.get("started") is None or s.get("finished") is None:
+            continue
+        took = max(0.0, min(s["finished"], end) - max(s["started"], start))
+        key = "warmup_s" if s.get("kind") == "warm-up" else "failed_s" if s.get("failure") else "work_s"
+        out[key] += took
+        k = slot_key(s)
+        first[k] = min(first.get(k, s["started"]), s["started"])
+    out["startup_s"] = sum(max(0.0, min(first.get(k, end), end) - start) for k in names)
+    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["startup_s"])
+    out["busy_share"] = out["work_s"] / out["slot_s"]
+    return out
+
+
 # --- NVML -------------------------------------------------------------------------------
+
+_NVML: dict[str, Any] = {}
+
+
+def _nvml() -> Any:
+    """The ``pynvml`` module, initialised once per process and shut down at exit (each
+    ``nvmlInit`` takes a reference the driver keeps until a matching ``nvmlShutdown``).
+    Raises ImportError without nvidia-ml-py and ``pynvml.NVMLError`` without a driver."""
+    if "module" not in _NVML:
+        import atexit
+
+        import pynvml
+
+        pynvml.nvmlInit()
+        _NVML["module"] = pynvml
+        atexit.register(_nvml_shutdown)
+    return _NVML["module"]
+
+
+def _nvml_shutdown() -> None:
+    pynvml = _NVML.pop("module", None)
+    if pynvml is not None:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
 
 def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     """(read, status): ``read()`` returns one sample per GPU on this node; ``read`` is None
@@ -170,20 +254,17 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     except ImportError:
         return None, "nvidia-ml-py is not installed"
     try:
-        pynvml.nvmlInit()
+        _nvml()
         count = pynvml.nvmlDeviceGetCount()
     except pynvml.NVMLError as e:
         return None, f"NVML unavailable: {e}"
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
 
-    def text(v: Any) -> str:
-        return v.decode() if isinstance(v, bytes) else str(v)
-
     def read() -> list[dict[str, Any]]:
         now, rows = time.time(), []
         for i, h in enumerate(handles):
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            rows.append({"time": now, "index": i, "uuid": text(pynvml.nvmlDeviceGetUUID(h)),
+            rows.append({"time": now, "index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
                          "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
                          "utilization_gpu_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
                          "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
@@ -193,18 +274,50 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     return read, f"NVML {count} GPU(s)"
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 THROTTLE_REASONS = {  # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
+NOT_THROTTLING = frozenset({"gpu_idle"})
+"""Reasons that say the clocks are low because nothing runs: never a slowdown of a timed run."""
+
+
+def uuid_names(uuid: str) -> list[str]:
+    """The spellings NVML may know a device by: torch reports a bare UUID where NVML says
+    ``GPU-<uuid>`` for a whole GPU and ``MIG-<uuid>`` for a MIG instance."""
+    bare = uuid.removeprefix("GPU-").removeprefix("MIG-")
+    return list(dict.fromkeys([uuid, f"GPU-{bare}", f"MIG-{bare}"]))
+
+
+def _handle(pynvml: Any, uuid: str) -> tuple[Any, Any] | None:
+    """(handle for memory and processes, handle of the physical GPU for clocks, power,
+    temperature and throttle reasons) of the device ``uuid``, a whole GPU or a MIG
+    instance; None when NVML has neither."""
+    for name in uuid_names(uuid):
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(name.encode())
+        except pynvml.NVMLError:
+            continue
+        try:
+            mig = bool(pynvml.nvmlDeviceIsMigDeviceHandle(h))
+        except (pynvml.NVMLError, AttributeError):
+            mig = False
+        return h, (pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h) if mig else h)
+    return None
 
 
 def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     """One GPU's state through NVML, found by the UUID torch reports for the device this
-    process uses: SM and memory clocks (MHz), throttle reasons, temperature (C), power
-    (W), memory used (MiB) and the other processes computing on it. Where NVML or the
-    device is unavailable: ``{"unavailable": <reason>}`` (recorded, never raised)."""
+    process uses (a whole GPU or a MIG instance, whose clocks, power, temperature and
+    throttle reasons are its physical GPU's): SM and memory clocks (MHz), throttle
+    reasons, temperature (C), power (W), memory used (MiB) and the other processes
+    computing on it. Where NVML or the device is unavailable: ``{"unavailable": <reason>}``
+    (recorded, never raised)."""
     try:
         import pynvml
     except ImportError:
@@ -212,29 +325,89 @@ def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     if not uuid:
         return {"unavailable": "no CUDA device in this process"}
     try:
-        pynvml.nvmlInit()
-        h = None
-        for name in (uuid, f"GPU-{uuid}"):  # torch prints the UUID without NVML's "GPU-" prefix
-            try:
-                h = pynvml.nvmlDeviceGetHandleByUUID(name.encode() if isinstance(name, str) else name)
-                break
-            except pynvml.NVMLError:
-                continue
-        if h is None:
-            return {"unavailable": f"NVML has no device with UUID {uuid}"}
-        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        _nvml()
+        found = _handle(pynvml, uuid)
+        if found is None:
+            return {"unavailable": f"NVML has no device with UUID {uuid} (tried {', '.join(uuid_names(uuid))})"}
+        h, gpu = found
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(gpu)
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
-                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(gpu, pynvml.NVML_CLOCK_SM),
                 "throttle_reasons": [n for bit, n in THROTTLE_REASONS.items() if reasons & bit],
-                "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-                "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(gpu, pynvml.NVML_TEMPERATURE_GPU),
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(gpu) / 1000.0,
                 "memory_used_mb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                "mig": h is not gpu,
                 "other_processes": [{"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20}
                                     for p in procs if p.pid != own_pid]}
     except pynvml.NVMLError as e:
         return {"unavailable": f"NVML: {e}"}
+
+
+class ThrottleWatch:
+    """Polls the clock-event (throttle) reasons of the GPU ``uuid`` every ``interval_s``
+    on a daemon thread while the ``with`` block runs, so a reason is reported only when it
+    appeared *during* a timed run (``reasons``, ``gpu_idle`` excluded). A no-op (with
+    ``status`` saying why) without NVML or the device."""
+
+    def __init__(self, uuid: str | None, interval_s: float = 0.05) -> None:
+        self.uuid, self.interval_s = uuid, interval_s
+        self.seen: set[str] = set()
+        self.polls = 0
+        self.status = "not started"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu: Any = None
+
+    def _poll(self) -> None:
+        pynvml = _NVML["module"]
+        try:
+            bits = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._gpu)
+        except pynvml.NVMLError:
+            return
+        self.polls += 1
+        self.seen.update(n for bit, n in THROTTLE_REASONS.items() if bits & bit)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._poll()
+
+    def __enter__(self) -> ThrottleWatch:
+        try:
+            import pynvml
+
+            _nvml()
+            found = _handle(pynvml, self.uuid) if self.uuid else None
+        except Exception as e:  # ImportError or NVMLError: recorded, never raised
+            self.status = f"unavailable: {type(e).__name__}: {e}"
+            return self
+        if found is None:
+            self.status = f"unavailable: NVML has no device with UUID {self.uuid}"
+            return self
+        self._gpu = found[1]
+        self.status = "watched"
+        self._poll()
+        self._thread = threading.Thread(target=self._loop, name="throttle-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._poll()
+
+    @property
+    def reasons(self) -> list[str]:
+        return sorted(self.seen - NOT_THROTTLING)
+
+
+def throttled_during(states: list[dict[str, Any]]) -> list[str]:
+    """The throttle reasons in ``states`` (``gpu_state`` readings taken at the end of
+    timed runs) that slow a run down: ``gpu_idle`` excluded."""
+    return sorted({r for s in states for r in s.get("throttle_reasons", []) if r not in NOT_THROTTLING})
 
 
 class Sampler:
@@ -294,9 +467,21 @@ class Sampler:
 
 
 def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: list[dict[str, Any]],
-                    slots: list[str], sampler: Sampler, nvml_status: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``."""
+                    slots: list[str], sampler: Sampler, nvml_status: str, extra: dict[str, Any],
+                    job: tuple[float, float, str] | None = None) -> dict[str, Any]:
+    """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``.
+    ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
+    the Slurm allocation's start (``extra['allocation']['start']``) or this process's
+    start, to now (the job's last work: only its manifest writing follows). ``job`` in
+    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the
+    Parsl window (warm-up counted busy, start-up outside it: what a progress view shows,
+    never the study's figure)."""
+    if job is None:
+        alloc_start = (extra.get("allocation") or {}).get("start")
+        job = ((float(alloc_start), time.time(), "Slurm allocation start (SLURM_JOB_START_TIME)")
+               if alloc_start is not None else (process_start(), time.time(), "job process start (/proc/self/stat)"))
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
+              "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),
               "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary()},
               **extra}
@@ -310,10 +495,17 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
 
 # --- the study's utilisation report ------------------------------------------------------
 
+HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "slot_s")
+
+
 def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Summarise telemetry records (name → record): per job and slot busy share, and the
-    study's busy share (task seconds over allocated slot seconds)."""
+    """Summarise telemetry records (name → record): the study's busy share, task work
+    (warm-up and failed tasks excluded) over slot time for whole jobs (``honest_share``),
+    with start-up, warm-up, idle and failed-task seconds beside it; and, per job and slot,
+    the Parsl-window share (``window_busy_share``: warm-up counted busy, start-up outside
+    the window, so it flatters)."""
     jobs, busy, alloc = [], 0.0, 0.0
+    totals = dict.fromkeys(HONEST, 0.0)
     for name, r in sorted(records.items()):
         slots = r["slots"]
         jobs.append({"job": name, "label": r["label"], "tasks": sum(s.get("kind") != "warm-up" for s in r["spans"]),
@@ -321,20 +513,28 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      "window_s": r["window"]["end"] - r["window"]["start"],
                      "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],
                      "slots": {k: {"share": v["share"], "busy_s": v["busy_s"], "tasks": v["tasks"]}
-                               for k, v in sorted(slots.items())}})
+                               for k, v in sorted(slots.items())},
+                     "whole_job": r.get("job")})
         busy += sum(v["busy_s"] for v in slots.values())
         alloc += sum(v["window_s"] for v in slots.values())
-    return {"jobs": jobs, "busy_s": busy, "allocated_slot_s": alloc,
-            "busy_share": busy / alloc if alloc else None}
+        for k in HONEST:
+            totals[k] += float((r.get("job") or {}).get(k, 0.0))
+    honest = totals["work_s"] / totals["slot_s"] if totals["slot_s"] else None
+    return {"jobs": jobs, "busy_share": honest, **totals,
+            "window_busy_s": busy, "allocated_slot_s": alloc, "window_busy_share": busy / alloc if alloc else None}
 
 
 def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
+    share = u.get("busy_share")
     lines = ["# Slot utilisation", "",
-             "Share of each slot's allocated time spent running tasks (from per-task spans). "
-             "The window runs from asking for workers to the last result, so worker start-up "
-             "and the tail after a slot's last task count as idle.", "",
-             f"Study: {u['busy_share']:.1%} of {u['allocated_slot_s']:.1f} allocated slot-seconds busy."
-             if u["busy_share"] is not None else "Study: no fan-out jobs ran.", "",
+             "Busy share: task work (warm-up and failed tasks excluded) over slot time for whole jobs (from "
+             "the Slurm allocation's start, or the job process's start, to the job's end), from per-task "
+             "spans; start-up, warm-up (imports, model load), idle and failed-task seconds beside it.", "",
+             (f"Study: **{share:.1%}** busy of {u['slot_s']:.1f} slot-seconds; start-up {u['startup_s']:.1f} s, "
+              f"warm-up {u['warmup_s']:.1f} s, idle {u['idle_s']:.1f} s, failed tasks {u['failed_s']:.1f} s. "
+              f"(Over the Parsl window with warm-up counted busy, as earlier reports did: "
+              f"{u['window_busy_share']:.1%}.)") if share is not None and u.get("window_busy_share") is not None
+             else "Study: no fan-out jobs ran.", "",
              "| job | slot | tasks | busy s | window s | busy share |", "|---|---|---|---|---|---|"]
     for j in u["jobs"]:
         for slot, v in j["slots"].items():
@@ -343,3 +543,114 @@ def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
     lines += ["", "NVML: " + "; ".join(sorted({j["nvml"] for j in u["jobs"]})), "", "## Provenance", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(provenance.items())]
     return "\n".join(lines) + "\n"
+
+
+# --- peak memory per phase ----------------------------------------------------------------
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_UNSET = object()
+_STATUS = Path("/proc/self/status")
+
+
+def _host_peak_mb() -> tuple[float, str]:
+    """(peak resident set, what it covers): Linux's VmHWM since the last ``_reset_host``
+    (per phase), else the process's lifetime peak (``ru_maxrss``)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0, "phase"
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "process"
+
+
+def _reset_host() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS (``clear_refs`` 5, Linux >= 4.0)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class PhaseMemory:
+    """Peak host RSS and peak device memory per phase. ``start(phase)`` resets both peaks
+    (the kernel's VmHWM and torch's CUDA peak); ``stop(phase)`` reads them into
+    ``peaks[phase]`` (the larger of any earlier reading: a search's N generations give
+    one peak per phase). On a machine where the host peak cannot be reset, its figure is
+    the process's peak so far and ``peaks[phase]['host_scope']`` says ``process``.
+    ``track(pipe)`` splits a pipeline call into ``denoise`` (everything before the VAE
+    decode: text encoding and the denoising loop) and ``decode``."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.peaks: dict[str, dict[str, Any]] = {}
+
+    def start(self, phase: str) -> None:
+        reset = _reset_host()
+        if self.cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        self.peaks.setdefault(phase, {"peak_rss_mb": 0.0, "peak_device_mb": None,
+                                      "host_scope": "phase" if reset else "process"})
+
+    def stop(self, phase: str) -> None:
+        rss, _ = _host_peak_mb()
+        p = self.peaks[phase]
+        p["peak_rss_mb"] = max(p["peak_rss_mb"], rss)
+        if self.cuda:
+            import torch
+
+            dev = torch.cuda.max_memory_allocated() / 2**20
+            p["peak_device_mb"] = max(p["peak_device_mb"] or 0.0, dev)
+
+    def merge(self, other: PhaseMemory) -> None:
+        for phase, q in other.peaks.items():
+            p = self.peaks.setdefault(phase, dict(q))
+            p["peak_rss_mb"] = max(p["peak_rss_mb"], q["peak_rss_mb"])
+            if q["peak_device_mb"] is not None:
+                p["peak_device_mb"] = max(p["peak_device_mb"] or 0.0, q["peak_device_mb"])
+
+    def track(self, pipe: Any) -> Any:
+        """A context manager: the ``with`` block is a pipeline call of ``pipe``, split at
+        its VAE decode (``vae.decode`` wrapped for the call, restored on exit)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def tracked() -> Any:
+            vae: Any = getattr(pipe, "vae", None)
+            inner = getattr(vae, "decode", None)
+            self.start("denoise")
+            state = {"phase": "denoise"}
+
+            def decode(*args: Any, **kwargs: Any) -> Any:
+                if state["phase"] == "denoise":
+                    self.stop("denoise")
+                state["phase"] = "decode"
+                self.start("decode")
+                try:
+                    return inner(*args, **kwargs)  # type: ignore[misc]
+                finally:
+                    self.stop("decode")
+
+            prev = vae.__dict__.get("decode", _UNSET) if vae is not None else _UNSET  # another wrapper's
+            if inner is not None:
+                vae.decode = decode  # an instance attribute, removed (or the previous one restored) on exit
+            try:
+                yield self
+            finally:
+                if inner is not None:
+                    if prev is _UNSET:
+                        del vae.decode
+                    else:
+                        vae.decode = prev
+                if state["phase"] == "denoise":
+                    self.stop("denoise")
+
+        return tracked()
+
+    def asdict(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self.peaks.items()}

@@ -81,10 +81,14 @@ class MetricSpec:
 @dataclass(frozen=True)
 class ScoreContext:
     """What a metric may use besides frames: the weight mirror, frames per forward pass,
-    the video's frame rate (VBench samples some dimensions by time), the device (only
-    ``cpu`` is implemented; score records say so) and the precision of the CLIP image
-    towers (``fp32``, or ``fp16`` as VBench runs CLIP on GPUs: weights and activations
-    in half precision, layer norms in float32). Every other model runs in float32."""
+    the video's frame rate (VBench samples some dimensions by time), the torch device every
+    model and tensor of a metric lives on (``cpu``, or ``cuda`` in a worker slot that was
+    granted a GPU: ``stages.scoring.scoring_device``; a metric moves its frames there once
+    and runs its batches there) and the precision of the CLIP image towers (``fp32``, or
+    ``fp16`` as VBench runs CLIP on GPUs: weights and activations in half precision, layer
+    norms in float32). Every other model runs in float32. Device and precision are part of
+    the scorer build's digest, so both arms of a pair are scored on one kind of device and
+    a change of device rescores."""
 
     mirror: Path | None = None
     batch: int = 16
@@ -174,6 +178,8 @@ def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
     frames cannot be scored (too few, too small), WeightsError when a needed weight
     file is not in the mirror or differs from its lock."""
     ctx = ctx or ScoreContext()
+    if ctx.device != "cpu":
+        check_device(ctx.device)
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ConfigError(f"metric {name} takes uint8 (F, H, W, 3) frames, got {frames.dtype} {frames.shape}")
     spec = metric_spec(name)
@@ -184,6 +190,20 @@ def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
     value = float(_registered(name)[1](name, frames, reference, ctx))
     progress.report(f"scored {name} on {frames.shape[0]} frames")  # the job's stall check sees it
     return value
+
+
+def check_device(device: str) -> None:
+    """Refuse a scoring device torch cannot use here (ScoringError naming it and why)."""
+    import torch
+
+    from ..errors import ScoringError
+
+    if device.split(":")[0] != "cuda":
+        raise ScoringError(f"scoring device {device!r} is not one PairFlow scores on; it scores on 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ScoringError(f"scoring device {device!r}: this worker's torch {torch.__version__} sees no CUDA device "
+                           f"(CUDA_VISIBLE_DEVICES, driver or a CPU-only wheel); its slot was granted a GPU, so "
+                           "check the node's driver with benchmarks/gpu_check.sh or run the job without a GPU grant")
 
 
 def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:

@@ -28,9 +28,9 @@ SPEC = MetricSpec(name="aesthetic_quality", version="1", kind="NR", higher_is_be
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     import torch.nn.functional as F
 
-    clip_model = models.load("clip_l14", str(ctx.mirror or ""), ctx.clip_precision)
-    head = models.load("aesthetic_head", str(ctx.mirror or ""))
-    x = models.clip_input(models.float_frames(frames))
+    clip_model = models.load("clip_l14", str(ctx.mirror or ""), ctx.clip_precision, ctx.device)
+    head = models.load("aesthetic_head", str(ctx.mirror or ""), device=ctx.device)
+    x = models.clip_input(models.float_frames(frames, ctx.device))
 
     def per_frame(batch: Any) -> Any:
         feats = F.normalize(clip_model.encode_image(batch).float(), dim=-1, p=2)

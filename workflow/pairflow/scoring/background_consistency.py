@@ -24,6 +24,6 @@ SPEC = MetricSpec(name="background_consistency", version="1", kind="NR", higher_
 
 @metric("background_consistency", spec=SPEC)
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
-    model = models.load("clip_b32", str(ctx.mirror or ""), ctx.clip_precision)
-    x = models.clip_input(models.float_frames(frames))
+    model = models.load("clip_b32", str(ctx.mirror or ""), ctx.clip_precision, ctx.device)
+    x = models.clip_input(models.float_frames(frames, ctx.device))
     return consistency(models.batched(model.encode_image, x, ctx.batch))

@@ -73,8 +73,8 @@ def pair_motion(frames: np.ndarray, ctx: Any) -> tuple[list[float], int]:
     if min(frames.shape[1:3]) < MIN_SIDE:
         raise ScoringError(f"dynamic_degree needs frames at least {MIN_SIDE} px on the shorter side (torchvision's "
                            f"RAFT correlation pyramid), got {frames.shape[2]}x{frames.shape[1]}")
-    model = models.load("raft_large", str(ctx.mirror or ""))
-    x = models.float_frames(frames[sample_indices(frames.shape[0], ctx.fps)])
+    model = models.load("raft_large", str(ctx.mirror or ""), device=ctx.device)
+    x = models.float_frames(frames[sample_indices(frames.shape[0], ctx.fps)], ctx.device)
     n = x.shape[0]
     if n < 2:
         return [], n

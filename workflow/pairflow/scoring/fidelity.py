@@ -39,20 +39,21 @@ def build_spec(name: str) -> MetricSpec:
 
 
 @functools.lru_cache(maxsize=8)
-def _metric(name: str) -> Any:
+def _metric(name: str, device: str = "cpu") -> Any:
     import pyiqa
 
-    return pyiqa.create_metric(name, device="cpu", as_loss=False)
+    return pyiqa.create_metric(name, device=device, as_loss=False)
 
 
-def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str = "", batch: int = 16) -> float:
+def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str = "", batch: int = 16,
+             device: str = "cpu") -> float:
     """Mean over frames of pyiqa metric ``name`` of ``frames`` against ``reference``.
 
     Both are uint8 (F, H, W, 3) of the same shape (``scoring.score`` refuses others with
     a PairingError before calling)."""
-    metric = models.load("lpips", mirror) if name == "lpips" else _metric(name)
-    x = models.float_frames(frames) / 255.0
-    y = models.float_frames(reference) / 255.0
+    metric = models.load("lpips", mirror, device=device) if name == "lpips" else _metric(name, device)
+    x = models.float_frames(frames, device) / 255.0
+    y = models.float_frames(reference, device) / 255.0
     idx = np.arange(frames.shape[0])
     per_frame = models.batched(lambda i: metric(x[i], y[i]).reshape(-1), idx, batch)
     return float(per_frame.double().mean())
@@ -61,4 +62,4 @@ def fidelity(name: str, frames: np.ndarray, reference: np.ndarray, mirror: str =
 @metric("psnr", "lpips", spec=build_spec)
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     assert reference is not None  # FR: the registry refuses a missing reference before calling
-    return fidelity(name, frames, reference, str(ctx.mirror or ""), ctx.batch)
+    return fidelity(name, frames, reference, str(ctx.mirror or ""), ctx.batch, ctx.device)

@@ -34,7 +34,7 @@ def longer_side_512(x: Any) -> Any:
 
 @metric("imaging_quality", spec=SPEC)
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
-    model = models.load("musiq_spaq", str(ctx.mirror or ""))
-    x = longer_side_512(models.float_frames(frames))
+    model = models.load("musiq_spaq", str(ctx.mirror or ""), device=ctx.device)
+    x = longer_side_512(models.float_frames(frames, ctx.device))
     per_frame = models.batched(lambda b: model(b).reshape(-1), x, ctx.batch)
     return float(per_frame.double().mean() / 100.0)

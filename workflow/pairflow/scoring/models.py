@@ -113,9 +113,10 @@ def _use_dino_pos_embed(model: Any) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def load(name: str, mirror: str, precision: str = "fp32") -> Any:
+def load(name: str, mirror: str, precision: str = "fp32", device: str = "cpu") -> Any:
     """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
-    ``mirror``, in eval mode on CPU; cached for the life of the process. Every model is
+    ``mirror``, in eval mode on ``device`` (the worker's: ``ScoreContext.device``);
+    cached per (name, mirror, precision, device) for the life of the process. Every model is
     float32 except the CLIP towers under ``precision='fp16'`` (VBench's on GPU: openai-clip's
     ``convert_weights``, so weights and activations are half precision and layer norms
     compute in float32). Raises ConfigError for an unknown precision."""
@@ -178,19 +179,22 @@ def load(name: str, mirror: str, precision: str = "fp32") -> Any:
         import pyiqa
 
         with _torch_hub_dir(Path(mirror) / "torch" / "hub"):
-            model = pyiqa.create_metric("lpips", device="cpu", as_loss=False,
+            model = pyiqa.create_metric("lpips", device=device, as_loss=False,
                                         pretrained_model_path=_path(mirror, "lpips_alex_v01"))
     else:
         raise ConfigError(f"scorer model {name!r} is not known to pairflow.scoring.models.load; known: "
                           f"{', '.join(sorted(_NEEDS))}; a metric module must name one of these")
-    return model.eval()
+    return model.eval().to(device)
 
 
-def float_frames(frames: np.ndarray) -> Any:
-    """uint8 (F, H, W, 3) → float32 (F, 3, H, W) of 0-255 values (VBench's load_video)."""
+def float_frames(frames: np.ndarray, device: str = "cpu") -> Any:
+    """uint8 (F, H, W, 3) → float32 (F, 3, H, W) of 0-255 values (VBench's load_video)
+    on ``device``: the uint8 frames are moved once (a quarter of the float bytes), then
+    converted there; every batch of the metric then slices that one tensor."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).to(torch.float32)
+    x = torch.from_numpy(np.ascontiguousarray(frames))
+    return x.to(device, non_blocking=False).permute(0, 3, 1, 2).to(torch.float32)
 
 
 def clip_input(x: Any, n_px: int = 224) -> Any:

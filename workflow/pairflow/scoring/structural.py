@@ -69,12 +69,13 @@ def _taps() -> np.ndarray:
     return taps
 
 
-def luma(frames: np.ndarray) -> Any:
-    """uint8 (F, H, W, 3) RGB → float64 torch tensor (F, 1, H, W) of BT.709 luma, 0-255."""
+def luma(frames: np.ndarray, device: str = "cpu") -> Any:
+    """uint8 (F, H, W, 3) RGB → float64 torch tensor (F, 1, H, W) of BT.709 luma, 0-255,
+    on ``device`` (the uint8 frames are moved, then converted there)."""
     import torch
 
-    w = torch.tensor(BT709_LUMA, dtype=torch.float64)
-    x = torch.from_numpy(np.array(frames, dtype=np.float64))  # a copy: decoded frames are read-only buffers
+    w = torch.tensor(BT709_LUMA, dtype=torch.float64, device=device)
+    x = torch.from_numpy(np.array(frames)).to(device).to(torch.float64)  # a copy: decoded frames are read-only
     return (x @ w).unsqueeze(1)
 
 
@@ -83,7 +84,7 @@ def _filter(x: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
-    g = torch.from_numpy(_taps())
+    g = torch.from_numpy(_taps()).to(x.device)
     x = F.conv2d(x, g.view(1, 1, 1, -1))
     return F.conv2d(x, g.view(1, 1, -1, 1))
 
@@ -110,7 +111,7 @@ def ms_ssim_frames(x: Any, y: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
-    w = torch.tensor(MS_WEIGHTS, dtype=torch.float64)
+    w = torch.tensor(MS_WEIGHTS, dtype=torch.float64, device=x.device)
     factors = []
     for j in range(len(MS_WEIGHTS)):
         s, cs = _ssim_cs(x, y)
@@ -120,7 +121,7 @@ def ms_ssim_frames(x: Any, y: Any) -> Any:
     return (torch.sign(f) * f.abs() ** w).prod(dim=1)
 
 
-def structural(name: str, frames: np.ndarray, reference: np.ndarray, batch: int = 16) -> float:
+def structural(name: str, frames: np.ndarray, reference: np.ndarray, batch: int = 16, device: str = "cpu") -> float:
     """Mean over frames of ``name`` (``ssim`` or ``ms_ssim``) of ``frames`` against ``reference``.
 
     Both are uint8 (F, H, W, 3) of one shape (``scoring.score`` refuses others with a
@@ -135,12 +136,12 @@ def structural(name: str, frames: np.ndarray, reference: np.ndarray, batch: int 
                               else " (an 11-tap window)") + f", got {frames.shape[2]}x{frames.shape[1]}")
     fn = ms_ssim_frames if name == "ms_ssim" else ssim_frames
     with torch.inference_mode():
-        per_frame = torch.cat([fn(luma(frames[i:i + batch]), luma(reference[i:i + batch]))
-                               for i in range(0, frames.shape[0], batch)])
+        x, y = luma(frames, device), luma(reference, device)  # each moved once
+        per_frame = torch.cat([fn(x[i:i + batch], y[i:i + batch]) for i in range(0, frames.shape[0], batch)])
     return float(per_frame.mean())
 
 
 @metric("ssim", "ms_ssim", spec=build_spec)
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
     assert reference is not None  # FR: the registry refuses a missing reference before calling
-    return structural(name, frames, reference, ctx.batch)
+    return structural(name, frames, reference, ctx.batch, ctx.device)

@@ -42,6 +42,6 @@ def consistency(features: Any) -> float:
 
 @metric("subject_consistency", spec=SPEC)
 def score(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: ScoreContext) -> float:
-    model = models.load("dino", str(ctx.mirror or ""))
-    x = models.dino_input(models.float_frames(frames))
+    model = models.load("dino", str(ctx.mirror or ""), device=ctx.device)
+    x = models.dino_input(models.float_frames(frames, ctx.device))
     return consistency(models.batched(model, x, ctx.batch))

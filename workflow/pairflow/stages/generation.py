@@ -36,6 +36,7 @@ from ..recordtypes import (
     ComputeFields,
     GenerationRecord,
     GenerationSettings,
+    PhaseMemoryFields,
     Provenance,
     VideoFields,
 )
@@ -84,7 +85,9 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
     worker's records) the seconds spent on each."""
     from .. import generate as g
 
-    import_s = timed_imports(("torch", "diffusers"))
+    # imports include the pipeline's lazily imported modules (generate.pipeline_imports),
+    # so load_s is the weights alone
+    import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(payload["model"])
     started = time.perf_counter()
     g.load_pipeline(payload["model"], payload["dtype"], payload["threads"])
     WARM_UP.update({"import_s": import_s, "load_s": time.perf_counter() - started})
@@ -94,24 +97,27 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
     from .. import generate as g
-    from ..arms import arm_model, arm_pipeline, run_arm, verifier_for
+    from ..arms import arm_model, arm_pipeline
     from ..fleet import worker_identity
+    from ..telemetry import PhaseMemory
     from ..video import encode, prepare_frames
 
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
     c: Candidate = payload["candidate"]
-    import_s = timed_imports(("torch", "diffusers"))
+    import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(arm_model(c.arm, study.model))
     loaded = time.perf_counter()
     pipe = arm_pipeline(c.arm, study.model, study.generation)
     load_s = time.perf_counter() - loaded
     tokens = g.text_tokens(pipe, study.generation)
     # The bulk pass counts the transformer's work (compute.counting); the timed pass does not.
-    result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
-                     verifier=verifier_for(c.arm, study))
+    result = counted_run(study, c, pipe, tokens, payload.get("flops_check", True))
     frames, stats = prepare_frames(result.frames, study.encoder)
+    memory = result.memory or PhaseMemory(result.device == "cuda")
     started = time.perf_counter()
+    memory.start("encode")
     info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    memory.stop("encode")
     encode_s = time.perf_counter() - started
     prov: Provenance = shared["provenance"]
     record: GenerationRecord = {
@@ -133,6 +139,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         # are under worker.warm_up.
         "timing": {"pass": "bulk", "import_s": import_s, "load_s": load_s, "generate_s": result.seconds,
                    "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
+        # peak host RSS and device memory per phase (telemetry.PhaseMemory)
+        "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
                    "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
         "code": prov["code"], "environment": prov["environment"], "model": prov["model"],
@@ -149,6 +157,63 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         record["arm_model"] = {**m.identity(), "weights": g.model_digests(m), "path": str(m.path)}
     write_record(record_path(study, c), record)
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
+
+
+def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, check: bool) -> Any:
+    """Run ``c``'s arm counting its compute: FLOPs derived from the table for its key
+    (``compute.table_key``) when one exact table is saved, else counted in full and the
+    table measured and saved. ``check``: count in full even with a table and cross-check
+    the derived figure; a mismatch saves the table as inexact, so every later run of
+    that key is counted in full (a figure is never derived from a table that was wrong)."""
+    from .. import compute
+    from ..arms import arm_model, run_arm, verifier_for
+    from ..layout import Layout
+
+    folder = Layout(study.scratch).flop_tables
+    eff = _effective(c, study)
+    key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens)
+    table = _TABLES.get(key) or compute.load_table(folder, key)
+    full = check or table is None or not table.exact
+    result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
+                     verifier=verifier_for(c.arm, study), table=table, full=full, table_key=key)
+    cross = (result.compute or {}).get("cross_check")
+    if cross is not None and not cross["equal"] and table is not None and table.exact:
+        log.warning("FLOP table %s disagrees with full counting for %s (derived %s, counted %s); later runs of "
+                    "this key are counted in full", key, c.key.candidate_id, cross["derived_transformer_flops"],
+                    (result.compute or {}).get("transformer_flops"))
+        table = compute.FlopTable(key, table.per_call, table.rest, table.verifier, False)
+        compute.save_table(folder, table)
+    elif result.measured is not None and table is None:
+        table = result.measured
+        compute.save_table(folder, table)
+    if table is not None:
+        _TABLES[key] = table
+    return result
+
+
+_TABLES: dict[str, Any] = {}
+"""This worker's FLOP tables by key (``counted_run``), so each is read from scratch once."""
+
+
+def _effective(c: Candidate, study: StudySpec) -> dict[str, Any]:
+    """The generation settings ``c``'s arm runs with, as records carry them."""
+    from .. import generate as g
+
+    return dict(generation_settings(g.effective_generation(c.arm, study.generation)))
+
+
+def flop_checks(cands: list[Candidate], seed: int) -> set[str]:
+    """The seeded sample of candidates counted in full and cross-checked against their
+    derived FLOPs: per arm of the panel, the candidate whose xxh3 of (seed, candidate id)
+    is smallest, so the same one is checked however the job's tasks are split or rerun."""
+    from ..identity import digest_obj
+
+    best: dict[str, tuple[str, str]] = {}
+    for c in cands:
+        d = digest_obj(["flop-check", seed, c.key.candidate_id])
+        if c.arm.name not in best or d < best[c.arm.name][0]:
+            best[c.arm.name] = (d, c.key.candidate_id)
+    return {cid for _, cid in best.values()}
 
 
 def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
@@ -178,7 +243,8 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
         log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),
                  len(todo_all) - len(todo), len(todo))
         ref = write_context(study.scratch, generation_context(study))
-        return [generation_payload(ref, c) for c in todo]
+        checks = flop_checks(todo_all, study.stats.seed)
+        return [generation_payload(ref, c, checks) for c in todo]
 
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
                         telemetry_path(study, panel_name, "generate"),
@@ -212,9 +278,11 @@ def generation_context(study: StudySpec) -> dict[str, Any]:
     return {"study": study, "provenance": provenance(study)}
 
 
-def generation_payload(ref: Any, c: Candidate) -> dict[str, Any]:
-    """One generation task's payload: the shared context's reference and the candidate."""
-    return {"context": ref, "candidate": c, "identity": task_identity(c), "stage": "generate"}
+def generation_payload(ref: Any, c: Candidate, checks: set[str]) -> dict[str, Any]:
+    """One generation task's payload: the shared context's reference, the candidate and
+    whether its FLOPs are counted in full and cross-checked (``flop_checks``)."""
+    return {"context": ref, "candidate": c, "identity": task_identity(c), "stage": "generate",
+            "flops_check": c.key.candidate_id in checks}
 
 
 def warm_payload(study: StudySpec) -> dict[str, Any]:

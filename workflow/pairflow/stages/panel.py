@@ -41,6 +41,7 @@ from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
 from .generation import (
     finish_generation,
+    flop_checks,
     generate_task,
     generation_context,
     generation_payload,
@@ -144,7 +145,8 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
         the score tasks that can run now (both videos of the pair already complete)."""
         todo.extend(incomplete(study, todo_all, records))
         ref.append(write_context(study.scratch, {**generation_context(study), **shared}))
-        tasks: list[dict[str, Any] | Task] = [generation_payload(ref[0], c) for c in todo]
+        checks = flop_checks(todo_all, study.stats.seed)
+        tasks: list[dict[str, Any] | Task] = [generation_payload(ref[0], c, checks) for c in todo]
         tasks += scores_ready(todo_all)
         # The per-stage jobs' log lines, so a log reads the same whichever job ran.
         log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),

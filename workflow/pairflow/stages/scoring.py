@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from ..recordtypes import (
     Decoding,
     GenerationRecord,
     MetricSpecFields,
+    PhaseMemoryFields,
     ScoreEntry,
     ScorerBuild,
     ScoreRecord,
@@ -73,6 +75,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
     from ..identity import digest_file, digest_tree
 
     accelerators = grant.accelerators if grant else ()
+    device = scoring_device(grant)
     workers = len(accelerators) or study.fleet.cpu_workers
     # The kind and count of slots, never which GPU indices: panels scored on different
     # GPUs of one study share a build, so their pairs pool.
@@ -92,11 +95,11 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
         "weights_origin": lock.origin if lock else None,
         "static_filter": study.scoring.static_filter,
         "decode": study.scoring.decode,
-        "device": "cpu", "precision": f"float32; CLIP image towers {clip_precision(study, 'cpu')}",
+        "device": device, "precision": f"float32; CLIP image towers {clip_precision(study, device)}",
         "threads": study.scoring.threads, "batch": study.scoring.batch,
         "workers": workers,
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
-                   "and run on CPU"),
+                   f"and run on {'the slot GPU (cuda)' if device == 'cuda' else 'CPU'}"),
     }
     return cast(ScorerBuild, {**build, "digest": digest_obj(build)})
 
@@ -140,6 +143,12 @@ DECODING_MEANING = {
 }
 
 
+def scoring_device(grant: Grant | None) -> str:
+    """Where this job's metrics run: ``cuda`` when its slots were granted accelerators
+    (one worker per GPU, each seeing only its own as ``cuda``), else ``cpu``."""
+    return "cuda" if grant is not None and grant.accelerators else "cpu"
+
+
 def clip_precision(study: StudySpec, device: str = "cpu") -> str:
     """The CLIP towers' precision: ``scoring/clip_precision``, where ``auto`` is fp32 on
     CPU and fp16 (VBench's) on CUDA."""
@@ -165,6 +174,34 @@ def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
     return dict(WARM_UP)
 
 
+FRAME_CACHE_BYTES = 1 << 30
+"""The most decoded frames a scoring worker keeps (``decoded``): a pair's control video
+at 480p x 81 frames is 97 MiB, so a few pairs' controls stay while their treatments score."""
+_FRAMES: OrderedDict[tuple[str, str], Any] = OrderedDict()
+DECODES: dict[str, int] = {"decoded": 0, "reused": 0}
+"""This worker's decodes and cache hits (``decoded``), for tests and records."""
+
+
+def decoded(digest: str, matrix: str, read: Any) -> Any:
+    """The frames of the video whose content digest is ``digest`` decoded with ``matrix``:
+    ``read()`` on first use, then from this worker's cache (least recently used first out,
+    at most ``FRAME_CACHE_BYTES``), so a pair's control is decoded once for every
+    treatment this worker scores against it. Keyed by the digest the generation record
+    verified, so a changed video is never served from the cache. Metrics are pure
+    functions of their frames (``scoring``), so a cached array is never altered."""
+    key = (digest, matrix)
+    if key in _FRAMES:
+        _FRAMES.move_to_end(key)
+        DECODES["reused"] += 1
+        return _FRAMES[key]
+    frames = read()
+    DECODES["decoded"] += 1
+    _FRAMES[key] = frames
+    while sum(f.nbytes for f in _FRAMES.values()) > FRAME_CACHE_BYTES and len(_FRAMES) > 1:
+        _FRAMES.popitem(last=False)
+    return frames
+
+
 def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: score one candidate's video (and against its control for FR metrics).
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
@@ -173,6 +210,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     from ..fleet import worker_identity
     from ..scoring import ScoreContext, metric_spec, score
     from ..scoring.models import LOAD_COUNTS
+    from ..telemetry import PhaseMemory
     from ..video import read_video
 
     shared = load_context(payload["context"])
@@ -180,20 +218,24 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
+    device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
-        return read_video(panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
-                          frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"],
-                          fps=g.fps, matrix=matrix)
+        return decoded(r["video"]["digest"], matrix, lambda: read_video(
+            panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+            frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"], fps=g.fps,
+            matrix=matrix))
 
     started = time.perf_counter()
+    memory = PhaseMemory(device == "cuda")
+    memory.start("score")  # decoding and every metric of this candidate
     names = expected_scores(study, arm_of(rec))
     decoding = {name: metric_decoding(study, name) for name in names}
     wanted = set(decoding.values()) | {metric_decoding(study, "temporal_flickering")}
     frames = {m: decode(rec, m) for m in sorted(wanted)}
     ref = decode(ctrl) if rec["arm"]["name"] != "control" else None  # FR metrics: always BT.709
-    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps,
-                       clip_precision=clip_precision(study, "cpu"))
+    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps, device=device,
+                       clip_precision=clip_precision(study, device))
     digests = shared["weight_digests"]
     scores: dict[str, ScoreEntry] = {
         name: {"value": score(name, frames[decoding[name]], ref, ctx),
@@ -206,6 +248,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
         scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
+    memory.stop("score")
     static = cast(StaticFilter, study.scoring.static_filter)  # an enum in the config schema
     record: ScoreRecord = {
         "kind": "score",
@@ -219,6 +262,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "scores": scores,
         "scorer": shared["scorer"],
         "timing": {"score_s": time.perf_counter() - started},
+        "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
     }
     write_record(Path(payload["out"]), record)

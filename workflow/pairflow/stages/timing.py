@@ -205,9 +205,14 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
         torch.cuda.reset_peak_memory_stats()
         measured["gpu_before"] = gpu_state(uuid, os.getpid())
-    with PhaseClock(pipe, cuda) as clock:
+    from ..telemetry import ThrottleWatch
+
+    watch = ThrottleWatch(uuid if cuda else None)
+    with watch, PhaseClock(pipe, cuda) as clock:
         result = call()
     phases = clock.seconds()
+    if cuda:  # throttle reasons seen while the run ran (polled by NVML), gpu_idle excluded
+        measured["throttled"] = {"reasons": watch.reasons, "polls": watch.polls, "status": watch.status}
     # On CUDA the events' total is the latency (the device's own clock between the call's
     # first and last work, after a synchronise); on CPU the call's wall time.
     measured["seconds"] = phases["total"] if cuda else result.seconds
@@ -332,7 +337,8 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
-    gpu: list[dict[str, Any]] = [{k: x[k] for k in ("round", "gpu_before", "gpu_after", "peak_device_mb") if k in x}
+    gpu: list[dict[str, Any]] = [{k: x[k] for k in ("round", "gpu_before", "gpu_after", "throttled", "peak_device_mb")
+                                  if k in x}
                                  for x in runs]
     record: TimingRecord = {
         "kind": "timing", "sampled": True,
