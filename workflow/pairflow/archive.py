@@ -133,7 +133,8 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     snapshot = dest / "snapshots" / snapshot_id(dest, digest_obj(digests).split(":", 1)[1][:16])
     path = snapshot / ARCHIVE_MANIFEST
     legacy = path.is_file() and "packs" not in json.loads(path.read_text())
-    panels = {p.name for p in (src / "panels").iterdir() if p.is_dir()} if (src / "panels").is_dir() else set()
+    tree = Layout(src).panels
+    panels = {p.name for p in tree.iterdir() if p.is_dir()} if tree.is_dir() else set()
     groups: dict[str, dict[str, str]] = {}
     loose: dict[str, str] = {}
     for rel, want in digests.items():
