@@ -115,3 +115,18 @@ def test_tracker_is_off_by_default_and_a_missing_package_names_key_package_and_f
     msg = str(e.value)
     assert "config/config.yaml: key 'report/tracker' is 'mlflow'" in msg
     assert "mlflow package is not installed" in msg and "`pip install mlflow-skinny`" in msg
+
+
+def test_check_config_refuses_the_tracker_without_its_package(tmp_path: Path, tiny_model: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from pairflow.cli import main
+
+    cfg = small_config(tmp_path, tiny_model)
+    cfg["report"] = {"tracker": "mlflow"}
+    path = write_config(tmp_path, cfg)
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    assert main(["check-config", str(path), "--directory", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "key 'report/tracker' is 'mlflow'" in err and "`pip install mlflow-skinny`" in err
+    assert len(err.strip().splitlines()) == 1
