@@ -44,6 +44,7 @@ localrules:
     study_stats,
     plots,
     gallery,
+    track,
     utilisation,
     archive,
     repeatability,
@@ -56,4 +57,5 @@ rule all:
         STUDY_TABLE,
         STUDY_TABLE_HTML,
         GALLERY,
+        TRACKERS,
     default_target: True

@@ -216,6 +216,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "check-config":
         from .arms import check_arms
         from .config import load_study
+        from .tracker import require as require_tracker
 
         if args.config is not None and args.configfile is not None and args.config != args.configfile:
             raise ConfigError(f"check-config was given two configs, {args.config} and --configfile "
@@ -227,6 +228,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
                               "runs in (the project)")
         s = load_study(config, directory)
         check_arms(s.arms, s.model)
+        require_tracker(s, str(config))  # report/tracker's package, as planning checks it
         n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
         print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
               f"resolved against {directory}")

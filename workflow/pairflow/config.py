@@ -266,6 +266,16 @@ class ScoringSpec:
 
 
 @dataclass(frozen=True)
+class ReportSpec:
+    """What follows the study table and gallery: ``tracker`` is ``none`` or ``mlflow``
+    (rule ``track``, ``pairflow.tracker``); ``tracker_uri`` the MLflow tracking URI, or
+    None for MLflow's own (``MLFLOW_TRACKING_URI``)."""
+
+    tracker: Literal["none", "mlflow"] = "none"
+    tracker_uri: str | None = None
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """A whole validated study. ``raw`` is the defaults-filled config mapping."""
 
@@ -286,6 +296,7 @@ class StudySpec:
     weights: WeightsSpec
     scoring: ScoringSpec
     raw: dict[str, Any] = field(hash=False, compare=False)
+    report: ReportSpec = ReportSpec()
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickles (job contexts, named by their bytes' digest) never carry the memos below.
@@ -629,7 +640,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                                  tuple(raw["repeatability"]["panels"]) or tuple(p.name for p in panels)),
         fleet=FleetSpec(**raw["fleet"]),
         weights=WeightsSpec(resolve(raw["weights"]["mirror"]) if raw["weights"]["mirror"] else None),
-        scoring=ScoringSpec(**raw["scoring"]), raw=raw)
+        scoring=ScoringSpec(**raw["scoring"]), raw=raw, report=ReportSpec(**raw["report"]))
 
 
 SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",

@@ -21,6 +21,7 @@ path is deterministic (dates go inside files, never into names)::
         stats.json, table.md, table.html, manifest.json, timing.json, archived.json
         utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
         gallery.html                       the video gallery (filmstrips inlined)
+        tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
       contexts/<digest>.pkl                study context shared by a job's tasks
       checks/arms.json                     the arms passed their check (rule check_arms)
@@ -152,6 +153,11 @@ class Layout:
     def gallery(self) -> Path:
         """The video gallery: one HTML page, filmstrips inlined (``gallery.py``)."""
         return self.study / "gallery.html"
+
+    @property
+    def tracked(self) -> Path:
+        """The tracker run that rule ``track`` logged (``tracker.py``; report/tracker)."""
+        return self.study / "tracked.json"
 
     # --- shared folders ---------------------------------------------------------------------
     @property

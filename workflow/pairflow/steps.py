@@ -277,6 +277,16 @@ def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
              used["bytes"] / 2**20)
 
 
+def track(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path, manifest: Path, out: Path) -> None:
+    """Log the study table, headline numbers and gallery to the tracker ``report/tracker``
+    names (``track.py``), tagged with the study manifest's root digest."""
+    from .tracker import log_study
+
+    run = log_study(study, stats_json, table_md, gallery, manifest, out)
+    log.info("tracker: %s run %s in experiment %s at %s", run["tracker"], run["run_id"], run["experiment_id"],
+             run["tracking_uri"])
+
+
 def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
     telemetry records; one job per panel under ``fleet.panel_jobs: combined``), the timed

@@ -20,6 +20,7 @@ from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
+from pairflow.tracker import require as require_tracker  # noqa: E402
 
 
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
@@ -41,6 +42,7 @@ CONFIGFILES = [str(as_named(f)) for f in workflow.overwrite_configfiles or ["con
 try:
     check_config_files(CONFIGFILES)
     STUDY = study_from_raw(config, Path.cwd(), source=", ".join(CONFIGFILES))
+    require_tracker(STUDY, ", ".join(CONFIGFILES))  # report/tracker's package, where rule track runs
 except PairFlowError as e:
     logger.error(f"error: {e}")
     sys.exit(3)
@@ -65,6 +67,9 @@ STUDY_TABLE_HTML = str(LAYOUT.study_table(".html"))
 STUDY_MANIFEST = str(LAYOUT.study_manifest)
 PLOTS = str(LAYOUT.plots)
 GALLERY = str(LAYOUT.gallery)
+TRACKED = str(LAYOUT.tracked)
+# Rule track logs to the tracker only when report/tracker names one (default none).
+TRACKERS = [TRACKED] if STUDY.report.tracker != "none" else []
 ARCHIVE_DONE = str(LAYOUT.archived)
 UTILISATION = str(LAYOUT.utilisation())
 UTILISATION_MD = str(LAYOUT.utilisation(".md"))

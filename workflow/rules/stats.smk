@@ -60,3 +60,23 @@ rule gallery:
         "../../envs/pairflow.yaml"
     script:
         "../scripts/gallery.py"
+
+
+# Only a target when report/tracker names a tracker (rule all's TRACKERS). No conda:
+# directive: it runs where Snakemake runs, whose Python has the tracker's package
+# (checked at planning, common.smk), which envs/pairflow.yaml never installs.
+rule track:
+    input:
+        stats=STUDY_STATS,
+        table=STUDY_TABLE,
+        html=STUDY_TABLE_HTML,
+        gallery=GALLERY,
+        manifest=STUDY_MANIFEST,
+    output:
+        tracked=TRACKED,
+    benchmark:
+        str(LAYOUT.benchmark("track", "study"))
+    log:
+        f"{LOGS}/track.log",
+    script:
+        "../scripts/track.py"
