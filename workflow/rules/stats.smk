@@ -62,9 +62,10 @@ rule gallery:
         "../scripts/gallery.py"
 
 
-# Only a target when report/tracker names a tracker (rule all's TRACKERS). No conda:
-# directive: it runs where Snakemake runs, whose Python has the tracker's package
-# (checked at planning, common.smk), which envs/pairflow.yaml never installs.
+# Only a target when report/tracker names a tracker (rule all's TRACKERS). The tracker's
+# package is never a dependency: with the .venv it must be installed there (checked at
+# planning, common.smk); under --software-deployment-method conda add it to
+# envs/pairflow.yaml's pip list (the rule refuses, naming the package, where it is missing).
 rule track:
     input:
         stats=STUDY_STATS,
@@ -78,5 +79,7 @@ rule track:
         str(LAYOUT.benchmark("track", "study"))
     log:
         f"{LOGS}/track.log",
+    conda:
+        "../../envs/pairflow.yaml"
     script:
         "../scripts/track.py"
