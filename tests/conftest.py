@@ -165,21 +165,28 @@ def score_record(gen: dict, control: dict, scores: dict[str, tuple[float, dict]]
     }
 
 
-def timing_record(gen: dict, latency_s: float | None, matches: bool = True) -> dict:
+def timing_record(gen: dict, latency_s: float | None, matches: bool = True, gpu: str | None = None,
+                  peak_mb: float = 2048.0) -> dict:
     """A complete timed-pass record of ``gen``: sampled with ``latency_s`` (three repeats
-    around it), or not sampled when ``latency_s`` is None."""
+    around it), or not sampled when ``latency_s`` is None. ``gpu``: timed on CUDA on the GPU
+    torch names so, with ``peak_mb`` of peak device memory (else on the CPU)."""
     base = {"kind": "timing", "candidate": gen["candidate"], "arm": gen["arm"],
             "generation_record_digest": gen.get("record_digest", _d("record", gen["candidate"]["candidate_id"]))}
     if latency_s is None:
         return {**base, "sampled": False, "matches_bulk_frames": None,
                 "timing": {"pass": "timed", "latency_s": None, "pairs": 1, "seed": 0}}
     seconds = [latency_s * 0.99, latency_s, latency_s * 1.01]
-    return {**base, "sampled": True, "matches_bulk_frames": matches, "gpu": None,
-            "worker": {"host": "h", "pid": 1, "device": "cpu", "node": None},
-            "timing": {"pass": "timed", "latency_s": latency_s, "pairs": "all", "seed": 0, "seconds": seconds,
-                       "rounds": [0, 1, 2], "cv": 0.01, "max_cv": 0.05, "over_max_cv": False,
-                       "phases_s": {"denoise": latency_s / 2, "decode": latency_s / 4, "other": latency_s / 4,
-                                    "total": latency_s},
-                       "clock": "perf_counter", "order": "seeded", "warmup_per_arm": 1, "repeats": 3, "batch": 1,
-                       "synchronised": False, "device": "cpu", "threads": 1, "cuda_settings": None,
-                       "peak_device_mb": None, "covers": "one generation"}}
+    rec = {**base, "sampled": True, "matches_bulk_frames": matches, "gpu": None,
+           "worker": {"host": "h", "pid": 1, "device": "cpu", "node": None},
+           "timing": {"pass": "timed", "latency_s": latency_s, "pairs": "all", "seed": 0, "seconds": seconds,
+                      "rounds": [0, 1, 2], "cv": 0.01, "max_cv": 0.05, "over_max_cv": False,
+                      "phases_s": {"denoise": latency_s / 2, "decode": latency_s / 4, "other": latency_s / 4,
+                                   "total": latency_s},
+                      "clock": "perf_counter", "order": "seeded", "warmup_per_arm": 1, "repeats": 3, "batch": 1,
+                      "synchronised": False, "device": "cpu", "threads": 1, "cuda_settings": None,
+                      "peak_device_mb": None, "covers": "one generation"}}
+    if gpu is not None:
+        rec["timing"].update(device="cuda", gpu_name=gpu, peak_device_mb=peak_mb, clock="cuda_events",
+                             synchronised=True)
+        rec["worker"]["device"] = "cuda"
+    return rec

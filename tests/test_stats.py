@@ -592,13 +592,15 @@ def test_statistics_fit_their_schema_and_their_types() -> None:
     import typing
 
     from pairflow.records import check_schema, load_schema
-    from pairflow.recordtypes import Comparison, MetricResult, Planning, StudyStats
+    from pairflow.recordtypes import ArmEfficiency, Comparison, MetricResult, Planning, StudyStats
 
     schema = load_schema("stats")
     comparison = schema["properties"]["comparisons"]["items"]
     metric_s = comparison["properties"]["metrics"]["items"]
     planning_s = metric_s["properties"]["planning"]["oneOf"][1]
-    for td, sch in ((StudyStats, schema), (Comparison, comparison), (MetricResult, metric_s), (Planning, planning_s)):
+    arm_eff = comparison["properties"]["efficiency"]["properties"]["treatment"]
+    for td, sch in ((StudyStats, schema), (Comparison, comparison), (MetricResult, metric_s), (Planning, planning_s),
+                    (ArmEfficiency, arm_eff)):
         assert set(sch["properties"]) == set(typing.get_type_hints(td)), td.__name__
     spec = StatsSpec(2000, 0.95, 0, margins={"q": 0.05}, floors={"psnr": 30.0})
     for res in (analyse(*records(effect=0.1, prompts=7), ["treat"], spec),
@@ -613,3 +615,62 @@ def test_statistics_fit_their_schema_and_their_types() -> None:
 
     with pytest.raises(RecordSchemaError, match="verdict"):
         check_schema(bad, "stats.json", "write", name="stats")
+
+
+def gpu_records(gpu: str | None) -> tuple[list[dict], list[dict], list[dict]]:
+    """``records`` with counted FLOPs (control 4e12 per call, treatment 1e12 plus a 1e11
+    verifier) timed on ``gpu`` (None: on the CPU), treatment peak 4096 MiB, control 2048."""
+    gen, scores, timings = records(effect=0.1, ratio=2.0, prompts=5)
+    for r in gen:
+        treat = r["arm"]["name"] != "control"
+        r["compute"] = {"work_flops": 1e12 if treat else 4e12, "total_flops": 1e12 if treat else 4e12,
+                        "verifier_flops": 1e11 if treat else 0, "transformer_flops": 1e12,
+                        "blocks_computed": 8, "blocks_skipped": 0, "attention_computed": 8, "attention_skipped": 0,
+                        "generations": 1, "latent_shape": [16, 3, 8, 8], "counter": "FlopCounterMode"}
+    by_id = {(r["candidate"]["candidate_id"], r["arm"]["name"]): r for r in gen}
+    timings = [timing_record(by_id[(t["candidate"]["candidate_id"], t["arm"]["name"])], t["timing"]["latency_s"],
+                             gpu=gpu, peak_mb=4096.0 if t["arm"]["name"] == "treat" else 2048.0)
+               for t in timings]
+    return gen, scores, timings
+
+
+def test_estimated_mfu_and_peak_memory_per_arm_on_a_known_gpu() -> None:
+    from pairflow.records import check_schema
+    from pairflow.table import answer, markdown, table
+
+    gen, scores, timings = gpu_records("NVIDIA H100 80GB HBM3")
+    res = analyse(gen, scores, timings, ["treat"], S)
+    e = res["comparisons"][0]["efficiency"]
+    lat = {(t["candidate"]["candidate_id"], t["arm"]["name"]): t["timing"]["latency_s"] for t in timings}
+    want = {a: float(np.median([f / s / 989e12 for (_c, arm), s in lat.items() if arm == a]))
+            for a, f in (("control", 4e12), ("treat", 1.1e12))}
+    assert e["control"]["mfu_median"] == pytest.approx(want["control"], rel=1e-12)
+    assert e["treatment"]["mfu_median"] == pytest.approx(want["treat"], rel=1e-12)
+    assert e["treatment"]["peak_memory_gib"] == 4.0 and e["control"]["peak_memory_gib"] == 2.0
+    assert e["treatment"]["gpu"] == "H100 SXM" and e["treatment"]["peak_tflops"] == 989.0
+    assert e["treatment"]["absent"] is None
+    check_schema({**res, "provenance": {}}, "stats.json", "write", name="stats")
+    head, rows = table(res)
+    assert head[5] == "est. MFU ctrl / treat; peak device memory ctrl / treat (GiB)"
+    assert rows[0][5] == f"{want['control']:.1%} / {want['treat']:.1%}; 2.00 / 4.00"
+    assert f"est. MFU {100 * want['treat']:.1f}%, peak 4.0 GiB" in answer(res)[0]
+    assert "H100 SXM (989 TFLOP/s)" in markdown(res, "t", {})
+
+
+@pytest.mark.parametrize(("gpu", "why"), [(None, "ran on cpu, not CUDA"),
+                                          ("NVIDIA GeForce GTX 1080", "is not in compute.BF16_DENSE_PEAK_TFLOPS")])
+def test_no_mfu_on_cpu_or_an_unknown_gpu_and_one_note_says_why(gpu: str | None, why: str) -> None:
+    from pairflow.table import answer, markdown, table
+
+    res = analyse(*gpu_records(gpu), ["treat"], S)
+    e = res["comparisons"][0]["efficiency"]
+    assert e["control"]["mfu_median"] is None and e["treatment"]["mfu_median"] is None
+    assert why in e["treatment"]["absent"] and why in e["control"]["absent"]
+    md = markdown(res, "t", {})
+    assert md.count(why) == 1 and f"control, treat: {e['treatment']['absent']}" in md
+    assert "est. MFU" not in answer(res)[0]
+    if gpu is None:  # nothing to show: no column at all
+        assert not any("MFU" in h for h in table(res)[0])
+        assert e["treatment"]["peak_memory_gib"] is None
+    else:  # CUDA on a GPU the table does not know: peak memory is still measured
+        assert table(res)[1][0][5] == "n/a / n/a; 2.00 / 4.00"

@@ -309,6 +309,7 @@ TimedTiming = TypedDict("TimedTiming", {
     "synchronised": NotRequired[bool],
     "device": NotRequired[str | None],
     "threads": NotRequired[int | None],
+    "gpu_name": NotRequired[str | None],
     "cuda_settings": NotRequired[dict[str, Any] | None],
     "peak_device_mb": NotRequired[float | None],
     "covers": NotRequired[str],
@@ -476,6 +477,23 @@ class ComputeSummary(TypedDict):
     counter: str | None
 
 
+class ArmEfficiency(TypedDict):
+    """One arm's estimated MFU (median over its timed candidates) and peak device memory
+    (max over them); ``absent`` says why either is None."""
+
+    mfu_median: float | None
+    peak_memory_gib: float | None
+    gpu: str | None
+    peak_tflops: float | None
+    absent: str | None
+
+
+class EfficiencySummary(TypedDict):
+    control: ArmEfficiency
+    treatment: ArmEfficiency
+    convention: str
+
+
 class ScoringSetup(TypedDict):
     scorer_build: str | None
     weights_origin: str | None
@@ -499,6 +517,7 @@ class Comparison(TypedDict):
     latency: LatencySummary
     speedup: RatioSummary
     compute: ComputeSummary | None
+    efficiency: EfficiencySummary
     kinds: list[str]
 
 

@@ -64,9 +64,11 @@ from .inference import (
     verdict,
 )
 from .recordtypes import (
+    ArmEfficiency,
     Comparison,
     ComputeFields,
     ComputeSummary,
+    EfficiencySummary,
     GenerationRecord,
     MetricResult,
     Planning,
@@ -247,8 +249,76 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
         "speedup": {"geomean": float(math.exp(log_ratio.mean())),
                     "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
         "compute": compute,
+        "efficiency": _efficiency(gen, timings, treatment, timed),
         "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
     }, pending
+
+
+MFU_CONVENTION = ("estimated MFU: the counted forward FLOPs of the candidate's bulk-pass call (everything the "
+                  "counter saw, plus any search verifier's) / its timed median latency / the datasheet dense BF16 "
+                  "peak of the GPU the timed pass ran on (PaLM convention, no backward); median over the arm's "
+                  "timed candidates. Peak memory: max over them of torch.cuda.max_memory_allocated")
+
+
+def _efficiency(gen: Index[GenerationRecord], timings: Index[TimingRecord], treatment: str,
+                timed: list[Key]) -> EfficiencySummary:
+    """Per arm, over the timed pairs: the median estimated MFU (``compute.estimated_mfu``)
+    and the max peak device memory. Peak memory needs the timed pass on CUDA; the MFU also
+    a GPU in ``compute.BF16_DENSE_PEAK_TFLOPS`` and counted FLOPs on every candidate."""
+    return {"control": _arm_efficiency(gen["control"], timings["control"], timed),
+            "treatment": _arm_efficiency(gen[treatment], timings[treatment], timed),
+            "convention": MFU_CONVENTION}
+
+
+def _arm_efficiency(gen: dict[Key, GenerationRecord], timings: dict[Key, TimingRecord],
+                    keys: list[Key]) -> ArmEfficiency:
+    from .compute import bf16_peak, estimated_mfu
+
+    t = [timings[k]["timing"] for k in keys]
+    out: ArmEfficiency = {"mfu_median": None, "peak_memory_gib": None, "gpu": None, "peak_tflops": None,
+                          "absent": None}
+    devices = sorted({str(x.get("device")) for x in t})
+    if devices != ["cuda"]:
+        out["absent"] = (f"the timed pass ran on {', '.join(devices)}, not CUDA: no estimated MFU or peak device "
+                         "memory")
+        return out
+    peaks = [x.get("peak_device_mb") for x in t]
+    out["peak_memory_gib"] = max(float(p) for p in peaks if p is not None) / 1024 if all(
+        p is not None for p in peaks) else None
+    names = sorted({str(x.get("gpu_name")) for x in t})
+    if any(x.get("gpu_name") is None for x in t):
+        out["absent"] = ("the timing records do not name their GPU (timed before gpu_name was recorded): no "
+                         "estimated MFU; rerun the timed pass")
+        return out
+    known = {n: bf16_peak(n) for n in names}
+    if any(v is None for v in known.values()):
+        unknown = [n for n, v in known.items() if v is None]
+        out["absent"] = (f"GPU {', '.join(unknown)} is not in compute.BF16_DENSE_PEAK_TFLOPS: no estimated MFU; add "
+                         "its datasheet dense BF16 peak there")
+        return out
+    flops = [_call_flops(gen[k]) for k in keys]
+    if any(f is None for f in flops):
+        out["absent"] = "the generation records carry no counted FLOPs: no estimated MFU"
+        return out
+    mfu = [estimated_mfu(float(f or 0.0), _latency(timings[k]), str(x["gpu_name"]))
+           for k, f, x in zip(keys, flops, t, strict=True)]
+    out["mfu_median"] = float(np.median([m["mfu"] for m in mfu if m is not None])) if all(mfu) else None
+    models = {v[0]: v[1] for v in known.values() if v is not None}
+    out["gpu"] = ", ".join(sorted(models))
+    out["peak_tflops"] = max(models.values()) / 1e12
+    return out
+
+
+def _call_flops(r: GenerationRecord) -> float | None:
+    """The counted forward FLOPs of a bulk-pass call: all the counter saw (``total_flops``)
+    plus any verifier's; ``work_flops`` where the total was not counted; None without counts."""
+    c = r["compute"]
+    if not c:
+        return None
+    total = c.get("total_flops")
+    flops = float(total) + float(c.get("verifier_flops", 0)) if total is not None and total > 0 else (
+        float(c["work_flops"]) if c.get("work_flops") else None)
+    return flops if flops is not None and flops > 0 else None
 
 
 def _latency(r: TimingRecord) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .inference import MULTIPLICITY_NAMES
-from .recordtypes import ComputeSummary, MetricResult, StudyStats
+from .recordtypes import Comparison, ComputeSummary, MetricResult, StudyStats
 from .stats import NO_EFFECT
 
 
@@ -86,6 +86,10 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     head = ["arm", "pairs", "latency ctrl / treat (s, geometric mean)", "speedup [CI], higher is faster",
             "compute ratio [CI], lower is cheaper", "repeat CV ctrl / treat (median; pairs over max)"] + [
         metric_header(n, kinds[n], hib[n]) for n in metric_names]
+    # Estimated MFU and peak memory only where some arm has them; otherwise a note says why.
+    eff = any(_has_efficiency(c) for c in stats["comparisons"])
+    if eff:
+        head.insert(5, "est. MFU ctrl / treat; peak device memory ctrl / treat (GiB)")
     decimals = {n: column_decimals([m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == n])
                 for n in metric_names}
     rows = []
@@ -100,11 +104,51 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
                  ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute")),
                  (f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
                   f"{lat.get('pairs_over_max_cv', 0)}")]
+        if eff:
+            e = c["efficiency"]
+            cells.insert(5, f"{_mfu(e['control']['mfu_median'])} / {_mfu(e['treatment']['mfu_median'])}; "
+                            f"{_gib(e['control']['peak_memory_gib'])} / {_gib(e['treatment']['peak_memory_gib'])}")
         for n in metric_names:
             m = by.get(n)
             cells.append("" if m is None else cell(m, stats["level"], decimals[n], stats["multiplicity"]))
         rows.append(cells)
     return head, rows
+
+
+def _has_efficiency(c: Comparison) -> bool:
+    e = c.get("efficiency")
+    return bool(e) and any(e[a]["mfu_median"] is not None or e[a]["peak_memory_gib"] is not None
+                           for a in ("control", "treatment"))
+
+
+def _mfu(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _gib(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _efficiency_notes(stats: StudyStats) -> list[str]:
+    """The estimated MFU's convention where the table shows it, and each distinct reason an
+    arm has none (one line naming the arms, not a column of dashes)."""
+    out = []
+    if any(_has_efficiency(c) for c in stats["comparisons"]):
+        gpus = sorted({f"{e['gpu']} ({e['peak_tflops']:g} TFLOP/s)" for c in stats["comparisons"]
+                       for e in (c["efficiency"]["control"], c["efficiency"]["treatment"]) if e["gpu"]})
+        out.append(f"'est. MFU' is {_convention(stats)}; peak: {', '.join(gpus) or 'n/a'}.")
+    why: dict[str, list[str]] = {}
+    for c in stats["comparisons"]:
+        e = c.get("efficiency")
+        for a, label in ((e["control"], "control"), (e["treatment"], c["treatment"])) if e else ():
+            if a["absent"] and label not in why.setdefault(a["absent"], []):
+                why[a["absent"]].append(label)
+    out += [f"{', '.join(arms)}: {text}" for text, arms in why.items()]
+    return out
+
+
+def _convention(stats: StudyStats) -> str:
+    return next(c["efficiency"]["convention"] for c in stats["comparisons"] if c.get("efficiency"))
 
 
 def ratio(point: float, ci: list[float | None]) -> str:
@@ -262,6 +306,11 @@ def answer(stats: StudyStats) -> list[str]:
                  else f"{1 / sp['geomean']:.2f}× slower (speedup {sp['geomean']:.2f}×{ci})")
         cp = c.get("compute")
         parts = [speed, "compute n/a" if not cp else f"compute {cp['ratio']:.2f}× control"]
+        e = c["efficiency"]["treatment"] if c.get("efficiency") else None
+        if e and e["mfu_median"] is not None:
+            parts.append(f"est. MFU {100 * e['mfu_median']:.1f}%")
+        if e and e["peak_memory_gib"] is not None:
+            parts.append(f"peak {e['peak_memory_gib']:.1f} GiB")
         no_effect = next((f for f in c["flags"] if f.startswith(NO_EFFECT)), None)
         if no_effect:
             parts.append(no_effect)
@@ -346,7 +395,8 @@ def _notes(stats: StudyStats) -> list[str]:
                "0.0025 to 0.0032 higher than VBench's (OpenCV 4.10), about as large as typical cache effects, "
                "and equals it exactly under scoring/decode: vbench; compare with published VBench numbers only "
                "in that mode.") if by_how else None
-    out = [*notes, method, latency, fidelity, flicker, *([decoded] if decoded else []), build]
+    out = [*notes, *_efficiency_notes(stats), method, latency, fidelity, flicker, *([decoded] if decoded else []),
+           build]
     if "motion_smoothness_proxy" in metrics:
         out.append("motion_smoothness_proxy is a PROXY of VBench motion_smoothness: linear frame interpolation "
                    "replaces AMT, so values compare arms but not published VBench numbers.")

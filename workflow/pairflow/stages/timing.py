@@ -330,6 +330,12 @@ def _same_frames(result: Any, bulk: GenerationRecord, study: StudySpec) -> bool:
     return digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
 
 
+def _gpu_name() -> str:
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
+
+
 def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
     from ..fleet import worker_identity
@@ -354,6 +360,8 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
                    "pairs": study.timing.pairs,
                    "warmup_per_arm": study.timing.warmup, "repeats": study.timing.repeats, "batch": 1,
                    "synchronised": device == "cuda", "device": device, "threads": threads,
+                   # torch's name for the GPU timed on (its dense BF16 peak gives the estimated MFU)
+                   "gpu_name": _gpu_name() if device == "cuda" else None,
                    "cuda_settings": settings,
                    "peak_device_mb": max(x["peak_device_mb"] for x in runs) if device == "cuda" else None,
                    # what one timed run covers: a search arm's whole search
