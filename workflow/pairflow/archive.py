@@ -41,16 +41,18 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from .errors import ArchiveError, IntegrityError, PairFlowError
 from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
-from .packs import SUFFIX, Pack, files_root, write_pack
+from .packs import SUFFIX, Pack, files_root, split_chunks, write_pack
 from .records import (
-    build_manifest,
+    SCHEMA_VERSION,
     check_manifest,
     check_video,
     parse_record,
@@ -70,6 +72,11 @@ PACKS = "packs"
 PACK_FORMAT = "pairflow-pack 1"
 RECORD_DIRS = ("records", "scores", "timing")
 MANIFEST_NAMES = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
+PARALLEL_OVER = 32
+"""Verify checks more uncached packs than this in a process pool of min(cpus, 4)."""
+CHUNKED_OVER = 1 << 16
+"""Study-level files larger than this (bytes) are stored as content-defined chunks in
+chunk packs shared between snapshots, not plain in each snapshot (``split_chunks``)."""
 REGENERATE = ("Videos are not archived. Each generation record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
@@ -139,7 +146,11 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     for rel, want in digests.items():
         group = None if legacy else pack_group(rel, panels)
         (groups.setdefault(group, {}) if group else loose)[rel] = want
+    chunked = {rel: want for rel, want in loose.items()
+               if not legacy and (src / rel).stat().st_size > CHUNKED_OVER}
     for rel, want in loose.items():
+        if rel in chunked:
+            continue
         target = snapshot / rel
         if target.exists():
             have = digest_file(target)
@@ -158,10 +169,15 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
         # Only packs not under their root's own name (written again beside a damaged one).
         packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
                    if p.name != _pack_name(files_root(groups[g]))}
-        body = {**(extra or {}), "packs": {g: files_root(m) for g, m in sorted(groups.items())},
+        chunks, chunk_packs = store_chunks(dest, snapshot, chunked, src)
+        # The same body and root as build_manifest over the plain files, chunked ones included.
+        body = {"kind": "archive", "schema_version": SCHEMA_VERSION, "base": ".",
+                "files": {rel: loose[rel] for rel in sorted(loose)}, **(extra or {}),
+                "packs": {g: files_root(m) for g, m in sorted(groups.items())},
                 "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
-        manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
-        manifest["packing"] = {"format": PACK_FORMAT, "files": packing}  # type: ignore[typeddict-unknown-key]
+        manifest = cast(Manifest, {**body, "root_digest": digest_obj(body)})
+        manifest["packing"] = {"format": PACK_FORMAT, "files": packing,  # type: ignore[typeddict-unknown-key]
+                               **({"chunks": chunks, "chunk_packs": chunk_packs} if chunks else {})}
     if not path.exists():
         write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
         sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
@@ -172,12 +188,68 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     return manifest
 
 
+def store_chunks(dest: Path, snapshot: Path, files: dict[str, str],
+                 src: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """Store the study-level ``files`` (path -> digest, read from ``src``) as content-defined
+    chunks: chunks already held by an intact chunk pack of an earlier snapshot are shared,
+    the others go into one new chunk pack (a pack of group ``chunks`` whose members are
+    named by their digest's hex). Returns ({path: [chunk hex, ...]}, [chunk pack path
+    relative to ``snapshot``]). Raises ArchiveError when a file changed since it was hashed."""
+    if not files:
+        return {}, []
+    chunks: dict[str, list[str]] = {}
+    data: dict[str, bytes] = {}
+    for rel, want in sorted(files.items()):
+        body = (src / rel).read_bytes()
+        if digest_bytes(body) != want:
+            raise ArchiveError(f"{src / rel} changed while it was promoted ({want}, now {digest_bytes(body)}); "
+                               "rerun when no job writes the results tree")
+        chunks[rel] = []
+        for c in split_chunks(body):
+            h = digest_bytes(c).split(":", 1)[1]
+            chunks[rel].append(h)
+            data[h] = c
+    held: dict[str, Path] = {}
+    for sdir in sorted((dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []:
+        try:
+            listed = json.loads((sdir / ARCHIVE_MANIFEST).read_text()).get("packing", {}).get("chunk_packs", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        for rel in listed:
+            p = Path(os.path.normpath(sdir / rel))
+            if p in held.values() or not set(data) - set(held):
+                continue
+            try:
+                pack = Pack(p)
+            except IntegrityError:
+                continue
+            if not pack.verify():  # a damaged chunk pack is never shared
+                held.update({h: p for h in pack.members if h in data and h not in held})
+    new = {h: c for h, c in data.items() if h not in held}
+    if new:
+        path = _store(dest, "chunks", {h: digest_bytes(c) for h, c in new.items()}, new.__getitem__)
+        held.update(dict.fromkeys(new, path))
+    used = sorted({os.path.relpath(held[h], snapshot) for h in data})
+    return chunks, used
+
+
 def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Path:
     """The pack under ``dest/packs`` holding ``members`` (path -> digest, read from
     ``src``): an intact existing one (content addressed by the members' root), else a new
     one, byte-verified after writing. A damaged pack under that name is kept and the
     files packed again as ``<root>-<n>``. Raises ArchiveError when a file changed since
     it was hashed or the written pack does not verify."""
+    def load(rel: str) -> bytes:
+        body = (src / rel).read_bytes()
+        if digest_bytes(body) != members[rel]:
+            raise ArchiveError(f"{src / rel} changed while it was promoted ({members[rel]}, now "
+                               f"{digest_bytes(body)}); rerun when no job writes the results tree")
+        return body
+    return _store(dest, group, members, load)
+
+
+def _store(dest: Path, group: str, members: dict[str, str], load: Callable[[str], bytes]) -> Path:
+    """``store_pack`` with each member's bytes given by ``load(path)``."""
     root = files_root(members)
     n, base = 1, root.split(":", 1)[1]
     while (target := dest / PACKS / (_pack_name(root) if n == 1 else f"{base}-{n}{SUFFIX}")).exists():
@@ -188,14 +260,7 @@ def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Pa
         except IntegrityError:
             pass
         n += 1
-    data = []
-    for rel, want in members.items():
-        body = (src / rel).read_bytes()
-        if digest_bytes(body) != want:
-            raise ArchiveError(f"{src / rel} changed while it was promoted ({want}, now {digest_bytes(body)}); "
-                               "rerun when no job writes the results tree")
-        data.append((rel, body))
-    write_pack(target, group, data)
+    write_pack(target, group, [(rel, load(rel)) for rel in members])
     written = Pack(target)
     if written.root != root or written.verify():
         raise ArchiveError(f"pack {target} did not verify after writing; check the work storage")
@@ -369,6 +434,7 @@ def _listed_packs(snaps: list[Path]) -> list[Path]:
         try:
             manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
             out += list(snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []
+            out += [Path(os.path.normpath(sdir / p)) for p in (manifest.get("packing") or {}).get("chunk_packs", [])]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # an incomplete or unreadable snapshot is reported as such
     return out
@@ -469,12 +535,26 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
     ``cache``) holding the files with the root it lists, and every manifest in the
     evidence (plain or packed) matching the files it lists. Returns one line per problem."""
     path = sdir / ARCHIVE_MANIFEST
-    problems = check_manifest(manifest, path, lambda f: digest_file(f) if f.is_file() and not f.is_symlink()
-                              else None, exclude=("packing",))
     if not isinstance(manifest.get("packs"), dict) or not isinstance(manifest.get("files"), dict):
-        return [*problems, f"{path}: packs or files is not a mapping; the manifest was altered"]
+        return [f"{path}: packs or files is not a mapping; the manifest was altered"]
+    chunked, problems = read_chunked(sdir, manifest)
+    chunked_digests = {rel: digest_bytes(data) for rel, data in chunked.items()}
+
+    def plain_digest(f: Path) -> str | None:
+        rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix() if f.is_relative_to(sdir) else ""
+        if rel in chunked_digests:
+            return chunked_digests[rel]
+        return digest_file(f) if f.is_file() and not f.is_symlink() else None
+
+    problems += check_manifest(manifest, path, plain_digest, exclude=("packing",))
     problems += _extra_files(sdir, set(manifest.get("files", {})))
     pack_paths, _ = snapshot_files(sdir, manifest)
+    todo = sorted({str(p) for p in pack_paths.values()} - set(cache))
+    if len(todo) > PARALLEL_OVER and (workers := min(os.cpu_count() or 1, 4)) > 1:
+        # Packs are independent: check them in worker processes (record schema checks are CPU bound).
+        with ProcessPoolExecutor(workers) as pool:
+            cache.update(zip(todo, pool.map(_check_pack, map(Path, todo), [sdir] * len(todo),
+                                            chunksize=max(1, len(todo) // (workers * 8))), strict=True))
     members: dict[str, tuple[Pack, str]] = {}
     for group, root in sorted(manifest["packs"].items()):
         ppath = pack_paths[group]
@@ -496,12 +576,13 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
             return None
         if rel in members:
             return members[rel][1]
-        return digest_file(f) if f.is_file() and not f.is_symlink() and rel in manifest["files"] else None
+        return plain_digest(f) if rel in manifest["files"] else None
 
     inner = [rel for rel in [*manifest["files"], *members] if rel.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]]
     for rel in sorted(inner):
         try:
-            data = members[rel][0].read(rel) if rel in members else (sdir / rel).read_bytes()
+            data = (members[rel][0].read(rel) if rel in members else chunked[rel] if rel in chunked
+                    else (sdir / rel).read_bytes())
             obj = json.loads(data)
         except (OSError, ValueError, IntegrityError) as e:
             problems.append(f"{sdir / rel}: unreadable manifest ({e})")
@@ -514,6 +595,70 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
             except PairFlowError as e:
                 problems.append(str(e))
     return problems
+
+
+def read_chunked(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
+    """The study-level files a packed snapshot stores in chunks, reassembled from its chunk
+    packs (each read once; every chunk checked against its digest), and one line per
+    problem: a damaged or missing chunk pack, and each file that cannot be reassembled,
+    naming the file, the chunk and its pack. A file's own digest (``files``) is checked
+    by the caller."""
+    packing = manifest.get("packing") or {}
+    chunks, listed = packing.get("chunks") or {}, packing.get("chunk_packs") or []
+    store: dict[str, bytes] = {}
+    bad: dict[str, str] = {}
+    problems = []
+    for rel in listed:
+        ppath = Path(os.path.normpath(sdir / rel))
+        try:
+            pack = Pack(ppath)
+        except IntegrityError as e:
+            problems.append(str(e))
+            continue
+        for m, data in pack.items():
+            if isinstance(data, IntegrityError):
+                bad[m.path] = f"damaged in chunk pack {ppath} ({data})"
+            else:
+                store[m.path] = data
+    out = {}
+    for rel, hexes in sorted(chunks.items()):
+        parts = []
+        for i, h in enumerate(hexes):
+            if h not in store:
+                problems.append(f"{sdir / rel}: chunk {i} of {len(hexes)} (xxh3_128:{h}) is "
+                                f"{bad.get(h, 'in none of the chunk packs archive.json lists')}; the file cannot "
+                                f"be reassembled, retire the snapshot (pairflow archive retire {sdir.name} --why ...)")
+                break
+            parts.append(store[h])
+        else:
+            out[rel] = b"".join(parts)
+    return out, problems
+
+
+def read_file(sdir: Path, rel: str) -> bytes:
+    """The bytes of file ``rel`` (as listed in the snapshot's evidence) of a complete
+    snapshot, wherever it is stored: plain, in chunks (reassembled) or in a pack.
+    Raises ArchiveError when the snapshot does not hold it, IntegrityError when its
+    stored bytes do not hash to the listed digest."""
+    sdir = Path(sdir)
+    manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+    chunks = (manifest.get("packing") or {}).get("chunks") or {}
+    if rel in chunks:
+        found, problems = read_chunked(sdir, {"packing": {**manifest["packing"], "chunks": {rel: chunks[rel]}}})
+        if rel not in found:
+            raise IntegrityError("; ".join(problems))
+        data = found[rel]
+    elif rel in manifest.get("files", {}):
+        data = (sdir / rel).read_bytes()
+    else:
+        for pack in (Pack(p) for p in snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []:
+            if rel in pack.members:
+                return pack.read(rel)
+        raise ArchiveError(f"{sdir}: holds no file {rel!r}; paths are as in the results tree, e.g. study/timing.json")
+    if digest_bytes(data) != manifest["files"][rel]:
+        raise IntegrityError(f"{sdir / rel}: digest {digest_bytes(data)} differs from {manifest['files'][rel]} "
+                             f"listed in {sdir / ARCHIVE_MANIFEST}; retire the snapshot")
+    return data
 
 
 def show(sdir: Path, key: str, part: str = "generation") -> bytes:
