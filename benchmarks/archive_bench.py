@@ -101,11 +101,13 @@ def _layout(code: str, scratch: Path, work: Path, candidates: int) -> dict[str, 
     promote_s, promote_rss, promote_cpu = _py(code, scratch, work)
     snap = _latest(work)
     size = _tree(_snapshot_paths(work, snap))
+    load = os.getloadavg()[0]  # the machine is shared: say how loaded it was beside the wall time
     verify_s, verify_rss, verify_cpu = _py(VERIFY, work)
     return {**size, "bytes_per_candidate": size["bytes"] / candidates,
             "allocated_bytes_per_candidate": size["allocated_bytes"] / candidates,
             "promote_s": promote_s, "promote_peak_rss_mib": promote_rss, "promote_cpu_s": promote_cpu,
-            "verify_s": verify_s, "verify_peak_rss_mib": verify_rss, "verify_cpu_s": verify_cpu}
+            "verify_s": verify_s, "verify_peak_rss_mib": verify_rss, "verify_cpu_s": verify_cpu,
+            "verify_load_average": (load + os.getloadavg()[0]) / 2}
 
 
 def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, Any]:

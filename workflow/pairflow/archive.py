@@ -376,7 +376,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("altered", dest / RETIRED, str(e))
         gone = {}
     snaps = sorted(p for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
-    cache: dict[str, tuple[Pack | None, list[str]]] = {}
+    cache: dict[str, Checked] = {}
     for sdir in snaps:
         if sdir.name in gone:
             n = gone[sdir.name]
@@ -440,7 +440,7 @@ def _listed_packs(snaps: list[Path]) -> list[Path]:
     return out
 
 
-def verify_tree(root: Path, packs: dict[str, tuple[Pack | None, list[str]]] | None = None) -> list[str]:
+def verify_tree(root: Path, packs: dict[str, Checked] | None = None) -> list[str]:
     """Re-hash everything under an archive snapshot or results tree.
 
     Every ``archive.json``, ``generation.json``, ``scores.json``, ``timing.json`` and
@@ -490,29 +490,38 @@ def _extra_files(sdir: Path, listed: set[str]) -> list[str]:
     return out
 
 
-def _check_pack(path: Path, sdir: Path) -> tuple[Pack | None, list[str]]:
-    """Open and read a whole pack: its index, every block, every member's digest, and
-    every record's self-digest and schema. (pack or None when unreadable, problems)."""
+Checked = tuple[Pack | None, list[str], dict[str, bytes]]
+"""A pack read whole by ``_check_pack``: (pack or None when unreadable, problems, the
+bytes of the manifests it holds)."""
+
+
+def _check_pack(path: Path, sdir: Path) -> Checked:
+    """Open and read a whole pack once: its index, every block, every member's digest,
+    and every record's self-digest and schema; the manifests' bytes are kept so that
+    they are not read again."""
     try:
         pack = Pack(path)
     except IntegrityError as e:
-        return None, [str(e)]
+        return None, [str(e)], {}
     problems, failed = [], 0
     first = ""
+    manifests = {}
     for member, data in pack.items():
         if isinstance(data, IntegrityError):
             failed += 1
             first = first or f"first failing record {member.path}: {data}"
             continue
-        if any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
+        if member.path.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]:
+            manifests[member.path] = data
+        elif any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
             try:
-                parse_record(data, f"{sdir / member.path} (in pack {path})")
+                parse_record(data, f"{sdir}/{member.path} (in pack {path})")
             except PairFlowError as e:
                 problems.append(str(e))
     if failed:
         more = f"; {failed - 1} more member(s) fail" if failed > 1 else ""
         problems.insert(0, f"{path}: {first}{more}")  # verify_archive says which snapshot to retire
-    return pack, problems
+    return pack, problems, manifests
 
 
 def snapshot_files(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -529,7 +538,7 @@ def _pack_name(root: str) -> str:
 
 
 def verify_snapshot(sdir: Path, manifest: dict[str, Any],
-                    cache: dict[str, tuple[Pack | None, list[str]]]) -> list[str]:
+                    cache: dict[str, Checked]) -> list[str]:
     """A packed snapshot: ``archive.json``'s root digest and plain files, no extra files,
     every pack it lists (index, blocks, members, records; each pack read once per
     ``cache``) holding the files with the root it lists, and every manifest in the
@@ -556,12 +565,14 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
             cache.update(zip(todo, pool.map(_check_pack, map(Path, todo), [sdir] * len(todo),
                                             chunksize=max(1, len(todo) // (workers * 8))), strict=True))
     members: dict[str, tuple[Pack, str]] = {}
+    inner_bytes: dict[str, bytes] = {}
     for group, root in sorted(manifest["packs"].items()):
         ppath = pack_paths[group]
         if str(ppath) not in cache:
             cache[str(ppath)] = _check_pack(ppath, sdir)
-        pack, found = cache[str(ppath)]
+        pack, found, held = cache[str(ppath)]
         problems += found
+        inner_bytes.update(held)
         if pack is None:
             continue
         if pack.root != root:
@@ -569,11 +580,14 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
         for m in pack.members.values():
             members[m.path] = (pack, m.digest)
 
+    prefix = os.path.normpath(sdir) + os.sep
+
     def digest_of(f: Path) -> str | None:
-        try:
-            rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix()
-        except ValueError:  # a listed path that leaves the snapshot
+        # String operations, not pathlib: called once per archived file.
+        full = os.path.normpath(f)
+        if not full.startswith(prefix):  # a listed path that leaves the snapshot
             return None
+        rel = full[len(prefix):].replace(os.sep, "/")
         if rel in members:
             return members[rel][1]
         return plain_digest(f) if rel in manifest["files"] else None
@@ -581,8 +595,8 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
     inner = [rel for rel in [*manifest["files"], *members] if rel.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]]
     for rel in sorted(inner):
         try:
-            data = (members[rel][0].read(rel) if rel in members else chunked[rel] if rel in chunked
-                    else (sdir / rel).read_bytes())
+            data = (inner_bytes[rel] if rel in inner_bytes else members[rel][0].read(rel) if rel in members
+                    else chunked[rel] if rel in chunked else (sdir / rel).read_bytes())
             obj = json.loads(data)
         except (OSError, ValueError, IntegrityError) as e:
             problems.append(f"{sdir / rel}: unreadable manifest ({e})")
