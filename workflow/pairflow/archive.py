@@ -14,7 +14,10 @@ Layout of ``work/<study>/``::
                            shared by every snapshot that holds the same files
     snapshots/<id>/        one snapshot per distinct evidence: the study-level files
                            (tables, statistics, plots, study manifests, logs) as plain
-                           files, and ``archive.json`` (written last)
+                           files, and ``archive.json`` (written last); a study-level file
+                           over ``CHUNKED_OVER`` is stored instead as content-defined
+                           chunks in chunk packs (``packs/``, group ``chunks``) shared
+                           between snapshots, listed under ``packing``
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
 
