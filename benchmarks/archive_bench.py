@@ -74,9 +74,9 @@ def _tree(paths: list[Path]) -> dict[str, int]:
 def _snapshot_paths(work: Path, snap: Path) -> list[Path]:
     """The snapshot directory and, for a packed one, the packs it lists (the panels' and
     the chunk packs of its large study-level files)."""
-    from pairflow.archive import snapshot_files
+    from pairflow.archive import load_manifest, snapshot_files
 
-    manifest = json.loads((snap / "archive.json").read_text())
+    manifest = load_manifest(snap)
     return [snap, *(snapshot_files(snap, manifest)[0].values() if "packs" in manifest else []),
             *_chunk_packs(snap)]
 
@@ -155,9 +155,9 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
         point[name]["repromote_added_files"] = after["files"] - before["files"]
         point[name]["repromote_added_bytes"] = after["bytes"] - before["bytes"]
     snap = _latest(tmp / "packed")
-    from pairflow.archive import snapshot_files
+    from pairflow.archive import load_manifest, snapshot_files
 
-    packing = snapshot_files(snap, json.loads((snap / "archive.json").read_text()))[0]
+    packing = snapshot_files(snap, load_manifest(snap))[0]
     panel_packs = [p for g, p in packing.items() if g.startswith("panels/p000/")]
     point["packed"]["rerun_panel_packed_bytes"] = sum(p.stat().st_size for p in panel_packs)
     point["packed"]["repromote_added_over_panel_packed"] = (point["packed"]["repromote_added_bytes"]
@@ -236,7 +236,7 @@ def render(a: dict[str, Any] | None) -> list[str]:
             + ", ".join(f"({x['packed']['study_level_files']} at {x['candidates']})"
                         for x in sorted(a["points"].values(), key=lambda x: x["candidates"])) + ". "
             "A one-panel re-promotion writes that panel's three packs and nothing else of the panels; beside them "
-            "it writes what the workflow itself rewrites after any panel rerun: the study-level files over 64 KiB "
+            "it writes what the workflow itself rewrites after any panel rerun: the study-level files over 16 KiB "
             "(the timing manifest `study/timing.json` lists every timing record, about 95 bytes a candidate; the "
             "study manifest lists every panel's files) are stored as content-defined chunks shared between "
             "snapshots, so only the chunks around the rerun panel's lines are new (one chunk pack); the smaller "

@@ -16,6 +16,7 @@ from pairflow import packs
 from pairflow.archive import (
     CHUNKED_OVER,
     evidence_files,
+    load_manifest,
     promote,
     read_file,
     retire,
@@ -469,3 +470,29 @@ def test_packs_checked_in_worker_processes_report_the_same(tmp_path: Path, monke
     monkeypatch.setattr(archive, "PARALLEL_OVER", 0)
     monkeypatch.setattr(archive.os, "cpu_count", lambda: 2)
     assert verify_tree(snapshot(work)) == serial and any(p.startswith(f"{pack}: first failing") for p in serial)
+
+
+def test_a_long_pack_listing_is_stored_in_chunks_and_still_verifies(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over CHUNKED_OVER the listing of packs (one line a pack, O(panels)) leaves
+    archive.json for the chunk packs; the root digest, show and verify read it back."""
+    from pairflow import archive
+
+    monkeypatch.setattr(archive, "CHUNKED_OVER", 100)
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    for name in ("q", "r", "s"):
+        add_candidate(scratch, name, "c")
+    manifest = promote(scratch, work)
+    snap = snapshot(work)
+    on_disk = json.loads((snap / "archive.json").read_text())
+    assert "packs" not in on_disk and archive.PACKS_KEY in on_disk["packing"]["chunks"]
+    assert load_manifest(snap)["packs"] == manifest["packs"] and len(manifest["packs"]) == 4
+    other = add_candidate(scratch, "q", "d")
+    promote(scratch, work)
+    assert show(snapshot(work), other["record_digest"]) == json.dumps(other, indent=1, sort_keys=True).encode() + b"\n"
+    assert verify_archive(work).ok
+    [rel] = on_disk["packing"]["chunk_packs"]
+    pack = Path(os.path.normpath(snap / rel))
+    flip(pack, pack.stat().st_size - 20)
+    problems = verify_tree(snap)
+    assert any(p.startswith(f"{snap / archive.PACKS_KEY}: chunk ") for p in problems), problems

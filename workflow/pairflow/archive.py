@@ -77,7 +77,9 @@ RECORD_DIRS = ("records", "scores", "timing")
 MANIFEST_NAMES = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
 PARALLEL_OVER = 32
 """Verify checks more uncached packs than this in a process pool of min(cpus, 4)."""
-CHUNKED_OVER = 1 << 16
+PACKS_KEY = "archive.json#packs"
+"""Where ``packing.chunks`` lists the chunks of a long pack listing (``load_manifest``)."""
+CHUNKED_OVER = 1 << 14
 """Study-level files larger than this (bytes) are stored as content-defined chunks in
 chunk packs shared between snapshots, not plain in each snapshot (``split_chunks``)."""
 REGENERATE = ("Videos are not archived. Each generation record lists its video's path and xxh3 digest; "
@@ -142,7 +144,7 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
     snapshot = dest / "snapshots" / snapshot_id(dest, digest_obj(digests).split(":", 1)[1][:16])
     path = snapshot / ARCHIVE_MANIFEST
-    legacy = path.is_file() and "packs" not in json.loads(path.read_text())
+    legacy = path.is_file() and not {"packs", "packing"} & set(json.loads(path.read_text()))
     panels = {p.name for p in (src / "panels").iterdir() if p.is_dir()} if (src / "panels").is_dir() else set()
     groups: dict[str, dict[str, str]] = {}
     loose: dict[str, str] = {}
@@ -165,6 +167,7 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
             shutil.copyfile(src / rel, tmp)
             if digest_file(tmp) != want:
                 raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
+    chunks: dict[str, list[str]] = {}
     if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
         manifest: Manifest = json.loads(path.read_text())
     else:
@@ -172,17 +175,23 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
         # Only packs not under their root's own name (written again beside a damaged one).
         packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
                    if p.name != _pack_name(files_root(groups[g]))}
-        chunks, chunk_packs = store_chunks(dest, snapshot, chunked, src)
+        roots = {g: files_root(m) for g, m in sorted(groups.items())}
+        blobs = {rel: _read_checked(src / rel, want) for rel, want in sorted(chunked.items())}
+        listing = json.dumps(roots, indent=1, sort_keys=True).encode()
+        if len(listing) > CHUNKED_OVER:  # one line a pack: a rerun panel changes a chunk or two
+            blobs[PACKS_KEY] = listing
+        chunks, chunk_packs = store_chunks(dest, snapshot, blobs)
         # The same body and root as build_manifest over the plain files, chunked ones included.
         body = {"kind": "archive", "schema_version": SCHEMA_VERSION, "base": ".",
-                "files": {rel: loose[rel] for rel in sorted(loose)}, **(extra or {}),
-                "packs": {g: files_root(m) for g, m in sorted(groups.items())},
+                "files": {rel: loose[rel] for rel in sorted(loose)}, **(extra or {}), "packs": roots,
                 "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
         manifest = cast(Manifest, {**body, "root_digest": digest_obj(body)})
         manifest["packing"] = {"format": PACK_FORMAT, "files": packing,  # type: ignore[typeddict-unknown-key]
                                **({"chunks": chunks, "chunk_packs": chunk_packs} if chunks else {})}
     if not path.exists():
-        write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
+        # written last: a snapshot without it is incomplete; a long pack listing is in chunks (load_manifest)
+        on_disk = {k: v for k, v in manifest.items() if k != "packs" or PACKS_KEY not in chunks}
+        write_manifest(path, cast(Manifest, on_disk))
         sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
         make_read_only(snapshot)
     sweep_temps([dest / PACKS], older_than=started)
@@ -191,22 +200,25 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     return manifest
 
 
-def store_chunks(dest: Path, snapshot: Path, files: dict[str, str],
-                 src: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """Store the study-level ``files`` (path -> digest, read from ``src``) as content-defined
-    chunks: chunks already held by an intact chunk pack of an earlier snapshot are shared,
-    the others go into one new chunk pack (a pack of group ``chunks`` whose members are
-    named by their digest's hex). Returns ({path: [chunk hex, ...]}, [chunk pack path
-    relative to ``snapshot``]). Raises ArchiveError when a file changed since it was hashed."""
+def _read_checked(path: Path, want: str) -> bytes:
+    body = path.read_bytes()
+    if digest_bytes(body) != want:
+        raise ArchiveError(f"{path} changed while it was promoted ({want}, now {digest_bytes(body)}); "
+                           "rerun when no job writes the results tree")
+    return body
+
+
+def store_chunks(dest: Path, snapshot: Path, files: dict[str, bytes]) -> tuple[dict[str, list[str]], list[str]]:
+    """Store ``files`` (path -> bytes: large study-level files, and the snapshot's pack
+    listing as ``PACKS_KEY``) as content-defined chunks: chunks already held by an intact
+    chunk pack of an earlier snapshot are shared, the others go into one new chunk pack
+    (a pack of group ``chunks`` whose members are named by their digest's hex). Returns
+    ({path: [chunk hex, ...]}, [chunk pack path relative to ``snapshot``])."""
     if not files:
         return {}, []
     chunks: dict[str, list[str]] = {}
     data: dict[str, bytes] = {}
-    for rel, want in sorted(files.items()):
-        body = (src / rel).read_bytes()
-        if digest_bytes(body) != want:
-            raise ArchiveError(f"{src / rel} changed while it was promoted ({want}, now {digest_bytes(body)}); "
-                               "rerun when no job writes the results tree")
+    for rel, body in sorted(files.items()):
         chunks[rel] = []
         for c in split_chunks(body):
             h = digest_bytes(c).split(":", 1)[1]
@@ -242,13 +254,7 @@ def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Pa
     one, byte-verified after writing. A damaged pack under that name is kept and the
     files packed again as ``<root>-<n>``. Raises ArchiveError when a file changed since
     it was hashed or the written pack does not verify."""
-    def load(rel: str) -> bytes:
-        body = (src / rel).read_bytes()
-        if digest_bytes(body) != members[rel]:
-            raise ArchiveError(f"{src / rel} changed while it was promoted ({members[rel]}, now "
-                               f"{digest_bytes(body)}); rerun when no job writes the results tree")
-        return body
-    return _store(dest, group, members, load)
+    return _store(dest, group, members, lambda rel: _read_checked(src / rel, members[rel]))
 
 
 def _store(dest: Path, group: str, members: dict[str, str], load: Callable[[str], bytes]) -> Path:
@@ -435,10 +441,10 @@ def _listed_packs(snaps: list[Path]) -> list[Path]:
     out = []
     for sdir in snaps:
         try:
-            manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+            manifest = load_manifest(sdir)
             out += list(snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []
             out += [Path(os.path.normpath(sdir / p)) for p in (manifest.get("packing") or {}).get("chunk_packs", [])]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IntegrityError):
             continue  # an incomplete or unreadable snapshot is reported as such
     return out
 
@@ -456,9 +462,11 @@ def verify_tree(root: Path, packs: dict[str, Checked] | None = None) -> list[str
     root = Path(root)
     if (root / ARCHIVE_MANIFEST).is_file():
         try:
-            manifest = json.loads((root / ARCHIVE_MANIFEST).read_text())
+            manifest = load_manifest(root)
         except (OSError, ValueError) as e:
             return [f"{root / ARCHIVE_MANIFEST}: unreadable manifest ({e})"]
+        except IntegrityError as e:
+            return [str(e)]
         if isinstance(manifest, dict) and "packs" in manifest:
             return verify_snapshot(root, manifest, {} if packs is None else packs)
     problems: list[str] = []
@@ -652,13 +660,31 @@ def read_chunked(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, bytes]
     return out, problems
 
 
+def load_manifest(sdir: Path) -> dict[str, Any]:
+    """``archive.json`` of snapshot ``sdir`` as written, with its pack listing (``packs``)
+    put back where it is stored in chunks (a listing over ``CHUNKED_OVER`` bytes, under
+    ``packing.chunks[PACKS_KEY]``): the root digest covers the listing either way.
+    Raises OSError or ValueError when archive.json is unreadable, IntegrityError naming
+    the chunk when the listing cannot be reassembled."""
+    manifest = json.loads((Path(sdir) / ARCHIVE_MANIFEST).read_text())
+    packing = manifest.get("packing") if isinstance(manifest, dict) else None
+    chunks = packing.get("chunks") if isinstance(packing, dict) else None
+    if isinstance(chunks, dict) and PACKS_KEY in chunks and "packs" not in manifest:
+        listing = {"packing": {**(packing or {}), "chunks": {PACKS_KEY: chunks[PACKS_KEY]}}}
+        found, problems = read_chunked(Path(sdir), listing)
+        if PACKS_KEY not in found:
+            raise IntegrityError("; ".join(problems))
+        manifest["packs"] = json.loads(found[PACKS_KEY])
+    return cast("dict[str, Any]", manifest)
+
+
 def read_file(sdir: Path, rel: str) -> bytes:
     """The bytes of file ``rel`` (as listed in the snapshot's evidence) of a complete
     snapshot, wherever it is stored: plain, in chunks (reassembled) or in a pack.
     Raises ArchiveError when the snapshot does not hold it, IntegrityError when its
     stored bytes do not hash to the listed digest."""
     sdir = Path(sdir)
-    manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+    manifest = load_manifest(sdir)
     chunks = (manifest.get("packing") or {}).get("chunks") or {}
     if rel in chunks:
         found, problems = read_chunked(sdir, {"packing": {**manifest["packing"], "chunks": {rel: chunks[rel]}}})
@@ -686,7 +712,7 @@ def show(sdir: Path, key: str, part: str = "generation") -> bytes:
     sdir = Path(sdir)
     want = key if ":" in key else f"xxh3_128:{key}"
     try:
-        manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+        manifest = load_manifest(sdir)
     except (OSError, ValueError) as e:
         raise ArchiveError(f"{sdir}: not a complete snapshot ({e}); give a directory under "
                            "work/<study>/snapshots") from e
