@@ -240,8 +240,8 @@ def render(a: dict[str, Any] | None) -> list[str]:
             "(the timing manifest `study/timing.json` lists every timing record, about 95 bytes a candidate; the "
             "study manifest lists every panel's files) are stored as content-defined chunks shared between "
             "snapshots, so only the chunks around the rerun panel's lines are new (one chunk pack); the smaller "
-            "study-level files are stored whole, and `archive.json` lists every pack's root (O(panels), about 72 "
-            "bytes a pack). Largest plain files in the snapshot after the re-promotion (bytes; chunked files are not "
+            "study-level files are stored whole; the listing of every pack's root (one line a pack, about 72 bytes) "
+            "is chunked the same way once it is over 16 KiB, so `archive.json` keeps only the chunks' digests. Largest plain files in the snapshot after the re-promotion (bytes; chunked files are not "
             "among them): " + "; ".join(
                 f"{x['candidates']}: " + ", ".join(f"`{k}` {v}" for k, v in x["packed"]["largest_study_level_files"].items())
                 for x in sorted(a["points"].values(), key=lambda x: x["candidates"])
