@@ -202,7 +202,7 @@ def render(a: dict[str, Any] | None) -> list[str]:
     for x in sorted(a["points"].values(), key=lambda x: x["candidates"]):
         for name in ("plain", "packed"):
             y = x[name]
-            ratio = (f" ({y['repromote_added_over_panel_packed']:.1f}x of {y['rerun_panel_packed_bytes'] / 1e3:.0f} KB)"
+            ratio = (f" ({y['repromote_added_over_panel_packed']:.2f}x of {y['rerun_panel_packed_bytes'] / 1e3:.0f} KB)"
                      if name == "packed" else "")
             if y.get("counted_not_run"):
                 out.append(f"| {x['candidates']} | plain (counted, not run) | {y['files']} | {y['bytes'] / 1e6:.1f} | "
@@ -225,7 +225,7 @@ def render(a: dict[str, Any] | None) -> list[str]:
                  (f"bytes per candidate ({n})", "<= 1.5 KB", f"{y['bytes_per_candidate']:.0f} B",
                   y["bytes_per_candidate"] <= 1536),
                  (f"one-panel re-promotion adds ({n})", "< 2x the panel's packs",
-                  f"{y['repromote_added_over_panel_packed']:.1f}x", y["repromote_added_over_panel_packed"] < 2)]
+                  f"{y['repromote_added_over_panel_packed']:.2f}x", y["repromote_added_over_panel_packed"] < 2)]
         if k == "31k":
             cpu = f" wall, {y['verify_cpu_s']:.1f} s CPU" if "verify_cpu_s" in y else ""
             cpu += f", load average {y['verify_load_average']:.1f}" if "verify_load_average" in y else ""
