@@ -17,7 +17,8 @@ Layout of ``work/<study>/``::
                            files, and ``archive.json`` (written last); a study-level file
                            over ``CHUNKED_OVER`` is stored instead as content-defined
                            chunks in chunk packs (``packs/``, group ``chunks``) shared
-                           between snapshots, listed under ``packing``
+                           between snapshots, listed under ``packing``; so is a pack
+                           listing over that size (``load_manifest``)
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
 
