@@ -187,9 +187,15 @@ def _write_evidence(proj: Path) -> int:
     study = study_from_raw(yaml.safe_load((proj / "config" / "config.yaml").read_text()), proj, source="benchmark")
     layout, rdigest, n = Layout(study.scratch), recipe_digest(study.encoder, study.generation.fps), 0
 
-    def put(path: Path, obj: dict[str, Any] | bytes) -> None:
+    def put(path: Path, obj: dict[str, Any] | bytes, indent: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+        path.write_bytes(obj if isinstance(obj, bytes) else
+                         (json.dumps(obj, indent=indent, sort_keys=indent is not None) + "\n" * bool(indent)).encode())
+
+    def put_manifest(path: Path, obj: dict[str, Any]) -> None:
+        # Manifests and statistics as the workflow writes them (write_manifest, _write_stats:
+        # one entry per line), which is what lets the archive share their unchanged chunks.
+        put(path, obj, indent=1)
 
     roots: dict[str, str] = {}
     timing_files = []
@@ -219,22 +225,22 @@ def _write_evidence(proj: Path) -> int:
         for kind, files, out in (("generation", gens, layout.generation_manifest(panel.name)),
                                  ("scores", scores, layout.score_manifest(panel.name))):
             m = build_manifest(f"panel-{kind}", pdir, files)
-            put(out, m)
+            put_manifest(out, m)
             roots[f"{kind}:{panel.name}"] = m["root_digest"]
     m = build_manifest("timing", study.scratch, timing_files,
                        base=os.path.relpath(study.scratch, layout.timing_manifest.parent))
-    put(layout.timing_manifest, m)
+    put_manifest(layout.timing_manifest, m)
     roots["timing"] = m["root_digest"]
     stats = [layout.study_stats, layout.study_table(), layout.study_table(".html")]
-    put(layout.study_stats, {"provenance": roots})
+    put_manifest(layout.study_stats, {"provenance": roots})
     for p in study.panels:
-        put(layout.panel_stats(p.name), {"provenance": {k: roots[k] for k in (f"generation:{p.name}",
+        put_manifest(layout.panel_stats(p.name), {"provenance": {k: roots[k] for k in (f"generation:{p.name}",
                                                                               f"scores:{p.name}")}})
         stats += [layout.panel_stats(p.name), layout.panel_table(p.name), layout.panel_table(p.name, ".html")]
     for f in stats:
         if not f.exists():
             put(f, b"table\n")
-    put(layout.study_manifest, build_manifest("study", study.scratch, stats, extra={"panel_roots": roots},
+    put_manifest(layout.study_manifest, build_manifest("study", study.scratch, stats, extra={"panel_roots": roots},
                                               base=os.path.relpath(study.scratch, layout.study_manifest.parent)))
 
     return n + len(stats) + 2 * len(study.panels) + 2

@@ -13,7 +13,17 @@ import pytest
 from conftest import generation_record
 
 from pairflow import packs
-from pairflow.archive import evidence_files, promote, retire, show, verify_archive, verify_tree
+from pairflow.archive import (
+    CHUNKED_OVER,
+    evidence_files,
+    load_manifest,
+    promote,
+    read_file,
+    retire,
+    show,
+    verify_archive,
+    verify_tree,
+)
 from pairflow.cli import main
 from pairflow.errors import ArchiveError, IntegrityError
 from pairflow.identity import canonical_json, digest_bytes, digest_file
@@ -406,3 +416,119 @@ def test_a_symlink_in_the_archive_is_a_problem(tmp_path: Path) -> None:
     assert not report.ok and report.lines() == [
         f"symlink: {work / 'notes.json'}: a symlink (to /etc/hostname); an archive holds regular files only. "
         "Replace it with the file itself or remove it"]
+
+
+def big_table(scratch: Path, changed: range = range(0)) -> bytes:
+    """A study-level file over CHUNKED_OVER, one entry per line (as the study manifests
+    are written); the lines in ``changed`` differ, as after one panel's rerun."""
+    lines = [f"panels/p{i:04d}/timing/control/a-s0.json\txxh3_128:{'f' if i in changed else '0'}{i:031x}\n"
+             for i in range(2000)]
+    data = "".join(lines).encode()
+    (scratch / "study" / "big.tsv").write_bytes(data)
+    return data
+
+
+def test_large_study_level_file_is_stored_in_chunks_and_reassembled(tmp_path: Path) -> None:
+    """Over CHUNKED_OVER a study-level file is not copied plain: its content-defined chunks
+    go into a chunk pack, archive.json keeps the file's own digest, and verify and
+    read_file reassemble it."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    data = big_table(scratch)
+    assert len(data) > CHUNKED_OVER
+    manifest = promote(scratch, work)
+    snap = snapshot(work)
+    assert not (snap / "study" / "big.tsv").exists()
+    assert manifest["files"]["study/big.tsv"] == digest_bytes(data)
+    chunks = manifest["packing"]["chunks"]["study/big.tsv"]  # type: ignore[typeddict-item]
+    assert len(chunks) > 5 and b"".join(packs.split_chunks(data)) == data
+    assert read_file(snap, "study/big.tsv") == data
+    assert verify_tree(snap) == [] and verify_archive(work).ok
+
+
+def test_repromotion_shares_the_unchanged_chunks(tmp_path: Path) -> None:
+    """One panel's lines changed: the new snapshot stores only the chunks around them."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    big_table(scratch)
+    first = promote(scratch, work)
+    data = big_table(scratch, changed=range(1000, 1031))
+    second = promote(scratch, work)
+    old, new = (m["packing"]["chunks"]["study/big.tsv"] for m in (first, second))  # type: ignore[typeddict-item]
+    assert len(set(new) - set(old)) <= 3 < len(new)
+    [added] = set(second["packing"]["chunk_packs"]) - set(first["packing"]["chunk_packs"])  # type: ignore[typeddict-item]
+    pack = packs.Pack(Path(os.path.normpath(snapshot(work) / added)))
+    assert set(pack.members) == set(new) - set(old) and pack.size < len(data) // 10
+    assert read_file(snapshot(work), "study/big.tsv") == data and verify_archive(work).ok
+
+
+def test_flipped_bit_in_a_chunk_names_the_file_and_the_chunk(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    big_table(scratch)
+    manifest = promote(scratch, work)
+    snap = snapshot(work)
+    [rel] = manifest["packing"]["chunk_packs"]  # type: ignore[typeddict-item]
+    pack = Path(os.path.normpath(snap / rel))
+    flip(pack, pack.stat().st_size - 20)  # inside the last block: its chunks fail
+    problems = verify_tree(snap)
+    assert any(p.startswith(f"{snap / 'study/big.tsv'}: chunk ") and f"damaged in chunk pack {pack}" in p
+               for p in problems), problems
+    report = verify_archive(work)
+    assert not report.ok and any(p.file == str(snap / "study/big.tsv") for p in report.problems)
+    with pytest.raises(IntegrityError, match="chunk"):
+        read_file(snap, "study/big.tsv")
+
+
+def test_verify_checks_the_reassembled_file_against_its_digest(tmp_path: Path) -> None:
+    """Intact chunks put together in another order are not the file archive.json lists."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    big_table(scratch)
+    promote(scratch, work)
+    path = writable(snapshot(work)) / "archive.json"
+    manifest = json.loads(path.read_text())
+    chunks = manifest["packing"]["chunks"]["study/big.tsv"]
+    chunks[0], chunks[1] = chunks[1], chunks[0]  # packing is outside the root digest
+    path.write_text(json.dumps(manifest))
+    problems = verify_tree(snapshot(work))
+    assert any(p.startswith(f"{snapshot(work) / 'study/big.tsv'}: digest ") and "differs" in p
+               for p in problems), problems
+
+
+def test_packs_checked_in_worker_processes_report_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verify's process pool (used for many packs) finds what the serial check finds."""
+    from pairflow import archive
+
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    for name in ("q", "r", "s"):
+        add_candidate(scratch, name, "c")
+    promote(scratch, work)
+    pack = pack_of(work, "panels/q/generation")
+    flip(pack, pack.stat().st_size - 20)
+    serial = verify_tree(snapshot(work))
+    monkeypatch.setattr(archive, "PARALLEL_OVER", 0)
+    monkeypatch.setattr(archive.os, "cpu_count", lambda: 2)
+    assert verify_tree(snapshot(work)) == serial and any(p.startswith(f"{pack}: first failing") for p in serial)
+
+
+def test_a_long_pack_listing_is_stored_in_chunks_and_still_verifies(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over CHUNKED_OVER the listing of packs (one line a pack, O(panels)) leaves
+    archive.json for the chunk packs; the root digest, show and verify read it back."""
+    from pairflow import archive
+
+    monkeypatch.setattr(archive, "CHUNKED_OVER", 100)
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    for name in ("q", "r", "s"):
+        add_candidate(scratch, name, "c")
+    manifest = promote(scratch, work)
+    snap = snapshot(work)
+    on_disk = json.loads((snap / "archive.json").read_text())
+    assert "packs" not in on_disk and archive.PACKS_KEY in on_disk["packing"]["chunks"]
+    assert load_manifest(snap)["packs"] == manifest["packs"] and len(manifest["packs"]) == 4
+    other = add_candidate(scratch, "q", "d")
+    promote(scratch, work)
+    assert show(snapshot(work), other["record_digest"]) == json.dumps(other, indent=1, sort_keys=True).encode() + b"\n"
+    assert verify_archive(work).ok
+    [rel] = on_disk["packing"]["chunk_packs"]
+    pack = Path(os.path.normpath(snap / rel))
+    flip(pack, pack.stat().st_size - 20)
+    problems = verify_tree(snap)
+    assert any(p.startswith(f"{snap / archive.PACKS_KEY}: chunk ") for p in problems), problems

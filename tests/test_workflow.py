@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, small_config, write_config
 
-from pairflow.archive import snapshot_files, verify_tree
+from pairflow.archive import load_manifest, snapshot_files, verify_tree
 from pairflow.identity import digest_file
 from pairflow.packs import Pack
 
@@ -63,7 +63,7 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     work = Path(cfg["storage"]["work"]) / "test"
     snap = work / json.loads((work / "latest.json").read_text())["snapshot"]
     assert not list(snap.rglob("*.mp4")) and not list(snap.rglob("records/*/*.json"))  # records are packed
-    packed = {p: Pack(p) for p in snapshot_files(snap, json.loads((snap / "archive.json").read_text()))[0].values()}
+    packed = {p: Pack(p) for p in snapshot_files(snap, load_manifest(snap))[0].values()}
     assert any("/records/" in m for p in packed.values() for m in p.members)
     assert verify_tree(scratch) == [] and verify_tree(snap) == []
 

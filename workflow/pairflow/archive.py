@@ -14,7 +14,11 @@ Layout of ``work/<study>/``::
                            shared by every snapshot that holds the same files
     snapshots/<id>/        one snapshot per distinct evidence: the study-level files
                            (tables, statistics, plots, study manifests, logs) as plain
-                           files, and ``archive.json`` (written last)
+                           files, and ``archive.json`` (written last); a study-level file
+                           over ``CHUNKED_OVER`` is stored instead as content-defined
+                           chunks in chunk packs (``packs/``, group ``chunks``) shared
+                           between snapshots, listed under ``packing``; so is a pack
+                           listing over that size (``load_manifest``)
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
 
@@ -41,16 +45,18 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from .errors import ArchiveError, IntegrityError, PairFlowError
 from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
-from .packs import SUFFIX, Pack, files_root, write_pack
+from .packs import SUFFIX, Pack, files_root, split_chunks, write_pack
 from .records import (
-    build_manifest,
+    SCHEMA_VERSION,
     check_manifest,
     check_video,
     parse_record,
@@ -70,6 +76,13 @@ PACKS = "packs"
 PACK_FORMAT = "pairflow-pack 1"
 RECORD_DIRS = ("records", "scores", "timing")
 MANIFEST_NAMES = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
+PARALLEL_OVER = 32
+"""Verify checks more uncached packs than this in a process pool of min(cpus, 4)."""
+PACKS_KEY = "archive.json#packs"
+"""Where ``packing.chunks`` lists the chunks of a long pack listing (``load_manifest``)."""
+CHUNKED_OVER = 1 << 14
+"""Study-level files larger than this (bytes) are stored as content-defined chunks in
+chunk packs shared between snapshots, not plain in each snapshot (``split_chunks``)."""
 REGENERATE = ("Videos are not archived. Each generation record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
@@ -132,7 +145,7 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
     snapshot = dest / "snapshots" / snapshot_id(dest, digest_obj(digests).split(":", 1)[1][:16])
     path = snapshot / ARCHIVE_MANIFEST
-    legacy = path.is_file() and "packs" not in json.loads(path.read_text())
+    legacy = path.is_file() and not {"packs", "packing"} & set(json.loads(path.read_text()))
     tree = Layout(src).panels
     panels = {p.name for p in tree.iterdir() if p.is_dir()} if tree.is_dir() else set()
     groups: dict[str, dict[str, str]] = {}
@@ -140,7 +153,11 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
     for rel, want in digests.items():
         group = None if legacy else pack_group(rel, panels)
         (groups.setdefault(group, {}) if group else loose)[rel] = want
+    chunked = {rel: want for rel, want in loose.items()
+               if not legacy and (src / rel).stat().st_size > CHUNKED_OVER}
     for rel, want in loose.items():
+        if rel in chunked:
+            continue
         target = snapshot / rel
         if target.exists():
             have = digest_file(target)
@@ -152,6 +169,7 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
             shutil.copyfile(src / rel, tmp)
             if digest_file(tmp) != want:
                 raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
+    chunks: dict[str, list[str]] = {}
     if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
         manifest: Manifest = json.loads(path.read_text())
     else:
@@ -159,19 +177,78 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
         # Only packs not under their root's own name (written again beside a damaged one).
         packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
                    if p.name != _pack_name(files_root(groups[g]))}
-        body = {**(extra or {}), "packs": {g: files_root(m) for g, m in sorted(groups.items())},
+        roots = {g: files_root(m) for g, m in sorted(groups.items())}
+        blobs = {rel: _read_checked(src / rel, want) for rel, want in sorted(chunked.items())}
+        listing = json.dumps(roots, indent=1, sort_keys=True).encode()
+        if len(listing) > CHUNKED_OVER:  # one line a pack: a rerun panel changes a chunk or two
+            blobs[PACKS_KEY] = listing
+        chunks, chunk_packs = store_chunks(dest, snapshot, blobs)
+        # The same body and root as build_manifest over the plain files, chunked ones included.
+        body = {"kind": "archive", "schema_version": SCHEMA_VERSION, "base": ".",
+                "files": {rel: loose[rel] for rel in sorted(loose)}, **(extra or {}), "packs": roots,
                 "videos_on_scratch": sum(1 for rel in digests if "/records/" in rel), "regenerate": REGENERATE}
-        manifest = build_manifest("archive", snapshot, [snapshot / r for r in loose], body)
-        manifest["packing"] = {"format": PACK_FORMAT, "files": packing}  # type: ignore[typeddict-unknown-key]
+        manifest = cast(Manifest, {**body, "root_digest": digest_obj(body)})
+        manifest["packing"] = {"format": PACK_FORMAT, "files": packing,  # type: ignore[typeddict-unknown-key]
+                               **({"chunks": chunks, "chunk_packs": chunk_packs} if chunks else {})}
     if not path.exists():
         # A killed promotion's half-copies (.tmp-*) are never sealed into the snapshot.
         sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
-        write_manifest(path, manifest)  # written last: a snapshot without it is incomplete
+        # written last: a snapshot without it is incomplete; a long pack listing is in chunks (load_manifest)
+        on_disk = {k: v for k, v in manifest.items() if k != "packs" or PACKS_KEY not in chunks}
+        write_manifest(path, cast(Manifest, on_disk))
         make_read_only(snapshot)
     sweep_temps([dest / PACKS], older_than=started)
     pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
     write_text(dest / "latest.json", json.dumps(pointer, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _read_checked(path: Path, want: str) -> bytes:
+    body = path.read_bytes()
+    if digest_bytes(body) != want:
+        raise ArchiveError(f"{path} changed while it was promoted ({want}, now {digest_bytes(body)}); "
+                           "rerun when no job writes the results tree")
+    return body
+
+
+def store_chunks(dest: Path, snapshot: Path, files: dict[str, bytes]) -> tuple[dict[str, list[str]], list[str]]:
+    """Store ``files`` (path -> bytes: large study-level files, and the snapshot's pack
+    listing as ``PACKS_KEY``) as content-defined chunks: chunks already held by an intact
+    chunk pack of an earlier snapshot are shared, the others go into one new chunk pack
+    (a pack of group ``chunks`` whose members are named by their digest's hex). Returns
+    ({path: [chunk hex, ...]}, [chunk pack path relative to ``snapshot``])."""
+    if not files:
+        return {}, []
+    chunks: dict[str, list[str]] = {}
+    data: dict[str, bytes] = {}
+    for rel, body in sorted(files.items()):
+        chunks[rel] = []
+        for c in split_chunks(body):
+            h = digest_bytes(c).split(":", 1)[1]
+            chunks[rel].append(h)
+            data[h] = c
+    held: dict[str, Path] = {}
+    for sdir in sorted((dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []:
+        try:
+            listed = json.loads((sdir / ARCHIVE_MANIFEST).read_text()).get("packing", {}).get("chunk_packs", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        for rel in listed:
+            p = Path(os.path.normpath(sdir / rel))
+            if p in held.values() or not set(data) - set(held):
+                continue
+            try:
+                pack = Pack(p)
+            except IntegrityError:
+                continue
+            if not pack.verify():  # a damaged chunk pack is never shared
+                held.update({h: p for h in pack.members if h in data and h not in held})
+    new = {h: c for h, c in data.items() if h not in held}
+    if new:
+        path = _store(dest, "chunks", {h: digest_bytes(c) for h, c in new.items()}, new.__getitem__)
+        held.update(dict.fromkeys(new, path))
+    used = sorted({os.path.relpath(held[h], snapshot) for h in data})
+    return chunks, used
 
 
 def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Path:
@@ -180,6 +257,11 @@ def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Pa
     one, byte-verified after writing. A damaged pack under that name is kept and the
     files packed again as ``<root>-<n>``. Raises ArchiveError when a file changed since
     it was hashed or the written pack does not verify."""
+    return _store(dest, group, members, lambda rel: _read_checked(src / rel, members[rel]))
+
+
+def _store(dest: Path, group: str, members: dict[str, str], load: Callable[[str], bytes]) -> Path:
+    """``store_pack`` with each member's bytes given by ``load(path)``."""
     root = files_root(members)
     n, base = 1, root.split(":", 1)[1]
     while (target := dest / PACKS / (_pack_name(root) if n == 1 else f"{base}-{n}{SUFFIX}")).exists():
@@ -190,14 +272,7 @@ def store_pack(dest: Path, group: str, members: dict[str, str], src: Path) -> Pa
         except IntegrityError:
             pass
         n += 1
-    data = []
-    for rel, want in members.items():
-        body = (src / rel).read_bytes()
-        if digest_bytes(body) != want:
-            raise ArchiveError(f"{src / rel} changed while it was promoted ({want}, now {digest_bytes(body)}); "
-                               "rerun when no job writes the results tree")
-        data.append((rel, body))
-    write_pack(target, group, data)
+    write_pack(target, group, [(rel, load(rel)) for rel in members])
     written = Pack(target)
     if written.root != root or written.verify():
         raise ArchiveError(f"pack {target} did not verify after writing; check the work storage")
@@ -313,7 +388,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("altered", dest / RETIRED, str(e))
         gone = {}
     snaps = sorted(p for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
-    cache: dict[str, tuple[Pack | None, list[str]]] = {}
+    cache: dict[str, Checked] = {}
     for sdir in snaps:
         if sdir.name in gone:
             n = gone[sdir.name]
@@ -374,14 +449,15 @@ def _listed_packs(snaps: list[Path]) -> list[Path]:
     out = []
     for sdir in snaps:
         try:
-            manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+            manifest = load_manifest(sdir)
             out += list(snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            out += [Path(os.path.normpath(sdir / p)) for p in (manifest.get("packing") or {}).get("chunk_packs", [])]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IntegrityError):
             continue  # an incomplete or unreadable snapshot is reported as such
     return out
 
 
-def verify_tree(root: Path, packs: dict[str, tuple[Pack | None, list[str]]] | None = None) -> list[str]:
+def verify_tree(root: Path, packs: dict[str, Checked] | None = None) -> list[str]:
     """Re-hash everything under an archive snapshot or results tree.
 
     Every ``archive.json``, ``generation.json``, ``scores.json``, ``timing.json`` and
@@ -394,9 +470,11 @@ def verify_tree(root: Path, packs: dict[str, tuple[Pack | None, list[str]]] | No
     root = Path(root)
     if (root / ARCHIVE_MANIFEST).is_file():
         try:
-            manifest = json.loads((root / ARCHIVE_MANIFEST).read_text())
+            manifest = load_manifest(root)
         except (OSError, ValueError) as e:
             return [f"{root / ARCHIVE_MANIFEST}: unreadable manifest ({e})"]
+        except IntegrityError as e:
+            return [str(e)]
         if isinstance(manifest, dict) and "packs" in manifest:
             return verify_snapshot(root, manifest, {} if packs is None else packs)
     problems: list[str] = []
@@ -431,29 +509,38 @@ def _extra_files(sdir: Path, listed: set[str]) -> list[str]:
     return out
 
 
-def _check_pack(path: Path, sdir: Path) -> tuple[Pack | None, list[str]]:
-    """Open and read a whole pack: its index, every block, every member's digest, and
-    every record's self-digest and schema. (pack or None when unreadable, problems)."""
+Checked = tuple[Pack | None, list[str], dict[str, bytes]]
+"""A pack read whole by ``_check_pack``: (pack or None when unreadable, problems, the
+bytes of the manifests it holds)."""
+
+
+def _check_pack(path: Path, sdir: Path) -> Checked:
+    """Open and read a whole pack once: its index, every block, every member's digest,
+    and every record's self-digest and schema; the manifests' bytes are kept so that
+    they are not read again."""
     try:
         pack = Pack(path)
     except IntegrityError as e:
-        return None, [str(e)]
+        return None, [str(e)], {}
     problems, failed = [], 0
     first = ""
+    manifests = {}
     for member, data in pack.items():
         if isinstance(data, IntegrityError):
             failed += 1
             first = first or f"first failing record {member.path}: {data}"
             continue
-        if any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
+        if member.path.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]:
+            manifests[member.path] = data
+        elif any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
             try:
-                parse_record(data, f"{sdir / member.path} (in pack {path})")
+                parse_record(data, f"{sdir}/{member.path} (in pack {path})")
             except PairFlowError as e:
                 problems.append(str(e))
     if failed:
         more = f"; {failed - 1} more member(s) fail" if failed > 1 else ""
         problems.insert(0, f"{path}: {first}{more}")  # verify_archive says which snapshot to retire
-    return pack, problems
+    return pack, problems, manifests
 
 
 def snapshot_files(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -470,25 +557,41 @@ def _pack_name(root: str) -> str:
 
 
 def verify_snapshot(sdir: Path, manifest: dict[str, Any],
-                    cache: dict[str, tuple[Pack | None, list[str]]]) -> list[str]:
+                    cache: dict[str, Checked]) -> list[str]:
     """A packed snapshot: ``archive.json``'s root digest and plain files, no extra files,
     every pack it lists (index, blocks, members, records; each pack read once per
     ``cache``) holding the files with the root it lists, and every manifest in the
     evidence (plain or packed) matching the files it lists. Returns one line per problem."""
     path = sdir / ARCHIVE_MANIFEST
-    problems = check_manifest(manifest, path, lambda f: digest_file(f) if f.is_file() and not f.is_symlink()
-                              else None, exclude=("packing",))
     if not isinstance(manifest.get("packs"), dict) or not isinstance(manifest.get("files"), dict):
-        return [*problems, f"{path}: packs or files is not a mapping; the manifest was altered"]
+        return [f"{path}: packs or files is not a mapping; the manifest was altered"]
+    chunked, problems = read_chunked(sdir, manifest)
+    chunked_digests = {rel: digest_bytes(data) for rel, data in chunked.items()}
+
+    def plain_digest(f: Path) -> str | None:
+        rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix() if f.is_relative_to(sdir) else ""
+        if rel in chunked_digests:
+            return chunked_digests[rel]
+        return digest_file(f) if f.is_file() and not f.is_symlink() else None
+
+    problems += check_manifest(manifest, path, plain_digest, exclude=("packing",))
     problems += _extra_files(sdir, set(manifest.get("files", {})))
     pack_paths, _ = snapshot_files(sdir, manifest)
+    todo = sorted({str(p) for p in pack_paths.values()} - set(cache))
+    if len(todo) > PARALLEL_OVER and (workers := min(os.cpu_count() or 1, 4)) > 1:
+        # Packs are independent: check them in worker processes (record schema checks are CPU bound).
+        with ProcessPoolExecutor(workers) as pool:
+            cache.update(zip(todo, pool.map(_check_pack, map(Path, todo), [sdir] * len(todo),
+                                            chunksize=max(1, len(todo) // (workers * 8))), strict=True))
     members: dict[str, tuple[Pack, str]] = {}
+    inner_bytes: dict[str, bytes] = {}
     for group, root in sorted(manifest["packs"].items()):
         ppath = pack_paths[group]
         if str(ppath) not in cache:
             cache[str(ppath)] = _check_pack(ppath, sdir)
-        pack, found = cache[str(ppath)]
+        pack, found, held = cache[str(ppath)]
         problems += found
+        inner_bytes.update(held)
         if pack is None:
             continue
         if pack.root != root:
@@ -496,19 +599,23 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
         for m in pack.members.values():
             members[m.path] = (pack, m.digest)
 
+    prefix = os.path.normpath(sdir) + os.sep
+
     def digest_of(f: Path) -> str | None:
-        try:
-            rel = Path(os.path.normpath(f)).relative_to(sdir).as_posix()
-        except ValueError:  # a listed path that leaves the snapshot
+        # String operations, not pathlib: called once per archived file.
+        full = os.path.normpath(f)
+        if not full.startswith(prefix):  # a listed path that leaves the snapshot
             return None
+        rel = full[len(prefix):].replace(os.sep, "/")
         if rel in members:
             return members[rel][1]
-        return digest_file(f) if f.is_file() and not f.is_symlink() and rel in manifest["files"] else None
+        return plain_digest(f) if rel in manifest["files"] else None
 
     inner = [rel for rel in [*manifest["files"], *members] if rel.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]]
     for rel in sorted(inner):
         try:
-            data = members[rel][0].read(rel) if rel in members else (sdir / rel).read_bytes()
+            data = (inner_bytes[rel] if rel in inner_bytes else members[rel][0].read(rel) if rel in members
+                    else chunked[rel] if rel in chunked else (sdir / rel).read_bytes())
             obj = json.loads(data)
         except (OSError, ValueError, IntegrityError) as e:
             problems.append(f"{sdir / rel}: unreadable manifest ({e})")
@@ -523,6 +630,88 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
     return problems
 
 
+def read_chunked(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
+    """The study-level files a packed snapshot stores in chunks, reassembled from its chunk
+    packs (each read once; every chunk checked against its digest), and one line per
+    problem: a damaged or missing chunk pack, and each file that cannot be reassembled,
+    naming the file, the chunk and its pack. A file's own digest (``files``) is checked
+    by the caller."""
+    packing = manifest.get("packing") or {}
+    chunks, listed = packing.get("chunks") or {}, packing.get("chunk_packs") or []
+    store: dict[str, bytes] = {}
+    bad: dict[str, str] = {}
+    problems = []
+    for rel in listed:
+        ppath = Path(os.path.normpath(sdir / rel))
+        try:
+            pack = Pack(ppath)
+        except IntegrityError as e:
+            problems.append(str(e))
+            continue
+        for m, data in pack.items():
+            if isinstance(data, IntegrityError):
+                bad[m.path] = f"damaged in chunk pack {ppath} ({data})"
+            else:
+                store[m.path] = data
+    out = {}
+    for rel, hexes in sorted(chunks.items()):
+        parts = []
+        for i, h in enumerate(hexes):
+            if h not in store:
+                problems.append(f"{sdir / rel}: chunk {i} of {len(hexes)} (xxh3_128:{h}) is "
+                                f"{bad.get(h, 'in none of the chunk packs archive.json lists')}; the file cannot "
+                                f"be reassembled, retire the snapshot (pairflow archive retire {sdir.name} --why ...)")
+                break
+            parts.append(store[h])
+        else:
+            out[rel] = b"".join(parts)
+    return out, problems
+
+
+def load_manifest(sdir: Path) -> dict[str, Any]:
+    """``archive.json`` of snapshot ``sdir`` as written, with its pack listing (``packs``)
+    put back where it is stored in chunks (a listing over ``CHUNKED_OVER`` bytes, under
+    ``packing.chunks[PACKS_KEY]``): the root digest covers the listing either way.
+    Raises OSError or ValueError when archive.json is unreadable, IntegrityError naming
+    the chunk when the listing cannot be reassembled."""
+    manifest = json.loads((Path(sdir) / ARCHIVE_MANIFEST).read_text())
+    packing = manifest.get("packing") if isinstance(manifest, dict) else None
+    chunks = packing.get("chunks") if isinstance(packing, dict) else None
+    if isinstance(chunks, dict) and PACKS_KEY in chunks and "packs" not in manifest:
+        listing = {"packing": {**(packing or {}), "chunks": {PACKS_KEY: chunks[PACKS_KEY]}}}
+        found, problems = read_chunked(Path(sdir), listing)
+        if PACKS_KEY not in found:
+            raise IntegrityError("; ".join(problems))
+        manifest["packs"] = json.loads(found[PACKS_KEY])
+    return cast("dict[str, Any]", manifest)
+
+
+def read_file(sdir: Path, rel: str) -> bytes:
+    """The bytes of file ``rel`` (as listed in the snapshot's evidence) of a complete
+    snapshot, wherever it is stored: plain, in chunks (reassembled) or in a pack.
+    Raises ArchiveError when the snapshot does not hold it, IntegrityError when its
+    stored bytes do not hash to the listed digest."""
+    sdir = Path(sdir)
+    manifest = load_manifest(sdir)
+    chunks = (manifest.get("packing") or {}).get("chunks") or {}
+    if rel in chunks:
+        found, problems = read_chunked(sdir, {"packing": {**manifest["packing"], "chunks": {rel: chunks[rel]}}})
+        if rel not in found:
+            raise IntegrityError("; ".join(problems))
+        data = found[rel]
+    elif rel in manifest.get("files", {}):
+        data = (sdir / rel).read_bytes()
+    else:
+        for pack in (Pack(p) for p in snapshot_files(sdir, manifest)[0].values()) if "packs" in manifest else []:
+            if rel in pack.members:
+                return pack.read(rel)
+        raise ArchiveError(f"{sdir}: holds no file {rel!r}; paths are as in the results tree, e.g. study/timing.json")
+    if digest_bytes(data) != manifest["files"][rel]:
+        raise IntegrityError(f"{sdir / rel}: digest {digest_bytes(data)} differs from {manifest['files'][rel]} "
+                             f"listed in {sdir / ARCHIVE_MANIFEST}; retire the snapshot")
+    return data
+
+
 def show(sdir: Path, key: str, part: str = "generation") -> bytes:
     """The stored bytes of one record of snapshot ``sdir`` (packed or plain), found by its
     record digest or by a candidate id (then the candidate's ``part`` record:
@@ -531,7 +720,7 @@ def show(sdir: Path, key: str, part: str = "generation") -> bytes:
     sdir = Path(sdir)
     want = key if ":" in key else f"xxh3_128:{key}"
     try:
-        manifest = json.loads((sdir / ARCHIVE_MANIFEST).read_text())
+        manifest = load_manifest(sdir)
     except (OSError, ValueError) as e:
         raise ArchiveError(f"{sdir}: not a complete snapshot ({e}); give a directory under "
                            "work/<study>/snapshots") from e

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import xxhash
+
 from .atomic import atomic_path, umask
 from .errors import IntegrityError
 from .identity import canonical_json, digest_bytes, digest_obj
@@ -54,6 +56,30 @@ def files_root(digests: dict[str, str]) -> str:
     """The root of a set of files: the digest over ``{path: digest}`` (paths sorted by
     canonical JSON). Independent of how or whether the files are packed."""
     return digest_obj(dict(sorted(digests.items())))
+
+
+CHUNK_LINES = 128
+"""A chunk ends after a line whose xxh3_64 is 0 mod this: about 128 lines a chunk."""
+CHUNK_MAX = 1 << 20
+"""A chunk is cut here whatever its lines (a file written as one long line)."""
+
+
+def split_chunks(data: bytes) -> list[bytes]:
+    """``data`` cut into content-defined chunks (their concatenation is ``data``): a chunk
+    ends after a line whose hash is 0 mod ``CHUNK_LINES``, or at ``CHUNK_MAX`` bytes.
+    The boundaries depend on the lines themselves, not on offsets, so an edit (one
+    panel's lines of a study manifest changed, added or removed) changes only the chunks
+    it touches and the rest are the same bytes as before, shared between snapshots."""
+    chunks: list[bytes] = []
+    buf = bytearray()
+    for line in data.splitlines(keepends=True):
+        buf += line
+        if xxhash.xxh3_64_intdigest(line) % CHUNK_LINES == 0 or len(buf) >= CHUNK_MAX:
+            chunks.append(bytes(buf))
+            buf.clear()
+    if buf:
+        chunks.append(bytes(buf))
+    return chunks
 
 
 def _gzip(data: bytes) -> bytes:
