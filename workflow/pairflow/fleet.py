@@ -160,7 +160,8 @@ def noop(payload: dict[str, Any]) -> dict[str, Any]:
 HEARTBEAT_S = 5.0
 """How often the driver looks at its tasks and the workers' heartbeat files."""
 PROGRESS_WRITE_S = 1.0
-"""A worker rewrites its heartbeat file at most this often, however fast its task reports."""
+"""A worker rewrites its heartbeat file at most this often for reports of one kind of work
+(a new kind is written at once), however fast its task reports."""
 ACTIVE_S = 60.0
 """``pairflow status`` counts a worker active when its heartbeat moved this recently (it
 moves on progress: one denoising step of a large model may take tens of seconds)."""
@@ -183,12 +184,15 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
     slot = slot_identity()
     beat = Path(beat_dir) / f"{socket.gethostname()}-{os.getpid()}.json" if beat_dir else None
     state = {"what": what, "task": task, "phase": phase, "since": started, **slot}
-    written = [0.0]
+    written: list[Any] = [0.0, None]  # when the file was last written, and the kind of work it named
 
     def sink(note: str) -> None:
-        now = time.monotonic()
-        if beat is not None and now - written[0] >= PROGRESS_WRITE_S:
-            written[0] = now
+        # Throttled per kind of work only: a report of another kind (denoising, then
+        # ffmpeg, then a metric) is written at once, so a task that hangs right after a
+        # burst of fast steps still names the work it hung in, not the last step written.
+        now, kind = time.monotonic(), note.split(" ", 1)[0]
+        if beat is not None and (kind != written[1] or now - written[0] >= PROGRESS_WRITE_S):
+            written[0], written[1] = now, kind
             _beat(beat, {**state, "progress": note, "at": time.time()})
 
     if beat is not None:

@@ -38,8 +38,13 @@ from .recordtypes import (
 
 SCHEMA_VERSION = 1
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-RUN_SPECIFIC = ("timing", "worker", "site")
-"""Top-level record fields that legitimately differ between two runs of the same candidate."""
+RUN_SPECIFIC = ("timing", "worker", "site", "memory")
+"""Top-level record fields that legitimately differ between two runs of the same candidate
+(wall times, where it ran, peak memory per phase)."""
+COMPUTE_PROVENANCE = ("method", "table", "cross_check")
+"""Fields of a record's ``compute`` that say how its FLOPs were obtained (counted in full,
+or derived from a table and perhaps cross-checked): which candidate is counted in full
+depends on task order, while the figures are exact either way (tests/test_compute.py)."""
 
 _R = TypeVar("_R", bound=Mapping[str, Any])
 
@@ -232,7 +237,10 @@ def stale_link(record: Mapping[str, Any], generation: Mapping[str, Any]) -> str 
 
 def stable_view(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without run-specific fields (what must match across reruns)."""
-    return {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
+    out = {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
+    if isinstance(out.get("compute"), Mapping):
+        out["compute"] = {k: v for k, v in out["compute"].items() if k not in COMPUTE_PROVENANCE}
+    return out
 
 
 def relative_posix(path: Path | str, root: Path | str) -> str:
