@@ -623,12 +623,15 @@ def test_a_gpu_slot_scores_on_cuda_and_the_device_enters_the_build(tmp_path: Pat
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)},
                                         scorers=["background_consistency", "psnr"]), tmp_path)
-    cpu, gpu = scorer_build(study, Grant()), scorer_build(study, Grant(accelerators=("0", "1")))
+    cpu, gpu = scorer_build(study, Grant()), scorer_build(study, Grant(accelerators=("0", "1")), cuda=True)
     assert scoring_device(Grant()) == "cpu" and scoring_device(None) == "cpu"
+    # Granted GPUs torch cannot use (Slurm gres on a node without CUDA, as in CI): the CPU.
+    assert scoring_device(Grant(accelerators=("0",)), cuda=False) == "cpu"
+    assert scorer_build(study, Grant(accelerators=("0", "1")), cuda=False)["device"] == "cpu"
     assert cpu["device"] == "cpu" and gpu["device"] == "cuda"
     assert gpu["precision"].endswith("CLIP image towers fp16") and cpu["precision"].endswith("fp32")
     assert "run on the slot GPU (cuda)" in gpu["layout"] and cpu["digest"] != gpu["digest"]
-    assert scorer_build(study, Grant(accelerators=("2", "3")))["digest"] == gpu["digest"]  # which GPUs: not
+    assert scorer_build(study, Grant(accelerators=("2", "3")), cuda=True)["digest"] == gpu["digest"]  # which GPUs: not
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: the refusal is for one without")

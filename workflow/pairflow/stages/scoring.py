@@ -64,7 +64,7 @@ def uses_static_filter(study: StudySpec) -> bool:
     return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
 
 
-def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
+def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None = None) -> ScorerBuild:
     """What computed the scores, the same for both arms of every pair of a run: the
     scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
@@ -75,7 +75,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None) -> ScorerBuild:
     from ..identity import digest_file, digest_tree
 
     accelerators = grant.accelerators if grant else ()
-    device = scoring_device(grant)
+    device = scoring_device(grant, cuda)
     workers = len(accelerators) or study.fleet.cpu_workers
     # The kind and count of slots, never which GPU indices: panels scored on different
     # GPUs of one study share a build, so their pairs pool.
@@ -143,10 +143,19 @@ DECODING_MEANING = {
 }
 
 
-def scoring_device(grant: Grant | None) -> str:
+def scoring_device(grant: Grant | None, cuda: bool | None = None) -> str:
     """Where this job's metrics run: ``cuda`` when its slots were granted accelerators
-    (one worker per GPU, each seeing only its own as ``cuda``), else ``cpu``."""
-    return "cuda" if grant is not None and grant.accelerators else "cpu"
+    (one worker per GPU, each seeing only its own as ``cuda``) and torch sees CUDA
+    (``cuda``; asked of torch when None), else ``cpu``, as generation decides
+    (``generate.device``): a slot granted a device torch cannot use (a CPU-only build of
+    torch, or Slurm gres on a node without a CUDA driver, as in CI) scores on the CPU."""
+    if grant is None or not grant.accelerators:
+        return "cpu"
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return "cuda" if cuda else "cpu"
 
 
 def clip_precision(study: StudySpec, device: str = "cpu") -> str:
