@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -399,6 +401,17 @@ run_tasks(pid_then_sleep, [{"dir": str(d), "s": 1}] * 400, d / "run", FleetSpec(
 """
 
 
+def _start_driver(code: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """Start a driver script (``code``) and wait up to 120 s for its two workers' pid
+    files (the caller asserts they came)."""
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=dict(os.environ),
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    return proc
+
+
 def _pool_of(tmp_path: Path) -> int:
     for cmd in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -426,15 +439,8 @@ def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tm
     """Injected: SIGKILL to the worker pool's multiprocessing manager (not a task worker).
     Its workers die as zombies while the pool keeps heartbeating to the interchange, so
     Parsl never declares it lost (and its log grows by MB/s): the stall check must end it."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", STALL_DRIVER, str(tmp_path)], env=dict(os.environ),
-                            stderr=subprocess.PIPE, text=True)
+    proc = _start_driver(STALL_DRIVER, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
         workers = {int(p.stem) for p in tmp_path.glob("*.pid")}
         assert len(workers) == 2, f"workers did not start (driver exit {proc.poll()})"
         pool = _pool_of(tmp_path)
@@ -475,15 +481,8 @@ def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots
     """Injected: SIGKILL to the worker pool's main process (what the kernel's OOM killer
     does to the largest process). Regression (issue 22): its block's exit 137 reached the
     tasks as Parsl's bad-state error, classed ``other``, with ``slot: null``."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", LOST_DRIVER, str(tmp_path)], env=dict(os.environ),
-                            stderr=subprocess.PIPE, text=True)
+    proc = _start_driver(LOST_DRIVER, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
         assert len(list(tmp_path.glob("*.pid"))) == 2, f"workers did not start (driver exit {proc.poll()})"
         os.kill(_pool_of(tmp_path), signal.SIGKILL)
         _, err = proc.communicate(timeout=110)
