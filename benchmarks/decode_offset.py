@@ -23,7 +23,7 @@ import numpy as np
 from pairflow.candidates import candidates
 from pairflow.config import ModelSpec, load_study
 from pairflow.generate import generate, load_pipeline
-from pairflow.scoring.flicker import temporal_flickering
+from pairflow.metrics.flicker import temporal_flickering
 from pairflow.tinymodel import build_tiny_model
 from pairflow.video import encode, prepare_frames, read_video
 

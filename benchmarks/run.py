@@ -636,8 +636,8 @@ def bench_metrics(runs: int, quick: bool = False, mirror: Path | None = None) ->
     load time against scoring one video. Weighted metrics use ``mirror`` or a
     random-initialised test mirror (same architectures, so the same cost)."""
     from pairflow import weights
-    from pairflow.scoring import METRICS, ScoreContext, metric_spec, models, score
-    from pairflow.scoring import fidelity as fid
+    from pairflow.metrics import METRICS, ScoreContext, metric_spec, models, score
+    from pairflow.metrics import fidelity as fid
 
     tmp = None
     if mirror is None and not quick:
@@ -661,7 +661,7 @@ def bench_metrics(runs: int, quick: bool = False, mirror: Path | None = None) ->
         t = time.perf_counter()  # cold build of the scorer, as a worker does once (weights verified first)
         for m in scorer_models.get(name, []):
             models.load(m, str(mirror))
-        if name == "psnr":  # ssim and ms_ssim (scoring/structural.py) build nothing
+        if name == "psnr":  # ssim and ms_ssim (metrics/structural.py) build nothing
             fid._metric(name)
         load = time.perf_counter() - t
         ref = b if spec.kind == "FR" else None

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pairflow.scoring import ScoreContext, metric_spec, score
+from pairflow.metrics import ScoreContext, metric_spec, score
 
 
 def clip(seed: int, f: int = 4, h: int = 48, w: int = 48) -> np.ndarray:
@@ -113,7 +113,7 @@ def test_ms_ssim_matches_the_wang_2003_reference(kind: str) -> None:
 
 
 def test_psnr_of_identical_frames_is_the_documented_80_db_cap() -> None:
-    from pairflow.scoring.fidelity import PSNR_CAP_DB
+    from pairflow.metrics.fidelity import PSNR_CAP_DB
 
     x = clip(4)
     assert score("psnr", x, x) == pytest.approx(PSNR_CAP_DB, abs=1e-3)
@@ -145,7 +145,7 @@ def test_specs_come_from_pyiqa_table() -> None:
 
 
 def test_consistency_formula_by_hand() -> None:
-    from pairflow.scoring.subject_consistency import consistency
+    from pairflow.metrics.subject_consistency import consistency
 
     assert consistency(np.ones((5, 8))) == pytest.approx(1.0)  # identical frames
     # t=1: cos(f1,f0)=0 twice -> 0; t=2: cos(f2,f1)=cos(f2,f0)=1/sqrt2 -> 1/sqrt2; mean over t
@@ -171,7 +171,7 @@ def test_motion_smoothness_proxy_by_hand() -> None:
 def test_dynamic_degree_rule_follows_vbench() -> None:
     import torch
 
-    from pairflow.scoring.dynamic_degree import is_dynamic, pad8, sample_indices, top5_mean
+    from pairflow.metrics.dynamic_degree import is_dynamic, pad8, sample_indices, top5_mean
 
     assert sample_indices(9, 8) == list(range(9)) and sample_indices(9, 16) == [0, 2, 4, 6, 8]
     assert sample_indices(10, 24) == [0, 3, 6, 9]  # round(24/8) = 3
@@ -196,7 +196,7 @@ def test_registry_matches_schema_and_pyiqa_table() -> None:
     import yaml
 
     from pairflow.config import SCHEMA_PATH
-    from pairflow.scoring import METRICS
+    from pairflow.metrics import METRICS
 
     enum = yaml.safe_load(SCHEMA_PATH.read_text())["properties"]["scorers"]["items"]["enum"]
     assert sorted(enum) == sorted(METRICS)
@@ -225,7 +225,7 @@ WEIGHTED = {  # metric: frames (F, H, W) small enough for CI; dynamic_degree's R
 def test_every_metric_registers_itself_with_the_decorator() -> None:
     """Each name in METRICS is registered by ``@metric`` in the module ``_MODULES`` names,
     and its spec says that name."""
-    from pairflow.scoring import _REGISTERED, METRICS
+    from pairflow.metrics import _REGISTERED, METRICS
 
     for name in METRICS:
         assert metric_spec(name).name == name
@@ -234,7 +234,7 @@ def test_every_metric_registers_itself_with_the_decorator() -> None:
 
 def test_a_metric_registered_outside_its_module_is_refused() -> None:
     from pairflow.errors import ConfigError
-    from pairflow.scoring import metric
+    from pairflow.metrics import metric
 
     def elsewhere(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: object) -> float:
         return 0.0
@@ -253,8 +253,8 @@ def test_fr_metric_refuses_videos_of_different_shapes() -> None:
 
 @pytest.mark.parametrize("name", sorted(WEIGHTED))
 def test_weighted_metric_loads_from_mirror_once_and_is_deterministic(name: str, test_mirror) -> None:  # type: ignore[no-untyped-def]
-    from pairflow.scoring import ScoreContext
-    from pairflow.scoring.models import LOAD_COUNTS
+    from pairflow.metrics import ScoreContext
+    from pairflow.metrics.models import LOAD_COUNTS
 
     f, h, w = WEIGHTED[name]
     x, y = clip(4, f, h, w), clip(5, f, h, w)
@@ -267,7 +267,7 @@ def test_weighted_metric_loads_from_mirror_once_and_is_deterministic(name: str, 
 
 
 def test_consistency_of_a_still_video_is_one(test_mirror) -> None:  # type: ignore[no-untyped-def]
-    from pairflow.scoring import ScoreContext
+    from pairflow.metrics import ScoreContext
 
     still = np.repeat(clip(6, 1, 32, 32), 3, axis=0)
     ctx = ScoreContext(mirror=test_mirror)
@@ -286,7 +286,7 @@ def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirro
     with 3 workers (tasks in reverse order) give identical numbers."""
     from pairflow.config import FleetSpec
     from pairflow.fleet import Grant, run_tasks
-    from pairflow.scoring import score_arrays_task
+    from pairflow.metrics import score_arrays_task
 
     metrics = ["temporal_flickering", "psnr", "ssim", "lpips"]
     payloads = []
@@ -438,13 +438,13 @@ def test_metric_specs_come_from_pyiqas_table_without_importing_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, json; from pairflow.scoring import METRICS, metric_spec; "
+    code = ("import sys, json; from pairflow.metrics import METRICS, metric_spec; "
             "specs = {n: metric_spec(n).asdict({}) for n in METRICS}; "
             "assert 'torch' not in sys.modules and 'pyiqa' not in sys.modules; print(json.dumps(specs))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     import json
 
-    from pairflow.scoring import METRICS, _pyiqa_table, metric_spec
+    from pairflow.metrics import METRICS, _pyiqa_table, metric_spec
 
     _pyiqa_table.cache_clear()
     import pyiqa  # noqa: F401 - now the worker's path: the imported table
@@ -461,7 +461,7 @@ DECODE_DATA = Path(__file__).parent / "data" / "vbench_decode"
 
 
 def test_each_dimension_declares_the_reader_vbench_uses() -> None:
-    from pairflow.scoring import METRICS, metric_spec
+    from pairflow.metrics import METRICS, metric_spec
 
     assert {n: metric_spec(n).vbench_reader for n in METRICS if metric_spec(n).vbench_reader} == VBENCH_DIMENSIONS
     assert all(metric_spec(n).vbench_reader == "" for n in METRICS if metric_spec(n).kind == "FR")
@@ -546,7 +546,7 @@ def test_dino_position_embedding_is_interpolated_the_dino_way() -> None:
     import torch
     from timm.layers import resample_abs_pos_embed
 
-    from pairflow.scoring.models import dino_pos_embed
+    from pairflow.metrics.models import dino_pos_embed
 
     g = torch.Generator().manual_seed(0)
     table = torch.randn(1, 1 + 14 * 14, 8, generator=g)
@@ -565,7 +565,7 @@ def test_dino_position_embedding_is_interpolated_the_dino_way() -> None:
 def test_dino_model_uses_dino_interpolation_on_non_square_frames(test_mirror) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from pairflow.scoring import models
+    from pairflow.metrics import models
 
     model = models.load("dino", str(test_mirror))
     x = torch.randn(1, 3, 224, 384, generator=torch.Generator().manual_seed(0))
@@ -585,7 +585,7 @@ def test_clip_precision_is_selectable_and_enters_the_scorer_build(tmp_path: Path
 
     from pairflow.config import study_from_raw
     from pairflow.errors import ConfigError
-    from pairflow.scoring import models
+    from pairflow.metrics import models
     from pairflow.stages.scoring import clip_precision, scorer_build
 
     half = models.load("clip_b32", str(test_mirror), "fp16")
@@ -650,7 +650,7 @@ def test_models_are_built_on_the_context_device_and_cached_per_device(test_mirro
     slot never gets the CPU copy)."""
     import torch
 
-    from pairflow.scoring import models
+    from pairflow.metrics import models
 
     before = models.load.cache_info().currsize
     model = models.load("dino", str(test_mirror), device="cpu")
@@ -671,7 +671,7 @@ def test_every_metric_scores_on_cuda_as_on_cpu(name: str, test_mirror) -> None: 
     import torch
 
     from pairflow.generate import pin_cuda
-    from pairflow.scoring import models
+    from pairflow.metrics import models
 
     pin_cuda()
     f, h, w = WEIGHTED.get(name, (3, 176, 176))

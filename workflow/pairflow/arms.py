@@ -188,7 +188,7 @@ def write_arms_check(arms: tuple[ArmSpec, ...], model: ModelSpec, out: Path) -> 
 
 def check_verifier(arm: ArmSpec) -> None:
     """A search verifier must be a registered NR metric (it scores one video alone)."""
-    from .scoring import metric_spec
+    from .metrics import metric_spec
 
     if arm.search is None:
         return
@@ -328,7 +328,7 @@ class Verifier:
 
     def __call__(self, frames: Any, count: bool = False) -> tuple[float, int]:
         """(score, FLOPs the scoring took; 0 when not counted)."""
-        from .scoring import ScoreContext, score
+        from .metrics import ScoreContext, score
 
         ctx = ScoreContext(mirror=self.mirror, batch=self.batch, fps=self.fps, device=self.device)
         if not count:
@@ -345,7 +345,7 @@ def verifier_for(arm: ArmSpec, study: Any) -> Verifier | None:
     if arm.search is None:
         return None
     from .generate import _device
-    from .scoring import metric_spec
+    from .metrics import metric_spec
 
     # on the generating worker's device: a search scores where it generates
     return Verifier(arm.search.verifier, metric_spec(arm.search.verifier).higher_is_better, study.encoder,

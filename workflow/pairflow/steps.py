@@ -181,7 +181,7 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
     from .candidates import COMBINED
     from .fleet import grant_from_env
     from .layout import Layout
-    from .stages.panel import run_panel
+    from .stages.combined import run_panel
 
     run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
               grant_from_env(dict(os.environ)))
@@ -217,8 +217,8 @@ def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     from .fleet import grant_from_env
     from .layout import Layout
     from .repeat import replicate_study
+    from .stages.combined import run_panel
     from .stages.generation import run_generation
-    from .stages.panel import run_panel
     from .stages.scoring import run_scoring
     from .stages.timing import run_timed_pass
 

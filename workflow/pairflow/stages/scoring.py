@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
     """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
     control, which is its own reference."""
-    from ..scoring import metric_spec
+    from ..metrics import metric_spec
 
     return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
 
@@ -54,7 +54,7 @@ def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
 def study_weights(study: StudySpec) -> list[str]:
     """Weight keys the study's scoring needs: its scorers', plus RAFT when
     temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
-    from ..scoring import needed_weights
+    from ..metrics import needed_weights
 
     extra = ["raft_large"] if uses_static_filter(study) else []
     return sorted(set(needed_weights(study.scorers)) | set(extra))
@@ -66,7 +66,7 @@ def uses_static_filter(study: StudySpec) -> bool:
 
 def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None = None) -> ScorerBuild:
     """What computed the scores, the same for both arms of every pair of a run: the
-    scoring code's digest (``pairflow/scoring`` and ``weights.py``), library versions, the
+    scoring code's digest (``pairflow/metrics`` and ``weights.py``), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
     layout. Raises WeightsError (naming the file, the digests and the mirror command)
     when a file a configured scorer needs is missing from the mirror or altered."""
@@ -84,7 +84,7 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
     weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
     lock = weights.read_lock(study.weights.mirror) if keys else None
     here = Path(__file__).resolve().parent.parent  # the pairflow package
-    code = {**{f"scoring/{k}": v for k, v in digest_tree(here / "scoring").items() if k.endswith(".py")},
+    code = {**{f"metrics/{k}": v for k, v in digest_tree(here / "metrics").items() if k.endswith(".py")},
             "weights.py": digest_file(here / "weights.py")}
 
     build: dict[str, Any] = {
@@ -130,7 +130,7 @@ def metric_decoding(study: StudySpec, name: str) -> Decoding:
     (subject_consistency, background_consistency, aesthetic_quality, imaging_quality)
     BT.709, which is how decord decodes the recipe's BT.709-tagged videos; other metrics
     (FR) BT.709."""
-    from ..scoring import metric_spec
+    from ..metrics import metric_spec
 
     return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).vbench_reader == "opencv" else "bt709"
 
@@ -171,7 +171,7 @@ def _task_view(record: GenerationRecord) -> dict[str, Any]:
     return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
 
 
-SCORER_MODULES = ("pyiqa", "pairflow.scoring", "pairflow.video")
+SCORER_MODULES = ("pyiqa", "pairflow.metrics", "pairflow.video")
 """What a scoring worker imports in its warm-up (besides torch): the scorers' libraries."""
 
 
@@ -217,8 +217,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from ..fleet import worker_identity
-    from ..scoring import ScoreContext, metric_spec, score
-    from ..scoring.models import LOAD_COUNTS
+    from ..metrics import ScoreContext, metric_spec, score
+    from ..metrics.models import LOAD_COUNTS
     from ..telemetry import PhaseMemory
     from ..video import read_video
 
@@ -251,7 +251,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
                "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
         for name in names}
     if uses_static_filter(study):
-        from ..scoring.dynamic_degree import is_dynamic, pair_motion
+        from ..metrics.dynamic_degree import is_dynamic, pair_motion
 
         seen = frames[metric_decoding(study, "temporal_flickering")]
         pairs, n = pair_motion(seen, ctx)

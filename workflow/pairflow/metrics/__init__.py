@@ -144,7 +144,7 @@ def metric(*names: str, spec: MetricSpec | Callable[[str], MetricSpec]) -> Calla
         for name in names:
             if _MODULES.get(name) != fn.__module__.rpartition(".")[2]:
                 raise ConfigError(f"metric {name!r} is registered in {fn.__module__}, but _MODULES says "
-                                  f"{_MODULES.get(name)!r}; add it to pairflow.scoring._MODULES")
+                                  f"{_MODULES.get(name)!r}; add it to pairflow.metrics._MODULES")
             _REGISTERED[name] = (spec, fn)
         return fn
 

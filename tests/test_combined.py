@@ -1,4 +1,4 @@
-"""stages.panel: a panel's generation and scoring in one job and one worker pool, with a
+"""stages.combined: a panel's generation and scoring in one job and one worker pool, with a
 candidate scored as soon as its video and its control's land; the same outputs and the
 same resume rules as the per-stage jobs."""
 
@@ -17,7 +17,7 @@ from pairflow.fleet import Grant
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
 from pairflow.records import read_record
-from pairflow.stages.panel import run_panel
+from pairflow.stages.combined import run_panel
 
 
 def _run(study, at: Layout) -> dict:  # type: ignore[no-untyped-def]

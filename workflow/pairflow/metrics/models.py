@@ -182,7 +182,7 @@ def load(name: str, mirror: str, precision: str = "fp32", device: str = "cpu") -
             model = pyiqa.create_metric("lpips", device=device, as_loss=False,
                                         pretrained_model_path=_path(mirror, "lpips_alex_v01"))
     else:
-        raise ConfigError(f"scorer model {name!r} is not known to pairflow.scoring.models.load; known: "
+        raise ConfigError(f"scorer model {name!r} is not known to pairflow.metrics.models.load; known: "
                           f"{', '.join(sorted(_NEEDS))}; a metric module must name one of these")
     return model.eval().to(device)
 
