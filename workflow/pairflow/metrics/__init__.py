@@ -111,7 +111,8 @@ def _pyiqa_table() -> tuple[dict[str, Any], str]:
         return DEFAULT_CONFIGS, metadata.version("pyiqa")
     pkg = find_spec("pyiqa")
     if pkg is None or not pkg.submodule_search_locations:
-        raise ConfigError("pyiqa is not installed; install the environment (envs/pairflow.yaml, or `bash workflow/setup.sh` for .venv) before scoring")
+        raise ConfigError("pyiqa is not installed; install the environment (envs/pairflow.yaml, or "
+                          "`bash workflow/setup.sh` for .venv) before scoring")
     path = Path(next(iter(pkg.submodule_search_locations))) / "default_model_configs.py"
     spec = spec_from_file_location("_pairflow_pyiqa_table", path)
     module = module_from_spec(spec)  # type: ignore[arg-type]
