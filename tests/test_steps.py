@@ -14,7 +14,8 @@ from conftest import ROOT, copy_project, small_config
 
 from pairflow.config import study_from_raw
 from pairflow.errors import ConfigError
-from pairflow.steps import PANEL_RULES, check_panel_rules
+from pairflow.layout import Layout
+from pairflow.steps import PANEL_RULES, check_panel_rules, study_manifests
 
 SCRIPT = """
 import sys
@@ -94,3 +95,16 @@ def test_snakemake_plans_each_settings_own_panel_rules(project: Path) -> None:
     assert ("rule generate_score_panel does not exist under fleet.panel_jobs: per-stage (per-stage.yaml), only "
             "under fleet.panel_jobs: combined; name generate_panel (generation) or score_panel (scoring) instead"
             in refused.stdout + refused.stderr)
+
+
+def test_study_manifests_names_every_panels_manifests_and_the_timed_pass(tmp_path: Path) -> None:
+    """What rule study_stats binds (its script calls steps only)."""
+    cfg = small_config(tmp_path, tmp_path / "model")
+    (tmp_path / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse\n")
+    cfg["panels"]["u"] = {"sheet": str(tmp_path / "config" / "panels" / "u.tsv"), "seeds": [3]}
+    study = study_from_raw(cfg, tmp_path)
+    layout = Layout(study.scratch)
+    assert study_manifests(study, tmp_path / "timing.json") == {
+        "generation:t": layout.generation_manifest("t"), "scores:t": layout.score_manifest("t"),
+        "generation:u": layout.generation_manifest("u"), "scores:u": layout.score_manifest("u"),
+        "timing": tmp_path / "timing.json"}
