@@ -10,6 +10,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 from pairflow import errors
 from pairflow.errors import PairFlowError
 
@@ -74,3 +76,13 @@ def test_the_docstring_tree_names_every_error_class() -> None:
                if isinstance(obj, type) and issubclass(obj, PairFlowError)}
     drawn = set(re.findall(r"[├└]── (\w+)", errors.__doc__ or ""))
     assert defined - {"PairFlowError"} == drawn
+
+
+def test_a_component_of_the_wrong_class_is_a_model_build_error() -> None:
+    """Issue 24: tinymodel raised a bare TypeError here."""
+    from pairflow.errors import ModelBuildError
+    from pairflow.tinymodel import _checked
+
+    assert _checked(3, int) == 3
+    with pytest.raises(ModelBuildError, match="diffusers gave a str where a int was expected.*rebuild the model"):
+        _checked("a transformer", int)
