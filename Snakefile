@@ -1,7 +1,12 @@
 # PairFlow: paired evaluation of video-generation models.
-# Stages, in order: build the embedded model → generate and score each panel (one Parsl
-# fan-out per panel; fleet.panel_jobs: per-stage makes it a generation and a scoring job) →
-# exclusive timed pass → paired statistics per panel and for the study → archive evidence.
+# Stages, in order (rule names in brackets):
+#   build the embedded model [build_tiny_model] → check every arm against it [check_arms]
+#   → generate and score each panel, one Parsl fan-out per panel [generate_score_panel;
+#     fleet.panel_jobs: per-stage makes it generate_panel then score_panel]
+#   → exclusive timed pass [timed_pass] → paired statistics per panel and for the study
+#     [study_stats] → figures, gallery, tracker [plots, gallery, track] → slot utilisation
+#     [utilisation] → archive evidence [archive].
+#   On demand: repeatability reruns [replicate_panel, repeatability].
 from snakemake.utils import min_version
 
 min_version("9.0")

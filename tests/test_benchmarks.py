@@ -45,6 +45,18 @@ def test_every_section_runs_quick_and_the_report_renders(tmp_path: Path) -> None
     assert "## Archive: packed against plain snapshots" in text
 
 
+def test_each_section_is_its_own_module_behind_run() -> None:
+    """Issue 24: one module per section (``benchmarks/sections/<name>.py``; ``hash`` is
+    ``hashing``), every one of them a section of run.py's one command."""
+    import run  # benchmarks/run.py
+
+    modules = {p.stem for p in (ROOT / "benchmarks" / "sections").glob("*.py")} - {"__init__", "common"}
+    assert {fn.__module__ for fn in run.SECTIONS.values()} == {f"sections.{m}" for m in modules}
+    for name, fn in run.SECTIONS.items():
+        assert fn.__module__ == f"sections.{'hashing' if name == 'hash' else name}", name
+    assert len((ROOT / "benchmarks" / "run.py").read_text().splitlines()) < 150  # the command, not the sections
+
+
 def test_gpu_check_reports_the_driver_the_wheel_needs_before_measuring(tmp_path: Path) -> None:
     """Issue 25 item 6: on a machine without CUDA the check stops at once, exit 2, and
     its JSON (and the rendered section) says why and which driver the wheel needs."""

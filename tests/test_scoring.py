@@ -4,7 +4,9 @@ MS-SSIM, a hand computation of VBench's temporal_flickering formula."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -281,13 +283,30 @@ def test_every_weight_free_metric_is_deterministic() -> None:
         assert score(name, x, y) == score(name, x, y), name
 
 
-def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Parsl task (workers import this module: PYTHONPATH below): score the frames in
+    ``payload['npz']`` (``frames``, ``reference``) with the production ``metrics.score``
+    for every metric named, and say which worker process ran it and what it loaded."""
+    import torch
+
+    from pairflow.metrics import ScoreContext, score
+    from pairflow.metrics.models import LOAD_COUNTS
+
+    torch.set_num_threads(1)
+    data = np.load(payload["npz"])
+    ctx = ScoreContext(mirror=Path(payload["mirror"]), batch=int(payload["batch"]), fps=8)
+    scores = {n: score(n, data["frames"], data["reference"], ctx) for n in payload["metrics"]}
+    return {"scores": scores, "pid": os.getpid(), "loads": dict(LOAD_COUNTS)}
+
+
+def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirror, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The estimand is per video: the same videos scored through Parsl with 1 worker and
     with 3 workers (tasks in reverse order) give identical numbers."""
     from pairflow.config import FleetSpec
     from pairflow.fleet import Grant, run_tasks
-    from pairflow.metrics import score_arrays_task
 
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                                     os.environ.get("PYTHONPATH")])))
     metrics = ["temporal_flickering", "psnr", "ssim", "lpips"]
     payloads = []
     for i in range(4):

@@ -1,7 +1,10 @@
 """The study config: YAML → JSON-schema validation with defaults → frozen dataclasses.
 
 The schema (``workflow/schemas/config.schema.yaml``) is the single source of keys,
-types and defaults; Snakemake validates against the same file in ``common.smk``.
+types and defaults. This module is the one validator: ``common.smk`` calls
+``check_config_files`` and ``study_from_raw`` (as ``pairflow check-config`` does) rather
+than ``snakemake.utils.validate``, so every entry point refuses a config with the same
+one-line messages.
 Unknown keys are errors, and so is a key written twice in one mapping (YAML would keep
 the last silently). Relative paths (storage, model, sheets, the weight mirror) resolve
 against the project root the caller passes: every entry point passes the working

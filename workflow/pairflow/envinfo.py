@@ -101,7 +101,3 @@ def _driver() -> str | None:
     except pynvml.NVMLError:
         return None
     return version.decode() if isinstance(version, bytes) else str(version)
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]

@@ -29,6 +29,7 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     │                          does not fill its model
     │   └── WeightDigestError      (also an IntegrityError)
     ├── ScoringError           a metric cannot score these frames (too few, too small)
+    ├── ModelBuildError        a loaded pipeline component is not the class it must be
     ├── PairingError           a pair lacks a partner or its arms are not comparable
     ├── StatsError             a statistic was asked of too little data (fewer than 2 pairs, a zero effect)
     ├── ArchiveError           promotion would overwrite different bytes, or escape its tree
@@ -36,7 +37,9 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── TaskFailedError        a fanned-out task still failed after its retries (classified in a failure record)
     ├── TaskError              a task's non-PairFlow exception as the driver receives it (type, message, traceback)
     ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
-    ├── LockError              another run holds the results directory
+    ├── LockError              another run holds the folder this job writes (a panel job: that panel's
+    │                          folder; the timed pass and study statistics: the study folder)
+    ├── ProcessError           the OS refused a process operation PairFlow needs (the parent-death signal)
     └── SchedulerError         a Slurm command is missing, failed or did not answer
 """
 
@@ -162,7 +165,20 @@ class StorageError(PairFlowError):
 
 
 class LockError(PairFlowError):
-    """Another run holds the results directory."""
+    """Another run holds the folder this job writes. The lock is per folder, not per results
+    tree: a panel job (and ``pairflow rerun-panel``) locks that panel's folder, the timed pass
+    and the study statistics lock the study folder, so two runs may write different panels
+    of one tree but never the same panel."""
+
+
+class ProcessError(PairFlowError):
+    """The operating system refused a process operation PairFlow relies on (arming the
+    kernel's parent-death signal for a pool's interchange)."""
+
+
+class ModelBuildError(PairFlowError):
+    """A loaded pipeline or component is not of the class PairFlow needs (a checkpoint whose
+    ``model_index.json`` names other classes, or a broken diffusers install)."""
 
 
 class TaskFailedError(PairFlowError):

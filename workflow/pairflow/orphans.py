@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from .errors import ProcessError
+
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
@@ -181,7 +183,9 @@ def _exec(pid: int, argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        errno = ctypes.get_errno()
+        raise ProcessError(f"prctl(PR_SET_PDEATHSIG) failed for the pool's interchange ({os.strerror(errno)}, "
+                           f"errno {errno}); PairFlow's local pools need Linux: run on a Linux host")
     if os.getppid() != pid:  # the driver died before the signal was armed
         sys.exit(1)
     os.execvp(argv[0], argv)

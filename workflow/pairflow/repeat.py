@@ -11,11 +11,14 @@ Imports without torch.
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
 from .config import StudySpec
+from .errors import PairingError
 from .layout import Layout
 from .recordtypes import GenerationRecord, ScoreRecord, TimingRecord
 
@@ -28,7 +31,12 @@ def replicate_study(study: StudySpec, rep: str) -> StudySpec:
 def noise_report(runs: dict[str, tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]]
                  ) -> dict[str, Any]:
     """Compare runs. ``runs['original']`` and each replicate hold (generation, score,
-    timing) records of the same candidates."""
+    timing) records of the same candidates. Returns the replicates' names, how many
+    replicate videos were compared and the share bitwise identical to the original (None
+    when none was), per metric the spread of a candidate's score over every run (max and
+    median range, max population SD) and the latency's coefficient of variation (across
+    runs, and within a run over the timed repeats). Raises PairingError for a replicate
+    video whose candidate the original run lacks."""
     def key(r: GenerationRecord | ScoreRecord | TimingRecord) -> tuple[str, str, str, int]:
         c = r["candidate"]
         return (c["panel"], r["arm"]["name"], c["prompt_id"], int(c["seed"]))
@@ -38,8 +46,12 @@ def noise_report(runs: dict[str, tuple[list[GenerationRecord], list[ScoreRecord]
     identical = total = 0
     for name in reps:
         for r in runs[name][0]:
+            original = orig_gen.get(key(r))
+            if original is None:
+                raise PairingError(f"replicate {name}: candidate {key(r)} has no generation record in the original "
+                                   "run; run the study (snakemake) before its repeatability rules")
             total += 1
-            identical += r["video"]["digest"] == orig_gen[key(r)]["video"]["digest"]
+            identical += r["video"]["digest"] == original["video"]["digest"]
     values: dict[str, dict[tuple[str, str, str, int], list[float]]] = {}
     for _name, (_g, scores, _t) in runs.items():
         for sr in scores:
@@ -75,10 +87,12 @@ def noise_report(runs: dict[str, tuple[list[GenerationRecord], list[ScoreRecord]
 
 
 def markdown(report: dict[str, Any], flags: list[str]) -> str:
+    """The repeatability report (``noise_report``) and the noise-floor flags
+    (``stats.noise_flags``) as Markdown."""
     share = report["bitwise_identical_share"]
     lines = ["# Repeatability", "",
-             f"Replicates: {', '.join(report['replicates'])}; videos compared with the original: "
-             f"{report['videos_compared']}; bitwise identical: {share:.1%}." if share is not None else "",
+             f"Replicates: {', '.join(report['replicates']) or 'none'}; videos compared with the original: "
+             f"{report['videos_compared']}; bitwise identical: {'n/a' if share is None else f'{share:.1%}'}.",
              "", "| metric | candidates | max range | median range | max SD |", "|---|---|---|---|---|"]
     for m, f in report["noise_floor"].items():
         lines.append(f"| {m} | {f['candidates']} | {f['max_range']:.4g} | {f['median_range']:.4g} "
@@ -95,9 +109,6 @@ def markdown(report: dict[str, Any], flags: list[str]) -> str:
 
 
 def write(report: dict[str, Any], flags: list[str], out_json: Path, out_md: Path) -> None:
-    import json
-
-    from .atomic import write_text
-
+    """Write the report with its flags as JSON (``noise_flags`` added) and as Markdown, atomically."""
     write_text(out_json, json.dumps({**report, "noise_flags": flags}, indent=1, sort_keys=True) + "\n")
     write_text(out_md, markdown(report, flags))

@@ -21,7 +21,7 @@ from .records import build_manifest, check_schema, read_record, stale_link, writ
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,29 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     write_manifest(out_manifest, manifest)
 
 
+def study_manifests(study: StudySpec, timing_manifest: Path) -> dict[str, Path]:
+    """The manifests the study statistics bind (``study_stats``'s ``manifests``): every
+    panel's generation and score manifest (``generation:<panel>``, ``scores:<panel>``)
+    and the timed pass's (``timing``)."""
+    from .layout import Layout
+
+    layout = Layout(study.scratch)
+    manifests = {f"{kind}:{p.name}": path(p.name) for kind, path in (("generation", layout.generation_manifest),
+                                                                      ("scores", layout.score_manifest))
+                 for p in study.panels}
+    manifests["timing"] = Path(timing_manifest)
+    return manifests
+
+
+def check_arms(study: StudySpec, out: Path) -> None:
+    """Check every arm against the study's model before any model loads (cache class and
+    params, scheduler, attention backend, a student's latents, a search verifier) and
+    write the check's record ``out``; raises ConfigError naming the arm and the fix."""
+    from .arms import write_arms_check
+
+    write_arms_check(study.arms, study.model, out)
+
+
 def build_model(model_dir: Path) -> None:
     """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
     from .tinymodel import build_tiny_model
@@ -190,6 +213,30 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
 def generation_rule(study: StudySpec) -> str:
     """The Snakemake rule that generates a panel (``--forcerun`` it to regenerate)."""
     return "generate_score_panel" if study.fleet.panel_jobs == "combined" else "generate_panel"
+
+
+PANEL_RULES = {"combined": ("generate_score_panel",), "per-stage": ("generate_panel", "score_panel")}
+"""The rules that write a panel's generation and score manifests under each
+``fleet.panel_jobs`` setting; the Snakefile defines only the current setting's."""
+
+
+def check_panel_rules(study: StudySpec, names: Iterable[str], source: str) -> None:
+    """Refuse a rule name the user gave (``--forcerun``, ``--until``, ``--omit-from``,
+    ``--allowed-rules``, a target) that exists only under the other ``fleet.panel_jobs``
+    setting. Snakemake itself would say "No rule to produce score_panel", or ignore the
+    name (``--omit-from``, ``--allowed-rules``) and run something else than was asked.
+    Raises ConfigError naming the rule, the setting, where it came from and the rule to use."""
+    from .errors import ConfigError
+
+    mode = study.fleet.panel_jobs
+    for name in names:
+        for other, rules in PANEL_RULES.items():
+            if other != mode and name in rules:
+                instead = ("name generate_score_panel instead (one job per panel generates and scores)"
+                           if mode == "combined" else
+                           "name generate_panel (generation) or score_panel (scoring) instead, one job each per panel")
+                raise ConfigError(f"rule {name} does not exist under fleet.panel_jobs: {mode} ({source}), only "
+                                  f"under fleet.panel_jobs: {other}; {instead}, or set fleet.panel_jobs: {other}")
 
 
 def score_panel(study: StudySpec, panel: str, out: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .atomic import replace_dir
+from .errors import ModelBuildError
 
 if TYPE_CHECKING:
     import torch
@@ -67,7 +68,9 @@ def _checked(obj: object, cls: type[_T]) -> _T:
     torch-less placeholder class (its ``__init__`` binds those first), which is neither a
     torch Module nor a DiffusionPipeline; this check makes the type true, not assumed."""
     if not isinstance(obj, cls):
-        raise TypeError(f"{type(obj).__name__} is not a {cls.__name__}")
+        raise ModelBuildError(f"diffusers gave a {type(obj).__name__} where a {cls.__name__} was expected; "
+                              "the checkpoint's model_index.json names other classes or diffusers is broken: "
+                              "rebuild the model (rule build_tiny_model) or reinstall the environment")
     return obj
 
 

@@ -1,5 +1,5 @@
-# Validate the config against the schema (filling defaults), type it once, and name
-# every output path. Paths come from the config's storage roots.
+# Validate the config against the schema (filling defaults; pairflow.config, not
+# snakemake.utils.validate: see below), type it once, and name every output path. Paths come from the config's storage roots.
 import os
 import sys
 from pathlib import Path
@@ -20,6 +20,7 @@ from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
+from pairflow.steps import check_panel_rules  # noqa: E402
 from pairflow.tracker import require as require_tracker  # noqa: E402
 
 
@@ -115,20 +116,41 @@ def arms_check_input(wildcards):
 # records gets a newer heal stamp, which its rule takes as input. A dry run (or any
 # invocation that executes nothing: --summary, --list, --dag, --lint) writes nothing in
 # the tree: its stamps go to a temporary folder, removed at exit, and it shows the jobs.
-def plans_only():
-    """Whether this Snakemake invocation executes nothing (read from its command line)."""
+def command_line():
+    """Snakemake's parsed command line (argparse's namespace), or None when Snakemake was
+    started through its API."""
     import inspect
 
     for info in inspect.stack(0):
         args = info.frame.f_locals.get("args")
         if info.function == "args_to_api" and args is not None:
-            return any(getattr(args, k, False) for k in (
-                "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
-                "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata"))
+            return args
+    return None
+
+
+def plans_only():
+    """Whether this Snakemake invocation executes nothing (read from its command line)."""
+    args = command_line()
+    if args is not None:
+        return any(getattr(args, k, False) for k in (
+            "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
+            "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata"))
     # Not started by the command line (the API): read the flags Snakemake would.
     return any(a in ("--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
                or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
                for a in sys.argv[1:])
+
+
+# The panel jobs' rules depend on fleet.panel_jobs (Snakefile): a rule of the other
+# setting named on the command line is refused here, naming the setting and the rule to
+# use, instead of Snakemake's "No rule to produce score_panel" (or silently ignoring it).
+if not (workflow.remote_exec or workflow.subprocess_exec) and (ARGS := command_line()) is not None:
+    try:
+        check_panel_rules(STUDY, [name for key in ("forcerun", "until", "omit_from", "allowed_rules", "targets")
+                                  for name in getattr(ARGS, key, None) or ()], ", ".join(CONFIGFILES))
+    except PairFlowError as e:
+        logger.error(f"error: {e}")
+        sys.exit(3)
 
 
 STALE, UNHEALED = {}, []

@@ -111,7 +111,8 @@ def _pyiqa_table() -> tuple[dict[str, Any], str]:
         return DEFAULT_CONFIGS, metadata.version("pyiqa")
     pkg = find_spec("pyiqa")
     if pkg is None or not pkg.submodule_search_locations:
-        raise ConfigError("pyiqa is not installed; install the environment (envs/score.yaml) before scoring")
+        raise ConfigError("pyiqa is not installed; install the environment (envs/pairflow.yaml, or "
+                          "`bash workflow/setup.sh` for .venv) before scoring")
     path = Path(next(iter(pkg.submodule_search_locations))) / "default_model_configs.py"
     spec = spec_from_file_location("_pairflow_pyiqa_table", path)
     module = module_from_spec(spec)  # type: ignore[arg-type]
@@ -204,23 +205,3 @@ def check_device(device: str) -> None:
         raise ScoringError(f"scoring device {device!r}: this worker's torch {torch.__version__} sees no CUDA device "
                            f"(CUDA_VISIBLE_DEVICES, driver or a CPU-only wheel); its slot was granted a GPU, so "
                            "check the node's driver with benchmarks/gpu_check.sh or run the job without a GPU grant")
-
-
-def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl task: score the frames in ``payload['npz']`` (arrays ``frames`` and,
-    optionally, ``reference``) with every metric in ``payload['metrics']``. Returns the
-    scores and which worker process ran it. Used to show that scores do not depend on
-    the number of workers or the order of tasks."""
-    import os
-
-    import torch
-
-    from .models import LOAD_COUNTS
-
-    torch.set_num_threads(int(payload.get("threads", 1)))
-    data = np.load(payload["npz"])
-    ref = data.get("reference")
-    ctx = ScoreContext(mirror=Path(payload["mirror"]) if payload.get("mirror") else None,
-                       batch=int(payload.get("batch", 16)), fps=int(payload.get("fps", 8)))
-    scores = {n: score(n, data["frames"], ref, ctx) for n in payload["metrics"]}
-    return {"scores": scores, "pid": os.getpid(), "loads": dict(LOAD_COUNTS)}

@@ -135,14 +135,6 @@ def metric_decoding(study: StudySpec, name: str) -> Decoding:
     return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).vbench_reader == "opencv" else "bt709"
 
 
-DECODING_MEANING = {
-    "bt709": "decoded with the BT.709 matrix the video declares (as decord, VBench's reader for subject_consistency, "
-             "background_consistency, aesthetic_quality and imaging_quality, decodes it)",
-    "bt601": "decoded with the BT.601 matrix, as OpenCV 4.x (VBench's reader for dynamic_degree, motion_smoothness and "
-             "temporal_flickering) decodes it whatever the tags say (scoring/decode: vbench)",
-}
-
-
 def scoring_device(grant: Grant | None, cuda: bool | None = None) -> str:
     """Where this job's metrics run: ``cuda`` when its slots were granted accelerators
     (one worker per GPU, each seeing only its own as ``cuda``) and torch sees CUDA

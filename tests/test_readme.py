@@ -1,0 +1,124 @@
+"""README: what it says of the code's shape is checked against the code. The Layout
+table names every module and package of ``workflow/pairflow`` and nothing that is not
+there; every module has its test file (``tests/test_<module>.py``, or the file named in
+``COVERED_BY``); every rule script calls into ``pairflow.steps`` only; the Snakefile's
+header names every rule."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "workflow" / "pairflow"
+README = (ROOT / "README.md").read_text()
+
+COVERED_BY = {
+    # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
+    "candidates": ("test_layout.py", "pairflow.candidates"),
+    "packs": ("test_archive.py", "from pairflow import packs"),
+    "provenance": ("test_generate.py", "pairflow.provenance"),
+    "recordtypes": ("test_records.py", "recordtypes"),
+    "tinymodel": ("test_generate.py", "pairflow.tinymodel"),
+    # the metric registry and one module per metric: scored through the registry by name
+    "metrics/__init__": ("test_scoring.py", "pairflow.metrics"),
+    "metrics/aesthetic_quality": ("test_scoring.py", "aesthetic_quality"),
+    "metrics/background_consistency": ("test_scoring.py", "background_consistency"),
+    "metrics/dynamic_degree": ("test_scoring.py", "pairflow.metrics.dynamic_degree"),
+    "metrics/fidelity": ("test_scoring.py", "pairflow.metrics.fidelity"),
+    "metrics/flicker": ("test_scoring.py", "temporal_flickering"),
+    "metrics/imaging_quality": ("test_scoring.py", "imaging_quality"),
+    "metrics/models": ("test_scoring.py", "pairflow.metrics.models"),
+    "metrics/motion_smoothness": ("test_scoring.py", "motion_smoothness"),
+    "metrics/structural": ("test_scoring.py", "ms_ssim"),
+    "metrics/subject_consistency": ("test_scoring.py", "pairflow.metrics.subject_consistency"),
+    # the stages: each tested in the file of its stage
+    "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
+    "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),
+    "stages/timing": ("test_timing.py", "pairflow.stages.timing"),
+    "stages/combined": ("test_combined.py", "pairflow.stages.combined"),
+}
+
+
+def modules() -> list[str]:
+    """Every module of the package, as a path under workflow/pairflow without .py
+    (``stages/generation``; a package's own ``__init__`` only where it holds code)."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("").as_posix()
+        body = ast.parse(path.read_text()).body
+        if rel.endswith("__init__") and not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in body):
+            continue  # a package's docstring only
+        out.append(rel)
+    return out
+
+
+def layout_rows() -> list[tuple[str, list[str]]]:
+    """(concern, module names) of each row of the README's Layout table: the backticked
+    names in its module column that look like modules (``stages/timing``) or packages
+    (``metrics/``); class names and paths to other files are left out."""
+    section = README.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[1] in ("module", "---"):
+            continue
+        names = [n for n in re.findall(r"`([^`]+)`", cells[1]) if re.fullmatch(r"[a-z][a-z0-9_]*(/[a-z0-9_]*)?", n)]
+        rows.append((cells[0], names))
+    return rows
+
+
+def test_the_layout_table_names_every_module_and_package_and_nothing_else() -> None:
+    rows = layout_rows()
+    assert len(rows) > 10, "the README's Layout table was not found"
+    named = [n for _, ns in rows for n in ns]
+    for name in named:  # a module (stages/timing) or a package (metrics/)
+        exists = (PACKAGE / f"{name}.py").is_file() if not name.endswith("/") else (PACKAGE / name / "__init__.py").is_file()
+        assert exists, f"the README's Layout table names {name!r}, which workflow/pairflow does not have"
+    missing = []
+    for module in modules():
+        name = module.removesuffix("/__init__")
+        parts = name.split("/")
+        covered = name in named or any(f"{'/'.join(parts[:i])}/" in named for i in range(1, len(parts) + 1))
+        if not covered:
+            missing.append(module)
+    assert missing == [], f"add a row (or a name to a row) of the README's Layout table for: {missing}"
+
+
+def test_every_module_has_its_test_file() -> None:
+    """The README: `tests/test_<module>.py` per module, or the file named here."""
+    assert "`tests/` (`tests/test_<module>.py` for each module" in README
+    missing = []
+    for module in modules():
+        mine = ROOT / "tests" / f"test_{module.removesuffix('/__init__').rsplit('/', 1)[-1]}.py"
+        if module in COVERED_BY:
+            name, word = COVERED_BY[module]
+            assert not mine.exists() or mine.name == name, f"{module} has {mine.name}: drop it from COVERED_BY"
+            assert word in (ROOT / "tests" / name).read_text(), f"{name} does not use {word} ({module})"
+        elif not mine.exists():
+            missing.append(module)
+    assert missing == [], f"write tests/test_<module>.py (or name the covering file in COVERED_BY) for {missing}"
+    stale = sorted(set(COVERED_BY) - set(modules()))
+    assert stale == [], f"COVERED_BY names modules that no longer exist: {stale}"
+
+
+def test_every_rule_script_calls_into_steps_only() -> None:
+    """The README: `steps` is the one layer every rule script calls."""
+    assert "`steps` (the one layer every rule script calls)" in README
+    for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
+        imported = {node.module for node in ast.walk(ast.parse(script.read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pairflow")}
+        imported |= {a.name for node in ast.walk(ast.parse(script.read_text())) if isinstance(node, ast.Import)
+                     for a in node.names if a.name.startswith("pairflow")}
+        assert imported == {"pairflow.steps"}, f"{script.name} imports {sorted(imported)}; call pairflow.steps"
+
+
+def test_the_snakefile_header_names_every_rule() -> None:
+    lines = (ROOT / "Snakefile").read_text().splitlines()
+    header = "\n".join(lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))])
+    rules = {m for smk in (ROOT / "workflow" / "rules").glob("*.smk")
+             for m in re.findall(r"^rule (\w+):", smk.read_text(), re.M)}
+    assert len(rules) > 10
+    missing = sorted(r for r in rules if not re.search(rf"\b{r}\b", header))
+    assert missing == [], f"the Snakefile's header omits rule(s) {missing}"
