@@ -1,6 +1,6 @@
 """What a finished Slurm run of the study spent around its work (issues 25 and 27), read
-from the project it ran in, within ``MinJobAge`` of its last job (the CI cluster keeps
-finished jobs 600 s): run it right after ``snakemake --profile profiles/slurm``.
+from the project it ran in, within ``MinJobAge`` of its first job's end (the CI cluster
+keeps finished jobs an hour): run it right after ``snakemake --profile profiles/slurm``.
 
     python benchmarks/slurm_jobs.py PROJECT [LABEL]
 

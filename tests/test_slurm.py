@@ -274,9 +274,9 @@ def test_a_killed_node_pool_is_retried_on_the_other_node_without_losing_or_dupli
     gen, scores = _panel_records(panel, "records"), _panel_records(panel, "scores")
     for records in (gen, scores):
         ids = [r["candidate"]["candidate_id"] for r in records]
-        assert len(ids) == 28 and len(set(ids)) == 28  # smoke: 4 prompts x 2 seeds x 4 arms
+        assert len(ids) == 32 and len(set(ids)) == 32  # smoke: 4 prompts x 2 seeds x 4 arms
     manifest = json.loads((panel / "generation.json").read_text())
-    assert len(manifest["candidates"]) == 28
+    assert len(manifest["files"]) == 32
     assert killed["in_flight"], killed
     by_task = {}
     for r in gen + scores:
