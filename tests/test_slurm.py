@@ -194,25 +194,30 @@ def _fail_stop(project: Path, run: subprocess.Popen[str], timeout_s: float) -> d
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and run.poll() is None:
         done = [r for r in _panel_records(panel, "records") if r["worker"]["host"] == NODE2]
-        beats = []
-        for b in (panel / "run/generate-score/heartbeats").glob(f"{NODE2}-*.json"):
-            try:
-                beats.append(json.loads(b.read_text()))
-            except (OSError, ValueError):
-                continue  # replaced while read
-        busy = [b for b in beats if b["phase"] == "task"]
-        if done and busy:
+        if done and _busy(panel):
             job = done[0]["worker"]["slurm_job"]
             pool = _node_pool(NODE2, job)
             if pool is not None:
                 pids = _descendants(pool)
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)
-                return {"at": time.time(), "pids": pids, "job": job,
-                        "in_flight": sorted({b["what"].rsplit(": ", 1)[1] for b in busy})}
+                time.sleep(1)  # the workers are gone: their heartbeats are final
+                return {"at": time.time(), "pids": pids, "job": job,  # a task that ended just before is not in flight
+                        "in_flight": sorted({b["what"].rsplit(": ", 1)[1] for b in _busy(panel)})}
         time.sleep(0.5)
     pytest.fail(f"{NODE2} never had a finished record and a busy worker within {timeout_s:.0f}s "
                 f"(snakemake exit {run.poll()}); see {project / 'snakemake.log'}")
+
+
+def _busy(panel: Path) -> list[dict]:
+    """Heartbeats of ``NODE2``'s workers that name a task (not warm-up, not idle)."""
+    beats = []
+    for b in (panel / "run/generate-score/heartbeats").glob(f"{NODE2}-*.json"):
+        try:
+            beats.append(json.loads(b.read_text()))
+        except (OSError, ValueError):
+            continue  # replaced while read
+    return [b for b in beats if b["phase"] == "task"]
 
 
 def _panel_records(panel: Path, kind: str) -> list[dict]:
