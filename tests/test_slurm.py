@@ -1,7 +1,7 @@
 """The default study through ``snakemake --profile profiles/slurm`` on a real Slurm.
 
-Needs a running cluster (``bash .ci/slurm-up`` starts a single-node one on loopback
-with two fake GPUs). Skipped where ``sinfo`` gets no answer, unless
+Needs a running cluster (``bash .ci/slurm-up`` starts a two-node one on loopback,
+pf-node1 and pf-node2, each with two fake GPUs). Skipped where ``sinfo`` gets no answer, unless
 ``PAIRFLOW_REQUIRE_SLURM=1`` (set by ``.ci/run``), which turns the skip into a failure.
 """
 
@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, copy_project
 
 from pairflow.slurm import cluster_unavailable
@@ -66,7 +69,7 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
     assert {r["worker"]["slurm_job"] for r in _records(slurm_study, "scores")} == jobs
     # Physical slot, logical device and stream are three different things, all recorded.
     slots = {(r["worker"]["host"], r["worker"]["gpu_index"]) for r in gen}
-    assert len(slots) == 2, slots  # two distinct GPU slots (the fake gres /dev/null, /dev/zero)
+    assert len(slots) == 2, slots  # two distinct GPU slots, one per panel job (host, physical GPU)
     assert {r["worker"]["device"] for r in gen} == {"cpu"}  # torch sees no CUDA behind the fake gres
     assert len({r["candidate"]["stream_seed"] for r in gen}) == 14  # one stream per pair, shared by its arms
 
@@ -142,3 +145,164 @@ def test_the_allocation_start_is_read_for_whole_job_accounting() -> None:
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_START_TIME": "1700000000"}
     assert allocation(env).start == 1700000000.0  # type: ignore[union-attr]
     assert allocation({"SLURM_JOB_ID": "7"}).start is None  # type: ignore[union-attr]
+
+
+# --- one panel job over two nodes ------------------------------------------------------
+
+TWO_NODES = {"nodes": 2, "gres": "gpu:2", "gpu": 0}
+"""The profile's panel job widened to both CI nodes: two GPUs on each (``--gres`` counts
+per node; ``gpu`` becomes ``--gpus``, a count per job, so it is zeroed)."""
+NODE2 = "pf-node2"
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from /proc (parents before children)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop(0))
+        todo += children.get(out[-1], [])
+    return out
+
+
+def _node_pool(node: str, job: str) -> int | None:
+    """The PID of the Parsl worker pool (process_worker_pool.py) that Slurm job ``job``
+    runs on ``node``: every CI node is this machine, so the pool is told apart by the
+    node name Slurm put in its environment."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"process_worker_pool" not in (proc / "cmdline").read_bytes():
+                continue
+            env = dict(v.split(b"=", 1) for v in (proc / "environ").read_bytes().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if env.get(b"SLURMD_NODENAME") == node.encode() and env.get(b"SLURM_JOB_ID") == job.encode():
+            return int(proc.name)
+    return None
+
+
+def _fail_stop(project: Path, run: subprocess.Popen[str], timeout_s: float) -> dict:
+    """Once ``NODE2`` has finished work and is busy on a task, SIGKILL its worker pool and
+    the pool's workers (the node fails and stops). Returns what was in flight there."""
+    panel = project / "results/scratch/panels/smoke"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and run.poll() is None:
+        done = [r for r in _panel_records(panel, "records") if r["worker"]["host"] == NODE2]
+        if done and _busy(panel):
+            job = done[0]["worker"]["slurm_job"]
+            pool = _node_pool(NODE2, job)
+            if pool is not None:
+                pids = _descendants(pool)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                time.sleep(1)  # the workers are gone: their heartbeats are final
+                return {"at": time.time(), "pids": pids, "job": job,  # a task that ended just before is not in flight
+                        "in_flight": sorted({b["what"].rsplit(": ", 1)[1] for b in _busy(panel)})}
+        time.sleep(0.5)
+    pytest.fail(f"{NODE2} never had a finished record and a busy worker within {timeout_s:.0f}s "
+                f"(snakemake exit {run.poll()}); see {project / 'snakemake.log'}")
+
+
+def _busy(panel: Path) -> list[dict]:
+    """Heartbeats of ``NODE2``'s workers that name a task (not warm-up, not idle)."""
+    beats = []
+    for b in (panel / "run/generate-score/heartbeats").glob(f"{NODE2}-*.json"):
+        try:
+            beats.append(json.loads(b.read_text()))
+        except (OSError, ValueError):
+            continue  # replaced while read
+    return [b for b in beats if b["phase"] == "task"]
+
+
+def _panel_records(panel: Path, kind: str) -> list[dict]:
+    out = []
+    for p in sorted(panel.glob(f"{kind}/*/*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except ValueError:
+            continue  # being written (atomic rename: only while globbing races it)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_node_panel(slurm, tmp_path_factory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
+    """Panel ``smoke`` in one Slurm job holding both nodes (``--nodes 2``, two GPUs
+    each), through the shipped profile with only the panel job's resources changed;
+    one node's worker pool is killed mid-job."""
+    project = copy_project(tmp_path_factory.mktemp("two-nodes") / "project")
+    shutil.copytree(ROOT / "config", project / "config")
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.v8+.yaml").read_text())
+    profile["set-resources"]["generate_score_panel"].update(TWO_NODES)
+    (project / "profiles/two-nodes").mkdir()
+    (project / "profiles/two-nodes/config.v8+.yaml").write_text(yaml.safe_dump(profile))
+    panel = "results/scratch/panels/smoke"
+    with open(project / "snakemake.log", "w") as log:
+        run = subprocess.Popen([str(BIN / "snakemake"), "--profile", "profiles/two-nodes",
+                                f"{panel}/generation.json", f"{panel}/scores.json"],
+                               cwd=project, env=_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            killed = _fail_stop(project, run, timeout_s=900)
+            rc = run.wait(timeout=900)
+        finally:
+            if run.poll() is None:
+                run.terminate()  # snakemake cancels its Slurm jobs
+                run.wait(timeout=60)
+    assert rc == 0, (project / "snakemake.log").read_text()[-6000:]
+    return project / panel, killed
+
+
+def test_a_two_node_panel_job_spreads_its_tasks_over_both_nodes(two_node_panel: tuple[Path, dict]) -> None:
+    """Issue 27 item 2: one Parsl pool per node (srun), one worker per granted GPU on
+    each; both nodes did work and every record names its host and physical GPU."""
+    panel, killed = two_node_panel
+    gen, scores = _panel_records(panel, "records"), _panel_records(panel, "scores")
+    assert {r["worker"]["slurm_job"] for r in gen + scores} == {killed["job"]}  # one job, two nodes
+    slots = {(r["worker"]["host"], r["worker"]["gpu_index"]) for r in gen + scores}
+    assert {h for h, _ in slots} == {"pf-node1", NODE2}, slots
+    assert slots <= {(h, g) for h in ("pf-node1", NODE2) for g in ("0", "1")}, slots
+    tel = json.loads((panel / "telemetry/generate-score.json").read_text())
+    assert tel["allocation"]["nodes"] == 2 and tel["allocation"]["nodelist"] == "pf-node[1-2]", tel["allocation"]
+
+
+def test_a_killed_node_pool_is_retried_on_the_other_node_without_losing_or_duplicating(
+        two_node_panel: tuple[Path, dict]) -> None:
+    """Fail-stop: the node-2 pool and its workers were SIGKILLed mid-job. Parsl notices
+    the lost manager (heartbeat threshold), retries its tasks on node 1's workers, and
+    the job ends with every candidate generated and scored exactly once."""
+    panel, killed = two_node_panel
+    gen, scores = _panel_records(panel, "records"), _panel_records(panel, "scores")
+    for records in (gen, scores):
+        ids = [r["candidate"]["candidate_id"] for r in records]
+        assert len(ids) == 32 and len(set(ids)) == 32  # smoke: 4 prompts x 2 seeds x 4 arms
+    manifest = json.loads((panel / "generation.json").read_text())
+    assert len(manifest["files"]) == 32
+    assert killed["in_flight"], killed
+    by_task = {}
+    for r in gen + scores:
+        by_task.setdefault(f"{r['candidate']['arm']}/{r['candidate']['prompt_id']}-s{r['candidate']['seed']}",
+                           []).append(r["worker"])
+    for task in killed["in_flight"]:  # what node 2 was doing when it died was finished on node 1
+        workers = by_task[task]
+        assert any(w["host"] == "pf-node1" for w in workers), (task, workers)
+    later = [r for r in gen + scores if r["worker"]["host"] == NODE2 and r["worker"]["pid"] not in killed["pids"]]
+    assert not later, later  # nothing ran on node 2 after its pool died
+
+
+def test_a_step_of_a_multi_node_job_asks_slurm_for_the_job_s_nodes_only_inside_a_step() -> None:
+    """Issue 27 item 2: a rule runs in an ``srun -n1`` step whose environment shows one
+    node; ``whole_job`` reads the job's node count from scontrol only there. In a batch
+    script (SLURM_JOB_NUM_NODES set) or outside a step it returns what the environment says,
+    without calling Slurm (these environments name a job no controller knows)."""
+    from pairflow.slurm import allocation, whole_job
+
+    batch = {"SLURM_JOB_ID": "999999", "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_ID": "0"}
+    assert whole_job(allocation(batch), batch).nodes == 2  # type: ignore[union-attr]
+    no_step = {"SLURM_JOB_ID": "999999", "SLURM_NNODES": "1"}
+    assert whole_job(allocation(no_step), no_step).nodes == 1  # type: ignore[union-attr]
+    assert whole_job(None, {}) is None

@@ -37,7 +37,7 @@ from typing import Any
 from . import orphans, progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
-from .slurm import AllocationInfo, allocation, gpu_map
+from .slurm import AllocationInfo, allocation, gpu_map, whole_job
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def granted_accelerators(environ: dict[str, str]) -> list[str]:
 def grant_from_env(environ: dict[str, str]) -> Grant:
     """The accelerators and Slurm allocation described by a job's environment."""
     acc = granted_accelerators(environ)
-    alloc = allocation(environ)
+    alloc = whole_job(allocation(environ), environ)  # a rule's srun step sees one node of the job's
     return Grant(tuple(acc), alloc, gpu_map(acc, alloc))
 
 
@@ -111,8 +111,12 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
             # process_worker_pool.py and import the same environment as the driver.
             # On one node a watchdog in the pool's process group ends the pool when the
             # driver dies (orphans); across nodes Slurm ends the srun steps with the job.
+            # Across nodes, srun must see the job's nodes, not the rule's one-node step:
+            # it takes SLURM_JOB_NODELIST (which the step narrowed to its node) as the
+            # allocation and refuses --nodes 2 ("Only allocated 1 nodes asked for 2").
             worker_init=(f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}"
-                         + ("" if alloc and nodes > 1 else "\n" + orphans.watch_command(os.getpid()))),
+                         + ("\nunset SLURM_JOB_NODELIST" if alloc and nodes > 1
+                            else "\n" + orphans.watch_command(os.getpid()))),
         ),
     )
     return Config(executors=[executor], retries=fleet.retries, run_dir=str(run_dir / "parsl"),

@@ -8,7 +8,7 @@ code runs on a laptop.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .errors import SchedulerError
@@ -48,6 +48,24 @@ def allocation(environ: dict[str, str]) -> AllocationInfo | None:
                           partition=environ.get("SLURM_JOB_PARTITION"),
                           start=float(environ["SLURM_JOB_START_TIME"])
                           if environ.get("SLURM_JOB_START_TIME", "").isdigit() else None)
+
+
+def whole_job(alloc: AllocationInfo | None, environ: dict[str, str]) -> AllocationInfo | None:
+    """The allocation widened from this job step to the whole job.
+
+    Inside a step (the Slurm executor plugin runs each rule under ``srun -n1``, which
+    places one task on one node) the environment describes the step: ``SLURM_NNODES``
+    is 1 and ``SLURM_JOB_NUM_NODES`` is absent even when the job holds several nodes.
+    There the job's node count and list are read from ``scontrol show job`` (one call);
+    in a batch script, or outside Slurm, ``alloc`` is returned as it is. Raises
+    SchedulerError (from ``job_details``) when scontrol fails."""
+    if alloc is None or "SLURM_JOB_NUM_NODES" in environ or "SLURM_STEP_ID" not in environ:
+        return alloc
+    details = job_details(alloc.job_id)
+    nodes = details.get("NumNodes", "")
+    if not nodes.isdigit() or int(nodes) == alloc.nodes:
+        return alloc
+    return replace(alloc, nodes=int(nodes), nodelist=details.get("NodeList", alloc.nodelist))
 
 
 def gpu_map(visible: list[str], alloc: AllocationInfo | None) -> dict[str, str]:
