@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import copy_project, small_config, write_config
 
-from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, run_arm, search_seeds, write_arms_check
+from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
+from pairflow.arms.run import arm_pipeline, run_arm
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.identity import digest_obj
@@ -142,7 +143,7 @@ def test_a_student_that_differs_only_in_widths_is_accepted_and_starts_from_the_p
     """Block widths decide no latent: a student whose VAE (and transformer) differ only
     in channel widths passes the check, loads, and draws the control's latent shape from
     the pair's seed."""
-    from pairflow.arms import arm_pipeline, latent_signature
+    from pairflow.arms import latent_signature
     from pairflow.tinymodel import build_tiny_model
 
     path = tiny_model if family == "wan" else build_tiny_model(tmp_path / family, family)
@@ -314,7 +315,6 @@ def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(t
     """A student that is a byte copy of its teacher reproduces control bit for bit (same
     noise, same weights); a bfloat16 arm runs its own pipeline, starts from the same
     latent shape, and computes other pixels."""
-    from pairflow.arms import arm_pipeline
 
     student = tmp_path / "student"
     shutil.copytree(tiny_model, student)
@@ -330,3 +330,36 @@ def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(t
     low = run_arm(arm_pipeline(bf16, ModelSpec("local", student), GEN), "a red fox", 5, bf16, GEN, 64, count=True)
     assert low.compute["latent_shape"] == base.compute["latent_shape"]
     assert not np.array_equal(np.asarray(low.frames, dtype=np.float32), base.frames)
+
+
+def _before() -> tuple[dict, object]:
+    """``tests/data/arms_before.json`` (recorded before the arms were split into one module
+    per kind) and the script that computes the same fields with the current code."""
+    import importlib.util
+
+    data = Path(__file__).parent / "data"
+    spec = importlib.util.spec_from_file_location("arms_before", data / "arms_before.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return json.loads((data / "arms_before.json").read_text()), module
+
+
+def test_the_default_study_and_every_kind_keep_their_ids_digests_and_records() -> None:
+    """The split into pairflow.arms.kinds changed no identity: the default study's 56
+    candidate ids, panel digests and arm records, and one arm per kind's digest, keys,
+    kinds and record, equal what the code computed before it (commit 05e63e5)."""
+    before, script = _before()
+    now = script.identities(Path(__file__).resolve().parents[1])  # type: ignore[attr-defined]
+    assert len(now["default_study"]["candidates"]) == 56
+    assert now["default_study"] == before["default_study"]
+    assert now["variants"] == before["variants"]
+
+
+def test_every_kind_generates_the_frames_it_generated_before(tiny_model: Path) -> None:
+    """The same frames, bit for bit, for control and one arm per kind (a cache, steps and
+    guidance, a scheduler, an attention backend, a dtype, a search with its candidates'
+    seeds, scores and frame digests) as before the split (commit 05e63e5)."""
+    before, script = _before()
+    now = script.frames(Path(__file__).resolve().parents[1], tiny_model)  # type: ignore[attr-defined]
+    assert json.loads(json.dumps(now)) == before["tiny_frames"]
