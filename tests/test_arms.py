@@ -363,3 +363,57 @@ def test_every_kind_generates_the_frames_it_generated_before(tiny_model: Path) -
     before, script = _before()
     now = script.frames(Path(__file__).resolve().parents[1], tiny_model)  # type: ignore[attr-defined]
     assert json.loads(json.dumps(now)) == before["tiny_frames"]
+
+
+def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> None:
+    """Schemas, messages and docs come from or agree with the kinds' own modules: the
+    config schema's arm properties are exactly the registered keys, every dtype enum is
+    PRECISIONS' loadable list, and every key has a row in config/README.md naming its
+    kind's module."""
+    from pairflow.arms import KEYS, KINDS, LOADABLE, PRECISIONS
+    from pairflow.config import _schema
+    from pairflow.records import load_schema
+
+    schema = _schema()["properties"]
+    assert list(schema["arms"]["additionalProperties"]["properties"]) == list(KEYS)
+    assert schema["generation"]["properties"]["dtype"]["enum"] == list(LOADABLE)
+    assert schema["arms"]["additionalProperties"]["properties"]["dtype"]["enum"] == list(LOADABLE)
+    assert load_schema("record.generation")["$defs"]["generation_settings"]["properties"]["dtype"]["enum"] == list(
+        LOADABLE)
+    assert LOADABLE == ("float32", "float16", "bfloat16")
+    assert {p.name for p in PRECISIONS if p.quantised} == {"int8", "fp8"}
+    assert [k.name for k in KINDS][:6] == ["cache", "overrides", "model", "dtype", "attention_backend", "search"]
+    docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
+    for k in KINDS:
+        module = sys.modules[type(k).__module__].__file__
+        assert module is not None
+        for key in k.keys:
+            assert f"| `arms.<name>.{key}` (`kinds/{Path(module).name}`) |" in docs, key
+
+
+def test_a_quantised_precision_is_declared_but_refused_with_the_reason() -> None:
+    from pairflow.arms import torch_dtype
+
+    with pytest.raises(ConfigError, match="'int8'.*weight-only int8.*quantisation backend"):
+        torch_dtype("int8")
+    with pytest.raises(ConfigError, match="'int4' is not one PairFlow declares"):
+        torch_dtype("int4")
+    import torch
+
+    assert torch_dtype("bfloat16") is torch.bfloat16
+
+
+def test_an_arm_that_fails_to_apply_leaves_the_shared_pipeline_as_it_was() -> None:
+    """arms.applied restores every kind it entered when one of them fails (here the
+    scheduler swap, on a pipeline shared by every arm of a worker)."""
+    from pairflow.arms import applied
+
+    class Pipe:
+        scheduler = "original"
+
+    arm = ArmSpec("x", scheduler_class="NoSuchScheduler")
+    pipe = Pipe()
+    with pytest.raises(ConfigError, match="arms/x/scheduler/class"):
+        with applied(arm, pipe, "cpu"):
+            pass
+    assert pipe.scheduler == "original"
