@@ -29,9 +29,12 @@ def run(pipe, seed: int, arm: ArmSpec = CONTROL) -> np.ndarray:  # type: ignore[
 
 
 def test_pipeline_is_loaded_once_per_process(pipe, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    # Other tests of the session may have loaded this model in another precision (a
+    # dtype arm): what counts is that asking again loads nothing.
+    loads = LOAD_COUNTS[str(tiny_model)]
     again = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
     assert again is pipe
-    assert LOAD_COUNTS[str(tiny_model)] == 1
+    assert LOAD_COUNTS[str(tiny_model)] == loads >= 1
 
 
 def test_same_seed_is_bitwise_identical_and_seeds_differ(pipe) -> None:  # type: ignore[no-untyped-def]
