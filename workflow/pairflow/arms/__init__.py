@@ -4,18 +4,11 @@ An arm (``config.ArmSpec``) declares one or more kinds of change; each kind is o
 of ``arms/kinds/`` defining ``KIND`` (an ``arms.base.ArmKind``): its config keys and
 schema, its parsing, its digest and record fields, its check before any model loads, its
 apply-and-restore around a generation and its record section. ``arms.registry`` finds
-them and runs each operation over an arm's declared kinds, in rank order:
-
-==================  =====================  ============================================
-kind                module                 config keys
-==================  =====================  ============================================
-cache               kinds/cache.py         ``cache``
-overrides           kinds/overrides.py     ``steps``, ``guidance``, ``scheduler``
-model               kinds/student.py       ``model``
-dtype               kinds/precision.py     ``dtype`` (and ``PRECISIONS``)
-attention_backend   kinds/attention.py     ``attention_backend``
-search              kinds/search.py        ``search``
-==================  =====================  ============================================
+them and runs each operation over an arm's declared kinds, in rank order. ``KINDS``
+lists them; ``config/README.md`` names each config key's module. A new kind is one
+module in ``kinds/`` (plus its test and its row there): the config and record schemas,
+``config.ArmSpec``'s keys, kinds and digest, the arms' check, generation and records all
+reach it through the registry.
 
 ``arms.check`` runs every kind's check (rule ``check_arms``); ``arms.run`` loads an arm's
 pipeline and runs an arm for one pair (including a search's N candidates). This package
