@@ -417,3 +417,40 @@ def test_an_arm_that_fails_to_apply_leaves_the_shared_pipeline_as_it_was() -> No
         with applied(arm, pipe, "cpu"):
             pass
     assert pipe.scheduler == "original"
+
+
+@pytest.mark.slow
+def test_every_kind_runs_end_to_end_and_its_record_sections_verify(tiny_model: Path, tmp_path: Path) -> None:
+    """One study with an arm of every kind (a cache, overrides, a student, a dtype, an
+    attention backend, a search, a VAE-decode precision) runs through Snakemake; each
+    record carries its kinds' fields and sections, fits its schema (checked on write and
+    by verify), and the study verifies."""
+    project = copy_project(tmp_path / "proj")
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    arms = {"control": {"cache": None},
+            "mix": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.2}}, "steps": 2,
+                    "attention_backend": "_native_math"},
+            "student": {"model": {"path": str(student)}, "dtype": "bfloat16"},
+            "best2": {"search": {"n": 2, "verifier": "temporal_flickering"}},
+            "vae16": {"vae_dtype": "float16"}}
+    cfg = small_config(project, tiny_model, arms=arms, scorers=["temporal_flickering", "psnr"])
+    cfg["panels"]["t"]["seeds"] = [0]
+    write_config(project, cfg)
+    exe = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run([str(exe), "--cores", "2", "--configfile", "config/config.yaml"], cwd=project,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    scratch = Path(cfg["storage"]["scratch"])
+    recs = {json.loads(p.read_text())["arm"]["name"]: json.loads(p.read_text())
+            for p in (scratch / "panels" / "t" / "records").glob("*/a1-s0.json")}
+    assert recs["mix"]["arm"]["kinds"] == ["cache", "overrides", "attention_backend"]
+    assert recs["mix"]["effective_generation"]["steps"] == 2
+    assert recs["student"]["arm"]["kinds"] == ["model", "dtype"] and recs["student"]["arm_model"]["weights"]
+    assert recs["student"]["effective_generation"]["dtype"] == "bfloat16"
+    assert recs["best2"]["search"]["n"] == 2 and len(recs["best2"]["search"]["candidates"]) == 2
+    assert recs["vae16"]["arm"]["vae_dtype"] == "float16" and recs["vae16"]["arm"]["kinds"] == ["vae_dtype"]
+    assert "search" not in recs["vae16"] and "arm_model" not in recs["control"]
+    verify = subprocess.run([str(Path(sys.executable).with_name("pairflow")), "verify", str(scratch),
+                             "--configfile", "config/config.yaml"], cwd=project, capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout[-4000:]
