@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import copy_project, small_config, write_config
 
-from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, run_arm, search_seeds, write_arms_check
+from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
+from pairflow.arms.run import arm_pipeline, run_arm
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.identity import digest_obj
@@ -142,7 +143,7 @@ def test_a_student_that_differs_only_in_widths_is_accepted_and_starts_from_the_p
     """Block widths decide no latent: a student whose VAE (and transformer) differ only
     in channel widths passes the check, loads, and draws the control's latent shape from
     the pair's seed."""
-    from pairflow.arms import arm_pipeline, latent_signature
+    from pairflow.arms import latent_signature
     from pairflow.tinymodel import build_tiny_model
 
     path = tiny_model if family == "wan" else build_tiny_model(tmp_path / family, family)
@@ -314,7 +315,6 @@ def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(t
     """A student that is a byte copy of its teacher reproduces control bit for bit (same
     noise, same weights); a bfloat16 arm runs its own pipeline, starts from the same
     latent shape, and computes other pixels."""
-    from pairflow.arms import arm_pipeline
 
     student = tmp_path / "student"
     shutil.copytree(tiny_model, student)
@@ -330,3 +330,127 @@ def test_student_and_dtype_arms_run_on_their_own_pipeline_from_the_pairs_noise(t
     low = run_arm(arm_pipeline(bf16, ModelSpec("local", student), GEN), "a red fox", 5, bf16, GEN, 64, count=True)
     assert low.compute["latent_shape"] == base.compute["latent_shape"]
     assert not np.array_equal(np.asarray(low.frames, dtype=np.float32), base.frames)
+
+
+def _before() -> tuple[dict, object]:
+    """``tests/data/arms_before.json`` (recorded before the arms were split into one module
+    per kind) and the script that computes the same fields with the current code."""
+    import importlib.util
+
+    data = Path(__file__).parent / "data"
+    spec = importlib.util.spec_from_file_location("arms_before", data / "arms_before.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return json.loads((data / "arms_before.json").read_text()), module
+
+
+def test_the_default_study_and_every_kind_keep_their_ids_digests_and_records() -> None:
+    """The split into pairflow.arms.kinds changed no identity: the default study's 56
+    candidate ids, panel digests and arm records, and one arm per kind's digest, keys,
+    kinds and record, equal what the code computed before it (commit 05e63e5)."""
+    before, script = _before()
+    now = script.identities(Path(__file__).resolve().parents[1])  # type: ignore[attr-defined]
+    assert len(now["default_study"]["candidates"]) == 56
+    assert now["default_study"] == before["default_study"]
+    assert now["variants"] == before["variants"]
+
+
+def test_every_kind_generates_the_frames_it_generated_before(tiny_model: Path) -> None:
+    """The same frames, bit for bit, for control and one arm per kind (a cache, steps and
+    guidance, a scheduler, an attention backend, a dtype, a search with its candidates'
+    seeds, scores and frame digests) as before the split (commit 05e63e5)."""
+    before, script = _before()
+    now = script.frames(Path(__file__).resolve().parents[1], tiny_model)  # type: ignore[attr-defined]
+    assert json.loads(json.dumps(now)) == before["tiny_frames"]
+
+
+def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> None:
+    """Schemas, messages and docs come from or agree with the kinds' own modules: the
+    config schema's arm properties are exactly the registered keys, every dtype enum is
+    PRECISIONS' loadable list, and every key has a row in config/README.md naming its
+    kind's module."""
+    from pairflow.arms import KEYS, KINDS, LOADABLE, PRECISIONS
+    from pairflow.config import _schema
+    from pairflow.records import load_schema
+
+    schema = _schema()["properties"]
+    assert list(schema["arms"]["additionalProperties"]["properties"]) == list(KEYS)
+    assert schema["generation"]["properties"]["dtype"]["enum"] == list(LOADABLE)
+    assert schema["arms"]["additionalProperties"]["properties"]["dtype"]["enum"] == list(LOADABLE)
+    assert load_schema("record.generation")["$defs"]["generation_settings"]["properties"]["dtype"]["enum"] == list(
+        LOADABLE)
+    assert LOADABLE == ("float32", "float16", "bfloat16")
+    assert {p.name for p in PRECISIONS if p.quantised} == {"int8", "fp8"}
+    assert [k.name for k in KINDS][:6] == ["cache", "overrides", "model", "dtype", "attention_backend", "search"]
+    docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
+    for k in KINDS:
+        module = sys.modules[type(k).__module__].__file__
+        assert module is not None
+        for key in k.keys:
+            assert f"| `arms.<name>.{key}` (`kinds/{Path(module).name}`) |" in docs, key
+
+
+def test_a_quantised_precision_is_declared_but_refused_with_the_reason() -> None:
+    from pairflow.arms import torch_dtype
+
+    with pytest.raises(ConfigError, match="'int8'.*weight-only int8.*quantisation backend"):
+        torch_dtype("int8")
+    with pytest.raises(ConfigError, match="'int4' is not one PairFlow declares"):
+        torch_dtype("int4")
+    import torch
+
+    assert torch_dtype("bfloat16") is torch.bfloat16
+
+
+def test_an_arm_that_fails_to_apply_leaves_the_shared_pipeline_as_it_was() -> None:
+    """arms.applied restores every kind it entered when one of them fails (here the
+    scheduler swap, on a pipeline shared by every arm of a worker)."""
+    from pairflow.arms import applied
+
+    class Pipe:
+        scheduler = "original"
+
+    arm = ArmSpec("x", scheduler_class="NoSuchScheduler")
+    pipe = Pipe()
+    with pytest.raises(ConfigError, match="arms/x/scheduler/class"):
+        with applied(arm, pipe, "cpu"):
+            pass
+    assert pipe.scheduler == "original"
+
+
+@pytest.mark.slow
+def test_every_kind_runs_end_to_end_and_its_record_sections_verify(tiny_model: Path, tmp_path: Path) -> None:
+    """One study with an arm of every kind (a cache, overrides, a student, a dtype, an
+    attention backend, a search, a VAE-decode precision) runs through Snakemake; each
+    record carries its kinds' fields and sections, fits its schema (checked on write and
+    by verify), and the study verifies."""
+    project = copy_project(tmp_path / "proj")
+    student = tmp_path / "student"
+    shutil.copytree(tiny_model, student)
+    arms = {"control": {"cache": None},
+            "mix": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.2}}, "steps": 2,
+                    "attention_backend": "_native_math"},
+            "student": {"model": {"path": str(student)}, "dtype": "bfloat16"},
+            "best2": {"search": {"n": 2, "verifier": "temporal_flickering"}},
+            "vae16": {"vae_dtype": "float16"}}
+    cfg = small_config(project, tiny_model, arms=arms, scorers=["temporal_flickering", "psnr"])
+    cfg["panels"]["t"]["seeds"] = [0]
+    write_config(project, cfg)
+    exe = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run([str(exe), "--cores", "2", "--configfile", "config/config.yaml"], cwd=project,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    scratch = Path(cfg["storage"]["scratch"])
+    recs = {json.loads(p.read_text())["arm"]["name"]: json.loads(p.read_text())
+            for p in (scratch / "panels" / "t" / "records").glob("*/a1-s0.json")}
+    assert recs["mix"]["arm"]["kinds"] == ["cache", "overrides", "attention_backend"]
+    assert recs["mix"]["effective_generation"]["steps"] == 2
+    assert recs["student"]["arm"]["kinds"] == ["model", "dtype"] and recs["student"]["arm_model"]["weights"]
+    assert recs["student"]["effective_generation"]["dtype"] == "bfloat16"
+    assert recs["best2"]["search"]["n"] == 2 and len(recs["best2"]["search"]["candidates"]) == 2
+    assert recs["vae16"]["arm"]["vae_dtype"] == "float16" and recs["vae16"]["arm"]["kinds"] == ["vae_dtype"]
+    assert "search" not in recs["vae16"] and "arm_model" not in recs["control"]
+    verify = subprocess.run([str(Path(sys.executable).with_name("pairflow")), "verify", str(scratch),
+                             "--configfile", "config/config.yaml"], cwd=project, capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout[-4000:]

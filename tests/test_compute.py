@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pairflow.arms import run_arm
+from pairflow.arms.run import run_arm
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
 from pairflow.generate import generate, load_pipeline
 from pairflow.stats import _compute, no_effect_flags

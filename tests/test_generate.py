@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pairflow.arms import check_arms
+from pairflow.arms.kinds.cache import cache_config
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
 from pairflow.errors import ConfigError
-from pairflow.generate import LOAD_COUNTS, cache_config, generate, load_pipeline
+from pairflow.generate import LOAD_COUNTS, generate, load_pipeline
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control", None)
@@ -27,9 +29,12 @@ def run(pipe, seed: int, arm: ArmSpec = CONTROL) -> np.ndarray:  # type: ignore[
 
 
 def test_pipeline_is_loaded_once_per_process(pipe, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    # Other tests of the session may have loaded this model in another precision (a
+    # dtype arm): what counts is that asking again loads nothing.
+    loads = LOAD_COUNTS[str(tiny_model)]
     again = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
     assert again is pipe
-    assert LOAD_COUNTS[str(tiny_model)] == 1
+    assert LOAD_COUNTS[str(tiny_model)] == loads >= 1
 
 
 def test_same_seed_is_bitwise_identical_and_seeds_differ(pipe) -> None:  # type: ignore[no-untyped-def]
@@ -93,8 +98,6 @@ def test_unknown_cache_parameter_names_allowed_ones(pipe) -> None:  # type: igno
 def test_cache_class_and_params_are_checked_before_any_model_loads(tiny_model: Path, arm, words) -> None:  # type: ignore[no-untyped-def]
     """The error names the arm, the key, the expected and the given type, from the
     installed diffusers' dataclass fields; no weights are loaded to find out."""
-    from pairflow.generate import check_arms
-
     with pytest.raises(ConfigError) as e:
         check_arms((CONTROL, arm), ModelSpec("embedded-tiny", tiny_model))
     for w in words:
@@ -104,8 +107,6 @@ def test_cache_class_and_params_are_checked_before_any_model_loads(tiny_model: P
 
 def test_a_transformer_that_cannot_take_a_cache_is_refused(tmp_path: Path) -> None:
     import json
-
-    from pairflow.generate import check_arms
 
     (tmp_path / "m" / "transformer").mkdir(parents=True)
     (tmp_path / "m" / "transformer" / "config.json").write_text(json.dumps({"_class_name": "UNet2DModel"}))
@@ -141,7 +142,7 @@ def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path:
     16 tokens (its pipeline's default is 226, which used to fail with a tensor-size mismatch)."""
     from dataclasses import replace
 
-    from pairflow.generate import check_arms, pipeline_info, text_tokens
+    from pairflow.generate import pipeline_info, text_tokens
     from pairflow.tinymodel import build_tiny_model
 
     model = ModelSpec("local", build_tiny_model(tmp_path / family, family))

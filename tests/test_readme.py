@@ -33,6 +33,18 @@ COVERED_BY = {
     "metrics/motion_smoothness": ("test_scoring.py", "motion_smoothness"),
     "metrics/structural": ("test_scoring.py", "ms_ssim"),
     "metrics/subject_consistency": ("test_scoring.py", "pairflow.metrics.subject_consistency"),
+    # arms/: the package, its registry and one module per kind, all tested through the
+    # registry and the arms' check (a new kind's own test file is test_<kind>.py)
+    "arms/base": ("test_arms.py", "KINDS"),
+    "arms/check": ("test_arms.py", "check_arms"),
+    "arms/registry": ("test_arms.py", "KINDS"),
+    "arms/run": ("test_arms.py", "run_arm"),
+    "arms/kinds/attention": ("test_arms.py", "attention"),
+    "arms/kinds/cache": ("test_arms.py", "cache"),
+    "arms/kinds/overrides": ("test_arms.py", "steps"),
+    "arms/kinds/precision": ("test_arms.py", "precision"),
+    "arms/kinds/search": ("test_arms.py", "search_seeds"),
+    "arms/kinds/student": ("test_arms.py", "student"),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

@@ -8,6 +8,7 @@ import pytest
 from conftest import generation_record, metric_spec, score_record, timing_record
 
 from pairflow import recordtypes
+from pairflow.arms import KINDS, LOADABLE
 from pairflow.errors import IntegrityError, RecordSchemaError
 from pairflow.identity import digest_obj
 from pairflow.records import (
@@ -221,8 +222,13 @@ def test_the_typed_enums_are_the_schemas_enums() -> None:
     assert set(typing.get_args(recordtypes.FailureClass)) == set(
         load_schema("record.failure")["properties"]["class"]["enum"])
     assert set(typing.get_args(recordtypes.ManifestKind)) == set(load_schema("manifest")["properties"]["kind"]["enum"])
-    assert set(typing.get_args(recordtypes.ArmKind)) == set(load_schema("record.generation")["$defs"]["arm"][
-        "properties"]["kinds"]["items"]["enum"])
+    arm = load_schema("record.generation")["$defs"]["arm"]
+    assert arm["properties"]["kinds"]["items"]["enum"] == [k.name for k in KINDS]
+    assert set(arm["properties"]) == {"name", "kinds", "digest"} | {f for k in KINDS for f in k.record_schema}
+    # every field typed in ArmFields is one a registered kind declares (none left over)
+    assert set(recordtypes.ArmFields.__annotations__) - {"name", "kinds", "digest"} <= set(arm["properties"])
+    assert load_schema("record.generation")["$defs"]["generation_settings"]["properties"]["dtype"]["enum"] == list(
+        LOADABLE)
 
 
 def test_every_shipped_schema_is_valid_draft_2020_12() -> None:

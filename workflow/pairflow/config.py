@@ -14,13 +14,18 @@ one), never the config file's own folder.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import best_match
 
 from .errors import ConfigError
 from .identity import digest_bytes, digest_obj
@@ -60,6 +65,18 @@ class ModelSpec:
         """Fields that identify the model in candidate ids (paths are site facts, not identity)."""
         return {"kind": self.kind, "id": self.id or self.path.name, "revision": self.revision}
 
+    @property
+    def root(self) -> Path:
+        """Where the model's component folders are (for a hub mirror, the pinned snapshot
+        of the Hugging Face cache layout)."""
+        root = Path(self.path)
+        if self.kind == "hub-mirror" and self.id and self.revision:
+            repo = root / f"models--{self.id.replace('/', '--')}"
+            ref = repo / "refs" / self.revision  # a branch or tag name points at a commit
+            commit = ref.read_text().strip() if ref.is_file() else self.revision
+            root = repo / "snapshots" / commit
+        return root
+
 
 @dataclass(frozen=True)
 class SearchSpec:
@@ -74,10 +91,14 @@ class SearchSpec:
 class ArmSpec:
     """One arm: a declared change to control, of one or more kinds (``config/README.md``).
 
-    ``cache_class``/``cache_params``: a diffusers cache config; ``steps``, ``guidance``,
-    ``scheduler_class``/``scheduler_params``: generation overrides; ``model``: another
-    checkpoint (a student); ``dtype`` and ``attention_backend``: precision and attention
-    kernels; ``search``: best of N under a verifier metric. None means "as control".
+    Each kind of change is one module of ``pairflow.arms.kinds``, which owns its config
+    keys, their parsing, check, apply-and-restore and digest fields; this class holds the
+    values. ``cache_class``/``cache_params``: a diffusers cache config; ``steps``,
+    ``guidance``, ``scheduler_class``/``scheduler_params``: generation overrides;
+    ``model``: another checkpoint (a student); ``dtype`` and ``attention_backend``:
+    precision and attention kernels; ``search``: best of N under a verifier metric;
+    ``extra``: the values of kinds without an attribute here, by config key. None means
+    "as control".
     """
 
     name: str
@@ -91,6 +112,7 @@ class ArmSpec:
     dtype: str | None = None
     attention_backend: str | None = None
     search: SearchSpec | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def is_control(self) -> bool:
@@ -100,48 +122,31 @@ class ArmSpec:
     def keys(self) -> tuple[str, ...]:
         """The arm's keys that declare a change, as the user writes them in the config
         (``steps``, ``scheduler``, ...): what messages name. ``kinds`` groups them for records."""
-        names = (("cache", self.cache_class), ("steps", self.steps), ("guidance", self.guidance),
-                 ("scheduler", self.scheduler_class), ("model", self.model), ("dtype", self.dtype),
-                 ("attention_backend", self.attention_backend), ("search", self.search))
-        return tuple(k for k, v in names if v is not None)
+        return tuple(_arm_registry().declared_keys(self))
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The kinds of change this arm declares (empty for control)."""
-        out = []
-        if self.cache_class is not None:
-            out.append("cache")
-        if self.steps is not None or self.guidance is not None or self.scheduler_class is not None:
-            out.append("overrides")
-        for kind in ("model", "dtype", "attention_backend", "search"):
-            if getattr(self, kind) is not None:
-                out.append(kind)
-        return tuple(out)
+        return tuple(_arm_registry().declared_kinds(self))
 
     def asdict(self) -> dict[str, Any]:
-        """Every field that changes the arm's output (what records carry and the digest covers)."""
-        out: dict[str, Any] = {"cache_class": self.cache_class, "cache_params": self.cache_params}
-        # Only declared kinds beyond the cache enter, so a cache-only arm keeps its old identity.
-        if self.steps is not None:
-            out["steps"] = self.steps
-        if self.guidance is not None:
-            out["guidance"] = self.guidance
-        if self.scheduler_class is not None:
-            out["scheduler_class"] = self.scheduler_class
-            out["scheduler_params"] = self.scheduler_params
-        if self.model is not None:
-            out["model"] = self.model.identity()
-        if self.dtype is not None:
-            out["dtype"] = self.dtype
-        if self.attention_backend is not None:
-            out["attention_backend"] = self.attention_backend
-        if self.search is not None:
-            out["search"] = {"n": self.search.n, "verifier": self.search.verifier}
-        return out
+        """Every field that changes the arm's output (what records carry and the digest
+        covers): each declared kind's fields (``ArmKind.fields``); the cache's two always,
+        so a cache-only arm keeps its old identity."""
+        return dict(_arm_registry().arm_fields(self))
 
     @property
     def digest(self) -> str:
         return digest_obj(self.asdict())
+
+
+def _arm_registry() -> Any:
+    """``pairflow.arms.registry``: the kinds of arm. Imported when first used, not with
+    this module: the kinds are built from ``ArmSpec`` and ``ModelSpec``, so the registry
+    sits above config and importing it here at load time would be a cycle."""
+    from .arms import registry
+
+    return registry
 
 
 @dataclass(frozen=True)
@@ -338,15 +343,15 @@ class StudySpec:
 
 
 def _schema() -> dict[str, Any]:
-    schema: dict[str, Any] = yaml.safe_load(SCHEMA_PATH.read_text())
+    """The config schema: ``config.schema.yaml`` with every arm kind's keys and the
+    precision enum filled in from ``pairflow.arms`` (the one declaration of each)."""
+    schema: dict[str, Any] = _arm_registry().config_schema(yaml.safe_load(SCHEMA_PATH.read_text()))
     return schema
 
 
 def _validator() -> Validator:
     # jsonschema's documented recipe for filling defaults while validating
     # (Snakemake's validate(set_default=True) does the same with the same schema).
-    from jsonschema import Draft202012Validator, validators
-
     base = Draft202012Validator
 
     def set_defaults(validator: Validator, properties: dict[str, Any], instance: Any,
@@ -369,10 +374,6 @@ def _where(path: Any) -> str:
 
 def _message(e: Any) -> str:
     """One line for one schema error: the key, the value, what is allowed, a close match."""
-    import difflib
-
-    from jsonschema.exceptions import best_match
-
     if e.validator in ("oneOf", "anyOf") and e.context:  # say why the branch of the right type failed
         typed = [c for c in e.context if c.validator != "type"]
         if typed:
@@ -542,8 +543,6 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
     exactly two fields, an unsafe or duplicate prompt id, an empty or oversize prompt, or
     a control character in a prompt.
     """
-    import stat
-
     key = f"'panels/{panel}/sheet'"
     try:
         st = path.stat()
@@ -657,8 +656,6 @@ def check_location(key: str, value: str, path: Path, root: Path, source: str) ->
     """Refuse a storage or model path (``value`` as written, ``path`` resolved) that is
     ``/``, a system directory or inside one, inside the project's source folders, or a
     relative path that climbs out of the project. Raises ConfigError naming the key."""
-    import os
-
     def inside(p: Path, top: Path) -> bool:
         return p == top or top in p.parents
 
@@ -707,27 +704,23 @@ def check_storage_disjoint(roots: list[tuple[str, str, Path]], project: Path, so
 
 
 def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source: str) -> ArmSpec:
-    """One validated arm mapping as an ArmSpec. Control must declare no change."""
-    cache = a.get("cache") or {}
-    sched = a.get("scheduler") or {}
-    model = None
-    if a.get("model") is not None:
-        m = a["model"]
-        check_location(f"arms/{name}/model/path", m["path"], resolve(m["path"]), root, source)
-        model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
-    search = SearchSpec(a["search"]["n"], a["search"]["verifier"]) if a.get("search") is not None else None
-    arm = ArmSpec(name, cache.get("class"), dict(cache.get("params", {})), a.get("steps"), a.get("guidance"),
-                  sched.get("class"), dict(sched.get("params", {})), model, a.get("dtype"),
-                  a.get("attention_backend"), search)
+    """One validated arm mapping as an ArmSpec, each kind parsing its own keys
+    (``ArmKind.parse``). Control must declare no change."""
+    def model(key: str, m: dict[str, Any]) -> ModelSpec:
+        check_location(key, m["path"], resolve(m["path"]), root, source)
+        return ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
+
+    registry = _arm_registry()
+    arm = ArmSpec(name, **registry.parse_arm(a, registry.ParseContext(name, source, model)))
     if arm.is_control and arm.kinds:
         keys = ", ".join(repr(f"arms/control/{k}") for k in arm.keys)
         raise ConfigError(f"{source}: arm 'control' sets {keys}; control is the reference and "
                           "changes nothing. Move these keys to a treatment arm and leave 'arms/control' as "
                           "{cache: null}")
     if not arm.is_control and not arm.kinds:
-        raise ConfigError(f"{source}: arm {name!r} declares no change (cache, steps, guidance, scheduler, model, "
-                          "dtype, attention_backend or search); it would be control again. Declare what it "
-                          "changes or remove it")
+        keys = registry.KEYS
+        raise ConfigError(f"{source}: arm {name!r} declares no change ({', '.join(keys[:-1])} or {keys[-1]}); it "
+                          "would be control again. Declare what it changes or remove it")
     return arm
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, overload
 
+from .arms.registry import record_defs
 from .atomic import write_text
 from .errors import IntegrityError, RecordSchemaError
 from .identity import canonical_json, digest_bytes, digest_file, digest_obj
@@ -67,12 +68,13 @@ def _inline(node: Any, common: str) -> Any:
 @functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     """Schema ``name`` (``record.<kind>`` or ``manifest``) with the shared definitions
-    (``record.common``) inlined, so it stands alone."""
+    (``record.common``) inlined, so it stands alone; each arm kind's record fields and
+    the precision enum come from ``pairflow.arms`` (``registry.record_defs``)."""
     import yaml
 
     common = yaml.safe_load(schema_path("record.common").read_text(encoding="utf-8"))
     schema = yaml.safe_load(schema_path(name).read_text(encoding="utf-8"))
-    return {**_inline(schema, common["$id"]), "$defs": _inline(common["$defs"], common["$id"])}
+    return {**_inline(schema, common["$id"]), "$defs": _inline(record_defs(common["$defs"]), common["$id"])}
 
 
 @functools.cache

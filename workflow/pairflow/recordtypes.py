@@ -30,7 +30,8 @@ RECORD_KINDS: tuple[RecordKind, ...] = ("generation", "score", "timing", "failur
 ManifestKind = Literal["panel-generation", "panel-scores", "timing", "study", "archive"]
 MetricKind = Literal["NR", "FR", "prompt"]
 """NR: per video; FR: against the control video of the same pair; prompt: against the prompt text."""
-ArmKind = Literal["cache", "overrides", "model", "dtype", "attention_backend", "search"]
+ArmKind = str
+"""A registered kind of arm (``pairflow.arms.KINDS``; the record schema's enum is filled from it)."""
 Decoding = Literal["bt709", "bt601"]
 StaticFilter = Literal["none", "intersection"]
 FailureClass = Literal["device_oom", "host_oom_or_killed", "other"]
@@ -60,7 +61,10 @@ class SearchFields(TypedDict):
 
 class ArmFields(TypedDict):
     """What a record says of its arm (``provenance.arm_record``): the optional keys are
-    there only for the kinds the arm declares."""
+    there only for the kinds the arm declares. Each kind's fields are declared by its
+    module (``ArmKind.record_schema``, which the record schema is filled from); the ones
+    typed here are those code reads, and a test keeps them among the declared ones. A
+    kind added later carries its fields in records without a type here."""
 
     name: str
     kinds: list[ArmKind]

@@ -30,8 +30,8 @@ onstart:
     stop_jobs_on_signal()
 
 
-# pairflow.config validates against workflow/schemas/config.schema.yaml (filling its
-# defaults, as snakemake.utils.validate would) and turns each error into one line naming
+# pairflow.config validates against workflow/schemas/config.schema.yaml, with the arm
+# kinds' keys filled in from pairflow.arms (filling its defaults, as snakemake.utils.validate would) and turns each error into one line naming
 # the key, the value and a close match; validate() would print jsonschema's dump instead.
 # The whole config is checked here, before any job starts: the same checks as
 # `pairflow check-config`. Snakemake read the config file(s) with a plain YAML loader,

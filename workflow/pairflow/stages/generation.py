@@ -97,7 +97,8 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
     from .. import generate as g
-    from ..arms import arm_model, arm_pipeline
+    from ..arms import arm_model, record_sections
+    from ..arms.run import arm_pipeline
     from ..fleet import worker_identity
     from ..telemetry import PhaseMemory
     from ..video import encode, prepare_frames
@@ -146,15 +147,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         "code": prov["code"], "environment": prov["environment"], "model": prov["model"],
         "encoder": prov["encoder"], "config_digest": prov["config_digest"], "site": prov["site"],
     }
-    if c.arm.search is not None:
-        record["search"] = {"n": c.arm.search.n, "verifier": c.arm.search.verifier,
-                            "chosen": cast(int, result.chosen),  # a search always chooses (arms.run_arm)
-                            "seeds": "candidate 0: the pair's stream seed; i >= 1: xxh3_64(['search', stream_seed, "
-                                     "i]) & (2^63 - 1) (pairflow.arms.search_seeds)",
-                            "candidates": list(result.candidates)}
-    if c.arm.model is not None:
-        m = arm_model(c.arm, study.model)
-        record["arm_model"] = {**m.identity(), "weights": g.model_digests(m), "path": str(m.path)}
+    # each declared kind's own section (a search's candidates, a student's weights)
+    cast(dict[str, Any], record).update(record_sections(c.arm, result, study.model))
     write_record(record_path(study, c), record)
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
 
@@ -166,7 +160,8 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     the derived figure; a mismatch saves the table as inexact, so every later run of
     that key is counted in full (a figure is never derived from a table that was wrong)."""
     from .. import compute
-    from ..arms import arm_model, run_arm, verifier_for
+    from ..arms import arm_model, verifier_for
+    from ..arms.run import run_arm
     from ..layout import Layout
 
     folder = Layout(study.scratch).flop_tables

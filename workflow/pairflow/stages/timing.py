@@ -256,7 +256,8 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
     if run:
-        from ..arms import arm_pipeline, run_arm, verifier_for
+        from ..arms import verifier_for
+        from ..arms.run import arm_pipeline, run_arm
 
         pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
                  if any(c.arm == a for c in run)}

@@ -1,0 +1,31 @@
+"""Arms: the kinds of change a treatment declares against control, one module each.
+
+An arm (``config.ArmSpec``) declares one or more kinds of change; each kind is one module
+of ``arms/kinds/`` defining ``KIND`` (an ``arms.base.ArmKind``): its config keys and
+schema, its parsing, its digest and record fields, its check before any model loads, its
+apply-and-restore around a generation and its record section. ``arms.registry`` finds
+them and runs each operation over an arm's declared kinds, in rank order. ``KINDS``
+lists them; ``config/README.md`` names each config key's module. A new kind is one
+module in ``kinds/`` (plus its test and its row there): the config and record schemas,
+``config.ArmSpec``'s keys, kinds and digest, the arms' check, generation and records all
+reach it through the registry.
+
+``arms.check`` runs every kind's check (rule ``check_arms``); ``arms.run`` loads an arm's
+pipeline and runs an arm for one pair (including a search's N candidates). This package
+and its kinds import neither torch nor diffusers at import time (planning reads it);
+``arms.run`` imports ``generate`` and is imported by workers only.
+"""
+
+from __future__ import annotations
+
+from .base import ArmKind, ParseContext, device
+from .check import arms_check_inputs, arms_check_key, check_arms, write_arms_check
+from .kinds.precision import LOADABLE, PRECISIONS, Precision, torch_dtype
+from .kinds.search import Verifier, check_verifier, search_seeds, verifier_for
+from .kinds.student import arm_model, check_same_latents, latent_signature
+from .registry import KEYS, KINDS, applied, effective_generation, kind, load_dtype, record_sections
+
+__all__ = ["KEYS", "KINDS", "LOADABLE", "PRECISIONS", "ArmKind", "ParseContext", "Precision", "Verifier", "applied",
+           "arm_model", "arms_check_inputs", "arms_check_key", "check_arms", "check_same_latents", "check_verifier",
+           "device", "effective_generation", "kind", "latent_signature", "load_dtype", "record_sections",
+           "search_seeds", "torch_dtype", "verifier_for", "write_arms_check"]
