@@ -43,11 +43,12 @@ KEYS: tuple[str, ...] = tuple(key for k in KINDS for key in k.keys)
 
 
 def kind(name: str) -> ArmKind:
-    """The registered kind ``name``. Raises KeyError for an unknown one."""
+    """The registered kind ``name``. Raises ConfigError for an unknown one."""
     for k in KINDS:
         if k.name == name:
             return k
-    raise KeyError(name)
+    raise ConfigError(f"arm kind {name!r} is not registered; registered kinds: {[k.name for k in KINDS]}; "
+                      f"add a module for it under workflow/pairflow/arms/kinds/")
 
 
 def declared_kinds(arm: ArmSpec) -> tuple[str, ...]:
