@@ -7,6 +7,7 @@ Slurm site's config is built from a Slurm job's environment and inspected."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from pairflow import sites
 from pairflow.config import SCHEMA_PATH, FleetSpec
 from pairflow.errors import AcceleratorError, SchedulerError
 from pairflow.sites.accelerators import discover, torch_device_count
-from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, slot_gpu
+from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, node_name, slot_gpu
 from pairflow.sites.slurm import allocation
 
 SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}
@@ -159,7 +160,7 @@ def test_slurm_site_starts_one_pool_per_node_with_a_worker_per_gpu(tmp_path):
     assert ex.provider.nodes_per_block == 2 and ex.max_workers_per_node == 2  # 2 nodes x 2 GPUs = 4 slots
     assert ex.available_accelerators == ["0", "1"] and ex.address == address_by_hostname()  # workers dial in
     assert "orphans watch" not in ex.provider.worker_init  # Slurm ends the srun steps with the job
-    assert f"{GPU_MAP_HOST_VAR}={socket.gethostname()}" in ex.provider.worker_init
+    assert f"{GPU_MAP_HOST_VAR}={node_name(os.environ)}" in ex.provider.worker_init
     script = ex.provider.launcher("CMD", 1, 2)
     assert "srun --ntasks 2 -l --overlap --ntasks-per-node=1" in script  # one pool on each node
 
@@ -182,6 +183,12 @@ def test_a_slot_names_its_physical_gpu_on_every_node():
     assert slot_gpu({**other, "CUDA_VISIBLE_DEVICES": "1"}, "gpu08") == "7"
     assert slot_gpu({**other, "CUDA_VISIBLE_DEVICES": "1"}, "gpu07") == "5"  # the driver's node: its map
     assert slot_gpu({**mapped, GPU_MAP_HOST_VAR: "gpu07", "CUDA_VISIBLE_DEVICES": "1"}, "gpu08") == "1"
+
+
+def test_slots_are_named_by_the_scheduler_s_node_name_where_there_is_one():
+    """The CI's two Slurm nodes share one machine's host name; their slots must not."""
+    assert node_name({"SLURMD_NODENAME": "pf-node2"}) == "pf-node2"
+    assert node_name({}) == node_name({"SLURMD_NODENAME": ""}) == socket.gethostname()
 
 
 def test_each_site_reports_its_exclusivity_outside_a_scheduler():

@@ -40,16 +40,17 @@ from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites import make_config
-from .sites.base import slot_gpu
+from .sites.base import node_name, slot_gpu
 
 log = logging.getLogger(__name__)
 
 # --- runs on the worker ------------------------------------------------------------------
 
 def slot_identity() -> dict[str, Any]:
-    """Where this worker process physically runs: host, Parsl worker rank, the device
-    index it sees, the node's physical GPU index and that GPU's UUID (where CUDA exists)."""
-    visible, host = os.environ.get("CUDA_VISIBLE_DEVICES"), socket.gethostname()
+    """Where this worker process physically runs: host (the scheduler's node name where
+    there is one, ``sites.base.node_name``), Parsl worker rank, the device index it sees,
+    the node's physical GPU index and that GPU's UUID (where CUDA exists)."""
+    visible, host = os.environ.get("CUDA_VISIBLE_DEVICES"), node_name(os.environ)
     return {"host": host, "pid": os.getpid(), "rank": os.environ.get("PARSL_WORKER_RANK"),
             "visible_devices": visible, "gpu_index": slot_gpu(os.environ, host),
             "gpu_uuid": _gpu_uuid(), "slurm_job": os.environ.get("SLURM_JOB_ID")}
@@ -242,7 +243,7 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
         return []  # other nodes' names come from their spans
     from .telemetry import slot_name
 
-    host = socket.gethostname()
+    host = node_name(os.environ)
     if grant.accelerators:
         return [slot_name(host, grant.gpus.get(a, a)) for a in grant.accelerators]
     return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]

@@ -33,6 +33,9 @@ GPU_MAP_VAR = "PAIRFLOW_GPU_MAP"
 GPU_MAP_HOST_VAR = "PAIRFLOW_GPU_MAP_HOST"
 """Set beside ``GPU_MAP_VAR``: the host whose devices the map describes (the driver's node)."""
 
+NODE_NAME_VARS = ("SLURMD_NODENAME",)
+"""Where a scheduler names the node a process runs on (a new site adds its variable)."""
+
 STRATEGY_PERIOD_S = 0.5
 """Seconds between Parsl's scaling decisions (the first launches the job's one block).
 Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
@@ -114,7 +117,7 @@ def worker_init(grant: Grant, watchdog: bool) -> str:
     bindir = Path(sys.executable).parent
     gmap = ",".join(f"{v}={p}" for v, p in grant.gpus.items())
     line = (f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}"
-            + (f" {GPU_MAP_HOST_VAR}={shlex.quote(socket.gethostname())}" if grant.nodes > 1 else ""))
+            + (f" {GPU_MAP_HOST_VAR}={shlex.quote(node_name(os.environ))}" if grant.nodes > 1 else ""))
     return line + ("\n" + orphans.watch_command(os.getpid()) if watchdog else "")
 
 
@@ -153,6 +156,13 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
                   # period (5 s) every job waited 5 s before its pool even began to start.
                   strategy_period=STRATEGY_PERIOD_S,
                   initialize_logging=False, usage_tracking=0)
+
+
+def node_name(environ: Mapping[str, str]) -> str:
+    """The node a process runs on, as its scheduler names it (``SLURMD_NODENAME``), else
+    the host name. Slots are named by it: several Slurm nodes may share one host name
+    (the CI's two-node cluster on one machine), never one node name."""
+    return next((environ[v] for v in NODE_NAME_VARS if environ.get(v)), None) or socket.gethostname()
 
 
 def slot_gpu(environ: Mapping[str, str], host: str) -> str | None:
