@@ -162,7 +162,18 @@ def test_slurm_site_starts_one_pool_per_node_with_a_worker_per_gpu(tmp_path):
     assert "orphans watch" not in ex.provider.worker_init  # Slurm ends the srun steps with the job
     assert f"{GPU_MAP_HOST_VAR}={node_name(os.environ)}" in ex.provider.worker_init
     script = ex.provider.launcher("CMD", 1, 2)
-    assert "srun --ntasks 2 -l --overlap --ntasks-per-node=1" in script  # one pool on each node
+    assert "srun --ntasks 2 -l --overlap --nodes=2 --ntasks-per-node=1" in script  # one pool on each node
+
+
+def test_gpus_slurm_granted_that_no_variable_names_are_refused():
+    """Slurm granting GPUs without device files (``NoDevFiles``) or without setting
+    CUDA_VISIBLE_DEVICES would silently give CPU workers on a GPU allocation."""
+    for cuda in ({}, {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}):
+        with pytest.raises(AcceleratorError, match="SLURM_GPUS_ON_NODE=2.*gres.conf"):
+            sites.grant({**SLURM, "SLURM_GPUS_ON_NODE": "2", **cuda})
+    assert sites.grant({**SLURM, "SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "-1"}).accelerators == ()
+    assert sites.grant({**SLURM, "SLURM_GPUS_ON_NODE": "0"}).accelerators == ()
+    assert sites.grant({**SLURM, "SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"}).accelerators == ("0", "1")
 
 
 def test_a_multi_node_job_whose_first_node_sees_other_gpu_names_is_warned_about(caplog):

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SchedulerError
-from .accelerators import discover
+from ..errors import AcceleratorError, SchedulerError
+from .accelerators import CUDA_VAR, discover
 from .base import AllocationInfo, Grant
 from .local import local_exclusivity
 
@@ -34,10 +34,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SRUN_OVERRIDES = "--overlap --ntasks-per-node=1 --cpu-bind=none"
-"""srun options for the pools: one pool per node; ``--overlap`` because the rule itself
-already runs in a job step holding the allocation's CPUs; no CPU binding of the pool
-(Parsl places CPU workers itself)."""
+SRUN_OVERRIDES = "--overlap --nodes={nodes} --ntasks-per-node=1 --cpu-bind=none"
+"""srun options for the pools: one pool on each of the allocation's nodes (named
+explicitly: the rule itself runs in a one-node step, the Slurm executor plugin's
+``srun --nodes=1``, whose ``SLURM_*`` values the pools' srun would otherwise inherit);
+``--overlap`` because that step already holds the allocation's CPUs; no CPU binding of
+the pool (Parsl places CPU workers itself)."""
 
 
 def allocation(environ: Mapping[str, str]) -> AllocationInfo | None:
@@ -84,6 +86,13 @@ class SlurmSite:
                                  "Slurm allocation; run it through the Slurm profile (snakemake --profile "
                                  "profiles/slurm) or set fleet/site to auto or local")
         acc = discover(environ, torch_count)
+        on_node = environ.get("SLURM_GPUS_ON_NODE", "")
+        if on_node.isdigit() and int(on_node) > 0 and not acc.visible and environ.get(CUDA_VAR, "").strip() != "-1":
+            raise AcceleratorError(
+                f"Slurm granted this job {on_node} GPU(s) on this node (SLURM_GPUS_ON_NODE={on_node}) but "
+                f"{CUDA_VAR}={environ.get(CUDA_VAR)!r} names none, so every worker would run on the CPU: give the "
+                "node's GPUs device files in gres.conf (File=/dev/nvidia0, ...) so Slurm sets it, or set "
+                f"{CUDA_VAR}=-1 to run this job on CPU workers on purpose")
         n = len(acc.visible)
         if alloc.nodes > 1 and n and acc.visible != tuple(str(i) for i in range(n)):
             log.warning("Slurm job %s spans %d nodes and its first node sees GPUs %s, not 0..%d: Parsl pins every "
@@ -97,7 +106,7 @@ class SlurmSite:
         from parsl.providers import LocalProvider
 
         return LocalProvider(
-            launcher=SrunLauncher(debug=False, overrides=SRUN_OVERRIDES),
+            launcher=SrunLauncher(debug=False, overrides=SRUN_OVERRIDES.format(nodes=grant.nodes)),
             nodes_per_block=grant.nodes,  # one pool per allocated node
             # Exactly one block: this allocation. min 0 lets the idle timeout release it.
             init_blocks=1, min_blocks=0, max_blocks=1,
