@@ -16,8 +16,7 @@ import pytest
 
 from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
-from pairflow.fleet import Grant, classify_failure, grant_from_env, make_config, run_tasks
-from pairflow.slurm import allocation
+from pairflow.fleet import Grant, classify_failure, make_config, run_tasks
 
 
 @pytest.fixture(autouse=True)
@@ -127,16 +126,6 @@ def test_portable_errors_pickle_and_keep_class_message_and_traceback():
     assert classify_failure(oom) == "host_oom_or_killed"
 
 
-def test_grant_maps_visible_devices_to_physical_gpus():
-    env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "3,5",
-           "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}
-    g = grant_from_env(env)
-    assert g.accelerators == ("0", "1") and g.gpus == {"0": "3", "1": "5"}
-    assert g.allocation is not None and g.allocation.job_id == "42" and g.allocation.cpus_on_node == 16
-    local = grant_from_env({"CUDA_VISIBLE_DEVICES": "-1"})
-    assert local == Grant() and allocation({}) is None
-
-
 def test_failures_are_classified_and_spans_recorded(tmp_path):
     hows = ["ok", "host_oom", "device_oom", "bug", "killed", "ok"]
     payloads = [{"how": h, "i": i, "identity": {"candidate_id": f"c{i}", "arm": "pab", "prompt_id": "a1", "seed": i}}
@@ -183,7 +172,7 @@ def report_warm(p: dict) -> dict:
     return {"warmed": bool(WARMED), "pid": os.getpid()}
 
 
-def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(tmp_path):
+def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(tmp_path, caplog):
     prepared = []
 
     def prepare() -> list[dict]:
@@ -191,10 +180,14 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
         prepared.append(time.time())
         return [{"i": i} for i in range(4)]
 
-    out = run_tasks(report_warm, prepare, tmp_path / "run", FleetSpec(1, 0), Grant(), "warm", tmp_path / "tel.json",
-                    warm=(warm_up, {}), start_early=True)
+    with caplog.at_level("INFO", logger="pairflow.sites"):
+        out = run_tasks(report_warm, prepare, tmp_path / "run", FleetSpec(1, 0), Grant(), "warm",
+                        tmp_path / "tel.json", warm=(warm_up, {}), start_early=True)
     assert [r["warmed"] for r in out] == [True] * 4 and len({r["pid"] for r in out}) == 1
     t = json.loads((tmp_path / "tel.json").read_text())
+    # The Parsl config that ran, verbatim (its constructor call), in the job log and the telemetry record.
+    assert t["site"] == "local" and t["parsl_config"].startswith("Config(") and "SingleNodeLauncher(" in t["parsl_config"]
+    assert t["parsl_config"] in caplog.text
     warm = [s for s in t["spans"] if s.get("kind") == "warm-up"]
     assert len(warm) == 1 and "import_s" in warm[0]["warm_up"]
     assert warm[0]["queued"] < prepared[0]  # queued before preparation ended

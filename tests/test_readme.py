@@ -45,6 +45,10 @@ COVERED_BY = {
     "arms/kinds/precision": ("test_arms.py", "precision"),
     "arms/kinds/search": ("test_arms.py", "search_seeds"),
     "arms/kinds/student": ("test_arms.py", "student"),
+    # sites/: one module per place the work runs, tested together through the site seam
+    "sites/accelerators": ("test_sites.py", "pairflow.sites.accelerators"),
+    "sites/base": ("test_sites.py", "pairflow.sites.base"),
+    "sites/local": ("test_sites.py", "SingleNodeLauncher"),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

@@ -369,9 +369,10 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
 
     from .atomic import write_text
     from .config import FleetSpec
-    from .fleet import grant_from_env, noop, run_tasks
+    from .fleet import noop, run_tasks
+    from .sites import grant_from_env
 
-    grant = grant_from_env(dict(os.environ))
+    grant = grant_from_env(os.environ)
     start = time.time()
     run_tasks(noop, [{}] * tasks, out.parent / f"{out.stem}-run", FleetSpec(cpu_workers, 0), grant,
               "probe-slots", out)

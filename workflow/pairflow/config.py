@@ -251,6 +251,9 @@ class FleetSpec:
     startup_timeout_s: float = 1800.0
     """Seconds a job may take to start (worker pool, imports, model load) before its stall
     clock (``stall_timeout_s``) starts; longer fails it as stalled in start-up."""
+    site: str = "auto"
+    """Where the work runs (``sites``): ``auto`` (Slurm inside a Slurm job, else local),
+    ``local`` or ``slurm``."""
 
 
 @dataclass(frozen=True)

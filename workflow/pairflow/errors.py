@@ -40,7 +40,10 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── LockError              another run holds the folder this job writes (a panel job: that panel's
     │                          folder; the timed pass and study statistics: the study folder)
     ├── ProcessError           the OS refused a process operation PairFlow needs (the parent-death signal)
-    └── SchedulerError         a Slurm command is missing, failed or did not answer
+    └── SchedulerError         a Slurm command is missing, failed or did not answer, or the site
+        │                      asked for (``fleet/site``) is not where the job runs
+        └── AcceleratorError       the job's accelerator sources (CUDA_VISIBLE_DEVICES,
+                                   NVIDIA_VISIBLE_DEVICES, torch) disagree
 """
 
 from __future__ import annotations
@@ -153,7 +156,13 @@ class StatsError(PairFlowError):
 
 
 class SchedulerError(PairFlowError):
-    """A Slurm command (scontrol) is missing, failed or timed out inside a job."""
+    """A Slurm command (scontrol) is missing, failed or timed out inside a job, or the
+    site named by ``fleet/site`` is not where the job runs."""
+
+
+class AcceleratorError(SchedulerError):
+    """The accelerators a job was granted disagree between their sources
+    (``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``, what torch reports)."""
 
 
 class ArchiveError(PairFlowError):

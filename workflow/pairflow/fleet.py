@@ -1,12 +1,14 @@
 """Fan-out of a panel's candidates through a Parsl HighThroughputExecutor.
 
-Provider → launcher → executor, composed by constructor. One block is this job's
-allocation: locally one worker pool on this machine (``SingleNodeLauncher``); inside a
-Slurm job one pool per allocated node, started with ``srun`` (``SrunLauncher``). Each
-pool runs one worker per accelerator the job was granted (``CUDA_VISIBLE_DEVICES``,
-never a hard-coded list), each pinned by Parsl to its device, or ``cpu_workers``
-workers where there is none. Workers are long-lived processes: the pipeline and scorers
-a task loads stay loaded for the next task (see ``generate.LOAD_COUNTS``).
+Provider → launcher → executor, composed by constructor in the job's site (``sites``:
+its Config is logged verbatim, as ``repr``, and kept in the telemetry record). One block
+is this job's allocation: locally one worker pool on this machine; inside a Slurm job one
+pool per allocated node, started with ``srun``. Each pool runs one worker per
+accelerator the job was granted (``sites.accelerators``: ``CUDA_VISIBLE_DEVICES``,
+``NVIDIA_VISIBLE_DEVICES``, checked against torch; never a hard-coded list), each pinned
+by Parsl to its device, or ``cpu_workers`` workers where there is none. Workers are
+long-lived processes: the pipeline and scorers a task loads stay loaded for the next
+task (see ``generate.LOAD_COUNTS``).
 
 Lifetimes are bounded: an idle block is released after ``idle_timeout_s``; a failed
 task is retried ``retries`` times, and a task that still fails is classified (device
@@ -24,7 +26,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import signal
 import socket
 import sys
@@ -34,110 +35,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import orphans, progress
+from . import progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
-from .slurm import AllocationInfo, allocation, gpu_map, whole_job
+from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
+from .sites import make_config
+from .sites.base import node_name, slot_gpu
 
 log = logging.getLogger(__name__)
-
-GPU_MAP_VAR = "PAIRFLOW_GPU_MAP"
-"""Set in each worker's environment: visible device index → the node's physical GPU index."""
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What this job was given to run on (observed by the rule adapter)."""
-
-    accelerators: tuple[str, ...] = ()
-    allocation: AllocationInfo | None = None
-    gpus: dict[str, str] = field(default_factory=dict)
-
-
-def granted_accelerators(environ: dict[str, str]) -> list[str]:
-    """The device list this job was granted (``CUDA_VISIBLE_DEVICES``), never hard-coded."""
-    value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return [d for d in value.split(",") if d and d != "-1"]
-
-
-def grant_from_env(environ: dict[str, str]) -> Grant:
-    """The accelerators and Slurm allocation described by a job's environment."""
-    acc = granted_accelerators(environ)
-    alloc = whole_job(allocation(environ), environ)  # a rule's srun step sees one node of the job's
-    return Grant(tuple(acc), alloc, gpu_map(acc, alloc))
-
-
-STRATEGY_PERIOD_S = 0.5
-"""Seconds between Parsl's scaling decisions (the first launches the job's one block).
-Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
-Parsl's default of 5 s, 4.3 s of it before the block was even submitted; at 0.5 s the
-block is submitted 0.3 s after it (the rest is the pool's Python processes starting)."""
-
-
-def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
-    """One short site config: one block of workers spanning this job's allocation."""
-    from parsl.addresses import address_by_hostname
-    from parsl.config import Config
-    from parsl.executors import HighThroughputExecutor
-    from parsl.launchers import SingleNodeLauncher, SrunLauncher
-    from parsl.providers import LocalProvider
-
-    bindir = Path(sys.executable).parent
-    alloc, acc = grant.allocation, list(grant.accelerators)
-    nodes = alloc.nodes if alloc else 1
-    gmap = ",".join(f"{v}={p}" for v, p in grant.gpus.items())
-    executor = HighThroughputExecutor(
-        label="slots",
-        # The driver may run without the venv activated (.venv/bin/snakemake): name
-        # Parsl's interchange script by its full path in this interpreter's bin/.
-        # It gets the kernel's parent-death signal, so it ends with the driver (orphans).
-        interchange_launch_cmd=orphans.exec_command(os.getpid(), [str(bindir / "interchange.py")]),
-        # One node: loopback, no interface probing. Several: workers dial this host.
-        address="127.0.0.1" if nodes == 1 else address_by_hostname(),
-        max_workers_per_node=len(acc) or fleet.cpu_workers,  # one slot per accelerator, else per CPU worker
-        available_accelerators=acc,            # Parsl pins each worker to one granted device
-        cpu_affinity="block" if not acc else "none",  # keep CPU workers off each other's cores
-        heartbeat_period=5, heartbeat_threshold=20,  # notice a killed worker in ~20 s, not minutes
-        worker_logdir_root=str(run_dir / "workers"),
-        provider=LocalProvider(
-            # Inside Slurm, srun starts one pool per allocated node; --overlap because the
-            # rule itself already runs in a job step holding the allocation's CPUs.
-            launcher=(SrunLauncher(debug=False, overrides="--overlap --ntasks-per-node=1 --cpu-bind=none")
-                      if alloc else SingleNodeLauncher()),
-            nodes_per_block=nodes,
-            # Exactly one block: this allocation. min 0 lets the idle timeout release it.
-            init_blocks=1, min_blocks=0, max_blocks=1,
-            # Workers start from a shell: put this interpreter's bin/ first so they find
-            # process_worker_pool.py and import the same environment as the driver.
-            # On one node a watchdog in the pool's process group ends the pool when the
-            # driver dies (orphans); across nodes Slurm ends the srun steps with the job.
-            # Across nodes, srun must see the job's nodes, not the rule's one-node step:
-            # it takes SLURM_JOB_NODELIST (which the step narrowed to its node) as the
-            # allocation and refuses --nodes 2 ("Only allocated 1 nodes asked for 2").
-            worker_init=(f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}"
-                         + ("\nunset SLURM_JOB_NODELIST" if alloc and nodes > 1
-                            else "\n" + orphans.watch_command(os.getpid()))),
-        ),
-    )
-    return Config(executors=[executor], retries=fleet.retries, run_dir=str(run_dir / "parsl"),
-                  # "simple" scales an idle block in after max_idletime, returning unused
-                  # allocation; a lost manager then does not fail every later task.
-                  strategy="simple", max_idletime=float(fleet.idle_timeout_s),
-                  # The strategy's first tick launches the init block: at Parsl's default
-                  # period (5 s) every job waited 5 s before its pool even began to start.
-                  strategy_period=STRATEGY_PERIOD_S,
-                  initialize_logging=False, usage_tracking=0)
-
 
 # --- runs on the worker ------------------------------------------------------------------
 
 def slot_identity() -> dict[str, Any]:
-    """Where this worker process physically runs: host, Parsl worker rank, the device
-    index it sees, the node's physical GPU index and that GPU's UUID (where CUDA exists)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gmap = dict(p.split("=", 1) for p in os.environ.get(GPU_MAP_VAR, "").split(",") if "=" in p)
-    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": os.environ.get("PARSL_WORKER_RANK"),
-            "visible_devices": visible, "gpu_index": gmap.get(visible or "", visible),
+    """Where this worker process physically runs: host (the scheduler's node name where
+    there is one, ``sites.base.node_name``), Parsl worker rank, the device index it sees,
+    the node's physical GPU index and that GPU's UUID (where CUDA exists)."""
+    visible, host = os.environ.get("CUDA_VISIBLE_DEVICES"), node_name(os.environ)
+    return {"host": host, "pid": os.getpid(), "rank": os.environ.get("PARSL_WORKER_RANK"),
+            "visible_devices": visible, "gpu_index": slot_gpu(os.environ, host),
             "gpu_uuid": _gpu_uuid(), "slurm_job": os.environ.get("SLURM_JOB_ID")}
 
 
@@ -328,7 +243,7 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
         return []  # other nodes' names come from their spans
     from .telemetry import slot_name
 
-    host = socket.gethostname()
+    host = node_name(os.environ)
     if grant.accelerators:
         return [slot_name(host, grant.gpus.get(a, a)) for a in grant.accelerators]
     return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]
@@ -390,7 +305,9 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
         for old in beat_dir.iterdir():  # a previous job's slots are not this job's progress
             old.unlink()
     beat_dir.mkdir(parents=True, exist_ok=True)
-    dfk = parsl.load(make_config(run_dir, fleet, grant))
+    config = make_config(run_dir, fleet, grant)
+    config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
+    dfk = parsl.load(config)
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
             warming = {}
@@ -425,7 +342,8 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             write_telemetry(telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
                             nvml_status, {"allocation": grant.allocation.asdict() if grant.allocation else None,
                                           "accelerators": list(grant.accelerators), "retries": fleet.retries,
-                                          "idle_timeout_s": fleet.idle_timeout_s})
+                                          "idle_timeout_s": fleet.idle_timeout_s,
+                                          "site": grant.site, "parsl_config": config_text})
         if run.failures:
             raise TaskFailedError(
                 f"{label}: {sum(run.failures.values())} of {len(payloads)} tasks failed after {fleet.retries + 1} "

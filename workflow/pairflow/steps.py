@@ -189,12 +189,12 @@ def build_model(model_dir: Path) -> None:
 def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
     """Generate a panel's incomplete candidates with what this job was granted, then
     write its generation manifest ``out``."""
-    from .fleet import grant_from_env
     from .layout import Layout
+    from .sites import grant_from_env
     from .stages.generation import run_generation
 
     run_generation(study, panel, out, Layout(study.scratch).run_dir(panel, "generate"),
-                   grant_from_env(dict(os.environ)))
+                   grant_from_env(os.environ, study.fleet.site))
 
 
 def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path) -> None:
@@ -202,12 +202,12 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
     job (``fleet.panel_jobs: combined``), then write its generation manifest ``gen_out``
     and score manifest ``score_out``."""
     from .candidates import COMBINED
-    from .fleet import grant_from_env
     from .layout import Layout
+    from .sites import grant_from_env
     from .stages.combined import run_panel
 
     run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
-              grant_from_env(dict(os.environ)))
+              grant_from_env(os.environ, study.fleet.site))
 
 
 def generation_rule(study: StudySpec) -> str:
@@ -242,16 +242,17 @@ def check_panel_rules(study: StudySpec, names: Iterable[str], source: str) -> No
 def score_panel(study: StudySpec, panel: str, out: Path) -> None:
     """Score a panel's videos whose scores are missing or stale, then write its score
     manifest ``out``."""
-    from .fleet import grant_from_env
     from .layout import Layout
+    from .sites import grant_from_env
     from .stages.scoring import run_scoring
 
-    run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"), grant_from_env(dict(os.environ)))
+    run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"),
+                grant_from_env(os.environ, study.fleet.site))
 
 
 def timed_pass(study: StudySpec, out: Path) -> None:
     """The exclusive timed pass over every panel of the study, in this job's allocation."""
-    from .slurm import allocation
+    from .sites.slurm import allocation
     from .stages.timing import run_timed_pass
 
     run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
@@ -259,17 +260,17 @@ def timed_pass(study: StudySpec, out: Path) -> None:
 
 def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>`` with what this
-    job was granted (``fleet.grant_from_env``)."""
+    job was granted (``sites.grant_from_env``)."""
     from .candidates import COMBINED
-    from .fleet import grant_from_env
     from .layout import Layout
     from .repeat import replicate_study
+    from .sites import grant_from_env
     from .stages.combined import run_panel
     from .stages.generation import run_generation
     from .stages.scoring import run_scoring
     from .stages.timing import run_timed_pass
 
-    grant = grant_from_env(dict(os.environ))
+    grant = grant_from_env(os.environ, study.fleet.site)
     r = replicate_study(study, rep)
     at = Layout(r.scratch)
     if r.fleet.panel_jobs == "combined":

@@ -36,7 +36,7 @@ from ..config import StudySpec
 from ..layout import Layout
 from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
-from ..slurm import AllocationInfo
+from ..sites.base import AllocationInfo
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     from .. import generate as g
     from ..atomic import job_start, sweep_temps, write_text
     from ..candidates import candidates, panel_dir, record_path
-    from ..slurm import exclusivity
+    from ..sites.slurm import exclusivity
     from ..telemetry import progress_line
 
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
