@@ -195,24 +195,26 @@ def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: l
     excluded) over slot time for the whole job (every granted slot, from the job's start,
     ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
     (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
-    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (tasks that failed)
-    and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
+    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (the final attempt of
+    tasks that failed), ``retried_s`` (attempts Parsl retried) and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
     start, end = job[0], job[1]
     length = max(end - start, 1e-9)
     names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
     out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1), "work_s": 0.0,
-           "warmup_s": 0.0, "failed_s": 0.0, "startup_s": 0.0}
+           "warmup_s": 0.0, "failed_s": 0.0, "retried_s": 0.0, "startup_s": 0.0}
     first: dict[str, float] = {}
     for s in spans:
         if s.get("started") is None or s.get("finished") is None:
             continue
         took = max(0.0, min(s["finished"], end) - max(s["started"], start))
-        key = "warmup_s" if s.get("kind") == "warm-up" else "failed_s" if s.get("failure") else "work_s"
+        key = ("warmup_s" if s.get("kind") == "warm-up" else "retried_s" if s.get("failure") == "retried"
+               else "failed_s" if s.get("failure") else "work_s")
         out[key] += took
         k = slot_key(s)
         first[k] = min(first.get(k, s["started"]), s["started"])
     out["startup_s"] = sum(max(0.0, min(first.get(k, end), end) - start) for k in names)
-    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["startup_s"])
+    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["retried_s"]
+                        - out["startup_s"])
     out["busy_share"] = out["work_s"] / out["slot_s"]
     return out
 
@@ -495,7 +497,7 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
 
 # --- the study's utilisation report ------------------------------------------------------
 
-HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "slot_s")
+HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "retried_s", "slot_s")
 
 
 def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -509,7 +511,7 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, r in sorted(records.items()):
         slots = r["slots"]
         jobs.append({"job": name, "label": r["label"], "tasks": sum(s.get("kind") != "warm-up" for s in r["spans"]),
-                     "failed": sum(1 for s in r["spans"] if s.get("failure")),
+                     "failed": sum(1 for s in r["spans"] if s.get("failure") and not s.get("attempt")),
                      "window_s": r["window"]["end"] - r["window"]["start"],
                      "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],
                      "slots": {k: {"share": v["share"], "busy_s": v["busy_s"], "tasks": v["tasks"]}
