@@ -243,6 +243,10 @@ class FleetSpec:
     startup_timeout_s: float = 1800.0
     """Seconds a job may take to start (worker pool, imports, model load) before its stall
     clock (``stall_timeout_s``) starts; longer fails it as stalled in start-up."""
+    budget_gpu_hours: float | None = None
+    """The most slot-hours the study may cost by ``estimate``; None: no budget guard."""
+    packing_headroom: float = 0.2
+    """Share of a device's (or host's) memory kept free when packing workers (``calibrate.packing``)."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── TaskError              a task's non-PairFlow exception as the driver receives it (type, message, traceback)
     ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
     ├── LockError              another run holds the results directory
+    ├── CalibrationError       the calibration table is missing, stale (another key) or unreadable
+    ├── BudgetError            the study's estimated slot-hours exceed ``fleet/budget_gpu_hours``
     └── SchedulerError         a Slurm command is missing, failed or did not answer
 """
 
@@ -163,6 +165,14 @@ class StorageError(PairFlowError):
 
 class LockError(PairFlowError):
     """Another run holds the results directory."""
+
+
+class CalibrationError(PairFlowError):
+    """The calibration table is missing, was made for another key, or cannot be read."""
+
+
+class BudgetError(PairFlowError):
+    """The study's estimate exceeds ``fleet/budget_gpu_hours``; names the drivers of the cost."""
 
 
 class TaskFailedError(PairFlowError):
