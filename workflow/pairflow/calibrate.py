@@ -6,7 +6,8 @@ For each arm of the study, on this machine's device, a fresh worker process (spa
 nothing is imported yet) measures the seconds and peak memory (host RSS, device memory)
 of each phase: ``import`` (torch, diffusers, the pipeline's modules and the scorers, once
 per worker), ``load`` (the arm's pipeline), then, after one untimed warm-up candidate,
-``denoise``, ``decode``, ``encode`` and one ``score:<metric>`` per scorer for the
+``denoise``, ``decode``, ``encode``, ``score:read`` (decoding the video for the scorers)
+and one ``score:<metric>`` per scorer for the
 representative candidate (the first prompt of the first panel, its first seed; a search
 arm's candidate includes its N generations and verifier scorings).
 
@@ -183,9 +184,10 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
             out = Path(tmp) / f"{arm.name}.mp4"
             _, phases["encode"] = _phase(mem, "encode", lambda out=out, frames=frames: encode(
                 frames, out, study.encoder, study.generation.fps))
-            decoded = {m: read_video(out, study.encoder, frames=frames.shape[0], height=frames.shape[1],
-                                     width=frames.shape[2], fps=study.generation.fps, matrix=m)
-                       for m in sorted({metric_decoding(study, n) for n in study.scorers})}
+            decoded, phases["score:read"] = _phase(mem, "score:read", lambda out=out, frames=frames: {
+                m: read_video(out, study.encoder, frames=frames.shape[0], height=frames.shape[1],
+                              width=frames.shape[2], fps=study.generation.fps, matrix=m)
+                for m in sorted({metric_decoding(study, n) for n in study.scorers})})
             if arm.name == "control":
                 ref["frames"] = decoded.get("bt709", next(iter(decoded.values())))
             for name in study.scorers:
