@@ -1,5 +1,5 @@
 # PairFlow: paired evaluation of video-generation models.
-# Stages, in order: build the embedded model → generate and score each panel (one Parsl
+# Stages, in order: build the embedded model → calibrate and estimate (budget guard) → generate and score each panel (one Parsl
 # fan-out per panel; fleet.panel_jobs: per-stage makes it a generation and a scoring job) →
 # exclusive timed pass → paired statistics per panel and for the study → archive evidence.
 from snakemake.utils import min_version
@@ -19,6 +19,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
+include: "workflow/rules/calibrate.smk"
 # fleet.panel_jobs: one job per panel for generation and scoring, or one per stage.
 if STUDY.fleet.panel_jobs == "combined":
 
@@ -41,6 +42,7 @@ include: "workflow/rules/repeatability.smk"
 localrules:
     build_tiny_model,
     check_arms,
+    estimate,
     study_stats,
     plots,
     gallery,

@@ -14,9 +14,12 @@ arm's candidate includes its N generations and verifier scorings).
 The table is named by its key's digest (``key``): the model's identity, every arm's
 digest, the generation shape and settings, the encoder recipe, the scorers, the
 software (Python, package versions and the digest of every installed distribution) and
-the device kind. A change to any of them names another file, so a stale table is never
-read: the rule ``calibrate`` makes the missing one. The key is computed without torch,
-so planning stays light.
+the planning machine's device kind (``device_kind``: ``cuda`` where it sees a GPU). A
+change to any of them names another file, so a stale table is never read: the rule
+``calibrate`` makes the missing one. The key is computed without torch, so planning
+stays light. The table also records the device its worker actually ran on (``device``:
+on a cluster, the GPU the calibrate job was granted, like the panel jobs) and the
+software that worker saw; the estimate and packing use those.
 
 Packing (``packing``): workers per device = floor(capacity x (1 - headroom) / peak) where
 the peak is the largest calibrated phase peak of any arm for that stage (device memory on
@@ -88,6 +91,21 @@ def table_path(study: StudySpec, device: str | None = None) -> Path:
     return Layout(study.scratch).calibration(key(study, device or device_kind()))
 
 
+def load_table(path: Path) -> dict[str, Any]:
+    """The calibration table at ``path`` (as a rule's input names it). Raises
+    CalibrationError when it cannot be read or is of another format."""
+    try:
+        table: dict[str, Any] = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CalibrationError(f"calibration table {path} cannot be read ({e}); delete it and rerun "
+                               "'pairflow calibrate'") from e
+    if table.get("kind") != "calibration" or table.get("format") != FORMAT:
+        raise CalibrationError(f"{path} is not a calibration table of format {FORMAT} (kind "
+                               f"{table.get('kind')!r}, format {table.get('format')!r}); delete it and rerun "
+                               "'pairflow calibrate'")
+    return table
+
+
 def read_table(study: StudySpec, device: str | None = None) -> dict[str, Any]:
     """The frozen table for this study and device. Raises CalibrationError when it is
     missing (names the command that makes it) or does not carry its own key."""
@@ -97,12 +115,8 @@ def read_table(study: StudySpec, device: str | None = None) -> dict[str, Any]:
         raise CalibrationError(f"no calibration table for study {study.study!r} on {dev} at {path} (its key "
                                "changes with the model, arms, generation settings, scorers and software); make "
                                "it with 'pairflow calibrate' or let the workflow's calibrate rule run")
-    try:
-        table: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CalibrationError(f"calibration table {path} cannot be read ({e}); delete it and rerun "
-                               "'pairflow calibrate'") from e
-    if table.get("key") != key(study, dev) or table.get("format") != FORMAT:
+    table = load_table(path)
+    if table.get("key") != key(study, dev):
         raise CalibrationError(f"calibration table {path} was made for key {table.get('key')!r}, not "
                                f"{key(study, dev)!r}; delete it and rerun 'pairflow calibrate'")
     return table
@@ -288,10 +302,12 @@ def _fresh_worker(study: StudySpec) -> dict[str, Any]:
 
 # --- the driver ------------------------------------------------------------------------------
 
-def calibrate(study: StudySpec, out: Path | None = None, force: bool = False) -> dict[str, Any]:
-    """Make (or, unless ``force``, read) the frozen calibration table for this study on
-    this machine's device, measured in a fresh spawned worker; write it atomically to
-    ``out`` (default ``table_path``). Returns the table."""
+def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
+              planned_key: str | None = None) -> dict[str, Any]:
+    """Make (or, unless ``force``, read) the frozen calibration table for this study,
+    measured in a fresh worker on this job's device; write it atomically to ``out``
+    (default ``table_path``). ``planned_key``: the key the workflow planned with (its
+    file name), recorded as the table's key. Returns the table."""
     dev = device_kind()
     path = Path(out) if out is not None else table_path(study, dev)
     if path.is_file() and not force:
@@ -301,13 +317,10 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False) ->
             log.warning("recalibrating: %s", e)
     started = time.time()
     measured = _fresh_worker(study)
-    table = {"kind": "calibration", "format": FORMAT, "key": key(study, dev), "keyed_by": key_fields(study, dev),
+    table = {"kind": "calibration", "format": FORMAT, "key": planned_key or key(study, dev),
+             "keyed_by": key_fields(study, dev), "software": environment(),
              "made": {"start": started, "end": time.time(), "host": os.uname().nodename, "pid": os.getpid()},
              **measured}
-    if measured["device"] != dev:
-        raise CalibrationError(f"the calibration worker ran on {measured['device']!r} but this job's device is "
-                               f"{dev!r} (CUDA_VISIBLE_DEVICES, NVIDIA driver); run calibrate where the panel "
-                               "jobs run")
     table["packing"] = packing(table, study.fleet.packing_headroom, study.generation.threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")

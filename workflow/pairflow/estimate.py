@@ -22,11 +22,18 @@ BENCHMARKS.md gives the estimate-to-ledger ratio of the default study.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
+from .calibrate import load_table
 from .config import StudySpec
 from .errors import BudgetError
+
+log = logging.getLogger(__name__)
 
 STAGES = ("generate", "score", "warm-up", "timing")
 
@@ -128,3 +135,15 @@ def summary_lines(est: dict[str, Any], budget: float | None) -> list[str]:
     if budget is not None:
         lines.append(f"  budget   {budget} {est['unit']}: {'within' if est['gpu_hours'] <= budget else 'EXCEEDED'}")
     return lines
+
+
+def write_estimate(study: StudySpec, table_path: Path, out: Path, source: str = "the study config") -> dict[str, Any]:
+    """Rule ``estimate``: the estimate from the table at ``table_path``, logged, checked
+    against the budget (BudgetError, naming every figure, before any panel job starts),
+    then written to ``out`` (JSON, with the budget)."""
+    est = {**estimate(study, load_table(table_path)), "budget_gpu_hours": study.fleet.budget_gpu_hours}
+    for line in summary_lines(est, study.fleet.budget_gpu_hours):
+        log.info("%s", line)
+    check_budget(study, est, source)
+    write_text(Path(out), json.dumps(est, indent=1, sort_keys=True) + "\n")
+    return est
