@@ -306,6 +306,21 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     prov = {k: digest_file(v) for k, v in paths.items()}
     write_text(out_json, json.dumps({**u, "provenance": prov}, indent=1, sort_keys=True) + "\n")
     write_text(out_md, utilisation_markdown(u, prov))
+    add_to_ledger(study)
+
+
+def add_to_ledger(study: StudySpec) -> dict[str, Any]:
+    """Add this run's jobs to ``study/ledger.json`` (never replacing earlier runs' entries)
+    beside the newest estimate (``study/estimate.json``, when rule estimate wrote one),
+    and write ``study/ledger.md``. Called by rule utilisation and after a failed run."""
+    from . import ledger
+    from .layout import Layout
+
+    lay = Layout(study.scratch)
+    est = json.loads(lay.estimate.read_text()) if lay.estimate.is_file() else None
+    book = ledger.update(study, lay.ledger(), est)
+    write_text(lay.ledger(".md"), ledger.markdown(book))
+    return book
 
 
 def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:

@@ -26,6 +26,8 @@ from .atomic import write_text
 
 log = logging.getLogger(__name__)
 
+ACTIVE_PCT = 5.0
+"""A GPU counts as active in an NVML sample at this utilisation (percent) or more."""
 NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "utilization_gpu_pct",
                "power_w", "temperature_c")
 
@@ -454,7 +456,8 @@ class Sampler:
         return buf.getvalue()
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature."""
+        """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature,
+        the share of samples at >= ``ACTIVE_PCT`` % utilisation, tensor-core activity (not read)."""
         by: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows:
             by.setdefault(str(r["uuid"]), []).append(r)
@@ -464,6 +467,9 @@ class Sampler:
 
         return {u: {"samples": len(rs), "memory_used_mb_max": max(float(r["memory_used_mb"]) for r in rs),
                     "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"),
+                    # the share of samples in which the GPU was active (ledger.ACTIVE_PCT)
+                    "active_share": sum(float(r["utilization_gpu_pct"]) >= ACTIVE_PCT for r in rs) / len(rs),
+                    "tensor_active": "unavailable (NVML GPM / DCGM profiling metrics not read)",
                     "power_w_mean": mean(rs, "power_w"),
                     "temperature_c_max": max(float(r["temperature_c"]) for r in rs)} for u, rs in by.items()}
 

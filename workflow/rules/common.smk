@@ -26,6 +26,17 @@ from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
 from pairflow.tracker import require as require_tracker  # noqa: E402
 
 
+# After a failed run the jobs' telemetry (failed and retried attempts included) goes
+# into the ledger before a rerun overwrites it; a successful run's rule utilisation adds it.
+onerror:
+    from pairflow.steps import add_to_ledger
+
+    try:
+        add_to_ledger(STUDY)
+    except (OSError, ValueError, KeyError, PairFlowError) as e:
+        logger.warning(f"PairFlow: could not add this run's jobs to the ledger: {type(e).__name__}: {e}")
+
+
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
 # and on Ctrl-C it waits for them without telling them: stop them at once instead.
 onstart:
