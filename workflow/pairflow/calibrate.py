@@ -173,14 +173,13 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
             warmup_s = time.perf_counter() - started
             decode_s = [0.0]
             vae = pipe.vae
-            inner = vae.decode
 
-            def timed_decode(*a: Any, _inner: Any = inner, **k: Any) -> Any:
+            def timed_decode(*a: Any, _inner: Any = vae.decode, _spent: list[float] = decode_s, **k: Any) -> Any:
                 t = time.perf_counter()
                 try:
                     return _inner(*a, **k)
                 finally:
-                    decode_s[0] += time.perf_counter() - t
+                    _spent[0] += time.perf_counter() - t
 
             vae.decode = timed_decode  # an instance attribute, removed below
             try:
@@ -205,13 +204,13 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
             if arm.name == "control":
                 ref["frames"] = decoded.get("bt709", next(iter(decoded.values())))
             for name in study.scorers:
-                _, phases[f"score:{name}"] = _phase(mem, f"score:{name}", lambda name=name: score(
+                _, phases[f"score:{name}"] = _phase(mem, f"score:{name}", lambda name=name, decoded=decoded: score(
                     name, decoded[metric_decoding(study, name)], ref.get("frames"), ctx))
             arms[arm.name] = {"arm": dict(arm_record(arm)), "candidate": c.key.candidate_id, "phases": phases,
                               "warmup_s": warmup_s, "generate_s": generate_s + phases["encode"]["s"],
                               "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:"))}
     return {"device": device, "import": {**imp, "s": import_s["s"] or imp["s"]}, "arms": arms,
-            "capacity": _capacity(cuda)}
+            "capacity": _capacity(cuda), "worker_pid": os.getpid()}
 
 
 def _capacity(cuda: bool) -> dict[str, Any]:

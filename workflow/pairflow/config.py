@@ -217,6 +217,8 @@ class TimingSpec:
     pairs: int | str = "all"  # "all" or pairs timed per panel (a seeded sample)
     seed: int = 0
     max_cv: float = 0.05
+    max_temperature_c: float = 78.0
+    """A timed run on a GPU above this temperature (C), or while it throttled, is flagged."""
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def timed_pass_job(record: dict[str, Any]) -> dict[str, Any]:
     runs = {a: float(v.get("runs", 0)) for a, v in (record.get("per_arm") or {}).items()}
     total = sum(runs.values())
     length = max(0.0, end - start)
-    rows = ([{"arm": a, "stage": "timing", "kind": "work", "slot_s": length * r / total} for a, r in sorted(runs.items())]
-            if total > 0 else [{"arm": "unattributed", "stage": "timing", "kind": "work", "slot_s": length}])
+    rows = ([{"arm": a, "stage": "timing", "kind": "work", "slot_s": length * r / total}
+             for a, r in sorted(runs.items())] if total > 0
+            else [{"arm": "unattributed", "stage": "timing", "kind": "work", "slot_s": length}])
     return {"label": record["label"], "start": start, "end": end, "slots": 1, "slot_s": length, "rows": rows,
             "shared": {}, "health": health(record)}
 

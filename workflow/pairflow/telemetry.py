@@ -198,7 +198,8 @@ def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: l
     ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
     (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
     ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (the final attempt of
-    tasks that failed), ``retried_s`` (attempts Parsl retried) and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
+    tasks that failed), ``retried_s`` (attempts Parsl retried) and ``idle_s`` (everything
+    else: gaps and the tail after a slot's last task)."""
     start, end = job[0], job[1]
     length = max(end - start, 1e-9)
     names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
@@ -360,6 +361,7 @@ class ThrottleWatch:
         self.uuid, self.interval_s = uuid, interval_s
         self.seen: set[str] = set()
         self.polls = 0
+        self.max_temperature_c: float | None = None
         self.status = "not started"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -373,6 +375,11 @@ class ThrottleWatch:
             return
         self.polls += 1
         self.seen.update(n for bit, n in THROTTLE_REASONS.items() if bits & bit)
+        try:
+            temp = float(pynvml.nvmlDeviceGetTemperature(self._gpu, pynvml.NVML_TEMPERATURE_GPU))
+        except pynvml.NVMLError:
+            return
+        self.max_temperature_c = temp if self.max_temperature_c is None else max(self.max_temperature_c, temp)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -406,6 +413,19 @@ class ThrottleWatch:
     @property
     def reasons(self) -> list[str]:
         return sorted(self.seen - NOT_THROTTLING)
+
+
+def thermal_flag(throttled: dict[str, Any] | None, limit_c: float) -> dict[str, Any]:
+    """Whether a timed run was taken while its GPU throttled (a clock-event reason other
+    than idle) or ran above ``limit_c`` (``timing/max_temperature_c``), from its
+    ``ThrottleWatch`` figures; ``flagged`` is None where nothing was watched (no NVML)."""
+    if not throttled or throttled.get("status") != "watched":
+        return {"flagged": None, "limit_c": limit_c, "why": "not watched (no NVML or no GPU)"}
+    temp = throttled.get("max_temperature_c")
+    hot = temp is not None and float(temp) > limit_c
+    reasons = list(throttled.get("reasons") or [])
+    why = ", ".join([*([f"{temp:.0f} C > {limit_c:.0f} C"] if hot else []), *reasons]) or "none"
+    return {"flagged": bool(hot or reasons), "limit_c": limit_c, "max_temperature_c": temp, "why": why}
 
 
 def throttled_during(states: list[dict[str, Any]]) -> list[str]:
@@ -455,7 +475,7 @@ class Sampler:
         w.writerows(self.rows)
         return buf.getvalue()
 
-    def summary(self) -> dict[str, dict[str, float]]:
+    def summary(self) -> dict[str, dict[str, Any]]:
         """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature,
         the share of samples at >= ``ACTIVE_PCT`` % utilisation, tensor-core activity (not read)."""
         by: dict[str, list[dict[str, Any]]] = {}
