@@ -9,7 +9,9 @@ per worker), ``load`` (the arm's pipeline), then, after one untimed warm-up cand
 ``denoise``, ``decode``, ``encode``, ``score:read`` (decoding the video for the scorers)
 and one ``score:<metric>`` per scorer for the
 representative candidate (the first prompt of the first panel, its first seed; a search
-arm's candidate includes its N generations and verifier scorings).
+arm's candidate includes its N generations and verifier scorings), its compute counted in
+full as the bulk pass counts it; then once more uncounted, as the timed pass runs it
+(``timed_s``).
 
 The table is named by its key's digest (``key``): the model's identity, every arm's
 digest, the generation shape and settings, the encoder recipe, the scorers, the
@@ -169,7 +171,9 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
             tokens = g.text_tokens(pipe, study.generation)
             verifier = verifier_for(arm, study)
             started = time.perf_counter()
-            run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, verifier=verifier)
+            # counted in full, as the bulk pass counts every candidate (stages.generation.counted_run)
+            run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, count=True, full=True,
+                    verifier=verifier)
             warmup_s = time.perf_counter() - started
             decode_s = [0.0]
             vae = pipe.vae
@@ -184,11 +188,14 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
             vae.decode = timed_decode  # an instance attribute, removed below
             try:
                 started = time.perf_counter()
-                result = run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens,
-                                 verifier=verifier)
+                result = run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, count=True,
+                                 full=True, verifier=verifier)
                 generate_s = time.perf_counter() - started
             finally:
                 del vae.decode
+            started = time.perf_counter()  # as the timed pass runs it: nothing counted
+            run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, verifier=verifier)
+            timed_s = time.perf_counter() - started
             peaks = result.memory.asdict() if result.memory is not None else {}
             phases: dict[str, Any] = {"load": load}
             phases["denoise"] = {"s": generate_s - decode_s[0], **peaks.get("denoise", {})}
@@ -208,6 +215,7 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
                     name, decoded[metric_decoding(study, name)], ref.get("frames"), ctx))
             arms[arm.name] = {"arm": dict(arm_record(arm)), "candidate": c.key.candidate_id, "phases": phases,
                               "warmup_s": warmup_s, "generate_s": generate_s + phases["encode"]["s"],
+                              "timed_s": timed_s,
                               "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:"))}
     return {"device": device, "import": {**imp, "s": import_s["s"] or imp["s"]}, "arms": arms,
             "capacity": _capacity(cuda), "worker_pid": os.getpid()}

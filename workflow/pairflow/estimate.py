@@ -11,7 +11,7 @@ slot-seconds / 3600 on GPUs) per stage and arm:
   the arms' ``load``), shared by the arms (split by their work, as the ledger does);
 - ``timing``: the exclusive timed pass: per arm ``timing/warmup`` untimed runs, then
   ``timing/repeats`` runs of every timed pair (``timing/pairs`` per panel, or all),
-  each the arm's generation seconds without the encode.
+  each the arm's uncounted generation seconds (``timed_s``).
 
 Wall time: the fan-out jobs at ``nodes x slots_per_node`` slots, one panel job after
 another (as the local profile runs them; on a cluster they may overlap, so this is an
@@ -61,7 +61,7 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
         t = arms[a.name]
         by["generate"][a.name] = n * float(t["generate_s"])
         by["score"][a.name] = n * float(t["score_s"])
-        timed = float(t["generate_s"]) - float(t["phases"]["encode"]["s"])
+        timed = float(t.get("timed_s", float(t["generate_s"]) - float(t["phases"]["encode"]["s"])))
         by["timing"][a.name] = (study.timing.warmup + study.timing.repeats * _timed_pairs(study)) * timed
     load = sum(float(t["phases"]["load"]["s"]) for t in arms.values())
     jobs = len(study.panels) * (1 if study.fleet.panel_jobs == "combined" else 2)
