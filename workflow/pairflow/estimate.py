@@ -87,6 +87,8 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
         "unit": "GPU-hours" if table["device"] == "cuda" else "CPU-worker-hours",
         "wall_s": fanout_wall + timing_wall, "fanout_wall_s": fanout_wall, "timing_wall_s": timing_wall,
         "drivers": drivers(study),
+        # how many workers the table says would fit per GPU (per node on CPU); the slots above are what runs
+        "packing": table.get("packing"),
         "not_estimated": "job start-up (interpreter, Parsl pool), queueing and idle slot time",
     }
 
