@@ -138,19 +138,22 @@ def arms_check_input(wildcards):
 # records gets a newer heal stamp, which its rule takes as input. A dry run (or any
 # invocation that executes nothing: --summary, --list, --dag, --lint) writes nothing in
 # the tree: its stamps go to a temporary folder, removed at exit, and it shows the jobs.
-def plans_only():
-    """Whether this Snakemake invocation executes nothing (read from its command line)."""
+def plans_only(dry_run_only=False):
+    """Whether this Snakemake invocation executes nothing (read from its command line);
+    with ``dry_run_only``, whether it is a dry run (``-n``)."""
     import inspect
 
+    keys = ("dryrun",) if dry_run_only else (
+        "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
+        "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata")
     for info in inspect.stack(0):
         args = info.frame.f_locals.get("args")
         if info.function == "args_to_api" and args is not None:
-            return any(getattr(args, k, False) for k in (
-                "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
-                "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata"))
+            return any(getattr(args, k, False) for k in keys)
     # Not started by the command line (the API): read the flags Snakemake would.
-    return any(a in ("--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
-               or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
+    flags = ("--dry-run", "--dryrun") if dry_run_only else (
+        "--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
+    return any(a in flags or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
                for a in sys.argv[1:])
 
 
@@ -193,7 +196,9 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
             check_budget(STUDY, PLANNED_ESTIMATE, ", ".join(CONFIGFILES))
         except PairFlowError as e:
             logger.error(f"error: {e}")
-            sys.exit(3)
+            # a run or a dry run is refused; --lint, --unlock, --summary, --dag still work
+            if not plans_only() or plans_only(dry_run_only=True):
+                sys.exit(3)
     elif plans_only():
         logger.info(f"PairFlow estimate: no calibration table yet ({CALIBRATION}); rule calibrate makes it "
                     "before the fan-out and rule estimate then checks fleet.budget_gpu_hours "
