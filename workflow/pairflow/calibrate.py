@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,6 @@ from .errors import CalibrationError
 from .identity import digest_obj
 from .layout import Layout
 from .provenance import arm_record
-from .stages.generation import generation_settings
-from .stages.jobs import timed_imports
-from .stages.scoring import SCORER_MODULES, clip_precision, metric_decoding
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,7 @@ def key_fields(study: StudySpec, device: str) -> dict[str, Any]:
     env = environment()
     return {"format": FORMAT, "model": study.model.identity(),
             "arms": {a.name: a.digest for a in study.arms},
-            "shape": dict(generation_settings(study.generation)),
+            "shape": asdict(study.generation),
             "encoder": {k: v for k, v in study.raw["encoder"].items()},
             "scorers": list(study.scorers), "scoring": study.raw["scoring"], "device": device,
             "software": {"python": env["python"], "packages": env["packages"],
@@ -140,7 +138,12 @@ def _phase(memory: Any, name: str, fn: Any) -> tuple[Any, dict[str, Any]]:
 def measure_worker(study: StudySpec) -> dict[str, Any]:
     """Calibrate every arm in this process (meant to be a fresh one: ``calibrate``).
     Returns {device, import, arms: {name: {phases, warmup_s, generate_s, score_s}}}."""
-    from .telemetry import PhaseMemory  # imported here so the worker's first import is timed below
+    # The stages' modules are imported here, in the fresh worker, not at module level: they
+    # bring scipy (stats) and the scorers' registry, and `pairflow estimate`, `pairflow
+    # status` and Snakemake's planning import this module for the table's key alone.
+    from .stages.jobs import timed_imports
+    from .stages.scoring import SCORER_MODULES, clip_precision, metric_decoding
+    from .telemetry import PhaseMemory
 
     memory = PhaseMemory(False)
     import_s = {"s": 0.0}
