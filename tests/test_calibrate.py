@@ -72,3 +72,21 @@ def test_packing_fits_the_peak_plus_headroom_and_defaults_to_one():
     assert packing(no_device, 0.2)["generate"]["workers"] == 1  # nothing shows more fits
     cpu = {**table, "device": "cpu"}
     assert packing(cpu, 0.2, threads=4)["generate"]["workers"] == 8  # 32 CPUs / 4 threads, not 133 by memory
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device: the GPU branch (device memory, packing by it)")
+def test_on_a_gpu_device_memory_is_measured_and_packing_uses_it(tiny_model, tmp_path):
+    study = _study(tmp_path, tiny_model)
+    table = calibrate(study)
+    assert table["device"] == "cuda" and table["capacity"]["device_mb"] > 1000 and table["capacity"]["device_name"]
+    for arm in table["arms"].values():
+        assert arm["phases"]["denoise"]["peak_device_mb"] > 0 and arm["phases"]["decode"]["peak_device_mb"] > 0
+    p = table["packing"]
+    assert p["basis"] == "device memory" and p["generate"]["workers"] >= 1
+    assert p["generate"]["capacity_mb"] == table["capacity"]["device_mb"]

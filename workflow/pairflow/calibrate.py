@@ -63,10 +63,13 @@ GEN_PHASES = ("load", "denoise", "decode", "encode")
 
 
 def device_kind() -> str:
-    """``cpu``, or ``cuda`` where a CUDA device is visible to this process (without
-    importing torch: ``CUDA_VISIBLE_DEVICES`` names one and an NVIDIA driver exists)."""
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d.strip() != "-1"]
-    return "cuda" if visible and environment().get("driver") else "cpu"
+    """``cpu``, or ``cuda`` where this process would see a CUDA device (without importing
+    torch: an NVIDIA driver exists, torch was built for CUDA, and ``CUDA_VISIBLE_DEVICES``
+    is unset or names a device), as ``generate`` picks its device."""
+    env = environment()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hidden = visible is not None and not [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    return "cuda" if env.get("driver") and env.get("cuda") and not hidden else "cpu"
 
 
 def key_fields(study: StudySpec, device: str) -> dict[str, Any]:
