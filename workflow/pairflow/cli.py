@@ -42,6 +42,8 @@ examples:
   pairflow verify results/work/tiny-default --json
   pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
   pairflow rerun-panel smoke -- --profile profiles/local
+  pairflow calibrate                      # the frozen table: seconds and peak memory per phase and arm
+  pairflow estimate --nodes 4 --slots-per-node 8   # slot-seconds per stage and arm, GPU-hours, wall time
   pairflow archive retire SNAPSHOT_ID --why "bit rot on /work"
   pairflow archive show SNAPSHOT_ID xxh3_128:...   # one archived record, by record digest or candidate id
 
