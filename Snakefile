@@ -1,6 +1,7 @@
 # PairFlow: paired evaluation of video-generation models.
 # Stages, in order (rule names in brackets):
 #   build the embedded model [build_tiny_model] → check every arm against it [check_arms]
+#   → calibrate, then estimate the cost against fleet.budget_gpu_hours [calibrate, estimate]
 #   → generate and score each panel, one Parsl fan-out per panel [generate_score_panel;
 #     fleet.panel_jobs: per-stage makes it generate_panel then score_panel]
 #   → exclusive timed pass [timed_pass] → paired statistics per panel and for the study
@@ -24,6 +25,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
+include: "workflow/rules/calibrate.smk"
 # fleet.panel_jobs: one job per panel for generation and scoring, or one per stage.
 if STUDY.fleet.panel_jobs == "combined":
 
@@ -46,6 +48,7 @@ include: "workflow/rules/repeatability.smk"
 localrules:
     build_tiny_model,
     check_arms,
+    estimate,
     study_stats,
     plots,
     gallery,

@@ -269,3 +269,32 @@ def test_check_config_and_snakemake_resolve_relative_paths_against_the_working_d
                          capture_output=True, text=True, timeout=300, check=False)
     assert check.returncode == 3 and want in check.stderr, check.stderr
     assert run.returncode == 3 and want in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
+
+
+def test_estimate_reads_the_table_and_refuses_over_budget(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`pairflow estimate` never measures: without the table it says how to make it (exit 3);
+    with one it prints slot-seconds per stage and arm, and exits 3 over the budget."""
+    import copy
+
+    from conftest import small_config, write_config
+
+    from pairflow.calibrate import FORMAT, device_kind, key, table_path
+    from pairflow.config import study_from_raw
+
+    cfg = small_config(tmp_path, tmp_path / "model", fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-6})
+    write_config(tmp_path, cfg)
+    monkeypatch.chdir(tmp_path)
+    assert main(["estimate"]) == 3
+    assert "no calibration table" in capsys.readouterr().err
+    study = study_from_raw(copy.deepcopy(cfg), tmp_path, source="test")
+    phase = {"s": 1.0, "peak_rss_mb": 900.0, "peak_device_mb": None}
+    arm = {"generate_s": 2.0, "score_s": 0.5, "timed_s": 1.5, "phases": {"load": phase, "encode": phase}}
+    table = {"kind": "calibration", "format": FORMAT, "key": key(study, device_kind()), "device": "cpu",
+             "import": phase, "arms": {"control": arm, "pab": arm}}
+    path = table_path(study)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(table))
+    assert main(["estimate"]) == 3
+    out = capsys.readouterr()
+    assert "generate" in out.out and "control 4.0" in out.out and "EXCEEDED" in out.out
+    assert "over fleet/budget_gpu_hours = 1e-06 in config/config.yaml" in out.err

@@ -145,13 +145,44 @@ def test_failures_are_classified_and_spans_recorded(tmp_path):
         f"{lost['host']}/{lost['device']}") and lost["pid"]
     assert bug["slot"]["source"] == "task" and bug["slot"]["device"].startswith("cpu")
     t = json.loads((tmp_path / "tel.json").read_text())
-    assert sum(1 for s in t["spans"] if s.get("failure")) == 4 and len(t["spans"]) == 6
+    assert sum(1 for s in t["spans"] if s.get("failure") and not s.get("attempt")) == 4 and len(t["spans"]) == 9
+    # the failed attempts' slot time is kept (the ledger's "failed"), with their task's arm; the
+    # killed worker wrote none (its time is the slot's idle time)
+    tried = [s for s in t["spans"] if s.get("attempt")]
+    assert sorted(s["failure"] for s in tried) == ["device_oom", "host_oom_or_killed", "other"]
+    assert all(s["arm"] == "pab" and s["finished"] - s["started"] >= 0.2 for s in tried)
+    assert t["job"]["failed_s"] >= 0.6 and t["job"]["retried_s"] == 0.0
     ran = [s for s in t["spans"] if not s.get("failure")]
     for s in ran:  # spans come from the tasks: queued at the driver, started/finished at the worker
         assert s["queued"] <= s["started"] <= s["finished"] and s["rank"] is not None
     assert {f"{s['host']}/cpu{s['rank']}" for s in ran} <= set(t["slots"])
     busy = sum(v["busy_s"] for v in t["slots"].values())
-    assert busy == pytest.approx(sum(s["finished"] - s["started"] for s in ran))
+    assert busy == pytest.approx(sum(s["finished"] - s["started"] for s in ran + tried))
+
+
+def flaky_task(p: dict) -> dict:
+    """Fails on its first attempt only (a marker file remembers the attempt)."""
+    marker = Path(p["dir"], f"{p['i']}.tried")
+    time.sleep(0.2)
+    if not marker.exists():
+        marker.write_text("")
+        raise ValueError("first attempt fails")
+    return {"ok": True}
+
+
+def test_retried_attempts_keep_their_slot_time_as_retried(tmp_path):
+    """An attempt Parsl retried is not dropped: its span is kept as ``retried``, with its
+    task's stage and arm, and the job's ``retried_s`` counts it apart from work."""
+    payloads = [{"dir": str(tmp_path), "i": i, "stage": "generate",
+                 "identity": {"candidate_id": f"c{i}", "arm": "fewstep", "prompt_id": "a", "seed": i}}
+                for i in range(2)]
+    out = run_tasks(flaky_task, payloads, tmp_path / "run", FleetSpec(2, 1), Grant(), "flaky", tmp_path / "tel.json")
+    assert out == [{"ok": True}] * 2
+    t = json.loads((tmp_path / "tel.json").read_text())
+    tried = [s for s in t["spans"] if s.get("attempt")]
+    assert len(tried) == 2 and {s["failure"] for s in tried} == {"retried"}
+    assert {(s["stage"], s["arm"]) for s in t["spans"] if s.get("kind") != "warm-up"} == {("generate", "fewstep")}
+    assert t["job"]["retried_s"] >= 0.4 and t["job"]["failed_s"] == 0.0 and t["job"]["work_s"] >= 0.4
     assert all(0 <= v["share"] < 1 for v in t["slots"].values())
     assert t["nvml"]["status"]  # a reason when NVML is absent, the GPU count when present
 

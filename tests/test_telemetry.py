@@ -181,3 +181,26 @@ def test_gpu_idle_is_never_reported_as_throttling_and_mig_uuids_are_tried() -> N
     with ThrottleWatch(None) as w:  # no device: a no-op that says why
         pass
     assert w.reasons == [] and w.status.startswith("unavailable")
+
+
+def test_a_timed_run_above_the_temperature_limit_or_throttled_is_flagged():
+    """Issue 28 item 5: a timed run taken hot (above timing/max_temperature_c) or while the
+    GPU throttled is flagged; nothing watched (CPU, no NVML) is not a clean bill of health."""
+    from pairflow.telemetry import thermal_flag
+
+    watched = {"status": "watched", "reasons": [], "polls": 20}
+    assert thermal_flag({**watched, "max_temperature_c": 70.0}, 78.0)["flagged"] is False
+    hot = thermal_flag({**watched, "max_temperature_c": 83.0}, 78.0)
+    assert hot["flagged"] is True and hot["why"] == "83 C > 78 C"
+    slow = thermal_flag({**watched, "max_temperature_c": 60.0, "reasons": ["sw_thermal_slowdown"]}, 78.0)
+    assert slow["flagged"] is True and "sw_thermal_slowdown" in slow["why"]
+    assert thermal_flag(None, 78.0)["flagged"] is None
+    assert thermal_flag({"status": "unavailable: no NVML"}, 78.0)["flagged"] is None
+
+
+def test_the_nvml_summary_counts_the_share_of_samples_a_gpu_was_active():
+    s = Sampler(None, 1.0)
+    base = {k: 0 for k in NVML_FIELDS}
+    s.rows = [{**base, "uuid": "GPU-a", "utilization_gpu_pct": u} for u in (0, 4, 5, 90)]
+    summary = s.summary()["GPU-a"]
+    assert summary["active_share"] == 0.5 and summary["tensor_active"].startswith("unavailable")

@@ -66,6 +66,16 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
     packed = {p: Pack(p) for p in snapshot_files(snap, load_manifest(snap))[0].values()}
     assert any("/records/" in m for p in packed.values() for m in p.members)
     assert verify_tree(scratch) == [] and verify_tree(snap) == []
+    # calibration before the fan-out; the estimate and the ledger beside it; all archived
+    (table,) = (scratch / "calibration").glob("*.json")
+    assert set(json.loads(table.read_text())["arms"]) == {"control", "pab"}
+    ledger = json.loads((scratch / "study" / "ledger.json").read_text())
+    assert len(ledger["runs"]) == 1 and len(ledger["jobs"]) == 3  # two panel jobs and the timed pass
+    assert ledger["estimate"]["total_slot_s"] > 0 and ledger["totals"]["by_kind"]["work"] > 0
+    assert {arm for arm in ledger["totals"]["by_arm"]} == {"control", "pab"}
+    archived = set(snapshot_files(snap, load_manifest(snap))[0]) | {
+        p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()}
+    assert {"study/ledger.json", "study/estimate.json", f"calibration/{table.name}"} <= archived
 
 
 def test_every_record_and_manifest_the_study_writes_fits_its_schema(study_run) -> None:  # type: ignore[no-untyped-def]
@@ -90,6 +100,22 @@ def test_every_record_and_manifest_the_study_writes_fits_its_schema(study_run) -
     assert kinds["generation"] == kinds["score"] == kinds["timing"] >= 10  # scratch, and the snapshot
     assert {"manifest panel-generation", "manifest panel-scores", "manifest timing", "manifest study",
             "manifest archive"} <= set(kinds)
+
+
+def test_a_study_over_its_budget_is_refused_before_any_job_starts(study_run) -> None:  # type: ignore[no-untyped-def]
+    """Issue 28 item 3: with the calibration table present, planning refuses a study whose
+    estimate exceeds fleet.budget_gpu_hours (exit 3), naming the estimate, the budget and
+    the settings that drive the cost; a dry run prints the estimate first."""
+    project, cfg, _ = study_run
+    over = {**cfg, "fleet": {**cfg["fleet"], "budget_gpu_hours": 1e-6}}
+    (project / "config" / "budget.yaml").write_text(json.dumps(over))
+    exe = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run([str(exe), "--cores", "2", "--configfile", "config/budget.yaml", "-n"], cwd=project,
+                          capture_output=True, text=True, timeout=600)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3, text[-3000:]
+    assert "PairFlow estimate for study 'test'" in text and "EXCEEDED" in text
+    assert "over fleet/budget_gpu_hours = 1e-06 in config/budget.yaml" in text and "timing.repeats" in text
 
 
 def test_pair_shares_its_stream_and_arms_differ(study_run) -> None:  # type: ignore[no-untyped-def]

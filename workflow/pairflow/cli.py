@@ -17,6 +17,7 @@ A subcommand that runs Snakemake (rerun-panel) exits with Snakemake's own code.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import textwrap
@@ -24,7 +25,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .calibrate import calibrate, read_table, table_path
+from .config import load_study
 from .errors import ConfigError, PairFlowError
+from .estimate import check_budget, estimate, summary_lines
 from .layout import Layout
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -38,6 +42,8 @@ examples:
   pairflow verify results/work/tiny-default --json
   pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
   pairflow rerun-panel smoke -- --profile profiles/local
+  pairflow calibrate                      # the frozen table: seconds and peak memory per phase and arm
+  pairflow estimate --nodes 4 --slots-per-node 8   # slot-seconds per stage and arm, GPU-hours, wall time
   pairflow archive retire SNAPSHOT_ID --why "bit rot on /work"
   pairflow archive show SNAPSHOT_ID xxh3_128:...   # one archived record, by record digest or candidate id
 
@@ -155,6 +161,23 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("--cpu-workers", type=_positive, default=2, help="workers where no GPU was granted "
                     "(default 2)")
     ps.add_argument("--out", type=Path, required=True, help="telemetry JSON to write (spans, slots, rate)")
+    cal = command("calibrate", "measure one representative candidate per arm in a fresh worker (seconds and peak "
+                  "memory per phase) into the frozen calibration table",
+                  "The table is named by the digest of its key (model, arms, generation settings, scorers, "
+                  "software, device) under storage.scratch/calibration/; an existing table for the same key is "
+                  "kept unless --force. The workflow's calibrate rule runs this before the fan-out.")
+    cal.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
+                     f"{DEFAULT_CONFIG})")
+    cal.add_argument("--force", action="store_true", help="measure again even when the table exists")
+    es = command("estimate", "slot-seconds per stage and arm, GPU-hours and wall time of the study, from the "
+                 "calibration table; exit 3 when over fleet.budget_gpu_hours",
+                 "Reads the table 'pairflow calibrate' made (never measures). Wall time is for NODES x SLOTS.")
+    es.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
+                    f"{DEFAULT_CONFIG})")
+    es.add_argument("--nodes", type=_positive, default=1, help="nodes the fan-out runs on (default 1)")
+    es.add_argument("--slots-per-node", type=_positive, default=None, metavar="SLOTS",
+                    help="GPUs per node (default: 1 on CUDA, fleet.cpu_workers on CPU)")
+    es.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser
 
 
@@ -194,7 +217,6 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         return EXIT_OK
     if args.cmd == "archive":
         from .archive import retire, show
-        from .config import load_study
 
         if args.archive_cmd == "show":
             sdir = Path(args.snapshot)
@@ -215,7 +237,6 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         return EXIT_OK
     if args.cmd == "check-config":
         from .arms import check_arms
-        from .config import load_study
         from .tracker import require as require_tracker
 
         if args.config is not None and args.configfile is not None and args.config != args.configfile:
@@ -245,6 +266,22 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         return probe_slots(args.tasks, args.cpu_workers, args.out)
     if args.cmd == "rerun-panel":
         return rerun_panel(args.panel, args.configfile, extra)
+    if args.cmd == "calibrate":
+        study = load_study(args.configfile, Path.cwd())
+        table = calibrate(study, force=args.force)
+        print(f"calibration table {table_path(study)} ({table['device']}, key {table['key']})")
+        for stage, v in table["packing"].items():
+            if isinstance(v, dict):
+                print(f"  {stage}: {v['workers']} worker(s) per {'GPU' if table['device'] == 'cuda' else 'node'} "
+                      f"({v['why']})")
+        return EXIT_OK
+    if args.cmd == "estimate":
+        study = load_study(args.configfile, Path.cwd())
+        est = estimate(study, read_table(study), args.nodes, args.slots_per_node)
+        print(json.dumps(est, indent=1, sort_keys=True) if args.json
+              else "\n".join(summary_lines(est, study.fleet.budget_gpu_hours)))
+        check_budget(study, est, str(args.configfile))
+        return EXIT_OK
     raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
 
 
@@ -255,7 +292,6 @@ def status(configfile: Path, watch: int | None, check: bool, as_json: bool = Fal
     JSON object per refresh. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
     import time
 
-    from .config import load_study
     from .status import as_dict, render, study_status
 
     study = load_study(configfile, Path.cwd())
@@ -326,7 +362,6 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
     import dataclasses
 
     from .archive import ARCHIVE_MANIFEST, verify_archive, verify_tree
-    from .config import load_study
     from .evidence import Report, check_results, drop_memo, recorded_study, temp_files, write_verify_json
 
     if (path / "latest.json").exists() or (path / "snapshots").is_dir():
@@ -396,7 +431,6 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
     import subprocess
 
     from .candidates import panel_dir
-    from .config import load_study
     from .layout import CANDIDATE_KINDS, Layout, as_named
     from .locks import hold
 

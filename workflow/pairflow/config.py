@@ -225,6 +225,8 @@ class TimingSpec:
     pairs: int | str = "all"  # "all" or pairs timed per panel (a seeded sample)
     seed: int = 0
     max_cv: float = 0.05
+    max_temperature_c: float = 78.0
+    """A timed run on a GPU above this temperature (C), or while it throttled, is flagged."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,10 @@ class FleetSpec:
     site: str = "auto"
     """Where the work runs (``sites``): ``auto`` (Slurm inside a Slurm job, else local),
     ``local`` or ``slurm``."""
+    budget_gpu_hours: float | None = None
+    """The most slot-hours the study may cost by ``estimate``; None: no budget guard."""
+    packing_headroom: float = 0.2
+    """Share of a device's (or host's) memory kept free when packing workers (``calibrate.packing``)."""
 
 
 @dataclass(frozen=True)

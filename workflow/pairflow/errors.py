@@ -39,6 +39,8 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
     ├── LockError              another run holds the folder this job writes (a panel job: that panel's
     │                          folder; the timed pass and study statistics: the study folder)
+    ├── CalibrationError       the calibration table is missing, stale (another key) or unreadable
+    ├── BudgetError            the study's estimated slot-hours exceed ``fleet/budget_gpu_hours``
     ├── ProcessError           the OS refused a process operation PairFlow needs (the parent-death signal)
     └── SchedulerError         a Slurm command is missing, failed or did not answer, or the site
         │                      asked for (``fleet/site``) is not where the job runs
@@ -188,6 +190,14 @@ class ProcessError(PairFlowError):
 class ModelBuildError(PairFlowError):
     """A loaded pipeline or component is not of the class PairFlow needs (a checkpoint whose
     ``model_index.json`` names other classes, or a broken diffusers install)."""
+
+
+class CalibrationError(PairFlowError):
+    """The calibration table is missing, was made for another key, or cannot be read."""
+
+
+class BudgetError(PairFlowError):
+    """The study's estimate exceeds ``fleet/budget_gpu_hours``; names the drivers of the cost."""
 
 
 class TaskFailedError(PairFlowError):

@@ -121,7 +121,9 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
             result = fn(payload)
     except Exception as e:
         error = portable(e)
-        error.pairflow_slot = slot  # type: ignore[attr-defined]  # travels pickled; for the failure record
+        error.pairflow_slot = {**slot, "started": started}  # type: ignore[attr-defined]  # travels pickled
+        if beat_dir:  # Parsl retries drop this attempt's exception: keep its slot time for the ledger
+            _attempt(Path(beat_dir), task, {"started": started, "finished": time.time(), **slot})
     else:
         return {"result": result, "span": {"started": started, "finished": time.time(), **slot}}
     finally:
@@ -129,6 +131,37 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
             with contextlib.suppress(OSError):
                 _beat(beat, {**state, "phase": "idle", "what": f"idle after {what}", "since": time.time()})
     raise error
+
+
+ATTEMPTS_DIR = "attempts"
+"""Beside a job's heartbeat folder: one file per failed attempt of a task (its span), so
+slot time spent on attempts Parsl retried, or that failed for good, is counted (ledger)."""
+
+
+def _attempt(beat_dir: Path, task: int | None, span: dict[str, Any]) -> None:
+    """Record one failed attempt's span (``attempts/<task>-<pid>-<start>.json``)."""
+    folder = beat_dir.parent / ATTEMPTS_DIR
+    with contextlib.suppress(OSError):
+        folder.mkdir(exist_ok=True)
+        _beat(folder / f"{task}-{os.getpid()}-{span['started']:.6f}.json", {"task": task, **span})
+
+
+def _attempt_spans(beat_dir: Path, run: _Collect) -> list[dict[str, Any]]:
+    """The spans of every failed attempt (``_attempt``): ``failure`` is ``retried`` for an
+    attempt of a task that later succeeded (or was retried again), else the task's final
+    class; each carries its task's stage and arm."""
+    out = []
+    for path in sorted((beat_dir.parent / ATTEMPTS_DIR).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            a = json.loads(path.read_text())
+            i = a.pop("task")
+            if not isinstance(i, int) or i >= len(run.payloads):
+                continue
+            final = run.final.get(i)
+            out.append({**a, "queued": run.queued.get(i), **run.labels(i), "attempt": True,
+                        "failure": final if final is not None and a["started"] == run.last_start.get(i)
+                        else "retried"})
+    return out
 
 
 def _beat(path: Path, state: dict[str, Any]) -> None:
@@ -301,9 +334,10 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     read, nvml_status = nvml_reader()
     start = time.time()
     beat_dir = Path(run_dir) / "heartbeats"
-    with contextlib.suppress(FileNotFoundError):
-        for old in beat_dir.iterdir():  # a previous job's slots are not this job's progress
-            old.unlink()
+    for folder in (beat_dir, beat_dir.parent / ATTEMPTS_DIR):  # a previous job's slots are not this job's
+        with contextlib.suppress(FileNotFoundError):
+            for old in folder.iterdir():
+                old.unlink()
     beat_dir.mkdir(parents=True, exist_ok=True)
     config = make_config(run_dir, fleet, grant)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
@@ -337,6 +371,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             _wait_all(futures, run, fleet, beat_dir, label, after, warming, start)
             payloads = run.payloads
             run.spans += _warm_spans(warming, label)
+            run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
         if telemetry_out is not None:
             write_telemetry(telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
@@ -398,6 +433,16 @@ class _Collect:
     failures: dict[str, int] = field(default_factory=dict)
     first_error: str = ""
     done: int = 0
+    final: dict[int, str] = field(default_factory=dict)
+    """Task index → its failure class, for tasks that failed after every retry."""
+    last_start: dict[int, float] = field(default_factory=dict)
+    """Task index → when its final failed attempt started (that attempt is the failure, not a retry)."""
+
+    def labels(self, i: int) -> dict[str, Any]:
+        """What a span of task ``i`` carries of it: its stage and arm (the ledger's keys)."""
+        p = self.payloads[i]
+        arm = (p.get("identity") or {}).get("arm")
+        return {**({"stage": p["stage"]} if p.get("stage") else {}), **({"arm": arm} if arm else {})}
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.payloads)
@@ -419,8 +464,12 @@ class _Collect:
             kind = classify_failure(e)
             self.failures[kind] = self.failures.get(kind, 0) + 1
             self.first_error = self.first_error or f"{type(e).__name__}: {e}"
+            self.final[i] = kind
+            tried = getattr(e, "pairflow_slot", None)
+            if isinstance(tried, dict) and "started" in tried:
+                self.last_start[i] = tried["started"]
             self.spans.append({"queued": self.queued[i], "started": None, "finished": time.time(),
-                               "failure": kind})
+                               "failure": kind, **self.labels(i)})
             slot = _failed_slot(e, _heartbeats(self.beat_dir), i)
             if self.failure_out is not None:
                 # The task's identity (candidate id, arm, prompt id, seed: the payload's
@@ -437,8 +486,7 @@ class _Collect:
                       f"\nworker traceback:\n{remote}" if remote else "")
             return False
         self.results[i] = out["result"]
-        stage = self.payloads[i].get("stage")
-        self.spans.append({"queued": self.queued[i], **out["span"], **({"stage": stage} if stage else {})})
+        self.spans.append({"queued": self.queued[i], **out["span"], **self.labels(i)})
         from .telemetry import progress_line, work_elapsed
 
         log.info("%s", progress_line(label, self.done, len(self.payloads),

@@ -20,6 +20,9 @@ path is deterministic (dates go inside files, never into names)::
       study/
         stats.json, table.md, table.html, manifest.json, timing.json, archived.json
         utilisation.json, utilisation.md, plots/<name>.png, telemetry/timed_pass.json
+        ledger.json, ledger.md             every run's slot-seconds by arm, stage and kind (added to, never replaced)
+        estimate.json                      the study's cost estimate (rule calibrate, from the table)
+      calibration/<digest>.json            the frozen calibration table, named by its key's digest
         gallery.html                       the video gallery (filmstrips inlined)
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
@@ -139,6 +142,19 @@ class Layout:
 
     def utilisation(self, suffix: str = ".json") -> Path:
         return self.study / f"utilisation{suffix}"
+
+    def ledger(self, suffix: str = ".json") -> Path:
+        """Every run's slot-seconds by arm, stage and kind (``ledger``): added to by each run."""
+        return self.study / f"ledger{suffix}"
+
+    @property
+    def estimate(self) -> Path:
+        """The study's cost estimate, written by rule calibrate (``estimate``)."""
+        return self.study / "estimate.json"
+
+    def calibration(self, key: str) -> Path:
+        """The frozen calibration table for ``key`` (``xxh3_128:<hex>``), named by its digest."""
+        return Path(self.scratch) / "calibration" / f"{key.split(':', 1)[-1][:32]}.json"
 
     @property
     def plots(self) -> Path:

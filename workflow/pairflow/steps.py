@@ -179,6 +179,22 @@ def check_arms(study: StudySpec, out: Path) -> None:
     write_arms_check(study.arms, study.model, out)
 
 
+def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
+    """Rule calibrate: measure one representative candidate per arm in a fresh worker and
+    write the frozen calibration table ``out`` (``calibrate.calibrate``)."""
+    from .calibrate import calibrate
+
+    calibrate(study, out, force=True, planned_key=planned_key)
+
+
+def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
+    """Rule estimate: the study's cost from the calibration table ``table``, written to
+    ``out``; raises BudgetError above ``fleet/budget_gpu_hours`` (``estimate``)."""
+    from .estimate import write_estimate
+
+    write_estimate(study, table, out, configfiles)
+
+
 def build_model(model_dir: Path) -> None:
     """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
     from .tinymodel import build_tiny_model
@@ -354,6 +370,21 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     prov = {k: digest_file(v) for k, v in paths.items()}
     write_text(out_json, json.dumps({**u, "provenance": prov}, indent=1, sort_keys=True) + "\n")
     write_text(out_md, utilisation_markdown(u, prov))
+    add_to_ledger(study)
+
+
+def add_to_ledger(study: StudySpec) -> dict[str, Any]:
+    """Add this run's jobs to ``study/ledger.json`` (never replacing earlier runs' entries)
+    beside the newest estimate (``study/estimate.json``, when rule estimate wrote one),
+    and write ``study/ledger.md``. Called by rule utilisation and after a failed run."""
+    from . import ledger
+    from .layout import Layout
+
+    lay = Layout(study.scratch)
+    est = json.loads(lay.estimate.read_text()) if lay.estimate.is_file() else None
+    book = ledger.update(study, lay.ledger(), est)
+    write_text(lay.ledger(".md"), ledger.markdown(book))
+    return book
 
 
 def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:

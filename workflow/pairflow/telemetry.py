@@ -26,6 +26,8 @@ from .atomic import write_text
 
 log = logging.getLogger(__name__)
 
+ACTIVE_PCT = 5.0
+"""A GPU counts as active in an NVML sample at this utilisation (percent) or more."""
 NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "utilization_gpu_pct",
                "power_w", "temperature_c")
 
@@ -195,24 +197,27 @@ def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: l
     excluded) over slot time for the whole job (every granted slot, from the job's start,
     ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
     (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
-    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (tasks that failed)
-    and ``idle_s`` (everything else: gaps and the tail after a slot's last task)."""
+    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (the final attempt of
+    tasks that failed), ``retried_s`` (attempts Parsl retried) and ``idle_s`` (everything
+    else: gaps and the tail after a slot's last task)."""
     start, end = job[0], job[1]
     length = max(end - start, 1e-9)
     names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
     out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1), "work_s": 0.0,
-           "warmup_s": 0.0, "failed_s": 0.0, "startup_s": 0.0}
+           "warmup_s": 0.0, "failed_s": 0.0, "retried_s": 0.0, "startup_s": 0.0}
     first: dict[str, float] = {}
     for s in spans:
         if s.get("started") is None or s.get("finished") is None:
             continue
         took = max(0.0, min(s["finished"], end) - max(s["started"], start))
-        key = "warmup_s" if s.get("kind") == "warm-up" else "failed_s" if s.get("failure") else "work_s"
+        key = ("warmup_s" if s.get("kind") == "warm-up" else "retried_s" if s.get("failure") == "retried"
+               else "failed_s" if s.get("failure") else "work_s")
         out[key] += took
         k = slot_key(s)
         first[k] = min(first.get(k, s["started"]), s["started"])
     out["startup_s"] = sum(max(0.0, min(first.get(k, end), end) - start) for k in names)
-    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["startup_s"])
+    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["retried_s"]
+                        - out["startup_s"])
     out["busy_share"] = out["work_s"] / out["slot_s"]
     return out
 
@@ -356,6 +361,7 @@ class ThrottleWatch:
         self.uuid, self.interval_s = uuid, interval_s
         self.seen: set[str] = set()
         self.polls = 0
+        self.max_temperature_c: float | None = None
         self.status = "not started"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -369,6 +375,11 @@ class ThrottleWatch:
             return
         self.polls += 1
         self.seen.update(n for bit, n in THROTTLE_REASONS.items() if bits & bit)
+        try:
+            temp = float(pynvml.nvmlDeviceGetTemperature(self._gpu, pynvml.NVML_TEMPERATURE_GPU))
+        except pynvml.NVMLError:
+            return
+        self.max_temperature_c = temp if self.max_temperature_c is None else max(self.max_temperature_c, temp)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -402,6 +413,19 @@ class ThrottleWatch:
     @property
     def reasons(self) -> list[str]:
         return sorted(self.seen - NOT_THROTTLING)
+
+
+def thermal_flag(throttled: dict[str, Any] | None, limit_c: float) -> dict[str, Any]:
+    """Whether a timed run was taken while its GPU throttled (a clock-event reason other
+    than idle) or ran above ``limit_c`` (``timing/max_temperature_c``), from its
+    ``ThrottleWatch`` figures; ``flagged`` is None where nothing was watched (no NVML)."""
+    if not throttled or throttled.get("status") != "watched":
+        return {"flagged": None, "limit_c": limit_c, "why": "not watched (no NVML or no GPU)"}
+    temp = throttled.get("max_temperature_c")
+    hot = temp is not None and float(temp) > limit_c
+    reasons = list(throttled.get("reasons") or [])
+    why = ", ".join([*([f"{temp:.0f} C > {limit_c:.0f} C"] if hot else []), *reasons]) or "none"
+    return {"flagged": bool(hot or reasons), "limit_c": limit_c, "max_temperature_c": temp, "why": why}
 
 
 def throttled_during(states: list[dict[str, Any]]) -> list[str]:
@@ -451,8 +475,9 @@ class Sampler:
         w.writerows(self.rows)
         return buf.getvalue()
 
-    def summary(self) -> dict[str, dict[str, float]]:
-        """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature."""
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature,
+        the share of samples at >= ``ACTIVE_PCT`` % utilisation, tensor-core activity (not read)."""
         by: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows:
             by.setdefault(str(r["uuid"]), []).append(r)
@@ -462,6 +487,9 @@ class Sampler:
 
         return {u: {"samples": len(rs), "memory_used_mb_max": max(float(r["memory_used_mb"]) for r in rs),
                     "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"),
+                    # the share of samples in which the GPU was active (ledger.ACTIVE_PCT)
+                    "active_share": sum(float(r["utilization_gpu_pct"]) >= ACTIVE_PCT for r in rs) / len(rs),
+                    "tensor_active": "unavailable (NVML GPM / DCGM profiling metrics not read)",
                     "power_w_mean": mean(rs, "power_w"),
                     "temperature_c_max": max(float(r["temperature_c"]) for r in rs)} for u, rs in by.items()}
 
@@ -495,7 +523,7 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
 
 # --- the study's utilisation report ------------------------------------------------------
 
-HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "slot_s")
+HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "retried_s", "slot_s")
 
 
 def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -509,7 +537,7 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, r in sorted(records.items()):
         slots = r["slots"]
         jobs.append({"job": name, "label": r["label"], "tasks": sum(s.get("kind") != "warm-up" for s in r["spans"]),
-                     "failed": sum(1 for s in r["spans"] if s.get("failure")),
+                     "failed": sum(1 for s in r["spans"] if s.get("failure") and not s.get("attempt")),
                      "window_s": r["window"]["end"] - r["window"]["start"],
                      "allocation": r.get("allocation"), "nvml": r["nvml"]["status"],
                      "slots": {k: {"share": v["share"], "busy_s": v["busy_s"], "tasks": v["tasks"]}

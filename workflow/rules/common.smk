@@ -19,9 +19,23 @@ from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
+from pairflow.calibrate import device_kind, load_table  # noqa: E402
+from pairflow.calibrate import key as calibration_key  # noqa: E402
+from pairflow.estimate import check_budget, drivers, estimate, summary_lines  # noqa: E402
 from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
 from pairflow.steps import check_panel_rules  # noqa: E402
 from pairflow.tracker import require as require_tracker  # noqa: E402
+
+
+# After a failed run the jobs' telemetry (failed and retried attempts included) goes
+# into the ledger before a rerun overwrites it; a successful run's rule utilisation adds it.
+onerror:
+    from pairflow.steps import add_to_ledger
+
+    try:
+        add_to_ledger(STUDY)
+    except (OSError, ValueError, KeyError, PairFlowError) as e:
+        logger.warning(f"PairFlow: could not add this run's jobs to the ledger: {type(e).__name__}: {e}")
 
 
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
@@ -75,6 +89,15 @@ ARCHIVE_DONE = str(LAYOUT.archived)
 UTILISATION = str(LAYOUT.utilisation())
 UTILISATION_MD = str(LAYOUT.utilisation(".md"))
 LOGS = str(LAYOUT.logs)
+# The frozen calibration table (named by its key's digest: a changed model, arm, shape,
+# scorer or software names a missing table, which rule calibrate makes) and the estimate.
+CALIBRATION_KEY = calibration_key(STUDY, device_kind())
+CALIBRATION = str(LAYOUT.calibration(CALIBRATION_KEY))
+ESTIMATE = str(LAYOUT.estimate)
+# What the estimate depends on besides the table (a params rerun trigger of rule estimate).
+ESTIMATE_DRIVERS = {**drivers(STUDY), "panel_jobs": STUDY.fleet.panel_jobs, "cpu_workers": STUDY.fleet.cpu_workers}
+LEDGER = str(LAYOUT.ledger())
+LEDGER_MD = str(LAYOUT.ledger(".md"))
 REPLICATE_TIMING = str(LAYOUT.replicate_timing("{rep}", "{panel}"))
 REPEATABILITY = str(LAYOUT.repeatability())
 REPEATABILITY_MD = str(LAYOUT.repeatability(".md"))
@@ -128,16 +151,19 @@ def command_line():
     return None
 
 
-def plans_only():
-    """Whether this Snakemake invocation executes nothing (read from its command line)."""
+def plans_only(dry_run_only=False):
+    """Whether this Snakemake invocation executes nothing (read from its command line);
+    with ``dry_run_only``, whether it is a dry run (``-n``)."""
+    keys = ("dryrun",) if dry_run_only else (
+        "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
+        "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata")
     args = command_line()
     if args is not None:
-        return any(getattr(args, k, False) for k in (
-            "dryrun", "summary", "detailed_summary", "list_rules", "list_target_rules", "dag", "rulegraph",
-            "filegraph", "lint", "list_changes", "print_compilation", "unlock", "cleanup_metadata"))
+        return any(getattr(args, k, False) for k in keys)
     # Not started by the command line (the API): read the flags Snakemake would.
-    return any(a in ("--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
-               or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
+    flags = ("--dry-run", "--dryrun") if dry_run_only else (
+        "--dry-run", "--dryrun", "--summary", "--detailed-summary", "--lint", "--dag")
+    return any(a in flags or (a.startswith("-") and not a.startswith("--") and "n" in a[1:] and a[1:].isalpha())
                for a in sys.argv[1:])
 
 
@@ -178,6 +204,27 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         logger.warning(f"PairFlow: {len(UNHEALED) - 20} more such problem(s): pairflow verify {LAYOUT.scratch} "
                        "lists them all")
 STAMPS = heal_stamps(LAYOUT.scratch)
+
+
+# The estimate at the top of a dry run, and the budget guard before anything runs, when
+# the calibration table exists (else rule calibrate makes it and rule estimate guards).
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    if os.path.exists(CALIBRATION):
+        try:
+            PLANNED_ESTIMATE = estimate(STUDY, load_table(Path(CALIBRATION)))
+            if plans_only():
+                for line in summary_lines(PLANNED_ESTIMATE, STUDY.fleet.budget_gpu_hours):
+                    logger.info(line)
+            check_budget(STUDY, PLANNED_ESTIMATE, ", ".join(CONFIGFILES))
+        except PairFlowError as e:
+            logger.error(f"error: {e}")
+            # a run or a dry run is refused; --lint, --unlock, --summary, --dag still work
+            if not plans_only() or plans_only(dry_run_only=True):
+                sys.exit(3)
+    elif plans_only():
+        logger.info(f"PairFlow estimate: no calibration table yet ({CALIBRATION}); rule calibrate makes it "
+                    "before the fan-out and rule estimate then checks fleet.budget_gpu_hours "
+                    "(or run 'pairflow calibrate' and 'pairflow estimate' now)")
 
 
 def replicate_outputs(wildcards):

@@ -3,6 +3,7 @@ rule generate_panel:
     input:
         model=model_input,
         arms=arms_checked(GEN_MANIFEST),
+        estimate=ancient(ESTIMATE),  # the budget guard passed (rule estimate)
         sheet=panel_sheet,
         heal=healing(GEN_MANIFEST),
     output:

@@ -5,6 +5,7 @@ rule generate_score_panel:
     input:
         model=model_input,
         arms=arms_checked(GEN_MANIFEST, SCORE_MANIFEST),
+        estimate=ancient(ESTIMATE),  # the budget guard passed (rule estimate)
         sheet=panel_sheet,
         heal_generation=healing(GEN_MANIFEST),
         heal_scores=healing(SCORE_MANIFEST),

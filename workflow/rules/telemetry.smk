@@ -8,6 +8,9 @@ rule utilisation:
     output:
         json=UTILISATION,
         table=report(UTILISATION_MD, caption="../report/utilisation.rst", category="Fleet"),
+        # the ledger's report section (study/ledger.json beside it is added to by every
+        # run, failed ones included, so it is not an output Snakemake would remove first)
+        ledger=report(LEDGER_MD, caption="../report/ledger.rst", category="Fleet"),
     log:
         f"{LOGS}/utilisation.log",
     conda:

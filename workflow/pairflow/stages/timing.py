@@ -37,6 +37,7 @@ from ..layout import Layout
 from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
 from ..sites.base import AllocationInfo
+from ..telemetry import thermal_flag
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,8 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
         result = call()
     phases = clock.seconds()
     if cuda:  # throttle reasons seen while the run ran (polled by NVML), gpu_idle excluded
-        measured["throttled"] = {"reasons": watch.reasons, "polls": watch.polls, "status": watch.status}
+        measured["throttled"] = {"reasons": watch.reasons, "polls": watch.polls, "status": watch.status,
+                                 "max_temperature_c": watch.max_temperature_c}
     # On CUDA the events' total is the latency (the device's own clock between the call's
     # first and last work, after a synchronise); on CPU the call's wall time.
     measured["seconds"] = phases["total"] if cuda else result.seconds
@@ -308,6 +310,8 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     a["peak_device_mb"] = max([a["peak_device_mb"] or 0.0, *(x["peak_device_mb"] for x in rs)])
                 v = cv([x["seconds"] for x in rs])
                 a["over_max_cv"] += bool(v is not None and v > study.timing.max_cv)
+                a["thermal_flagged"] = a.get("thermal_flagged", 0) + sum(
+                    bool(thermal_flag(x.get("throttled"), study.timing.max_temperature_c)["flagged"]) for x in rs)
             log.info("%s", progress_line("timed pass", done, len(run), time.monotonic() - started))
     if todo:
         write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
@@ -344,8 +348,10 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
-    gpu: list[dict[str, Any]] = [{k: x[k] for k in ("round", "gpu_before", "gpu_after", "throttled", "peak_device_mb")
-                                  if k in x}
+    kept = ("round", "gpu_before", "gpu_after", "throttled", "peak_device_mb")
+    gpu: list[dict[str, Any]] = [{**{k: x[k] for k in kept if k in x},
+                                  # taken while the GPU throttled or ran above timing/max_temperature_c
+                                  "thermal": thermal_flag(x.get("throttled"), study.timing.max_temperature_c)}
                                  for x in runs]
     record: TimingRecord = {
         "kind": "timing", "sampled": True,

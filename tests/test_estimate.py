@@ -1,0 +1,65 @@
+"""estimate: slot-seconds per stage and arm from the calibration table and the config, and
+the budget guard that names the estimate, the budget and what drives the cost."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from conftest import small_config
+
+from pairflow.config import study_from_raw
+from pairflow.errors import BudgetError
+from pairflow.estimate import check_budget, estimate, summary_lines
+
+
+def _study(tmp: Path, **over: object):
+    cfg = small_config(tmp, tmp / "model", **over)
+    return study_from_raw(copy.deepcopy(cfg), tmp, source="test")
+
+
+def _phase(s: float) -> dict:
+    return {"s": s, "peak_rss_mb": 1000.0, "peak_device_mb": None}
+
+
+TABLE = {"key": "xxh3_128:00", "device": "cpu", "import": _phase(10.0),
+         "arms": {"control": {"generate_s": 4.0, "score_s": 1.0,
+                              "phases": {"load": _phase(2.0), "encode": _phase(0.5)}},
+                  "pab": {"generate_s": 2.0, "score_s": 1.0, "phases": {"load": _phase(0.0), "encode": _phase(0.5)}}}}
+
+
+def test_slot_seconds_per_stage_and_arm(tmp_path):
+    study = _study(tmp_path, timing={"warmup": 1, "repeats": 3})  # 2 prompts x 1 seed, control + pab
+    est = estimate(study, TABLE)
+    assert est["slot_s"]["generate"] == {"control": 8.0, "pab": 4.0}
+    assert est["slot_s"]["score"] == {"control": 2.0, "pab": 2.0}
+    # timing: (1 warm-up + 3 repeats x 2 pairs) runs of the generation without its encode
+    assert est["slot_s"]["timing"] == {"control": 7 * 3.5, "pab": 7 * 1.5}
+    # warm-up: one combined job x 1 CPU worker x (import 10 + loads 2), split by work (10 : 6)
+    assert sum(est["slot_s"]["warm-up"].values()) == pytest.approx(12.0)
+    assert est["slot_s"]["warm-up"]["control"] == pytest.approx(12.0 * 10 / 16)
+    assert est["total_slot_s"] == pytest.approx(12 + 4 + 35 + 12) and est["gpu_hours"] == est["total_slot_s"] / 3600
+    assert est["wall_s"] == pytest.approx(12 + 16 + 35 + 12)
+    two = estimate(study, TABLE, nodes=2, slots_per_node=2)  # 4 slots: 4 warm-ups, a quarter of the wall
+    assert sum(two["slot_s"]["warm-up"].values()) == pytest.approx(48.0) and two["fanout_wall_s"] == 12 + 4
+    assert "total" in "\n".join(summary_lines(est, None))
+
+
+def test_a_sampled_timing_pass_costs_less(tmp_path):
+    full = estimate(_study(tmp_path), TABLE)["stage_slot_s"]["timing"]
+    one = estimate(_study(tmp_path, timing={"pairs": 1}), TABLE)["stage_slot_s"]["timing"]
+    assert one < full
+
+
+def test_the_budget_guard_names_estimate_budget_and_drivers(tmp_path):
+    study = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 0.01})
+    est = estimate(study, TABLE)
+    with pytest.raises(BudgetError) as e:
+        check_budget(study, est, "config/x.yaml")
+    text = str(e.value)
+    for part in ("0.018 CPU-worker-hours", "budget_gpu_hours = 0.01", "config/x.yaml", "2 prompts", "seeds",
+                 "arms ['control', 'pab']", "timing.repeats 3", "timing.pairs all", "largest stage is timing"):
+        assert part in text
+    check_budget(_study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1.0}), est)
+    check_budget(_study(tmp_path), est)  # no budget, no guard

@@ -1,0 +1,40 @@
+# Calibration before scale: one representative candidate per arm, measured in a fresh
+# worker, frozen in a table named by its key's digest (model, arms, shape, scorers,
+# software, device); a changed key names a missing table, so this runs again only then.
+rule calibrate:
+    input:
+        model=model_input,
+        arms=ancient(ARMS_CHECK),
+    output:
+        CALIBRATION,
+    log:
+        f"{LOGS}/calibrate.log",
+    params:
+        key=CALIBRATION_KEY,
+    threads: max(STUDY.generation.threads, STUDY.scoring.threads)
+    resources:
+        runtime=30,
+    conda:
+        "../../envs/pairflow.yaml"
+    script:
+        "../scripts/calibrate.py"
+
+
+# The estimate from the table and the config, and the budget guard: over
+# fleet.budget_gpu_hours this job fails, naming the estimate and what drives it, and no
+# panel job starts (they take its output as input). Settings that change the cost rerun it.
+rule estimate:
+    input:
+        table=CALIBRATION,
+    output:
+        ESTIMATE,
+    log:
+        f"{LOGS}/estimate.log",
+    params:
+        drivers=ESTIMATE_DRIVERS,
+        budget=STUDY.fleet.budget_gpu_hours,
+        configfiles=CONFIGFILES,
+    conda:
+        "../../envs/pairflow.yaml"
+    script:
+        "../scripts/estimate.py"

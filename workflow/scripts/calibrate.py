@@ -1,0 +1,8 @@
+"""Rule adapter: the frozen calibration table (one representative candidate per arm)."""
+from pathlib import Path
+
+from pairflow.steps import calibrate_study, study_for_rule
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm)
+calibrate_study(study, Path(sm.output[0]), sm.params.key)
