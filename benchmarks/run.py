@@ -173,12 +173,10 @@ def _write_evidence(proj: Path) -> int:
     Returns the files written."""
     import yaml
 
-    from pairflow.candidates import candidates, record_path, score_path, video_path
+    from pairflow.candidates import candidates, expected_scores, record_path, score_path, timing_path, video_path
     from pairflow.config import study_from_raw
     from pairflow.layout import Layout
     from pairflow.records import build_manifest, seal
-    from pairflow.stages.scoring import expected_scores
-    from pairflow.stages.timing import timing_path
     from pairflow.video import recipe_digest
 
     sys.path.insert(0, str(ROOT / "tests"))

@@ -233,7 +233,7 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
 def test_two_candidates_replaying_one_stream_are_rejected() -> None:
     """Injected: two records of different pairs that carry the same stream seed."""
     from pairflow.errors import IntegrityError
-    from pairflow.stats import check_streams
+    from pairflow.records import check_streams
 
     def rec(prompt: str, seed: int, stream: int, arm: str = "control") -> dict:
         return {"candidate": {"panel": "p", "prompt_id": prompt, "seed": seed, "stream_seed": stream},

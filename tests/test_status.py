@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 from conftest import small_config, write_config
 
-from pairflow.candidates import candidates, failure_path, panel_dir, record_path, score_path, telemetry_path
+from pairflow.candidates import (
+    candidates,
+    failure_path,
+    panel_dir,
+    record_path,
+    score_path,
+    telemetry_path,
+    timing_path,
+)
 from pairflow.cli import main
 from pairflow.config import study_from_raw
-from pairflow.stages.timing import timing_path
 from pairflow.status import study_status
 
 

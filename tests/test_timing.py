@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import score_record, small_config
 
-from pairflow.candidates import candidates, panel_dir, record_path, task_identity
+from pairflow.candidates import candidates, panel_dir, record_path, task_identity, timing_path
 from pairflow.config import StatsSpec, study_from_raw
 from pairflow.context import write_context
 from pairflow.provenance import provenance
 from pairflow.records import read_record
 from pairflow.stages.generation import generate_task
-from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
+from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs
 from pairflow.stats import analyse
 
 

@@ -52,6 +52,7 @@ from typing import Any, cast
 
 from .atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from .errors import ArchiveError, IntegrityError, PairFlowError
+from .evidence import Report, links, temp_files
 from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
 from .packs import SUFFIX, Pack, files_root, split_chunks, write_pack
@@ -63,6 +64,7 @@ from .records import (
     read_record,
     verify_manifest,
     write_manifest,
+    write_record,
 )
 from .recordtypes import Manifest
 
@@ -309,8 +311,6 @@ def retire(dest: Path, snapshot: str, why: str, scratch: Path | None = None) -> 
     ``scratch/study/archived.json`` when it names the snapshot, so the next run promotes
     the evidence again into a new snapshot. Returns the note's path. Raises ArchiveError
     for an unknown or already retired snapshot, or an empty reason."""
-    from .records import write_record
-
     dest = Path(dest)
     sdir = dest / "snapshots" / snapshot
     known = sorted(p.name for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
@@ -378,8 +378,6 @@ def verify_archive(dest: Path) -> Any:
     """An archive (``work/<study>``) as an ``evidence.Report``: every non-retired
     snapshot is complete and verifies, retired ones are notes, and ``latest.json``
     points at a complete, non-retired snapshot with its root digest."""
-    from .evidence import Report, links, temp_files
-
     dest = Path(dest)
     report = Report()
     try:

@@ -1,7 +1,8 @@
 """A panel's candidates: every (prompt, seed, arm), in a fixed order, and their files.
 
 Where each file lives is ``layout``'s business; the functions below name a candidate's
-files through it, so stages, evidence and status agree on them.
+files through it, and say which outputs a finished candidate has (``expected_scores``),
+so stages, verification and status agree on them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from .config import ArmSpec, PanelSpec, Prompt, StudySpec
 from .identity import CandidateKey, digest_obj
 from .layout import Layout
+from .metrics import metric_spec
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,16 @@ def record_path(study: StudySpec, c: Candidate) -> Path:
 
 def score_path(study: StudySpec, c: Candidate) -> Path:
     return Layout(study.scratch).output(c.key.panel, "scores", c.arm.name, c.stem)
+
+
+def timing_path(study: StudySpec, c: Candidate) -> Path:
+    return Layout(study.scratch).output(c.key.panel, "timing", c.arm.name, c.stem)
+
+
+def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
+    """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
+    control, which is its own reference."""
+    return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
 
 
 def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:

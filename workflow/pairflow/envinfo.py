@@ -5,11 +5,14 @@ Imports without torch (versions come from package metadata).
 
 from __future__ import annotations
 
+import ast
 import functools
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +65,6 @@ def environment() -> dict[str, Any]:
 def torch_cuda_version() -> str | None:
     """The CUDA version the installed torch was built for (``torch.version.cuda``), read
     from ``torch/version.py`` without importing torch; None for a CPU build or no torch."""
-    import ast
-    from importlib.util import find_spec
-
     spec = find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -89,7 +89,6 @@ def _driver() -> str | None:
             text = Path("/proc/driver/nvidia/version").read_text()
         except OSError:
             return None
-        import re
 
         # "... Kernel Module [for x86_64]  550.54.14 ..."
         found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)

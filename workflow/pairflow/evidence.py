@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import TMP_PREFIX
-from .config import Prompt, StudySpec, study_from_raw
+from .config import StudySpec
 from .errors import ConfigError, PairFlowError
 from .identity import digest_file, digest_obj
 from .layout import Layout
@@ -112,25 +112,6 @@ class Report:
     def asdict(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": [asdict(p) for p in self.problems],
                 "notes": [asdict(p) for p in self.notes]}
-
-
-# ---------------------------------------------------------------------------- config snapshot
-
-def config_snapshot(study: StudySpec) -> dict[str, Any]:
-    """What verify needs to rebuild the study years later: the defaults-filled config,
-    the project root it was resolved against, and every panel's prompts (sheets move)."""
-    return {"raw": study.raw, "root": str(study.root),
-            "prompts": {p.name: [[q.prompt_id, q.text] for q in p.prompts] for p in study.panels}}
-
-
-def study_from_snapshot(snapshot: dict[str, Any], scratch: Path) -> StudySpec:
-    """The study a manifest recorded, with its scratch root set to ``scratch`` (where the
-    tree is now). Raises ConfigError when the snapshot does not validate."""
-    raw = json.loads(json.dumps(snapshot["raw"]))
-    raw["storage"]["scratch"] = str(Path(scratch).resolve())
-    prompts = {name: tuple(Prompt(pid, text) for pid, text in rows) for name, rows in snapshot["prompts"].items()}
-    return study_from_raw(raw, Path(snapshot["root"]), source="the config snapshot recorded in the manifests",
-                          prompts=prompts)
 
 
 def recorded_study(scratch: Path) -> StudySpec:
@@ -299,9 +280,7 @@ def check_results(study: StudySpec, deep: bool = True, memo: bool = False, write
     ``deep``) skips panels unchanged since this check last found them clean and, when
     ``write``, records what it finds clean now (see the module docstring); it collects
     problems only, not notes (temporary files), which heal nothing."""
-    from .candidates import candidates, panel_dir, record_path, score_path, video_path
-    from .stages.scoring import expected_scores
-    from .stages.timing import timing_path
+    from .candidates import candidates, expected_scores, panel_dir, record_path, score_path, timing_path, video_path
     from .video import recipe_digest
 
     report = Report()

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .atomic import write_bytes, write_text
-from .candidates import candidates, record_path, score_path
+from .candidates import candidates, record_path, score_path, timing_path
 from .config import StudySpec
 from .errors import ConfigError
 from .identity import digest_file
 from .layout import Layout
 from .records import read_record
-from .stages.timing import timing_path
 
 Format = Literal["csv", "parquet"]
 CANDIDATE_ID_COLUMNS = ("study", "panel", "prompt_id", "seed", "arm", "candidate_id")

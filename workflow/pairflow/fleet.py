@@ -23,13 +23,17 @@ import contextlib
 import json
 import logging
 import os
+import pickle
 import re
 import shlex
 import signal
 import socket
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,9 @@ from typing import Any
 from . import orphans, progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
+from .records import write_record
 from .slurm import AllocationInfo, allocation, gpu_map
+from .telemetry import Sampler, nvml_reader, progress_line, slot_name, work_elapsed, write_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -232,8 +238,6 @@ def portable(exc: BaseException) -> PairFlowError:
     becomes a TaskError naming the original type. Either way ``remote_traceback`` holds
     the worker's formatted traceback, cause chain included.
     """
-    import traceback
-
     text = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
     if isinstance(exc, TaskError):
         return exc
@@ -251,8 +255,6 @@ def portable(exc: BaseException) -> PairFlowError:
 def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
     """A copy of ``exc`` without its cause chain that survives pickling, or None for a
     subclass that cannot be rebuilt from its ``args`` (then wrapped as a TaskError)."""
-    import pickle
-
     try:
         rebuilt: PairFlowError = pickle.loads(pickle.dumps(type(exc)(*exc.args)))
     except Exception:
@@ -266,8 +268,6 @@ def _failed_slot(exc: BaseException, beats: list[dict[str, Any]], task: int) -> 
     From the slot ``traced`` attached to the task's own exception; else (a worker or pool
     manager killed, the exception is Parsl's) from the heartbeat of the worker last
     running task ``task``; else only the host Parsl's error names. ``source`` says which."""
-    from .telemetry import slot_name
-
     slot = getattr(exc, "pairflow_slot", None)
     source = "task"
     if not isinstance(slot, dict):
@@ -322,7 +322,6 @@ ADVICE = {
 def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
     if grant.allocation is not None and grant.allocation.nodes > 1:
         return []  # other nodes' names come from their spans
-    from .telemetry import slot_name
 
     host = socket.gethostname()
     if grant.accelerators:
@@ -367,8 +366,6 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     always cleaned up (SIGTERM from a scheduler included), so no worker pool outlives the job.
     """
     import parsl
-
-    from .telemetry import Sampler, nvml_reader, write_telemetry
 
     prepare = payloads if callable(payloads) else None
     payloads = [] if callable(payloads) else list(payloads)
@@ -443,8 +440,6 @@ def _slot_count(fleet: FleetSpec, grant: Grant) -> int:
 
 def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
     """Spans of the warm-up tasks (all finished before the work: they were queued first)."""
-    from concurrent.futures import wait
-
     done, running = wait(list(warming), timeout=HEARTBEAT_S)
     if running:  # a slot still warming when the work ran out: it did no task, and is not waited for
         log.info("%s: %d warm-up task(s) still running after the last task; not waited for", label, len(running))
@@ -517,7 +512,6 @@ class _Collect:
         self.results[i] = out["result"]
         stage = self.payloads[i].get("stage")
         self.spans.append({"queued": self.queued[i], **out["span"], **({"stage": stage} if stage else {})})
-        from .telemetry import progress_line, work_elapsed
 
         log.info("%s", progress_line(label, self.done, len(self.payloads),
                                      work_elapsed(self.spans, time.time(), self.start)))
@@ -526,8 +520,6 @@ class _Collect:
     def record_failure(self, path: Path, record: dict[str, Any]) -> None:
         """Write a failure record; when it cannot be written (a full disk), say so and
         what it held in the rule log and on stderr, so the failure is never lost."""
-        from .records import write_record
-
         try:
             write_record(path, record)
         except (OSError, PairFlowError) as e:
@@ -548,8 +540,6 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
     ``fleet.startup_timeout_s`` from ``start`` (pool start, imports, model load). From
     then on StalledError follows when for ``fleet.stall_timeout_s`` no task finished and
     no worker reported progress (its heartbeat file, rewritten on ``progress.report``)."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     pending = set(futures)
     start = time.time() if start is None else start
     progress_at = ready_at = None
@@ -590,8 +580,6 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
 
 def _describe(beats: list[dict[str, Any]], now: float) -> str:
     """Each slot's host, pid, rank, device, what it last did and how long ago."""
-    from .telemetry import slot_name
-
     return "; ".join(
         f"{slot_name(str(b.get('host')), b.get('gpu_index'), b.get('rank'))} (pid {b.get('pid')}): {b.get('what')}"
         + (f", last progress {b['progress']}" if b.get("progress") else "")
@@ -626,8 +614,6 @@ def _trap_sigterm() -> Any:
     running. The first signal is said in the log and on stderr, and arms a hard exit
     ``EXIT_DEADLINE_S`` later, so the job ends promptly whatever its phase (warm-up
     included) and wherever Parsl's cleanup waits; later ones are ignored."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return None
     _STOPPING.clear()
@@ -666,8 +652,6 @@ def _cleanup(dfk: Any) -> None:
     the job's whole process group (Slurm's scancel) may have ended, and then waits for
     ever. Past the limit the pool's process groups get SIGTERM and the interchange
     SIGKILL directly, and the job goes on exiting."""
-    import threading
-
     limit = EXIT_DEADLINE_S / 2 if _STOPPING else CLEANUP_S
     done = threading.Event()
 

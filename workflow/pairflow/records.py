@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -333,3 +333,19 @@ __all__ = [
     "write_manifest",
     "write_record",
 ]
+
+
+def check_streams(records: Sequence[GenerationRecord]) -> None:
+    """Refuse records of different pairs that replayed one random stream (a seeding bug or
+    two workers handed the same stream): the arms of one pair share a stream, nothing else.
+    """
+    seen: dict[int, tuple[str, str, int]] = {}
+    for r in sorted(records, key=lambda r: (r["candidate"]["panel"], r["candidate"]["prompt_id"],
+                                            int(r["candidate"]["seed"]), r["arm"]["name"])):
+        c = r["candidate"]
+        pair = (c["panel"], c["prompt_id"], int(c["seed"]))
+        other = seen.setdefault(int(c["stream_seed"]), pair)
+        if other != pair:
+            raise IntegrityError(f"two candidates replay the same random stream {c['stream_seed']}: "
+                                 f"{other[0]}/{other[1]} seed {other[2]} and {pair[0]}/{pair[1]} seed {pair[2]}; "
+                                 "their records must not count; regenerate them")

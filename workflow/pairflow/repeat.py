@@ -11,10 +11,12 @@ Imports without torch.
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
 from .config import StudySpec
 from .layout import Layout
 from .recordtypes import GenerationRecord, ScoreRecord, TimingRecord
@@ -95,9 +97,5 @@ def markdown(report: dict[str, Any], flags: list[str]) -> str:
 
 
 def write(report: dict[str, Any], flags: list[str], out_json: Path, out_md: Path) -> None:
-    import json
-
-    from .atomic import write_text
-
     write_text(out_json, json.dumps({**report, "noise_flags": flags}, indent=1, sort_keys=True) + "\n")
     write_text(out_md, markdown(report, flags))

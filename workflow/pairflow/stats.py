@@ -38,12 +38,14 @@ Imports without torch.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from .compute import bf16_peak, estimated_mfu
 from .config import StatsSpec
 from .errors import IntegrityError, PairingError, StatsError
 from .inference import (
@@ -63,6 +65,7 @@ from .inference import (
     variance_split,
     verdict,
 )
+from .records import check_streams
 from .recordtypes import (
     ArmEfficiency,
     Comparison,
@@ -111,8 +114,6 @@ def t_procedure(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np
     ``confidence_interval``: the interval is the test inverted). Vectorised over leading
     axes. Zero spread: the interval is the point and p is 1 if the point is 0, else 0.
     Returns (low, high, p), each of ``x``'s shape without its last axis."""
-    import warnings
-
     from scipy.stats import ttest_1samp
 
     x = np.asarray(x, dtype=np.float64)
@@ -272,8 +273,6 @@ def _efficiency(gen: Index[GenerationRecord], timings: Index[TimingRecord], trea
 
 def _arm_efficiency(gen: dict[Key, GenerationRecord], timings: dict[Key, TimingRecord],
                     keys: list[Key]) -> ArmEfficiency:
-    from .compute import bf16_peak, estimated_mfu
-
     t = [timings[k]["timing"] for k in keys]
     out: ArmEfficiency = {"mfu_median": None, "peak_memory_gib": None, "gpu": None, "peak_tflops": None,
                           "absent": None}
@@ -664,19 +663,3 @@ def noise_flags(stats: StudyStats, floors: dict[str, dict[str, Any]]) -> list[st
             out.append(f"{c['treatment']} / {m['metric']}: diff {m['diff']:.4g} [{lo:.4g}, {hi:.4g}] vs floor "
                        f"±{floor:.4g}: {verdict}")
     return out
-
-
-def check_streams(records: Sequence[GenerationRecord]) -> None:
-    """Refuse records of different pairs that replayed one random stream (a seeding bug or
-    two workers handed the same stream): the arms of one pair share a stream, nothing else.
-    """
-    seen: dict[int, tuple[str, str, int]] = {}
-    for r in sorted(records, key=lambda r: (r["candidate"]["panel"], r["candidate"]["prompt_id"],
-                                            int(r["candidate"]["seed"]), r["arm"]["name"])):
-        c = r["candidate"]
-        pair = (c["panel"], c["prompt_id"], int(c["seed"]))
-        other = seen.setdefault(int(c["stream_seed"]), pair)
-        if other != pair:
-            raise IntegrityError(f"two candidates replay the same random stream {c['stream_seed']}: "
-                                 f"{other[0]}/{other[1]} seed {other[2]} and {pair[0]}/{pair[1]} seed {pair[2]}; "
-                                 "their records must not count; regenerate them")

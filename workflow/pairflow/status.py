@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path
+from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path, timing_path
 from .config import StudySpec
 from .fleet import ACTIVE_S
 from .layout import Layout
-from .stages.timing import timing_path
 
 RATE_WINDOW_S = 600.0
 """Outputs finished within this many seconds of the newest one set the rate."""

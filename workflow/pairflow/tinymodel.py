@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .atomic import replace_dir
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -225,8 +226,6 @@ def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
     Returns the directory. Raises ConfigError for an unknown family; diffusers errors propagate.
     """
     import torch
-
-    from .errors import ConfigError
 
     builders = {"wan": _wan, "cogvideox": _cogvideox, "ltx": _ltx, "hunyuanvideo": _hunyuanvideo}
     if family not in builders:

@@ -27,7 +27,11 @@ from typing import Any
 
 from .atomic import write_text
 from .config import StudySpec
+from .envinfo import code_version
 from .errors import ConfigError, IntegrityError
+from .export import summary_rows
+from .identity import digest_file
+from .records import verify_manifest
 
 PACKAGE = "mlflow"
 INSTALL = "pip install mlflow-skinny"
@@ -44,8 +48,6 @@ def require(study: StudySpec, source: str = "config") -> None:
 def headline(stats_json: Path) -> dict[str, float]:
     """Metric name → value for every (arm, number) summary row of ``stats_json`` that has
     a value (a metric with no estimate, e.g. too few pairs, is left out)."""
-    from .export import summary_rows
-
     out: dict[str, float] = {}
     for row in summary_rows(Path(stats_json)):
         for suffix, key in (("", "estimate"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
@@ -58,10 +60,6 @@ def log_study(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path,
               out: Path) -> dict[str, Any]:
     """Log the study to the configured tracker and write ``out`` (the run's id, the
     experiment, the tracking URI and the digests tagged). Returns what ``out`` holds."""
-    from .envinfo import code_version
-    from .identity import digest_file
-    from .records import verify_manifest
-
     require(study)
     problems = verify_manifest(Path(manifest))
     if problems:

@@ -19,16 +19,21 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib import metadata
+from importlib.util import find_spec, module_from_spec, spec_from_file_location
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import progress
-from ..errors import ConfigError, PairingError
+from ..errors import ConfigError, PairingError, ScoringError
+from ..weights import WEIGHTS
+from .models import LOAD_COUNTS
 
 _MODULES = {
     "temporal_flickering": "flicker",
@@ -69,8 +74,6 @@ class MetricSpec:
     def asdict(self, digests: dict[str, str] | None = None) -> dict[str, Any]:
         """The spec as written into a score record: ``weights`` lists each needed file
         (path in the mirror) with its verified xxh3 digest (None when not yet verified)."""
-        from ..weights import WEIGHTS
-
         d = asdict(self)
         d.pop("needs")
         d.pop("vbench_reader")  # the record says how its frames were decoded (``decoded_with``)
@@ -102,9 +105,6 @@ def _pyiqa_table() -> tuple[dict[str, Any], str]:
     """pyiqa's own metric table (``pyiqa/default_model_configs.py``) and pyiqa's version,
     read without importing the pyiqa package (which imports torch: seconds in a driver
     that only needs the table). The table module itself imports nothing but OrderedDict."""
-    from importlib import metadata
-    from importlib.util import find_spec, module_from_spec, spec_from_file_location
-
     if "pyiqa" in sys.modules:  # a worker has it already: the same table, no file read
         from pyiqa.default_model_configs import DEFAULT_CONFIGS
 
@@ -196,8 +196,6 @@ def check_device(device: str) -> None:
     """Refuse a scoring device torch cannot use here (ScoringError naming it and why)."""
     import torch
 
-    from ..errors import ScoringError
-
     if device.split(":")[0] != "cuda":
         raise ScoringError(f"scoring device {device!r} is not one PairFlow scores on; it scores on 'cpu' or 'cuda'")
     if not torch.cuda.is_available():
@@ -211,11 +209,7 @@ def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:
     optionally, ``reference``) with every metric in ``payload['metrics']``. Returns the
     scores and which worker process ran it. Used to show that scores do not depend on
     the number of workers or the order of tasks."""
-    import os
-
     import torch
-
-    from .models import LOAD_COUNTS
 
     torch.set_num_threads(int(payload.get("threads", 1)))
     data = np.load(payload["npz"])

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..atomic import job_start
 from ..candidates import (
     COMBINED,
     Candidate,
@@ -35,7 +36,7 @@ from ..candidates import (
 )
 from ..config import StudySpec
 from ..context import write_context
-from ..fleet import Grant, Task, _slot_count
+from ..fleet import Grant, Task, _slot_count, run_tasks
 from ..locks import hold
 from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
@@ -106,9 +107,6 @@ def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path,
 
 def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
                grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
     sweep_panel(study, panel_name, job_start(),
                 ("records", "videos", "scores", "failures/generate", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast on a missing or altered weight

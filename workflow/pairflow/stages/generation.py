@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from .. import compute
+from .. import generate as g
+from ..arms import arm_model, arm_pipeline, run_arm, verifier_for
+from ..atomic import job_start
 from ..candidates import (
     Candidate,
     candidates,
@@ -27,10 +31,12 @@ from ..candidates import (
 from ..config import GenerationSpec, StudySpec
 from ..context import load_context, write_context
 from ..errors import PairFlowError
-from ..fleet import Grant
+from ..fleet import Grant, run_tasks, worker_identity
+from ..identity import digest_obj
+from ..layout import Layout
 from ..locks import hold
-from ..provenance import arm_record, provenance
-from ..records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
+from ..provenance import arm_record, config_snapshot, provenance
+from ..records import build_manifest, check_streams, check_video, read_record, stable_root, write_manifest, write_record
 from ..recordtypes import (
     CandidateFields,
     ComputeFields,
@@ -40,7 +46,8 @@ from ..recordtypes import (
     Provenance,
     VideoFields,
 )
-from ..stats import check_streams
+from ..telemetry import PhaseMemory
+from ..video import encode, prepare_frames, recipe_digest
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -83,8 +90,6 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task: import torch and diffusers and load the model in this worker
     while the driver still prepares the job's candidates. Returns (and keeps for the
     worker's records) the seconds spent on each."""
-    from .. import generate as g
-
     # imports include the pipeline's lazily imported modules (generate.pipeline_imports),
     # so load_s is the weights alone
     import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(payload["model"])
@@ -96,12 +101,6 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
 
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
-    from .. import generate as g
-    from ..arms import arm_model, arm_pipeline
-    from ..fleet import worker_identity
-    from ..telemetry import PhaseMemory
-    from ..video import encode, prepare_frames
-
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
     c: Candidate = payload["candidate"]
@@ -165,10 +164,6 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     table measured and saved. ``check``: count in full even with a table and cross-check
     the derived figure; a mismatch saves the table as inexact, so every later run of
     that key is counted in full (a figure is never derived from a table that was wrong)."""
-    from .. import compute
-    from ..arms import arm_model, run_arm, verifier_for
-    from ..layout import Layout
-
     folder = Layout(study.scratch).flop_tables
     eff = _effective(c, study)
     key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens)
@@ -197,8 +192,6 @@ _TABLES: dict[str, Any] = {}
 
 def _effective(c: Candidate, study: StudySpec) -> dict[str, Any]:
     """The generation settings ``c``'s arm runs with, as records carry them."""
-    from .. import generate as g
-
     return dict(generation_settings(g.effective_generation(c.arm, study.generation)))
 
 
@@ -206,8 +199,6 @@ def flop_checks(cands: list[Candidate], seed: int) -> set[str]:
     """The seeded sample of candidates counted in full and cross-checked against their
     derived FLOPs: per arm of the panel, the candidate whose xxh3 of (seed, candidate id)
     is smallest, so the same one is checked however the job's tasks are split or rerun."""
-    from ..identity import digest_obj
-
     best: dict[str, tuple[str, str]] = {}
     for c in cands:
         d = digest_obj(["flop-check", seed, c.key.candidate_id])
@@ -229,9 +220,6 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
 
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
     sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
     todo_all = candidates(study, study.panel(panel_name))
     records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
@@ -260,8 +248,6 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
 def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, GenerationRecord]) -> list[Candidate]:
     """The candidates of ``cands`` to (re)generate; the verified records of the others
     go into ``records`` (by record path), so each video is hashed once per job."""
-    from ..video import recipe_digest
-
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     todo = []
     for c in cands:
@@ -303,8 +289,6 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
     """After every task succeeded: clear the panel's generation failure records, verify
     each new record not yet in ``records`` (every new record must verify before the
     manifest binds it), check the seed streams and write the generation manifest."""
-    from ..evidence import config_snapshot
-
     clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:
         path = record_path(study, c)

@@ -10,9 +10,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, cast
 
+from .. import weights
+from ..atomic import job_start
 from ..candidates import (
     Candidate,
     candidates,
+    expected_scores,
     failure_path,
     panel_dir,
     record_path,
@@ -20,12 +23,16 @@ from ..candidates import (
     task_identity,
     telemetry_path,
 )
-from ..config import ArmSpec, StudySpec
+from ..config import StudySpec
 from ..context import load_context, write_context
+from ..envinfo import package_version
 from ..errors import IntegrityError
-from ..fleet import Grant
-from ..identity import digest_obj
+from ..fleet import Grant, run_tasks, worker_identity
+from ..identity import digest_file, digest_obj, digest_tree
 from ..locks import hold
+from ..metrics import ScoreContext, metric_spec, needed_weights, score
+from ..metrics.dynamic_degree import is_dynamic, pair_motion
+from ..metrics.models import LOAD_COUNTS
 from ..provenance import arm_of
 from ..records import build_manifest, check_video, read_record, write_manifest, write_record
 from ..recordtypes import (
@@ -38,24 +45,17 @@ from ..recordtypes import (
     ScoreRecord,
     StaticFilter,
 )
+from ..telemetry import PhaseMemory
+from ..video import read_video
+from ..weights import verify
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
 
 
-def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
-    """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
-    control, which is its own reference."""
-    from ..metrics import metric_spec
-
-    return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
-
-
 def study_weights(study: StudySpec) -> list[str]:
     """Weight keys the study's scoring needs: its scorers', plus RAFT when
     temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
-    from ..metrics import needed_weights
-
     extra = ["raft_large"] if uses_static_filter(study) else []
     return sorted(set(needed_weights(study.scorers)) | set(extra))
 
@@ -70,10 +70,6 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
     weight mirror's lock digest and origin, device type, precision, threads and process
     layout. Raises WeightsError (naming the file, the digests and the mirror command)
     when a file a configured scorer needs is missing from the mirror or altered."""
-    from .. import weights
-    from ..envinfo import package_version
-    from ..identity import digest_file, digest_tree
-
     accelerators = grant.accelerators if grant else ()
     device = scoring_device(grant, cuda)
     workers = len(accelerators) or study.fleet.cpu_workers
@@ -130,8 +126,6 @@ def metric_decoding(study: StudySpec, name: str) -> Decoding:
     (subject_consistency, background_consistency, aesthetic_quality, imaging_quality)
     BT.709, which is how decord decodes the recipe's BT.709-tagged videos; other metrics
     (FR) BT.709."""
-    from ..metrics import metric_spec
-
     return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).vbench_reader == "opencv" else "bt709"
 
 
@@ -216,12 +210,6 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
     import torch
 
-    from ..fleet import worker_identity
-    from ..metrics import ScoreContext, metric_spec, score
-    from ..metrics.models import LOAD_COUNTS
-    from ..telemetry import PhaseMemory
-    from ..video import read_video
-
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
     rec, ctrl = payload["record"], payload["control"]
@@ -251,8 +239,6 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
                "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
         for name in names}
     if uses_static_filter(study):
-        from ..metrics.dynamic_degree import is_dynamic, pair_motion
-
         seen = frames[metric_decoding(study, "temporal_flickering")]
         pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
@@ -288,9 +274,6 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
     sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     todo_all = candidates(study, study.panel(panel_name))
@@ -324,8 +307,6 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
 def scoring_context(study: StudySpec, grant: Grant) -> dict[str, Any]:
     """What every score task of a job shares: the study, the scorer build and the weight
     digests. Raises WeightsError on a missing or altered weight (before any worker starts)."""
-    from ..weights import verify
-
     build = scorer_build(study, grant)
     return {"study": study, "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))}
 

@@ -27,22 +27,29 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import generate as g
+from ..arms import arm_pipeline, run_arm, verifier_for
+from ..atomic import job_start, sweep_temps, write_text
+from ..candidates import candidates, panel_dir, record_path, timing_path
 from ..config import StudySpec
+from ..errors import PairFlowError
+from ..fleet import worker_identity
+from ..identity import digest_bytes
 from ..layout import Layout
+from ..locks import hold
 from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
-from ..slurm import AllocationInfo
+from ..slurm import AllocationInfo, exclusivity
+from ..telemetry import ThrottleWatch, gpu_state, progress_line
+from ..video import prepare_frames
 
 log = logging.getLogger(__name__)
-
-
-def timing_path(study: StudySpec, c: Any) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "timing", c.arm.name, c.stem)
 
 
 def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
@@ -53,8 +60,6 @@ def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     Slurm allocation the pass runs in (None locally); every timing record states whether
     Slurm gave it the node alone, and the pass's window is written to
     ``study/telemetry/timed_pass.json`` so overlap with other jobs can be checked."""
-    from ..locks import hold
-
     with hold(Path(manifest_out).parent, "timed pass"):
         return _run_timed_pass(study, panels, manifest_out, alloc)
 
@@ -63,8 +68,6 @@ def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tupl
     """Whether the candidate's timing record can stay: it names the current generation
     record, and it is a timing (frames matching the bulk run) exactly when the pair is in
     the current sample (a pair leaving the sample gets a not-sampled record)."""
-    from ..errors import PairFlowError
-
     try:
         t = read_record(timing_path(study, c), "timing")
         if stale_link(t, bulk):
@@ -85,10 +88,6 @@ pass loses at most one block, and drift is shared within it."""
 def sampled_pairs(study: StudySpec, panels: list[str]) -> set[tuple[str, str, int]]:
     """The (panel, prompt_id, seed) pairs the pass times: all, or with ``timing.pairs: N``
     a sample of N per panel drawn from ``timing.seed`` (the same sample on every rerun)."""
-    import random
-
-    from ..candidates import candidates
-
     out: set[tuple[str, str, int]] = set()
     for p in panels:
         keys = sorted({(c.key.panel, c.key.prompt_id, c.key.seed) for c in candidates(study, study.panel(p))})
@@ -102,8 +101,6 @@ def run_order(pairs: list[list[Any]], seed: int, round_: int) -> list[Any]:
     """One repeat round's order: the pairs shuffled, and the arms shuffled within each pair,
     by a generator seeded with (``seed``, ``round_``). ``pairs`` is a list of each pair's
     candidates; returns the candidates in run order (each pair's arms adjacent)."""
-    import random
-
     rng = random.Random(f"{seed}:{round_}")
     order = list(range(len(pairs)))
     rng.shuffle(order)
@@ -197,15 +194,12 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     """One timed run: ``call()`` (a generation, or a search arm's whole search) on
     ``pipe``, with its denoise/decode phases clocked on that pipeline; its result and what
     was measured."""
-    from ..telemetry import gpu_state
-
     measured: dict[str, Any] = {}
     if cuda:
         import torch
 
         torch.cuda.reset_peak_memory_stats()
         measured["gpu_before"] = gpu_state(uuid, os.getpid())
-    from ..telemetry import ThrottleWatch
 
     watch = ThrottleWatch(uuid if cuda else None)
     with watch, PhaseClock(pipe, cuda) as clock:
@@ -227,12 +221,6 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> Manifest:
-    from .. import generate as g
-    from ..atomic import job_start, sweep_temps, write_text
-    from ..candidates import candidates, panel_dir, record_path
-    from ..slurm import exclusivity
-    from ..telemetry import progress_line
-
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
     sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
@@ -256,8 +244,6 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
     if run:
-        from ..arms import arm_pipeline, run_arm, verifier_for
-
         pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
                  if any(c.arm == a for c in run)}
         settings = g.pin_cuda()
@@ -323,9 +309,6 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
 
 
 def _same_frames(result: Any, bulk: GenerationRecord, study: StudySpec) -> bool:
-    from ..identity import digest_bytes
-    from ..video import prepare_frames
-
     frames, _ = prepare_frames(result.frames, study.encoder)
     return digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
 
@@ -338,8 +321,6 @@ def _gpu_name() -> str:
 
 def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
-    from ..fleet import worker_identity
-
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
