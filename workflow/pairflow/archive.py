@@ -52,7 +52,6 @@ from typing import Any, cast
 
 from .atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from .errors import ArchiveError, IntegrityError, PairFlowError
-from .evidence import Report, links, temp_files
 from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
 from .packs import SUFFIX, Pack, files_root, split_chunks, write_pack
@@ -67,6 +66,7 @@ from .records import (
     write_record,
 )
 from .recordtypes import Manifest
+from .verification import Report, links, temp_files
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
 ARCHIVE_MANIFEST = "archive.json"
@@ -375,7 +375,7 @@ def _repoint_latest(dest: Path) -> None:
 
 
 def verify_archive(dest: Path) -> Any:
-    """An archive (``work/<study>``) as an ``evidence.Report``: every non-retired
+    """An archive (``work/<study>``) as an ``verification.Report``: every non-retired
     snapshot is complete and verifies, retired ones are notes, and ``latest.json``
     points at a complete, non-retired snapshot with its root digest."""
     dest = Path(dest)

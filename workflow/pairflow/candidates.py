@@ -7,6 +7,7 @@ so stages, verification and status agree on them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,27 @@ def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
     """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
     control, which is its own reference."""
     return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
+
+
+def generation_stale(record: Mapping[str, Any], c: Candidate, recipe_digest: str) -> str | None:
+    """Why a verified generation ``record`` is not ``c``'s current one (another candidate
+    id, or another encoder recipe than ``recipe_digest``), or None when it is. The check
+    behind the generation stage's reuse and verify's stale records."""
+    named = record.get("candidate", {}).get("candidate_id")
+    if named != c.key.candidate_id:
+        return f"names candidate {named}, the config implies {c.key.candidate_id}"
+    recipe = record.get("encoder", {}).get("recipe_digest")
+    if recipe != recipe_digest:
+        return f"written with encoder recipe {recipe}, the recipe that runs now is {recipe_digest}"
+    return None
+
+
+def scores_stale(study: StudySpec, c: Candidate, record: Mapping[str, Any]) -> str | None:
+    """Why a verified score ``record`` lacks or exceeds the metrics ``c`` gets
+    (``expected_scores``), or None when it has exactly those. The check behind the
+    scoring stage's reuse and verify's stale score records."""
+    have, want = sorted(record.get("scores", {})), expected_scores(study, c.arm)
+    return None if have == want else f"scores {have}, the config implies {want}"
 
 
 def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:

@@ -37,14 +37,15 @@ from .atomic import write_text
 from .candidates import panel_dir
 from .config import FleetSpec, load_study
 from .errors import ConfigError, PairFlowError
-from .evidence import Report, check_results, drop_memo, recorded_study, temp_files, write_verify_json
 from .export import export
 from .fleet import grant_from_env, noop, run_tasks
+from .healing import drop_memo
 from .layout import CANDIDATE_KINDS, Layout, as_named
 from .locks import hold
 from .status import as_dict, render, study_status
 from .tinymodel import build_tiny_model
 from .tracker import require as require_tracker
+from .verification import Report, check_results, recorded_study, temp_files, write_verify_json
 from .weights import build_test_mirror, fetch
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

@@ -601,7 +601,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                    prompts: dict[str, tuple[Prompt, ...]] | None = None) -> StudySpec:
     """Validate ``raw`` and build the typed StudySpec, resolving paths against ``root``.
     ``prompts`` (panel name → prompts) replaces reading the sheets, for a study rebuilt
-    from the config snapshot its manifests record (``evidence.study_from_snapshot``)."""
+    from the config snapshot its manifests record (``provenance.study_from_snapshot``)."""
     raw = validate_raw(raw, source)
     root = Path(root).resolve()
 

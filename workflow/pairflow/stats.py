@@ -65,7 +65,7 @@ from .inference import (
     variance_split,
     verdict,
 )
-from .records import check_streams
+from .records import check_streams, timing_frames_differ
 from .recordtypes import (
     ArmEfficiency,
     Comparison,
@@ -73,8 +73,10 @@ from .recordtypes import (
     ComputeSummary,
     EfficiencySummary,
     GenerationRecord,
+    LatencySummary,
     MetricResult,
     Planning,
+    RatioSummary,
     ScoreRecord,
     ScoringSetup,
     StudyStats,
@@ -176,9 +178,30 @@ Pending = list[tuple[MetricResult, Cell, Question | None, dict[Key, float]]]
 
 def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: Index[TimingRecord],
              treatment: str, s: StatsSpec) -> tuple[Comparison, Pending]:
+    """``compare`` before the family's adjustment: the comparison and its pending cells.
+    Notes are collected in the order the parts below run."""
+    notes: list[str] = []
+    keys = _complete_pairs(gen, treatment, s, notes)
+    compute = _compute(gen, treatment, keys, s)
+    flags = no_effect_flags(gen, treatment, keys, compute)
+    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
+    pending = _metric_cells(gen, scores, treatment, keys, s, notes)
+    notes += _small_n_notes([m for m, *_ in pending], s.level)
+    timed, latency, speedup = _latency_summary(timings, treatment, keys, s, notes)
+    return {
+        "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
+        "flags": flags, "notes": notes, "metrics": [m for m, *_ in pending], "scoring": scoring,
+        "latency": latency, "speedup": speedup, "compute": compute,
+        "efficiency": _efficiency(gen, timings, treatment, timed),
+        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
+    }, pending
+
+
+def _complete_pairs(gen: Index[GenerationRecord], treatment: str, s: StatsSpec, notes: list[str]) -> list[Key]:
+    """The (prompt, seed) keys both arms have, each pair checked comparable. A key only
+    one arm has raises PairingError, unless ``stats/missing: drop-pair`` drops it (noted)."""
     ctrl_keys, treat_keys = set(gen["control"]), set(gen.get(treatment, {}))
     missing = sorted(ctrl_keys ^ treat_keys)
-    notes = []
     if missing:
         if s.missing != "drop-pair":
             raise PairingError(f"{treatment}: {len(missing)} pair(s) lack a partner, e.g. prompt "
@@ -190,16 +213,27 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
         raise PairingError(f"{treatment}: no complete pairs with control")
     for k in keys:
         _check_comparable(gen["control"][k], gen[treatment][k])
-    compute = _compute(gen, treatment, keys, s)
-    flags = no_effect_flags(gen, treatment, keys, compute)
-    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
+    return keys
+
+
+def _metric_cells(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment: str, keys: list[Key],
+                  s: StatsSpec, notes: list[str]) -> Pending:
+    """One pending cell per metric the treatment was scored on, over the pairs its
+    static filter keeps (a metric that keeps none is noted and left out)."""
     pending: Pending = []
     names = sorted(set[str]().union(*(scores[treatment][k]["scores"] for k in keys)))
     for name in names:
         subset = _static_subset(scores, treatment, keys, name, notes)
         if subset:
             pending.append(_metric(gen, scores, treatment, name, subset, s))
-    notes += _small_n_notes([m for m, *_ in pending], s.level)
+    return pending
+
+
+def _timed_pairs(timings: Index[TimingRecord], treatment: str, keys: list[Key],
+                 notes: list[str]) -> tuple[list[Key], list[Key], list[Key]]:
+    """(sampled, differ, timed): the pairs the timed pass sampled, those whose timed run
+    computed other frames than the bulk run (dropped, noted), and the rest, whose latency
+    counts. Raises PairingError when a pair has no timing record or none is timed."""
     for arm in ("control", treatment):
         absent = [k for k in keys if k not in timings.get(arm, {})]
         if absent:
@@ -212,8 +246,7 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
                      "speedup's interval rests on the sampled prompts only")
     # A timed run that computed other frames than the bulk run timed another computation:
     # that pair's latency is dropped (and said so), never reported.
-    differ = [k for k in sampled if any(timings[a][k]["matches_bulk_frames"] is not True
-                                        for a in ("control", treatment))]
+    differ = [k for k in sampled if any(timing_frames_differ(timings[a][k]) for a in ("control", treatment))]
     timed = [k for k in sampled if k not in differ]
     if differ:
         notes.append(f"latency: {len(differ)} of {len(keys)} pair(s) dropped because the timed run's frames differ "
@@ -221,6 +254,14 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
     if not timed:
         raise PairingError(f"{treatment}: no pair has a timed run that computed the bulk run's frames; latency "
                            "cannot be reported. Rerun the timed pass on the same stack as the bulk run")
+    return sampled, differ, timed
+
+
+def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Key], s: StatsSpec,
+                     notes: list[str]) -> tuple[list[Key], LatencySummary, RatioSummary]:
+    """(timed pairs, latency, speedup): per arm the geometric mean and median latency over
+    the timed pairs, and the speedup (control / treatment) with its interval."""
+    sampled, differ, timed = _timed_pairs(timings, treatment, keys, notes)
     lat_c = {k: _latency(timings["control"][k]) for k in timed}
     lat_t = {k: _latency(timings[treatment][k]) for k in timed}
     cvs = {a: [timings[a][k]["timing"].get("cv") for k in timed] for a in ("control", treatment)}
@@ -230,29 +271,22 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
                      f"({timings['control'][timed[0]]['timing'].get('max_cv')}); a noisy machine or too few repeats")
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
     lo, hi, _p = _interval(log_ratio, s.level)
-    return {
-        "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
-        "flags": flags, "notes": notes, "metrics": [m for m, *_ in pending], "scoring": scoring,
-        # Geometric means over the speedup's own units (per prompt, over seeds; then over
-        # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
-        "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
-                    "control_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_c.items()})
-                                                        .mean())),
-                    "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()})
-                                                          .mean())),
-                    "n_pairs": len(timed), "dropped_frames_differ": len(differ),
-                    "sampled_pairs": len(sampled), "pairs_over_max_cv": over_cv,
-                    # median over candidates of each candidate's repeat CV (None with one repeat)
-                    "control_cv_median": _median_or_none(cvs["control"]),
-                    "treatment_cv_median": _median_or_none(cvs[treatment]),
-                    "control_median_s": float(np.median(list(lat_c.values()))),
-                    "treatment_median_s": float(np.median(list(lat_t.values())))},
-        "speedup": {"geomean": float(math.exp(log_ratio.mean())),
-                    "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
-        "compute": compute,
-        "efficiency": _efficiency(gen, timings, treatment, timed),
-        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
-    }, pending
+    # Geometric means over the speedup's own units (per prompt, over seeds; then over
+    # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
+    latency: LatencySummary = {
+        "pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
+        "control_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_c.items()}).mean())),
+        "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()}).mean())),
+        "n_pairs": len(timed), "dropped_frames_differ": len(differ),
+        "sampled_pairs": len(sampled), "pairs_over_max_cv": over_cv,
+        # median over candidates of each candidate's repeat CV (None with one repeat)
+        "control_cv_median": _median_or_none(cvs["control"]),
+        "treatment_cv_median": _median_or_none(cvs[treatment]),
+        "control_median_s": float(np.median(list(lat_c.values()))),
+        "treatment_median_s": float(np.median(list(lat_t.values())))}
+    speedup: RatioSummary = {"geomean": float(math.exp(log_ratio.mean())),
+                             "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]}
+    return timed, latency, speedup
 
 
 MFU_CONVENTION = ("estimated MFU: the counted forward FLOPs of the candidate's bulk-pass call (everything the "

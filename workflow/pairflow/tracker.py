@@ -29,7 +29,6 @@ from .atomic import write_text
 from .config import StudySpec
 from .envinfo import code_version
 from .errors import ConfigError, IntegrityError
-from .export import summary_rows
 from .identity import digest_file
 from .records import verify_manifest
 
@@ -48,6 +47,10 @@ def require(study: StudySpec, source: str = "config") -> None:
 def headline(stats_json: Path) -> dict[str, float]:
     """Metric name → value for every (arm, number) summary row of ``stats_json`` that has
     a value (a metric with no estimate, e.g. too few pairs, is left out)."""
+    # lazy: export imports numpy (through candidates and the metric registry); planning
+    # imports this module for ``require`` and must stay free of it.
+    from .export import summary_rows
+
     out: dict[str, float] = {}
     for row in summary_rows(Path(stats_json)):
         for suffix, key in (("", "estimate"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):

@@ -22,6 +22,7 @@ from ..candidates import (
     Candidate,
     candidates,
     failure_path,
+    generation_stale,
     panel_dir,
     record_path,
     task_identity,
@@ -80,10 +81,7 @@ def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> Gener
     except PairFlowError as e:
         log.warning("will regenerate: %s", e)
         return None
-    if (record["candidate"]["candidate_id"] != c.key.candidate_id
-            or record["encoder"]["recipe_digest"] != recipe_digest):
-        return None
-    return record
+    return None if generation_stale(record, c, recipe_digest) else record
 
 
 def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ..candidates import (
     panel_dir,
     record_path,
     score_path,
+    scores_stale,
     task_identity,
     telemetry_path,
 )
@@ -323,7 +324,7 @@ def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecor
         if (old["generation_record_digest"] == rec["record_digest"]
                 and old["video_digest"] == rec["video"]["digest"]
                 and old["control_video_digest"] == ctrl["video"]["digest"]
-                and sorted(old["scores"]) == expected_scores(study, c.arm)
+                and scores_stale(study, c, old) is None
                 and old["scorer"]["digest"] == build["digest"]):  # both arms: one scorer build
             return None
     except (IntegrityError, KeyError):

@@ -43,7 +43,7 @@ from ..fleet import worker_identity
 from ..identity import digest_bytes
 from ..layout import Layout
 from ..locks import hold
-from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
+from ..records import build_manifest, read_record, stale_link, timing_frames_differ, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
 from ..slurm import AllocationInfo, exclusivity
 from ..telemetry import ThrottleWatch, gpu_state, progress_line
@@ -75,7 +75,7 @@ def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tupl
         if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample:
             return t["sampled"] is False
         # A timing whose run computed other frames is re-timed, never kept.
-        return t["sampled"] is True and t["matches_bulk_frames"] is True
+        return t["sampled"] is True and not timing_frames_differ(t)
     except PairFlowError:
         return False
 
