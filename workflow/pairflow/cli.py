@@ -38,7 +38,7 @@ from .candidates import panel_dir
 from .config import FleetSpec, load_study
 from .errors import ConfigError, PairFlowError
 from .export import export
-from .fleet import grant_from_env, noop, run_tasks
+from .fleet import TaskHooks, grant_from_env, noop, run_tasks
 from .healing import drop_memo
 from .layout import CANDIDATE_KINDS, Layout, as_named
 from .locks import hold
@@ -357,7 +357,7 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
     grant = grant_from_env(dict(os.environ))
     start = time.time()
     run_tasks(noop, [{}] * tasks, out.parent / f"{out.stem}-run", FleetSpec(cpu_workers, 0), grant,
-              "probe-slots", out)
+              "probe-slots", TaskHooks(telemetry_out=out))
     total = time.time() - start
     t = json.loads(out.read_text())
     first = min(s["started"] for s in t["spans"])

@@ -36,7 +36,7 @@ from ..candidates import (
 )
 from ..config import StudySpec
 from ..context import write_context
-from ..fleet import Grant, Task, _slot_count, run_tasks
+from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
 from ..locks import hold
 from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
@@ -166,11 +166,11 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     start_early = any(not record_path(study, c).exists() or not score_path(study, c).exists() for c in todo_all)
     phases = Path(run_dir) / PHASES_DIR
     with _console("pairflow"), PhaseWatch(phases, label, _slot_count(study.fleet, grant) if start_early else 0):
-        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label,
-                            telemetry_path(study, panel_name, COMBINED),
-                            lambda p: failure_path(study, p["candidate"], p["stage"]), describe,
-                            warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
-                            start_early=start_early, follow=follow)
+        hooks = TaskHooks(telemetry_path(study, panel_name, COMBINED),
+                          lambda p: failure_path(study, p["candidate"], p["stage"]), describe,
+                          warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                          start_early=start_early, follow=follow)
+        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)

@@ -32,7 +32,7 @@ from ..candidates import (
 from ..config import GenerationSpec, StudySpec
 from ..context import load_context, write_context
 from ..errors import PairFlowError
-from ..fleet import Grant, run_tasks, worker_identity
+from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
 from ..identity import digest_obj
 from ..layout import Layout
 from ..locks import hold
@@ -232,13 +232,13 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
         checks = flop_checks(todo_all, study.stats.seed)
         return [generation_payload(ref, c, checks) for c in todo]
 
-    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
-                        telemetry_path(study, panel_name, "generate"),
-                        lambda p: failure_path(study, p["candidate"], "generate"), describe,
-                        warm=(warm_generation, warm_payload(study)),
-                        # Start the pool before preparing only when work is certain (a record is
-                        # missing); else only once prepare() found some, so a no-op job starts none.
-                        start_early=any(not record_path(study, c).exists() for c in todo_all))
+    hooks = TaskHooks(telemetry_path(study, panel_name, "generate"),
+                      lambda p: failure_path(study, p["candidate"], "generate"), describe,
+                      warm=(warm_generation, warm_payload(study)),
+                      # Start the pool before preparing only when work is certain (a record is
+                      # missing); else only once prepare() found some, so a no-op job starts none.
+                      start_early=any(not record_path(study, c).exists() for c in todo_all))
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks)
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 

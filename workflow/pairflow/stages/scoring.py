@@ -28,7 +28,7 @@ from ..config import StudySpec
 from ..context import load_context, write_context
 from ..envinfo import package_version
 from ..errors import IntegrityError
-from ..fleet import Grant, run_tasks, worker_identity
+from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
 from ..identity import digest_file, digest_obj, digest_tree
 from ..locks import hold
 from ..metrics import ScoreContext, metric_spec, needed_weights, score
@@ -297,10 +297,10 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
         return payloads
 
-    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}",
-              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
-              describe, warm=(warm_scoring, {}),
-              start_early=any(not score_path(study, c).exists() for c in todo_all))
+    hooks = TaskHooks(telemetry_path(study, panel_name, "score"),
+                      lambda p: failure_path(study, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
+                      start_early=any(not score_path(study, c).exists() for c in todo_all))
+    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks)
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
     return {"ran": len(payloads)}
 
