@@ -39,12 +39,12 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
         gen["candidate"]["candidate_id"] = c.key.candidate_id
         gen["compute"] = {"work_flops": 1e9 if arm == "control" else 6e8, "blocks_computed": 30, "blocks_skipped": 0}
         ctrl = generation_record("t", pid, 0, "control", 1, f"{pid}control")
-        gen = write_record(record_path(study, c), gen)
+        gen = write_record(record_path(Layout(study.scratch), c), gen)
         metrics = {"temporal_flickering": (FLICKER[(pid, arm)], metric_spec("temporal_flickering"))}
         if arm != "control":
             metrics["ssim"] = (0.5 if pid == "a1" else 0.75, metric_spec("ssim", "FR"))
-        write_record(score_path(study, c), score_record(gen, ctrl, metrics))
-        write_record(timing_path(study, c), timing_record(gen, 2.0 if arm == "control" else 1.0))
+        write_record(score_path(Layout(study.scratch), c), score_record(gen, ctrl, metrics))
+        write_record(timing_path(Layout(study.scratch), c), timing_record(gen, 2.0 if arm == "control" else 1.0))
     layout = Layout(study.scratch)
     write_manifest(layout.generation_manifest("t"), build_manifest(
         "panel-generation", layout.panel("t"), [], {"config": config_snapshot(study)}))
@@ -99,9 +99,9 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
     assert table[0]["ssim"] == ""  # control has no FR value: an empty cell, not 0
     # an edited record is refused, not exported
     c = candidates(scratch, scratch.panels[0])[1]
-    rec = json.loads(score_path(scratch, c).read_text())
+    rec = json.loads(score_path(Layout(scratch.scratch), c).read_text())
     rec["scores"]["temporal_flickering"]["value"] = 0.99
-    score_path(scratch, c).write_text(json.dumps(rec))
+    score_path(Layout(scratch.scratch), c).write_text(json.dumps(rec))
     with pytest.raises(IntegrityError):
         export(scratch, out, "csv")
 

@@ -1,7 +1,7 @@
 """A panel's candidates: every (prompt, seed, arm), in a fixed order, and their files.
 
 Where each file lives is ``layout``'s business; the functions below name a candidate's
-files through it, and say which outputs a finished candidate has (``expected_scores``),
+files through a ``Layout`` (no study needed), and say which outputs a finished candidate has (``expected_scores``),
 so stages, verification and status agree on them.
 """
 
@@ -45,24 +45,24 @@ def task_identity(c: Candidate) -> dict[str, Any]:
             "prompt_id": c.key.prompt_id, "seed": c.key.seed}
 
 
-def panel_dir(study: StudySpec, panel: str) -> Path:
-    return Layout(study.scratch).panel(panel)
+def panel_dir(layout: Layout, panel: str) -> Path:
+    return layout.panel(panel)
 
 
-def video_path(study: StudySpec, c: Candidate) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "videos", c.arm.name, c.stem)
+def video_path(layout: Layout, c: Candidate) -> Path:
+    return layout.output(c.key.panel, "videos", c.arm.name, c.stem)
 
 
-def record_path(study: StudySpec, c: Candidate) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "records", c.arm.name, c.stem)
+def record_path(layout: Layout, c: Candidate) -> Path:
+    return layout.output(c.key.panel, "records", c.arm.name, c.stem)
 
 
-def score_path(study: StudySpec, c: Candidate) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "scores", c.arm.name, c.stem)
+def score_path(layout: Layout, c: Candidate) -> Path:
+    return layout.output(c.key.panel, "scores", c.arm.name, c.stem)
 
 
-def timing_path(study: StudySpec, c: Candidate) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "timing", c.arm.name, c.stem)
+def timing_path(layout: Layout, c: Candidate) -> Path:
+    return layout.output(c.key.panel, "timing", c.arm.name, c.stem)
 
 
 def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
@@ -92,10 +92,10 @@ def scores_stale(study: StudySpec, c: Candidate, record: Mapping[str, Any]) -> s
     return None if have == want else f"scores {have}, the config implies {want}"
 
 
-def failure_path(study: StudySpec, c: Candidate, stage: str) -> Path:
+def failure_path(layout: Layout, c: Candidate, stage: str) -> Path:
     """Where a candidate's task that failed after its retries is recorded (never a record
     location, so a failure can never look complete)."""
-    return Layout(study.scratch).failure(c.key.panel, stage, c.arm.name, c.stem)
+    return layout.failure(c.key.panel, stage, c.arm.name, c.stem)
 
 
 COMBINED = "generate-score"
@@ -109,6 +109,6 @@ def job_stage(study: StudySpec, stage: str) -> str:
     return COMBINED if study.fleet.panel_jobs == "combined" and stage in ("generate", "score") else stage
 
 
-def telemetry_path(study: StudySpec, panel: str, stage: str) -> Path:
+def telemetry_path(layout: Layout, panel: str, stage: str) -> Path:
     """The stage's telemetry record (spans, busy share, NVML) for its last run with work."""
-    return Layout(study.scratch).telemetry(panel, stage)
+    return layout.telemetry(panel, stage)

@@ -375,7 +375,8 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
     panel's generation forced. Other panels' files are not touched; the study statistics,
     plots and archive (a new snapshot) follow from the changed inputs."""
     study = load_study(configfile, Path.cwd())
-    pdir = panel_dir(study, study.panel(panel).name)
+    layout = Layout(study.scratch)
+    pdir = panel_dir(layout, study.panel(panel).name)
     with hold(pdir, f"rerun-panel {panel}"):
         for sub in CANDIDATE_KINDS:
             shutil.rmtree(pdir / sub, ignore_errors=True)

@@ -100,16 +100,17 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
 
     Raises IntegrityError naming the record whose ``generation_record_digest`` is not
     the current one (it was computed from another generation of the candidate)."""
+    layout = Layout(study.scratch)
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
-    gen = [read_record(record_path(study, c), "generation") for c in cs]
-    scores = [read_record(score_path(study, c), "score") for c in cs]
-    timings = [read_record(timing_path(study, c), "timing") for c in cs]
+    gen = [read_record(record_path(layout, c), "generation") for c in cs]
+    scores = [read_record(score_path(layout, c), "score") for c in cs]
+    timings = [read_record(timing_path(layout, c), "timing") for c in cs]
     for where, recs in ((score_path, scores), (timing_path, timings)):
         for c, g, r in zip(cs, gen, recs, strict=True):
             why = stale_link(r, g)
             if why:
                 raise IntegrityError(
-                    f"{where(study, c)}: {why} ({record_path(study, c)}); it was computed from another generation "
+                    f"{where(layout, c)}: {why} ({record_path(layout, c)}); it was computed from another generation "
                     "of the candidate. Rerun the workflow (snakemake --profile profiles/local): it recomputes "
                     "records whose generation record changed")
     return gen, scores, timings
@@ -135,20 +136,22 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
+    layout = Layout(study.scratch)
     with hold(Path(out_json).parent, "study statistics"):
         sweep_temps([Path(out_json).parent, Path(out_manifest).parent]
-                    + [panel_dir(study, p.name) for p in study.panels], job_start())
+                    + [panel_dir(layout, p.name) for p in study.panels], job_start())
         _study_stats(study, manifests, out_json, out_md, out_manifest)
 
 
 def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                  out_manifest: Path) -> None:
+    layout = Layout(study.scratch)
     treatments = [t.name for t in study.treatments]
     roots = _roots(manifests)
     by_panel = {p.name: panel_records(study, [p.name]) for p in study.panels}
     files = []
     for name, recs in by_panel.items():
-        pdir = panel_dir(study, name)
+        pdir = panel_dir(layout, name)
         # A panel's numbers are bound to its own manifests and its own timing records, so
         # re-timing another panel leaves this panel's statistics byte-identical.
         prov = {k: v for k, v in roots.items() if k.endswith(f":{name}")}
@@ -265,7 +268,8 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
     telemetry records; one job per panel under ``fleet.panel_jobs: combined``), the timed
     pass's window, and the digests of the records used."""
-    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(study, p.name, job_stage(study, stage))
+    layout = Layout(study.scratch)
+    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(layout, p.name, job_stage(study, stage))
              for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})

@@ -193,10 +193,10 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
     """A panel's generation records and videos, its generation manifest, its extra files
     and its failure records. Fills ``current`` with each current record's digest."""
     layout = Layout(study.scratch)
-    pdir = panel_dir(study, panel.name)
+    pdir = panel_dir(layout, panel.name)
     gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
     for c in cands:
-        path = record_path(study, c)
+        path = record_path(layout, c)
         rec = _read(path, report, gm)
         if rec is None:
             continue
@@ -218,11 +218,11 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
                   else quick.video_digest(panel.name, rec["video"]["path"], video, recorded))
         if actual != recorded:
             report.add("altered", video, f"digest {actual} differs from {recorded} recorded in {path}", gm)
-    m = _manifest(gm, [record_path(study, c) for c in cands], report, gm)
+    m = _manifest(gm, [record_path(layout, c) for c in cands], report, gm)
     if m is not None:
         report.roots[f"generation:{panel.name}"] = m.get("root_digest", "")
-    _extras(pdir, {f for c in cands for f in (record_path(study, c), video_path(study, c), score_path(study, c),
-                                              timing_path(study, c))}, report)
+    _extras(pdir, {f for c in cands for f in (record_path(layout, c), video_path(layout, c), score_path(layout, c),
+                                              timing_path(layout, c))}, report)
     for stage, heals in (("generate", gm), ("score", sm)):
         for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
             if f.name.startswith(TMP_PREFIX):
@@ -234,9 +234,10 @@ def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], cu
                   report: Report) -> None:
     """A panel's score records (bound to the current generation record, the metrics the
     config implies) and its score manifest."""
+    layout = Layout(study.scratch)
     sm = Layout(study.scratch).score_manifest(panel.name)
     for c in cands:
-        path = score_path(study, c)
+        path = score_path(layout, c)
         rec = _read(path, report, sm)
         if rec is None:
             continue
@@ -244,7 +245,7 @@ def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], cu
         why = scores_stale(study, c, rec)
         if why:
             report.add("stale", path, why, sm)
-    m = _manifest(sm, [score_path(study, c) for c in cands], report, sm)
+    m = _manifest(sm, [score_path(layout, c) for c in cands], report, sm)
     if m is not None:
         report.roots[f"scores:{panel.name}"] = m.get("root_digest", "")
 
@@ -253,9 +254,10 @@ def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Cand
                   current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None) -> None:
     """The timing records of the checked panels' candidates and the timing manifest
     (every panel's candidates), unless ``quick`` vouches for the manifest."""
+    layout = Layout(study.scratch)
     manifest = Layout(study.scratch).timing_manifest
     for c in checked:
-        path = timing_path(study, c)
+        path = timing_path(layout, c)
         rec = _read(path, report, manifest)
         if rec is None:
             continue
@@ -268,7 +270,7 @@ def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Cand
         report.roots["timing"] = root
         return
     every = [c for p in skipped for c in candidates(study, p)] + checked
-    m = _manifest(manifest, [timing_path(study, c) for c in every], report, manifest)
+    m = _manifest(manifest, [timing_path(layout, c) for c in every], report, manifest)
     if m is not None:
         report.roots["timing"] = m.get("root_digest", "")
 

@@ -72,7 +72,8 @@ def generation_settings(g: GenerationSpec) -> GenerationSettings:
 def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> GenerationRecord | None:
     """The candidate's record when it and its video verify and match the candidate's
     identity and encoder recipe; None when the candidate must be (re)generated."""
-    path = record_path(study, c)
+    layout = Layout(study.scratch)
+    path = record_path(layout, c)
     if not path.exists():
         return None
     try:
@@ -101,6 +102,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
+    layout = Layout(study.scratch)
     c: Candidate = payload["candidate"]
     import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(arm_model(c.arm, study.model))
     loaded = time.perf_counter()
@@ -113,7 +115,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     memory = result.memory or PhaseMemory(result.device == "cuda")
     started = time.perf_counter()
     memory.start("encode")
-    info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    info = encode(frames, video_path(layout, c), study.encoder, study.generation.fps)
     memory.stop("encode")
     encode_s = time.perf_counter() - started
     prov: Provenance = shared["provenance"]
@@ -128,8 +130,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         "compute": cast(ComputeFields, result.compute),
         # The video's path is relative to the panel directory, so records stay valid when a
         # scratch tree is moved and compare equal across sites.
-        "video": cast(VideoFields, {**info.asdict(), "path": video_path(study, c).relative_to(
-            panel_dir(study, c.key.panel)).as_posix()}),
+        "video": cast(VideoFields, {**info.asdict(), "path": video_path(layout, c).relative_to(
+            panel_dir(layout, c.key.panel)).as_posix()}),
         "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
         # import_s and load_s are what this task spent importing and loading (0 when the
         # worker's warm-up task or an earlier task already did); the warm-up's own figures
@@ -152,7 +154,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     if c.arm.model is not None:
         m = arm_model(c.arm, study.model)
         record["arm_model"] = {**m.identity(), "weights": g.model_digests(m), "path": str(m.path)}
-    write_record(record_path(study, c), record)
+    write_record(record_path(layout, c), record)
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
 
 
@@ -212,12 +214,14 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
     ``grant`` is what this job was given (``fleet.grant_from_env``): one worker per
     granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
     run on the same panel fails at once."""
-    with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
+    layout = Layout(study.scratch)
+    with hold(panel_dir(layout, panel_name), f"generate {panel_name}"):
         return _run_generation(study, panel_name, manifest_out, run_dir, grant)
 
 
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
+    layout = Layout(study.scratch)
     sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
     todo_all = candidates(study, study.panel(panel_name))
     records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
@@ -232,12 +236,12 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
         checks = flop_checks(todo_all, study.stats.seed)
         return [generation_payload(ref, c, checks) for c in todo]
 
-    hooks = TaskHooks(telemetry_path(study, panel_name, "generate"),
-                      lambda p: failure_path(study, p["candidate"], "generate"), describe,
+    hooks = TaskHooks(telemetry_path(layout, panel_name, "generate"),
+                      lambda p: failure_path(layout, p["candidate"], "generate"), describe,
                       warm=(warm_generation, warm_payload(study)),
                       # Start the pool before preparing only when work is certain (a record is
                       # missing); else only once prepare() found some, so a no-op job starts none.
-                      start_early=any(not record_path(study, c).exists() for c in todo_all))
+                      start_early=any(not record_path(layout, c).exists() for c in todo_all))
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks)
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
@@ -246,6 +250,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
 def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, GenerationRecord]) -> list[Candidate]:
     """The candidates of ``cands`` to (re)generate; the verified records of the others
     go into ``records`` (by record path), so each video is hashed once per job."""
+    layout = Layout(study.scratch)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     todo = []
     for c in cands:
@@ -253,7 +258,7 @@ def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, Gen
         if record is None:
             todo.append(c)
         else:
-            records[record_path(study, c)] = record
+            records[record_path(layout, c)] = record
     return todo
 
 
@@ -276,7 +281,8 @@ def warm_payload(study: StudySpec) -> dict[str, Any]:
 
 def verified(study: StudySpec, c: Candidate) -> GenerationRecord:
     """``c``'s new record, self-digest, schema and video bytes checked (IntegrityError otherwise)."""
-    path = record_path(study, c)
+    layout = Layout(study.scratch)
+    path = record_path(layout, c)
     record = read_record(path, "generation")
     check_video(record, path)
     return record
@@ -287,15 +293,16 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
     """After every task succeeded: clear the panel's generation failure records, verify
     each new record not yet in ``records`` (every new record must verify before the
     manifest binds it), check the seed streams and write the generation manifest."""
+    layout = Layout(study.scratch)
     clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:
-        path = record_path(study, c)
+        path = record_path(layout, c)
         if path not in records:
             records[path] = verified(study, c)
-    files = [record_path(study, c) for c in todo_all]
+    files = [record_path(layout, c) for c in todo_all]
     check_streams(list(records.values()))
-    manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
+    manifest = build_manifest("panel-generation", panel_dir(layout, panel_name), files,
                               {"study": study.study, "panel": panel_name,
-                               "stable_root": stable_root(panel_dir(study, panel_name), records),
+                               "stable_root": stable_root(panel_dir(layout, panel_name), records),
                                "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)

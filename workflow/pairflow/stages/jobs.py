@@ -34,8 +34,9 @@ def describe(payload: dict[str, Any]) -> str:
 
 
 def clear_failures(study: StudySpec, done: list[Candidate], stage: str) -> None:
+    layout = Layout(study.scratch)
     for c in done:
-        failure_path(study, c, stage).unlink(missing_ok=True)
+        failure_path(layout, c, stage).unlink(missing_ok=True)
 
 
 def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str, ...]) -> None:

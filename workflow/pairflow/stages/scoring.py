@@ -30,6 +30,7 @@ from ..envinfo import package_version
 from ..errors import IntegrityError
 from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
 from ..identity import digest_file, digest_obj, digest_tree
+from ..layout import Layout
 from ..locks import hold
 from ..metrics import ScoreContext, metric_spec, needed_weights, score
 from ..metrics.dynamic_degree import is_dynamic, pair_motion
@@ -213,6 +214,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
 
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
+    layout = Layout(study.scratch)
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
@@ -220,7 +222,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
         return decoded(r["video"]["digest"], matrix, lambda: read_video(
-            panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+            panel_dir(layout, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
             frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"], fps=g.fps,
             matrix=matrix))
 
@@ -269,12 +271,14 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
                 grant: Grant) -> dict[str, Any]:
     """Score every candidate whose score record is missing or stale, then write the
     manifest. Scoring runs on the same per-accelerator slots as generation."""
-    with hold(panel_dir(study, panel_name), f"score {panel_name}"):
+    layout = Layout(study.scratch)
+    with hold(panel_dir(layout, panel_name), f"score {panel_name}"):
         return _run_scoring(study, panel_name, manifest_out, run_dir, grant)
 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
+    layout = Layout(study.scratch)
     sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     todo_all = candidates(study, study.panel(panel_name))
@@ -285,7 +289,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         video, and find the candidates whose score is missing or stale."""
         records: dict[str, GenerationRecord] = {}
         for c in todo_all:
-            path = record_path(study, c)
+            path = record_path(layout, c)
             records[c.key.candidate_id] = read_record(path, "generation")
             check_video(records[c.key.candidate_id], path)
         control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
@@ -297,9 +301,9 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
         return payloads
 
-    hooks = TaskHooks(telemetry_path(study, panel_name, "score"),
-                      lambda p: failure_path(study, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
-                      start_early=any(not score_path(study, c).exists() for c in todo_all))
+    hooks = TaskHooks(telemetry_path(layout, panel_name, "score"),
+                      lambda p: failure_path(layout, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
+                      start_early=any(not score_path(layout, c).exists() for c in todo_all))
     run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks)
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
     return {"ran": len(payloads)}
@@ -316,7 +320,8 @@ def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecor
                   build: ScorerBuild) -> dict[str, Any] | None:
     """The score task of ``c`` given its verified generation record ``rec`` and its pair's
     control record ``ctrl``, or None when its score record is fresh."""
-    out = score_path(study, c)
+    layout = Layout(study.scratch)
+    out = score_path(layout, c)
     try:
         old = read_record(out, "score")
         # A score is bound to its candidate's current generation record: a regenerated
@@ -337,11 +342,12 @@ def finish_scoring(study: StudySpec, panel_name: str, todo_all: list[Candidate],
                    build: ScorerBuild, manifest_out: Path) -> None:
     """After every task succeeded: clear the panel's score failure records, check every
     score record's self-digest and write the score manifest."""
+    layout = Layout(study.scratch)
     clear_failures(study, todo_all, "score")  # every candidate is scored now
-    files = [score_path(study, c) for c in todo_all]
+    files = [score_path(layout, c) for c in todo_all]
     for f in files:
         read_record(f, "score")
-    manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
+    manifest = build_manifest("panel-scores", panel_dir(layout, panel_name), files,
                               {"study": study.study, "panel": panel_name, "ran": ran,
                                "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)

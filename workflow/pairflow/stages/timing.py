@@ -68,8 +68,9 @@ def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tupl
     """Whether the candidate's timing record can stay: it names the current generation
     record, and it is a timing (frames matching the bulk run) exactly when the pair is in
     the current sample (a pair leaving the sample gets a not-sampled record)."""
+    layout = Layout(study.scratch)
     try:
-        t = read_record(timing_path(study, c), "timing")
+        t = read_record(timing_path(layout, c), "timing")
         if stale_link(t, bulk):
             return False
         if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample:
@@ -221,10 +222,11 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> Manifest:
+    layout = Layout(study.scratch)
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
-    sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
+    sweep_temps([panel_dir(layout, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
-    bulk = {c.key.candidate_id: read_record(record_path(study, c), "generation") for c in cands}
+    bulk = {c.key.candidate_id: read_record(record_path(layout, c), "generation") for c in cands}
     sample = sampled_pairs(study, panels)
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
     log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands), len(sample),
@@ -239,7 +241,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
             "generation_record_digest": b["record_digest"],
             "timing": {"pass": "timed", "latency_s": None, "pairs": study.timing.pairs, "seed": study.timing.seed},
             "matches_bulk_frames": None}
-        write_record(timing_path(study, c), not_sampled)
+        write_record(timing_path(layout, c), not_sampled)
     run = [c for c in todo if c not in skipped]
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
@@ -301,7 +303,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
              "seed": study.timing.seed, "per_arm": per_arm, "cuda_settings": settings, "node": node,
              "allocation": alloc.asdict() if alloc else None},
             indent=1, sort_keys=True) + "\n")
-    manifest = build_manifest("timing", study.scratch, [timing_path(study, c) for c in cands],
+    manifest = build_manifest("timing", study.scratch, [timing_path(layout, c) for c in cands],
                               {"study": study.study, "panels": panels, "pass": "timed"},
                               base=os.path.relpath(study.scratch, Path(manifest_out).parent))
     write_manifest(manifest_out, manifest)
@@ -321,6 +323,7 @@ def _gpu_name() -> str:
 
 def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
+    layout = Layout(study.scratch)
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
@@ -352,4 +355,4 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
         "matches_bulk_frames": same,
         "worker": {**worker_identity(), "device": device, "node": node},
     }
-    write_record(timing_path(study, c), record)
+    write_record(timing_path(layout, c), record)
