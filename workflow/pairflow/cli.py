@@ -48,6 +48,8 @@ from .tracker import require as require_tracker
 from .verification import Report, check_results, recorded_study, temp_files, write_verify_json
 from .weights import build_test_mirror, fetch
 
+# Lazy on purpose: rich is imported inside the live display: optional, never a dependency.
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
 

@@ -40,6 +40,9 @@ from .atomic import write_text
 from .errors import ConfigError
 from .identity import digest_obj
 
+# Lazy on purpose: torch and diffusers are imported inside the functions that count FLOPs: stats imports this
+# module without them.
+
 BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "temporal_transformer_blocks")
 """Attribute names of the ``ModuleList``s holding a diffusers video transformer's blocks
 (Wan: ``blocks``; CogVideoX, LTX, HunyuanVideo: ``transformer_blocks`` and, for

@@ -18,6 +18,9 @@ from typing import Any
 
 from .identity import digest_obj
 
+# Lazy on purpose: pynvml is imported where the driver is read: optional, absent on machines without NVIDIA's
+# library.
+
 _PACKAGES = ("torch", "torchvision", "diffusers", "transformers", "pyiqa", "parsl", "snakemake",
              "numpy", "scipy", "av", "xxhash", "imageio-ffmpeg", "ffmpeg-python")
 

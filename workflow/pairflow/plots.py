@@ -19,6 +19,9 @@ from .atomic import atomic_path
 from .recordtypes import ScoreRecord, StudyStats, TimingRecord
 from .table import UNITS, direction
 
+# Lazy on purpose: matplotlib is imported inside the functions that draw (about a second): only the plot rule
+# needs it.
+
 
 def _agg() -> None:
     """Select the Agg backend (no display needed) before pyplot is imported."""

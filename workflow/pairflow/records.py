@@ -36,6 +36,9 @@ from .recordtypes import (
     TimingRecord,
 )
 
+# Lazy on purpose: yaml and the JSON-schema validators are imported when a schema is first read: planning
+# imports this module.
+
 SCHEMA_VERSION = 1
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 RUN_SPECIFIC = ("timing", "worker", "site", "memory")

@@ -29,6 +29,9 @@ from typing import Any
 
 from .atomic import write_text
 
+# Lazy on purpose: pynvml and torch are imported where a device is read: optional, absent without NVIDIA's
+# library or a GPU.
+
 log = logging.getLogger(__name__)
 
 NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "utilization_gpu_pct",

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .atomic import replace_dir
 from .errors import ConfigError
 
+# Lazy on purpose: torch, diffusers and transformers are imported inside the builders: the CLI imports this
+# module without them.
+
 if TYPE_CHECKING:
     import torch
     from diffusers.pipelines.pipeline_utils import DiffusionPipeline

@@ -35,6 +35,9 @@ from ..errors import ConfigError, PairingError, ScoringError
 from ..weights import WEIGHTS
 from .models import LOAD_COUNTS
 
+# Lazy on purpose: torch and pyiqa are imported inside the functions that score: the registry (names, specs,
+# weights) imports without them.
+
 _MODULES = {
     "temporal_flickering": "flicker",
     "subject_consistency": "subject_consistency",

@@ -28,6 +28,9 @@ import numpy as np
 from ..errors import ConfigError, WeightsError
 from ..weights import WEIGHTS, verify
 
+# Lazy on purpose: torch, torchvision, timm, pyiqa and clip are imported inside the loaders: only a scoring
+# worker needs them.
+
 LOAD_COUNTS: Counter[str] = Counter()
 
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)

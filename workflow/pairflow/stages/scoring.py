@@ -52,6 +52,9 @@ from ..video import read_video
 from ..weights import verify
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
+# Lazy on purpose: torch is imported inside the functions that run in a worker: the driver and rule scripts
+# import this module without it.
+
 log = logging.getLogger(__name__)
 
 

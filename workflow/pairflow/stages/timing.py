@@ -49,6 +49,9 @@ from ..slurm import AllocationInfo, exclusivity
 from ..telemetry import ThrottleWatch, gpu_state, progress_line
 from ..video import prepare_frames
 
+# Lazy on purpose: torch is imported inside the functions that time on the device: the driver imports this
+# module without it.
+
 log = logging.getLogger(__name__)
 
 
