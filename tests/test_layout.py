@@ -62,11 +62,11 @@ def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_pa
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     at = Layout(study.scratch)
     c = candidates(study, study.panels[0])[1]
-    assert video_path(Layout(study.scratch), c) == at.output("t", "videos", c.arm.name, c.stem)
-    assert (record_path(Layout(study.scratch), c), score_path(Layout(study.scratch), c), timing_path(Layout(study.scratch), c)) == tuple(
+    assert video_path(at, c) == at.output("t", "videos", c.arm.name, c.stem)
+    assert (record_path(at, c), score_path(at, c), timing_path(at, c)) == tuple(
         at.output("t", kind, c.arm.name, c.stem) for kind in ("records", "scores", "timing"))
-    assert failure_path(Layout(study.scratch), c, "generate") == at.failure("t", "generate", c.arm.name, c.stem)
-    assert telemetry_path(Layout(study.scratch), "t", "score") == at.telemetry("t", "score")
+    assert failure_path(at, c, "generate") == at.failure("t", "generate", c.arm.name, c.stem)
+    assert telemetry_path(at, "t", "score") == at.telemetry("t", "score")
 
 
 def test_paths_are_named_relative_to_the_project_when_inside_it(tmp_path: Path,
