@@ -44,7 +44,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
-from scipy.stats import ttest_1samp
 
 from .compute import bf16_peak, estimated_mfu
 from .config import StatsSpec
@@ -117,6 +116,9 @@ def t_procedure(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np
     ``confidence_interval``: the interval is the test inverted). Vectorised over leading
     axes. Zero spread: the interval is the point and p is 1 if the point is 0, else 0.
     Returns (low, high, p), each of ``x``'s shape without its last axis."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import ttest_1samp
+
     x = np.asarray(x, dtype=np.float64)
     if x.shape[-1] < 2:
         raise StatsError(f"a t-interval needs at least 2 paired values, got {x.shape[-1]}; add prompts or "
