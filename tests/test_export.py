@@ -66,7 +66,7 @@ def test_one_row_per_candidate_with_every_metric_latency_compute_and_digests(scr
     for r in rows:
         c = next(c for c in candidates(scratch, scratch.panels[0])
                  if (c.key.prompt_id, c.arm.name) == (r["prompt_id"], r["arm"]))
-        records = {kind: json.loads(path(scratch, c).read_text())
+        records = {kind: json.loads(path(Layout(scratch.scratch), c).read_text())
                    for kind, path in (("generation", record_path), ("score", score_path), ("timing", timing_path))}
         assert r["candidate_id"] == c.key.candidate_id and r["seed"] == 0 and r["study"] == "test"
         assert r["temporal_flickering"] == FLICKER[(r["prompt_id"], r["arm"])]
