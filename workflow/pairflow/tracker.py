@@ -27,7 +27,6 @@ from typing import Any
 
 from .atomic import write_text
 from .config import StudySpec
-from .envinfo import code_version
 from .errors import ConfigError, IntegrityError
 from .identity import digest_file
 from .records import verify_manifest
@@ -63,6 +62,10 @@ def log_study(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path,
               out: Path) -> dict[str, Any]:
     """Log the study to the configured tracker and write ``out`` (the run's id, the
     experiment, the tracking URI and the digests tagged). Returns what ``out`` holds."""
+    # lazy: envinfo loads importlib.metadata, platform and subprocess (about 20 ms of CPU);
+    # planning imports this module for ``require`` and its import time is kept as it was.
+    from .envinfo import code_version
+
     require(study)
     problems = verify_manifest(Path(manifest))
     if problems:
