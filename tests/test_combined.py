@@ -50,30 +50,30 @@ def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
     gen, scores = (json.loads(m.read_text()) for m in (at.generation_manifest("t"), at.score_manifest("t")))
     assert gen["kind"] == "panel-generation" and scores["kind"] == "panel-scores" and scores["ran"] == 4
     for c in cs:  # every score is bound to its candidate's generation record and video
-        g, s = read_record(record_path(study, c)), read_record(score_path(study, c))
+        g, s = read_record(record_path(Layout(study.scratch), c)), read_record(score_path(Layout(study.scratch), c))
         assert s["generation_record_digest"] == g["record_digest"] and s["video_digest"] == g["video"]["digest"]
         assert ("psnr" in s["scores"]) == (not c.arm.is_control)
         # one worker served both kinds: the pool's warm-up loaded the model once, for both
         assert s["worker"]["pid"] == g["worker"]["pid"] and g["worker"]["model_loads"]
         assert sum(g["worker"]["model_loads"].values()) == 1
-    t = json.loads(telemetry_path(study, "t", COMBINED).read_text())
+    t = json.loads(telemetry_path(Layout(study.scratch), "t", COMBINED).read_text())
     spans = [s for s in t["spans"] if s.get("kind") != "warm-up"]
     assert sorted(s["stage"] for s in spans) == ["generate"] * 4 + ["score"] * 4
     # Scoring was fed as pairs landed: the first pair's score tasks were queued before the
     # panel's last video was generated (per-stage, scoring starts after the whole panel).
     last_video = max(s["finished"] for s in spans if s["stage"] == "generate")
     assert min(s["queued"] for s in spans if s["stage"] == "score") < last_video
-    assert not telemetry_path(study, "t", "generate").exists() and not telemetry_path(study, "t", "score").exists()
+    assert not telemetry_path(Layout(study.scratch), "t", "generate").exists() and not telemetry_path(Layout(study.scratch), "t", "score").exists()
 
     # A lost treatment video: only that candidate is regenerated and rescored; the rest is kept.
     lost = next(c for c in cs if not c.arm.is_control)
-    kept = {score_path(study, c): digest_file(score_path(study, c)) for c in cs if c != lost}
-    video_path(study, lost).unlink()
+    kept = {score_path(Layout(study.scratch), c): digest_file(score_path(Layout(study.scratch), c)) for c in cs if c != lost}
+    video_path(Layout(study.scratch), lost).unlink()
     again = _run(study, at)
     assert (again["ran"], again["scored"]) == (1, 1)
     assert all(digest_file(p) == d for p, d in kept.items())
-    assert read_record(score_path(study, lost))["generation_record_digest"] == \
-        read_record(record_path(study, lost))["record_digest"]
+    assert read_record(score_path(Layout(study.scratch), lost))["generation_record_digest"] == \
+        read_record(record_path(Layout(study.scratch), lost))["record_digest"]
 
     # Nothing missing: no task runs, and both manifests are written again.
     assert _run(study, at)["scored"] == 0 and at.score_manifest("t").exists()

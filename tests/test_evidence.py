@@ -310,28 +310,28 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     their videos' inode, size, mtime and ctime, and what the config implies for them) and
     skips them while nothing there changes; a record rewritten in place, even at the same
     size, is read and healed."""
-    from pairflow import evidence
+    from pairflow import healing, verification
     from pairflow.config import load_study
 
     s = load_study(study / "config/config.yaml")
     memo = s.scratch / "checks/evidence.json"
-    assert evidence.heal_targets(s) == {} and memo.is_file()
+    assert healing.heal_targets(s) == {} and memo.is_file()
     assert set(json.loads(memo.read_text())["panels"]) == {"t"}
     reads: list[Path] = []
-    real_read = evidence.read_record
-    monkeypatch.setattr(evidence, "read_record", lambda p: reads.append(p) or real_read(p))
-    assert evidence.heal_targets(s) == {} and reads == []  # nothing changed: nothing read
+    real_read = verification.read_record
+    monkeypatch.setattr(verification, "read_record", lambda p: reads.append(p) or real_read(p))
+    assert healing.heal_targets(s) == {} and reads == []  # nothing changed: nothing read
     score = s.scratch / "panels/t/scores/pab/a2-s0.json"
     text = score.read_text()
     score.write_text(text.replace('"scores"', '"scorez"'))  # same size, new content
-    heals = evidence.heal_targets(s)
+    heals = healing.heal_targets(s)
     assert score in reads and list(heals) == [str(s.scratch / "panels/t/scores.json")]
     assert [p.kind for p in heals[str(s.scratch / "panels/t/scores.json")]] == ["altered", "root"]
     assert "t" not in json.loads(memo.read_text())["panels"]  # not clean: checked in full next time
     # verify (deep) never trusts the memo
     score.write_text(text)
     reads.clear()
-    assert evidence.check_results(s, deep=True).ok and score in reads
+    assert verification.check_results(s, deep=True).ok and score in reads
 
 
 def _same_size_edit(path: Path, offset: int, data: bytes) -> None:
@@ -379,12 +379,12 @@ def test_video_rot_under_an_unchanged_stat_is_the_documented_bound(
     old = video.read_bytes()
     _same_size_edit(video, 100, bytes([old[100] ^ 0x01]))
     # Simulate rot the kernel never saw: the memo's stat for this video is the new one.
-    from pairflow.evidence import _stat_key
+    from pairflow.healing import _stat_key
 
     memo = json.loads(memo_path.read_text())
     memo["videos"]["t"]["videos/control/a1-s0.mp4"][0] = _stat_key(video.stat())
     sig = memo["panels"]["t"]["files"]
-    from pairflow.evidence import PANEL_READS, _signature
+    from pairflow.healing import PANEL_READS, _signature
 
     pdir = scratch / "panels/t"
     memo["panels"]["t"]["files"] = _signature((pdir / "generation.json", pdir / "scores.json"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import generation_record, metric_spec, score_record, small_config, timing_record, write_config
 
-from pairflow.candidates import candidates, record_path, score_path
+from pairflow.candidates import candidates, record_path, score_path, timing_path
 from pairflow.cli import main
 from pairflow.config import StudySpec, study_from_raw
 from pairflow.errors import IntegrityError
@@ -19,7 +19,6 @@ from pairflow.export import candidate_rows, export, summary_rows
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
 from pairflow.records import build_manifest, write_manifest, write_record
-from pairflow.stages.timing import timing_path
 
 FLICKER = {("a1", "control"): 0.91, ("a1", "pab"): 0.85, ("a2", "control"): 0.90, ("a2", "pab"): 0.92}
 
@@ -29,7 +28,7 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
     """A recorded study (2 prompts x 1 seed, control + pab): sealed generation, score and
     timing records where the stages put them, a generation manifest recording the config
     (so `pairflow export <scratch>` finds the study) and a study stats.json."""
-    from pairflow.evidence import config_snapshot
+    from pairflow.provenance import config_snapshot
 
     cfg = small_config(tmp_path, tiny_model)
     write_config(tmp_path, cfg)
@@ -40,12 +39,12 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
         gen["candidate"]["candidate_id"] = c.key.candidate_id
         gen["compute"] = {"work_flops": 1e9 if arm == "control" else 6e8, "blocks_computed": 30, "blocks_skipped": 0}
         ctrl = generation_record("t", pid, 0, "control", 1, f"{pid}control")
-        gen = write_record(record_path(study, c), gen)
+        gen = write_record(record_path(Layout(study.scratch), c), gen)
         metrics = {"temporal_flickering": (FLICKER[(pid, arm)], metric_spec("temporal_flickering"))}
         if arm != "control":
             metrics["ssim"] = (0.5 if pid == "a1" else 0.75, metric_spec("ssim", "FR"))
-        write_record(score_path(study, c), score_record(gen, ctrl, metrics))
-        write_record(timing_path(study, c), timing_record(gen, 2.0 if arm == "control" else 1.0))
+        write_record(score_path(Layout(study.scratch), c), score_record(gen, ctrl, metrics))
+        write_record(timing_path(Layout(study.scratch), c), timing_record(gen, 2.0 if arm == "control" else 1.0))
     layout = Layout(study.scratch)
     write_manifest(layout.generation_manifest("t"), build_manifest(
         "panel-generation", layout.panel("t"), [], {"config": config_snapshot(study)}))
@@ -67,7 +66,7 @@ def test_one_row_per_candidate_with_every_metric_latency_compute_and_digests(scr
     for r in rows:
         c = next(c for c in candidates(scratch, scratch.panels[0])
                  if (c.key.prompt_id, c.arm.name) == (r["prompt_id"], r["arm"]))
-        records = {kind: json.loads(path(scratch, c).read_text())
+        records = {kind: json.loads(path(Layout(scratch.scratch), c).read_text())
                    for kind, path in (("generation", record_path), ("score", score_path), ("timing", timing_path))}
         assert r["candidate_id"] == c.key.candidate_id and r["seed"] == 0 and r["study"] == "test"
         assert r["temporal_flickering"] == FLICKER[(r["prompt_id"], r["arm"])]
@@ -100,9 +99,9 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
     assert table[0]["ssim"] == ""  # control has no FR value: an empty cell, not 0
     # an edited record is refused, not exported
     c = candidates(scratch, scratch.panels[0])[1]
-    rec = json.loads(score_path(scratch, c).read_text())
+    rec = json.loads(score_path(Layout(scratch.scratch), c).read_text())
     rec["scores"]["temporal_flickering"]["value"] = 0.99
-    score_path(scratch, c).write_text(json.dumps(rec))
+    score_path(Layout(scratch.scratch), c).write_text(json.dumps(rec))
     with pytest.raises(IntegrityError):
         export(scratch, out, "csv")
 

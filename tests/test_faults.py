@@ -17,6 +17,7 @@ from conftest import copy_project, small_config, write_config
 
 from pairflow.archive import verify_tree
 from pairflow.errors import PairFlowError
+from pairflow.layout import Layout
 from pairflow.records import read_record
 
 pytestmark = pytest.mark.slow
@@ -224,16 +225,16 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
         p.join(300)
         assert p.exitcode == 0
     study, c = load_context(payload["context"])["study"], payload["candidate"]
-    rec_dir = record_path(study, c).parent
-    assert [p.name for p in rec_dir.iterdir()] == [record_path(study, c).name]
-    assert [p.name for p in video_path(study, c).parent.iterdir()] == [video_path(study, c).name]
-    check_video(read_record(record_path(study, c)), record_path(study, c))
+    rec_dir = record_path(Layout(study.scratch), c).parent
+    assert [p.name for p in rec_dir.iterdir()] == [record_path(Layout(study.scratch), c).name]
+    assert [p.name for p in video_path(Layout(study.scratch), c).parent.iterdir()] == [video_path(Layout(study.scratch), c).name]
+    check_video(read_record(record_path(Layout(study.scratch), c)), record_path(Layout(study.scratch), c))
 
 
 def test_two_candidates_replaying_one_stream_are_rejected() -> None:
     """Injected: two records of different pairs that carry the same stream seed."""
     from pairflow.errors import IntegrityError
-    from pairflow.stats import check_streams
+    from pairflow.records import check_streams
 
     def rec(prompt: str, seed: int, stream: int, arm: str = "control") -> dict:
         return {"candidate": {"panel": "p", "prompt_id": prompt, "seed": seed, "stream_seed": stream},

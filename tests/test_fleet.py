@@ -16,7 +16,7 @@ import pytest
 
 from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
-from pairflow.fleet import Grant, classify_failure, make_config, run_tasks
+from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
 
 
 @pytest.fixture(autouse=True)
@@ -90,8 +90,8 @@ def test_ffmpeg_failure_in_a_worker_reaches_the_driver_with_its_stderr(tmp_path)
     started = time.monotonic()
     with pytest.raises(TaskFailedError) as e:
         run_tasks(dispatch, [{**p, "fn": fns[p["i"]].__name__} for p in payloads], tmp_path / "run",
-                  FleetSpec(2, 0, stall_timeout_s=30), Grant(), "ffmpeg", None,
-                  lambda p: tmp_path / "failures" / f"{p['i']}.json")
+                  FleetSpec(2, 0, stall_timeout_s=30), Grant(), "ffmpeg",
+                  TaskHooks(failure_out=lambda p: tmp_path / "failures" / f"{p['i']}.json"))
     assert time.monotonic() - started < 60
     assert "2 of 2 tasks failed" in str(e.value)
     enc = json.loads((tmp_path / "failures" / "0.json").read_text())
@@ -132,7 +132,7 @@ def test_failures_are_classified_and_spans_recorded(tmp_path):
                 for i, h in enumerate(hows)]
     with pytest.raises(TaskFailedError) as e:
         run_tasks(failing_task, payloads, tmp_path / "run", FleetSpec(2, 0), Grant(), "faults",
-                  tmp_path / "tel.json", lambda p: tmp_path / "failures" / f"{p['i']}.json")
+                  TaskHooks(tmp_path / "tel.json", lambda p: tmp_path / "failures" / f"{p['i']}.json"))
     assert "4 of 6 tasks failed" in str(e.value)
     got = {int(f.stem): json.loads(f.read_text())["class"] for f in (tmp_path / "failures").glob("*.json")}
     assert got == {1: "host_oom_or_killed", 2: "device_oom", 3: "other", 4: "host_oom_or_killed"}
@@ -176,7 +176,8 @@ def test_retried_attempts_keep_their_slot_time_as_retried(tmp_path):
     payloads = [{"dir": str(tmp_path), "i": i, "stage": "generate",
                  "identity": {"candidate_id": f"c{i}", "arm": "fewstep", "prompt_id": "a", "seed": i}}
                 for i in range(2)]
-    out = run_tasks(flaky_task, payloads, tmp_path / "run", FleetSpec(2, 1), Grant(), "flaky", tmp_path / "tel.json")
+    out = run_tasks(flaky_task, payloads, tmp_path / "run", FleetSpec(2, 1), Grant(), "flaky",
+                    TaskHooks(tmp_path / "tel.json"))
     assert out == [{"ok": True}] * 2
     t = json.loads((tmp_path / "tel.json").read_text())
     tried = [s for s in t["spans"] if s.get("attempt")]
@@ -213,7 +214,7 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
 
     with caplog.at_level("INFO", logger="pairflow.sites"):
         out = run_tasks(report_warm, prepare, tmp_path / "run", FleetSpec(1, 0), Grant(), "warm",
-                        tmp_path / "tel.json", warm=(warm_up, {}), start_early=True)
+                        TaskHooks(tmp_path / "tel.json", warm=(warm_up, {}), start_early=True))
     assert [r["warmed"] for r in out] == [True] * 4 and len({r["pid"] for r in out}) == 1
     t = json.loads((tmp_path / "tel.json").read_text())
     # The Parsl config that ran, verbatim (its constructor call), in the job log and the telemetry record.
@@ -226,7 +227,7 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     # Nothing to do: no pool starts when the work is found before starting it.
     tick = time.perf_counter()
     assert run_tasks(report_warm, lambda: [], tmp_path / "run2", FleetSpec(1, 0), Grant(), "none",
-                     warm=(warm_up, {})) == []
+                     TaskHooks(warm=(warm_up, {}))) == []
     assert time.perf_counter() - tick < 1 and not (tmp_path / "run2" / "parsl").exists()
 
 
@@ -247,8 +248,8 @@ def test_two_task_kinds_in_one_pool_and_followers_submitted_as_tasks_succeed(tmp
 
     payloads = [{"n": n, "stage": "first", "fail": n == 2, "i": n} for n in range(4)]
     with pytest.raises(TaskFailedError, match="1 of 7 tasks failed"):
-        run_tasks(double_task, payloads, tmp_path / "run", FleetSpec(2, 0), Grant(), "kinds", tmp_path / "tel.json",
-                  lambda p: tmp_path / "failures" / f"{p['i']}.json", follow=follow)
+        run_tasks(double_task, payloads, tmp_path / "run", FleetSpec(2, 0), Grant(), "kinds",
+                  TaskHooks(tmp_path / "tel.json", lambda p: tmp_path / "failures" / f"{p['i']}.json", follow=follow))
     assert sorted(seen) == [0, 0, 1, 2, 3, 6]  # every success: the three firsts and their followers (2n)
     spans = json.loads((tmp_path / "tel.json").read_text())["spans"]
     assert sorted(s.get("stage", "") for s in spans if not s.get("failure")) == ["after"] * 3 + ["first"] * 3
@@ -288,7 +289,8 @@ def test_a_failure_record_that_cannot_be_written_is_reported_in_the_log_and_on_s
     blocker.write_text("a file where the failure folder should be")
     with pytest.raises(TaskFailedError):
         run_tasks(failing_task, [{"how": "bug", "identity": {"candidate_id": "c0"}}], tmp_path / "run",
-                  FleetSpec(1, 0), Grant(), "unwritable", None, lambda p: blocker / "sub" / "0.json")
+                  FleetSpec(1, 0), Grant(), "unwritable",
+                  TaskHooks(failure_out=lambda p: blocker / "sub" / "0.json"))
     err = capfd.readouterr().err
     assert "cannot write the failure record" in err and str(blocker / "sub" / "0.json") in err
     assert '"candidate_id": "c0"' in err and '"class": "other"' in err and "a bug in the task" in err
@@ -318,7 +320,7 @@ def test_a_slow_start_is_not_a_stall_and_reported_progress_keeps_a_long_task_ali
     and a task reporting progress runs past the stall timeout."""
     started = time.monotonic()
     out = run_tasks(reporting_task, [{"s": 6}, {"s": 0.5}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=2.5),
-                    Grant(), "slow start", warm=(slow_warm_up, {"s": 8}))
+                    Grant(), "slow start", TaskHooks(warm=(slow_warm_up, {"s": 8})))
     assert len(out) == 2 and time.monotonic() - started > 14  # 8 s warm-up + 6.5 s of tasks, no stall
 
 
@@ -330,7 +332,7 @@ def test_a_silent_task_fails_as_stalled_after_the_stall_timeout(tmp_path):
     started = time.monotonic()
     with pytest.raises(StalledError) as e:
         run_tasks(sleep_task, [{"s": 120}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=3), Grant(), "silent",
-                  describe=lambda p: f"sleep {p['s']}")
+                  TaskHooks(describe=lambda p: f"sleep {p['s']}"))
     took = time.monotonic() - started
     assert "stalled: no task finished and no worker reported progress" in str(e.value)
     assert "silent: sleep 120" in str(e.value) and "/cpu" in str(e.value)  # the slot, host/device
@@ -342,7 +344,7 @@ def test_a_start_up_past_its_own_limit_fails_as_stalled_in_start_up(tmp_path):
 
     with pytest.raises(StalledError, match=r"no worker became ready .*\(fleet/startup_timeout_s: 4\)"):
         run_tasks(sleep_task, [{"s": 0}], tmp_path / "run", FleetSpec(1, 0, stall_timeout_s=60, startup_timeout_s=4),
-                  Grant(), "stuck start", warm=(slow_warm_up, {"s": 120}))
+                  Grant(), "stuck start", TaskHooks(warm=(slow_warm_up, {"s": 120})))
 
 
 def test_idle_block_is_released(tmp_path):
@@ -492,11 +494,12 @@ LOST_DRIVER = """
 import sys
 from pathlib import Path
 from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, run_tasks
+from pairflow.fleet import Grant, TaskHooks, run_tasks
 from test_fleet import pid_then_sleep
 d = Path(sys.argv[1])
 run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600, "i": i} for i in range(3)], d / "run",
-          FleetSpec(2, 0, stall_timeout_s=120), Grant(), "lost", None, lambda p: d / "failures" / f"{p['i']}.json")
+          FleetSpec(2, 0, stall_timeout_s=120), Grant(), "lost",
+          TaskHooks(failure_out=lambda p: d / "failures" / f"{p['i']}.json"))
 """
 
 

@@ -12,6 +12,7 @@ from pairflow.arms.kinds.cache import cache_config
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
 from pairflow.errors import ConfigError
 from pairflow.generate import LOAD_COUNTS, generate, load_pipeline
+from pairflow.layout import Layout
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control", None)
@@ -197,9 +198,9 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     for c in cands:
         generate_task({"context": ref, "candidate": c})
         g = study.generation
-        frames[c.arm.name] = read_video(video_path(study, c), study.encoder, frames=g.frames, height=g.height,
+        frames[c.arm.name] = read_video(video_path(Layout(study.scratch), c), study.encoder, frames=g.frames, height=g.height,
                                         width=g.width, fps=g.fps)
-        gen.append(read_record(record_path(study, c)))
+        gen.append(read_record(record_path(Layout(study.scratch), c)))
     assert np.array_equal(frames["control"], frames["never"])
     # and that seed is the recorded stream seed: control equals a direct call with it
     pipe = load_pipeline(study.model, "float32", 1)
@@ -242,13 +243,13 @@ def test_the_bulk_pass_measures_a_flop_table_once_then_derives_and_cross_checks(
     control = [c for c in cands if c.arm.name == "control"]
     first, second = control[0], control[1]
     stage.generate_task({"context": ref, "candidate": first, "flops_check": False})
-    assert read_record(record_path(study, first))["compute"]["method"] == "counted"
+    assert read_record(record_path(Layout(study.scratch), first))["compute"]["method"] == "counted"
     assert len(list(Layout(study.scratch).flop_tables.glob("*.json"))) == 1
     stage._TABLES.clear()  # a fresh worker: the table comes from scratch
     stage.generate_task({"context": ref, "candidate": second, "flops_check": False})
-    derived = read_record(record_path(study, second))["compute"]
+    derived = read_record(record_path(Layout(study.scratch), second))["compute"]
     stage.generate_task({"context": ref, "candidate": second, "flops_check": True})
-    counted = read_record(record_path(study, second))["compute"]
+    counted = read_record(record_path(Layout(study.scratch), second))["compute"]
     assert derived["method"] == "derived" and counted["method"] == "counted"
     assert derived["table"] == counted["table"]
     assert counted["cross_check"] == {"derived_transformer_flops": counted["transformer_flops"], "equal": True}

@@ -29,12 +29,12 @@ def test_clear_failures_removes_only_the_done_candidates_records_of_that_stage(t
     cs = candidates(study, study.panel("t"))
     for c in cs:
         for stage in ("generate", "score"):
-            failure_path(study, c, stage).parent.mkdir(parents=True, exist_ok=True)
-            failure_path(study, c, stage).write_text("{}")
+            failure_path(Layout(study.scratch), c, stage).parent.mkdir(parents=True, exist_ok=True)
+            failure_path(Layout(study.scratch), c, stage).write_text("{}")
     clear_failures(study, cs[:2], "generate")
     clear_failures(study, cs[:2], "generate")  # already gone: no error
-    assert [failure_path(study, c, "generate").exists() for c in cs] == [False, False, True, True]
-    assert all(failure_path(study, c, "score").exists() for c in cs)
+    assert [failure_path(Layout(study.scratch), c, "generate").exists() for c in cs] == [False, False, True, True]
+    assert all(failure_path(Layout(study.scratch), c, "score").exists() for c in cs)
 
 
 def test_sweep_panel_removes_older_temporaries_and_keeps_a_live_writers(tmp_path: Path) -> None:

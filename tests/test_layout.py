@@ -48,18 +48,25 @@ def test_the_package_and_the_snakefile_ask_the_layout() -> None:
 def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_path: Path) -> None:
     from conftest import small_config
 
-    from pairflow.candidates import candidates, failure_path, record_path, score_path, telemetry_path, video_path
+    from pairflow.candidates import (
+        candidates,
+        failure_path,
+        record_path,
+        score_path,
+        telemetry_path,
+        timing_path,
+        video_path,
+    )
     from pairflow.config import study_from_raw
-    from pairflow.stages.timing import timing_path
 
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     at = Layout(study.scratch)
     c = candidates(study, study.panels[0])[1]
-    assert video_path(study, c) == at.output("t", "videos", c.arm.name, c.stem)
-    assert (record_path(study, c), score_path(study, c), timing_path(study, c)) == tuple(
+    assert video_path(at, c) == at.output("t", "videos", c.arm.name, c.stem)
+    assert (record_path(at, c), score_path(at, c), timing_path(at, c)) == tuple(
         at.output("t", kind, c.arm.name, c.stem) for kind in ("records", "scores", "timing"))
-    assert failure_path(study, c, "generate") == at.failure("t", "generate", c.arm.name, c.stem)
-    assert telemetry_path(study, "t", "score") == at.telemetry("t", "score")
+    assert failure_path(at, c, "generate") == at.failure("t", "generate", c.arm.name, c.stem)
+    assert telemetry_path(at, "t", "score") == at.telemetry("t", "score")
 
 
 def test_paths_are_named_relative_to_the_project_when_inside_it(tmp_path: Path,

@@ -66,7 +66,7 @@ def _study(tmp: Path):
 
 def test_a_rerun_adds_to_the_ledger_and_keeps_the_failed_runs_seconds(tmp_path):
     study = _study(tmp_path)
-    tel = telemetry_path(study, "t", "generate-score")
+    tel = telemetry_path(Layout(study.scratch), "t", "generate-score")
     write_text(tel, json.dumps(record(100.0)))
     first = update(study, now=1.0)
     assert list(first["jobs"]) == [job_key(record(100.0))] and first["totals"]["slot_s"] == 40.0

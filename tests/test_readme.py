@@ -16,7 +16,6 @@ README = (ROOT / "README.md").read_text()
 
 COVERED_BY = {
     # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
-    "candidates": ("test_layout.py", "pairflow.candidates"),
     "packs": ("test_archive.py", "from pairflow import packs"),
     "provenance": ("test_generate.py", "pairflow.provenance"),
     "recordtypes": ("test_records.py", "recordtypes"),
@@ -49,6 +48,9 @@ COVERED_BY = {
     "sites/accelerators": ("test_sites.py", "pairflow.sites.accelerators"),
     "sites/base": ("test_sites.py", "pairflow.sites.base"),
     "sites/local": ("test_sites.py", "SingleNodeLauncher"),
+    # verify and heal: one test file for the evidence both read (test_evidence)
+    "healing": ("test_evidence.py", "healing.heal_targets"),
+    "verification": ("test_evidence.py", "verification.read_record"),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pairflow.layout import Layout
 from pairflow.metrics import ScoreContext, metric_spec, score
 
 
@@ -346,10 +347,10 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     raw = {ctrl_c.arm.name: clip(30, 5, 32, 32), treat_c.arm.name: clip(31, 5, 32, 32)}
 
     def generation_record(c):  # type: ignore[no-untyped-def]
-        path = video_path(study, c)
+        path = video_path(Layout(study.scratch), c)
         info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
         return {"candidate": candidate_fields(c), "arm": arm_record(c.arm),
-                "video": {**info.asdict(), "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                "video": {**info.asdict(), "path": path.relative_to(panel_dir(Layout(study.scratch), c.key.panel)).as_posix()},
                 "record_digest": "xxh3_128:" + "0" * 32}
 
     ctrl, treat = generation_record(ctrl_c), generation_record(treat_c)
@@ -428,11 +429,11 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
                treat_c.arm.name: np.clip(base + drift + rng.normal(0, 8, base.shape), 0, 255).astype(np.uint8)}
         recs = {}
         for c in (ctrl_c, treat_c):
-            path = video_path(study, c)
+            path = video_path(Layout(study.scratch), c)
             info = encode(raw[c.arm.name], path, study.encoder, study.generation.fps)
             recs[c.arm.name] = {"candidate": candidate_fields(c), "arm": arm_record(c.arm),
                                 "video": {**info.asdict(),
-                                          "path": path.relative_to(panel_dir(study, c.key.panel)).as_posix()},
+                                          "path": path.relative_to(panel_dir(Layout(study.scratch), c.key.panel)).as_posix()},
                                 "record_digest": "xxh3_128:" + "0" * 32}
         out = tmp_path / mode / "score.json"
         build = scorer_build(study)
@@ -442,7 +443,7 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
                     "out": str(out), "candidate": treat_c})
         rec = read_record(out)
         values[mode] = rec["scores"]
-        expected = bt601_flicker_from_planes(video_path(study, treat_c), study.encoder, 9, 48, 64)
+        expected = bt601_flicker_from_planes(video_path(Layout(study.scratch), treat_c), study.encoder, 9, 48, 64)
     assert values["vbench"]["temporal_flickering"]["decoded_with"] == "bt601"
     assert values["vbench"]["temporal_flickering"]["value"] == pytest.approx(expected, abs=1e-4)
     assert values["bt709"]["temporal_flickering"]["decoded_with"] == "bt709"

@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 from conftest import small_config, write_config
 
-from pairflow.candidates import candidates, failure_path, panel_dir, record_path, score_path, telemetry_path
+from pairflow.candidates import (
+    candidates,
+    failure_path,
+    panel_dir,
+    record_path,
+    score_path,
+    telemetry_path,
+    timing_path,
+)
 from pairflow.cli import main
 from pairflow.config import study_from_raw
-from pairflow.stages.timing import timing_path
+from pairflow.layout import Layout
 from pairflow.status import study_status
 
 
@@ -34,14 +42,14 @@ def half_done(tmp_path: Path, tiny_model: Path):  # type: ignore[no-untyped-def]
     cands = candidates(study, study.panels[0])
     now = time.time()
     for i, c in enumerate(cands[:3]):
-        _touch(record_path(study, c), now - 30 + 10 * i)
-    _touch(record_path(study, cands[3]).with_name(".tmp-abc.json"), now)  # an interrupted write never counts
-    _touch(failure_path(study, cands[3], "generate"), now)
-    _touch(score_path(study, cands[0]), now - 5000)
-    beats = panel_dir(study, "t") / "run" / "generate" / "heartbeats"
+        _touch(record_path(Layout(study.scratch), c), now - 30 + 10 * i)
+    _touch(record_path(Layout(study.scratch), cands[3]).with_name(".tmp-abc.json"), now)  # an interrupted write never counts
+    _touch(failure_path(Layout(study.scratch), cands[3], "generate"), now)
+    _touch(score_path(Layout(study.scratch), cands[0]), now - 5000)
+    beats = panel_dir(Layout(study.scratch), "t") / "run" / "generate" / "heartbeats"
     _touch(beats / "node1-11.json", now - 1)
     _touch(beats / "node1-12.json", now - 300)  # a worker of an earlier job
-    _touch(telemetry_path(study, "t", "score"), now - 4000, json.dumps(
+    _touch(telemetry_path(Layout(study.scratch), "t", "score"), now - 4000, json.dumps(
         {"slots": {"a": {"busy_s": 30.0, "window_s": 40.0}, "b": {"busy_s": 10.0, "window_s": 40.0}}}))
     return study, now
 
@@ -67,8 +75,8 @@ def test_one_job_per_panel_reports_its_slots_and_busy_share_for_both_stages(tmp_
 
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     now = time.time()
-    _touch(panel_dir(study, "t") / "run" / COMBINED / "heartbeats" / "node1-11.json", now - 1)
-    _touch(telemetry_path(study, "t", COMBINED), now - 100, json.dumps(
+    _touch(panel_dir(Layout(study.scratch), "t") / "run" / COMBINED / "heartbeats" / "node1-11.json", now - 1)
+    _touch(telemetry_path(Layout(study.scratch), "t", COMBINED), now - 100, json.dumps(
         {"slots": {"a": {"busy_s": 36.0, "window_s": 40.0}}}))
     gen, score, _ = study_status(study, now=now)
     assert (gen.active_slots, score.active_slots) == (1, 1)
@@ -90,7 +98,7 @@ def test_watch_stops_when_every_stage_is_done(half_done, capsys: pytest.CaptureF
                                               monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     study, now = half_done
     for c in candidates(study, study.panels[0]):
-        for path in (record_path(study, c), score_path(study, c), timing_path(study, c)):
+        for path in (record_path(Layout(study.scratch), c), score_path(Layout(study.scratch), c), timing_path(Layout(study.scratch), c)):
             if not path.exists():
                 _touch(path, now)
     monkeypatch.chdir(study.root)

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import score_record, small_config
 
-from pairflow.candidates import candidates, panel_dir, record_path, task_identity
+from pairflow.candidates import candidates, panel_dir, record_path, task_identity, timing_path
 from pairflow.config import StatsSpec, study_from_raw
 from pairflow.context import write_context
+from pairflow.layout import Layout
 from pairflow.provenance import provenance
 from pairflow.records import read_record
 from pairflow.stages.generation import generate_task
-from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs, timing_path
+from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs
 from pairflow.stats import analyse
 
 
@@ -65,7 +66,7 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
     out = study.scratch / "study" / "timing.json"
     run_timed_pass(study, ["t"], out)
     cs = candidates(study, study.panels[0])
-    recs = {(c.arm.name, c.key.prompt_id): read_record(timing_path(study, c)) for c in cs}
+    recs = {(c.arm.name, c.key.prompt_id): read_record(timing_path(Layout(study.scratch), c)) for c in cs}
     timed = [r for r in recs.values() if r["sampled"]]
     assert len(timed) == 2 and {r["arm"]["name"] for r in timed} == {"control", "pab"}
     assert len({r["candidate"]["prompt_id"] for r in timed}) == 1  # both arms of one pair
@@ -79,7 +80,7 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
         assert t["cuda_settings"] is None and r["gpu"] is None
     skipped = [r for r in recs.values() if not r["sampled"]]
     assert len(skipped) == 2 and all(r["timing"]["latency_s"] is None for r in skipped)
-    gen = [read_record(record_path(study, c)) for c in cs]
+    gen = [read_record(record_path(Layout(study.scratch), c)) for c in cs]
     control = {(g["candidate"]["prompt_id"], g["candidate"]["seed"]): g for g in gen if g["arm"]["name"] == "control"}
     scores = [score_record(g, control[g["candidate"]["prompt_id"], g["candidate"]["seed"]], {}) for g in gen]
     stats = analyse(gen, scores, list(recs.values()), ["pab"], StatsSpec(200, 0.95, 0))
@@ -90,14 +91,14 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
     assert any("seeded sample of 1 of 2" in n for n in stats["comparisons"][0]["notes"])
     before = {k: r["record_digest"] for k, r in recs.items()}
     run_timed_pass(study, ["t"], out)  # nothing to time: every record kept
-    assert {(c.arm.name, c.key.prompt_id): read_record(timing_path(study, c))["record_digest"] for c in cs} == before
+    assert {(c.arm.name, c.key.prompt_id): read_record(timing_path(Layout(study.scratch), c))["record_digest"] for c in cs} == before
     every = _study(tmp_path, tiny_model)  # timing/pairs: all now: only the two unsampled candidates run
     run_timed_pass(every, ["t"], out)
-    after = {(c.arm.name, c.key.prompt_id): read_record(timing_path(every, c)) for c in cs}
+    after = {(c.arm.name, c.key.prompt_id): read_record(timing_path(Layout(every.scratch), c)) for c in cs}
     assert all(r["sampled"] for r in after.values())
     assert {k for k, r in after.items() if r["record_digest"] == before[k]} == {k for k, r in recs.items()
                                                                                if r["sampled"]}
-    assert panel_dir(study, "t").is_dir()
+    assert panel_dir(Layout(study.scratch), "t").is_dir()
 
 
 def _cuda() -> bool:
@@ -120,7 +121,7 @@ def test_on_cuda_events_time_the_run_settings_are_pinned_and_the_device_is_read(
     _bulk(study)
     run_timed_pass(study, ["t"], study.scratch / "study" / "timing.json")
     for c in candidates(study, study.panels[0]):
-        r = read_record(timing_path(study, c))
+        r = read_record(timing_path(Layout(study.scratch), c))
         t = r["timing"]
         assert t["clock"] == "cuda_events" and t["device"] == "cuda" and r["matches_bulk_frames"] is True
         assert {k: t["cuda_settings"][k] for k in CUDA_SETTINGS} == CUDA_SETTINGS
@@ -149,7 +150,7 @@ def test_latency_is_the_median_of_the_repeats_not_the_mean(tiny_model: Path, tmp
     runs = [{"round": r, "seconds": s, "phases": {"denoise": 0.8 * s, "decode": 0.1 * s, "other": 0.1 * s,
                                                   "total": s}} for r, s in enumerate(seconds)]
     _write_timing(study, c, bulk, runs, True, "cpu", 1, None, None)
-    t = read_record(timing_path(study, c))["timing"]
+    t = read_record(timing_path(Layout(study.scratch), c))["timing"]
     assert t["latency_s"] == 1.2 and t["seconds"] == seconds and t["rounds"] == [0, 1, 2]
     assert t["phases_s"]["total"] == 1.2 and t["phases_s"]["denoise"] == pytest.approx(0.96)
     assert t["cv"] == pytest.approx(cv(seconds)) and t["over_max_cv"] is True

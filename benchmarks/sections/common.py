@@ -92,12 +92,10 @@ def write_evidence(proj: Path) -> int:
     Returns the files written."""
     import yaml
 
-    from pairflow.candidates import candidates, record_path, score_path, video_path
+    from pairflow.candidates import candidates, expected_scores, record_path, score_path, timing_path, video_path
     from pairflow.config import study_from_raw
     from pairflow.layout import Layout
     from pairflow.records import build_manifest, seal
-    from pairflow.stages.scoring import expected_scores
-    from pairflow.stages.timing import timing_path
     from pairflow.video import recipe_digest
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -122,7 +120,7 @@ def write_evidence(proj: Path) -> int:
         pdir = layout.panel(panel.name)
         gens, scores = [], []
         for c in candidates(study, panel):
-            video = video_path(study, c)
+            video = video_path(Layout(study.scratch), c)
             put(video, b"\0" * 64)
             # Complete records (they must fit their kinds' schemas, as real ones do), built by
             # the test suite's factories and bound to this candidate's identity and files.
@@ -132,14 +130,14 @@ def write_evidence(proj: Path) -> int:
             body["video"] = {**body["video"], "path": video.relative_to(pdir).as_posix(), "bytes": 64,
                              "digest": VIDEO_DIGEST}
             gen = seal(body)
-            put(record_path(study, c), gen)
+            put(record_path(Layout(study.scratch), c), gen)
             spec = metric_spec("temporal_flickering")
-            put(score_path(study, c), seal(score_record(gen, gen, {m: (0.0, spec)
+            put(score_path(Layout(study.scratch), c), seal(score_record(gen, gen, {m: (0.0, spec)
                                                                    for m in expected_scores(study, c.arm)})))
-            put(timing_path(study, c), seal(timing_record(gen, 1.0)))
-            gens.append(record_path(study, c))
-            scores.append(score_path(study, c))
-            timing_files.append(timing_path(study, c))
+            put(timing_path(Layout(study.scratch), c), seal(timing_record(gen, 1.0)))
+            gens.append(record_path(Layout(study.scratch), c))
+            scores.append(score_path(Layout(study.scratch), c))
+            timing_files.append(timing_path(Layout(study.scratch), c))
             n += 4
         for kind, files, out in (("generation", gens, layout.generation_manifest(panel.name)),
                                  ("scores", scores, layout.score_manifest(panel.name))):

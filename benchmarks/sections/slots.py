@@ -24,7 +24,7 @@ def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
     """Share of slot time spent running tasks on a heterogeneous synthetic workload, and
     no-op task throughput, through the project's own fleet config and its telemetry."""
     from pairflow.config import FleetSpec
-    from pairflow.fleet import Grant, noop, run_tasks
+    from pairflow.fleet import Grant, TaskHooks, noop, run_tasks
     from pairflow.telemetry import slot_key
 
     requested = 4
@@ -32,7 +32,7 @@ def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
     durations = rng.uniform(0.05, 1.0, 8 if quick else 240).round(3).tolist()
     run_dir = Path(tempfile.mkdtemp())
     run_tasks(_sleep_task, [{"s": d} for d in durations], run_dir, FleetSpec(requested, 0), Grant(), "slots",
-              run_dir / "tel.json")
+              TaskHooks(run_dir / "tel.json"))
     t = json.loads((run_dir / "tel.json").read_text())
     spans = t["spans"]
     # Parsl caps workers at the cores it sees (cores_per_worker=1), so count the slots that
@@ -45,7 +45,7 @@ def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
         per_slot_end[slot_key(s)] = max(per_slot_end.get(slot_key(s), 0.0), s["finished"])
     n = 50 if quick else 2000
     tick = time.perf_counter()
-    run_tasks(noop, [{}] * n, run_dir, FleetSpec(requested, 0), Grant(), "noop", run_dir / "noop.json")
+    run_tasks(noop, [{}] * n, run_dir, FleetSpec(requested, 0), Grant(), "noop", TaskHooks(run_dir / "noop.json"))
     noop_wall = time.perf_counter() - tick
     noop = json.loads((run_dir / "noop.json").read_text())
     noop_first = min(s["started"] for s in noop["spans"])

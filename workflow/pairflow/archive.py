@@ -63,8 +63,10 @@ from .records import (
     read_record,
     verify_manifest,
     write_manifest,
+    write_record,
 )
 from .recordtypes import Manifest
+from .verification import Report, links, temp_files
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
 ARCHIVE_MANIFEST = "archive.json"
@@ -309,8 +311,6 @@ def retire(dest: Path, snapshot: str, why: str, scratch: Path | None = None) -> 
     ``scratch/study/archived.json`` when it names the snapshot, so the next run promotes
     the evidence again into a new snapshot. Returns the note's path. Raises ArchiveError
     for an unknown or already retired snapshot, or an empty reason."""
-    from .records import write_record
-
     dest = Path(dest)
     sdir = dest / "snapshots" / snapshot
     known = sorted(p.name for p in (dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
@@ -375,11 +375,9 @@ def _repoint_latest(dest: Path) -> None:
 
 
 def verify_archive(dest: Path) -> Any:
-    """An archive (``work/<study>``) as an ``evidence.Report``: every non-retired
+    """An archive (``work/<study>``) as an ``verification.Report``: every non-retired
     snapshot is complete and verifies, retired ones are notes, and ``latest.json``
     points at a complete, non-retired snapshot with its root digest."""
-    from .evidence import Report, links, temp_files
-
     dest = Path(dest)
     report = Report()
     try:

@@ -141,9 +141,9 @@ def _phase(memory: Any, name: str, fn: Any) -> tuple[Any, dict[str, Any]]:
 def measure_worker(study: StudySpec) -> dict[str, Any]:
     """Calibrate every arm in this process (meant to be a fresh one: ``calibrate``).
     Returns {device, import, arms: {name: {phases, warmup_s, generate_s, score_s}}}."""
-    # The stages' modules are imported here, in the fresh worker, not at module level: they
-    # bring scipy (stats) and the scorers' registry, and `pairflow estimate`, `pairflow
-    # status` and Snakemake's planning import this module for the table's key alone.
+    # lazy: the stages' modules are imported here, in the fresh worker, not at module level:
+    # they bring numpy and the scorers' registry, and `pairflow estimate`, `pairflow status`
+    # and Snakemake's planning import this module for the table's key alone.
     from .stages.jobs import timed_imports
     from .stages.scoring import SCORER_MODULES, clip_precision, metric_decoding
     from .telemetry import PhaseMemory
@@ -152,11 +152,13 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
     import_s = {"s": 0.0}
 
     def imports() -> None:
+        # lazy: this is the import phase being measured (generation's own imports)
         from . import generate as g
 
         import_s["s"] = timed_imports(("torch", "diffusers", *SCORER_MODULES)) + g.pipeline_imports(study.model)
 
     _, imp = _phase(memory, "import", imports)
+    # lazy: imported after the measured import phase, in the fresh worker only
     from . import generate as g
     from .arms import verifier_for
     from .arms.run import arm_pipeline, run_arm

@@ -17,19 +17,41 @@ A subcommand that runs Snakemake (rerun-panel) exits with Snakemake's own code.
 from __future__ import annotations
 
 import argparse
+import atexit
+import dataclasses
 import json
 import logging
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .archive import ARCHIVE_MANIFEST, retire, show, verify_archive, verify_tree
+from .arms import check_arms
+from .atomic import write_text
 from .calibrate import calibrate, read_table, table_path
-from .config import load_study
+from .candidates import panel_dir
+from .config import FleetSpec, load_study
 from .errors import ConfigError, PairFlowError
 from .estimate import check_budget, estimate, summary_lines
-from .layout import Layout
+from .export import export
+from .fleet import TaskHooks, noop, run_tasks
+from .healing import drop_memo
+from .layout import CANDIDATE_KINDS, Layout, as_named
+from .locks import hold
+from .sites import grant_from_env
+from .status import as_dict, render, study_status
+from .tinymodel import build_tiny_model
+from .tracker import require as require_tracker
+from .verification import Report, check_results, recorded_study, temp_files, write_verify_json
+from .weights import build_test_mirror, fetch
+
+# Lazy on purpose: rich is imported inside the live display: optional, never a dependency.
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -195,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pairflow status | head`: the reader left; not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
 
@@ -207,17 +227,12 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "status":
         return status(args.configfile, args.watch, args.check, args.json)
     if args.cmd == "export":
-        from .evidence import recorded_study
-        from .export import export
-
         _require_tree(args.path)
         study = recorded_study(args.path)
         for written in export(study, args.out or Layout(args.path).export, args.format):
             print(written)
         return EXIT_OK
     if args.cmd == "archive":
-        from .archive import retire, show
-
         if args.archive_cmd == "show":
             sdir = Path(args.snapshot)
             if not sdir.is_dir():
@@ -231,14 +246,9 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
         return EXIT_OK
     if args.cmd == "build-tiny-model":
-        from .tinymodel import build_tiny_model
-
         build_tiny_model(args.out, args.family)
         return EXIT_OK
     if args.cmd == "check-config":
-        from .arms import check_arms
-        from .tracker import require as require_tracker
-
         if args.config is not None and args.configfile is not None and args.config != args.configfile:
             raise ConfigError(f"check-config was given two configs, {args.config} and --configfile "
                               f"{args.configfile}; give one")
@@ -255,8 +265,6 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
               f"resolved against {directory}")
         return EXIT_OK
     if args.cmd in ("mirror", "build-test-mirror"):
-        from .weights import build_test_mirror, fetch
-
         lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)
         for rel, digest in sorted(lock.files.items()):
             print(f"{digest}  {rel}")
@@ -290,10 +298,6 @@ def status(configfile: Path, watch: int | None, check: bool, as_json: bool = Fal
     done: redrawn in place on a terminal (rich's live display where rich is installed,
     else ANSI cursor moves), appended only when it changed otherwise; ``as_json``: one
     JSON object per refresh. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
-    import time
-
-    from .status import as_dict, render, study_status
-
     study = load_study(configfile, Path.cwd())
     tty = sys.stdout.isatty() and not as_json
     draw = _redrawer() if watch and tty else None
@@ -301,8 +305,6 @@ def status(configfile: Path, watch: int | None, check: bool, as_json: bool = Fal
     while True:
         rows = study_status(study)
         if as_json:
-            import json
-
             print(json.dumps(as_dict(rows, study), sort_keys=True), flush=True)
         else:
             text = render(rows, study)
@@ -335,7 +337,6 @@ def _redrawer() -> Any:
             lines[0] = text.count("\n") + 1
 
         return ansi
-    import atexit
 
     live = Live(console=Console(), auto_refresh=False, transient=False)
     live.start()
@@ -359,11 +360,6 @@ def _require_tree(path: Path) -> None:
 def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
     """Verify a results tree, an archive or one snapshot; print one line per problem
     (grouped by kind) and notes, then a summary. Returns 0 when everything holds, else 1."""
-    import dataclasses
-
-    from .archive import ARCHIVE_MANIFEST, verify_archive, verify_tree
-    from .evidence import Report, check_results, drop_memo, recorded_study, temp_files, write_verify_json
-
     if (path / "latest.json").exists() or (path / "snapshots").is_dir():
         report = verify_archive(path)
     elif (path / ARCHIVE_MANIFEST).exists():
@@ -398,19 +394,10 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
     """What this allocation really starts: one no-op task per payload through the same
     executor config the rules use; prints the slots seen and the task rate (per-task
     overhead), and writes the telemetry record to ``out``."""
-    import json
-    import os
-    import time
-
-    from .atomic import write_text
-    from .config import FleetSpec
-    from .fleet import noop, run_tasks
-    from .sites import grant_from_env
-
     grant = grant_from_env(os.environ)
     start = time.time()
     run_tasks(noop, [{}] * tasks, out.parent / f"{out.stem}-run", FleetSpec(cpu_workers, 0), grant,
-              "probe-slots", out)
+              "probe-slots", TaskHooks(telemetry_out=out))
     total = time.time() - start
     t = json.loads(out.read_text())
     first = min(s["started"] for s in t["spans"])
@@ -427,15 +414,9 @@ def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
     """Clear one panel's records, scores, timings and videos, then run Snakemake with that
     panel's generation forced. Other panels' files are not touched; the study statistics,
     plots and archive (a new snapshot) follow from the changed inputs."""
-    import shutil
-    import subprocess
-
-    from .candidates import panel_dir
-    from .layout import CANDIDATE_KINDS, Layout, as_named
-    from .locks import hold
-
     study = load_study(configfile, Path.cwd())
-    pdir = panel_dir(study, study.panel(panel).name)
+    layout = Layout(study.scratch)
+    pdir = panel_dir(layout, study.panel(panel).name)
     with hold(pdir, f"rerun-panel {panel}"):
         for sub in CANDIDATE_KINDS:
             shutil.rmtree(pdir / sub, ignore_errors=True)

@@ -36,7 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
 from .errors import ConfigError
+from .identity import digest_obj
+
+# Lazy on purpose: torch and diffusers are imported inside the functions that count FLOPs: stats imports this
+# module without them.
 
 BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "temporal_transformer_blocks")
 """Attribute names of the ``ModuleList``s holding a diffusers video transformer's blocks
@@ -146,8 +151,6 @@ def table_key(model: dict[str, Any], arm: dict[str, Any], generation: dict[str, 
     import diffusers
     import torch
 
-    from .identity import digest_obj
-
     return digest_obj({"v": TABLE_VERSION, "model": model, "arm": arm, "generation": generation, "tokens": tokens,
                        "torch": torch.__version__, "diffusers": diffusers.__version__})
 
@@ -169,8 +172,6 @@ def load_table(folder: Path, key: str) -> FlopTable | None:
 def save_table(folder: Path, table: FlopTable) -> Path:
     """Write ``table`` atomically under ``folder`` (two workers measuring the same key
     write the same bytes)."""
-    from .atomic import write_text
-
     path = Path(folder) / f"{table.key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(table.asdict(), sort_keys=True, indent=1) + "\n")

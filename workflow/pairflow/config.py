@@ -144,6 +144,7 @@ def _arm_registry() -> Any:
     """``pairflow.arms.registry``: the kinds of arm. Imported when first used, not with
     this module: the kinds are built from ``ArmSpec`` and ``ModelSpec``, so the registry
     sits above config and importing it here at load time would be a cycle."""
+    # lazy: arms.registry imports config (ArmSpec, ModelSpec); the reverse edge at load time is a cycle
     from .arms import registry
 
     return registry
@@ -612,7 +613,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                    prompts: dict[str, tuple[Prompt, ...]] | None = None) -> StudySpec:
     """Validate ``raw`` and build the typed StudySpec, resolving paths against ``root``.
     ``prompts`` (panel name → prompts) replaces reading the sheets, for a study rebuilt
-    from the config snapshot its manifests record (``evidence.study_from_snapshot``)."""
+    from the config snapshot its manifests record (``provenance.study_from_snapshot``)."""
     raw = validate_raw(raw, source)
     root = Path(root).resolve()
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_bytes
 from .errors import IntegrityError
+from .identity import digest_bytes
 from .layout import Layout
 
 _LOADED: dict[str, dict[str, Any]] = {}
@@ -34,9 +36,6 @@ class ContextRef:
 def write_context(scratch: Path, shared: dict[str, Any]) -> ContextRef:
     """Pickle ``shared`` under ``scratch/contexts/`` (atomically, named by its digest) and
     return its reference. Rewriting an identical context is a no-op."""
-    from .atomic import write_bytes
-    from .identity import digest_bytes
-
     data = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
     digest = digest_bytes(data)
     path = Layout(scratch).contexts / f"{digest.split(':', 1)[1]}.pkl"
@@ -51,8 +50,6 @@ def load_context(ref: ContextRef) -> dict[str, Any]:
 
     Raises IntegrityError naming the file, both digests and the fix when the file was
     altered or replaced after the driver wrote it."""
-    from .identity import digest_bytes
-
     if ref.digest in _LOADED:
         return _LOADED[ref.digest]
     try:

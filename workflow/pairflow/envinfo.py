@@ -5,15 +5,21 @@ Imports without torch (versions come from package metadata).
 
 from __future__ import annotations
 
+import ast
 import functools
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from .identity import digest_obj
+
+# Lazy on purpose: pynvml is imported where the driver is read: optional, absent on machines without NVIDIA's
+# library.
 
 _PACKAGES = ("torch", "torchvision", "diffusers", "transformers", "pyiqa", "parsl", "snakemake",
              "numpy", "scipy", "av", "xxhash", "imageio-ffmpeg", "ffmpeg-python")
@@ -62,9 +68,6 @@ def environment() -> dict[str, Any]:
 def torch_cuda_version() -> str | None:
     """The CUDA version the installed torch was built for (``torch.version.cuda``), read
     from ``torch/version.py`` without importing torch; None for a CPU build or no torch."""
-    import ast
-    from importlib.util import find_spec
-
     spec = find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -89,7 +92,6 @@ def _driver() -> str | None:
             text = Path("/proc/driver/nvidia/version").read_text()
         except OSError:
             return None
-        import re
 
         # "... Kernel Module [for x86_64]  550.54.14 ..."
         found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .atomic import write_bytes, write_text
-from .candidates import candidates, record_path, score_path
+from .candidates import candidates, record_path, score_path, timing_path
 from .config import StudySpec
 from .errors import ConfigError
 from .identity import digest_file
 from .layout import Layout
 from .records import read_record
-from .stages.timing import timing_path
 
 Format = Literal["csv", "parquet"]
 CANDIDATE_ID_COLUMNS = ("study", "panel", "prompt_id", "seed", "arm", "candidate_id")
@@ -43,10 +42,11 @@ def candidate_rows(study: StudySpec) -> list[dict[str, Any]]:
     """One dict per candidate with a generation record, in the study's candidate order.
     Metric columns are named by the metric; a candidate not scored (or not timed) has
     empty cells there. Raises RecordError (from ``read_record``) on an altered record."""
+    layout = Layout(study.scratch)
     rows = []
     for panel in study.panels:
         for c in candidates(study, panel):
-            gpath = record_path(study, c)
+            gpath = record_path(layout, c)
             if not gpath.is_file():
                 continue
             gen = read_record(gpath, "generation")
@@ -58,12 +58,12 @@ def candidate_rows(study: StudySpec) -> list[dict[str, Any]]:
                 "work_flops": compute.get("work_flops"), "blocks_computed": compute.get("blocks_computed"),
                 "blocks_skipped": compute.get("blocks_skipped"),
                 "generation_record_digest": gen.get("record_digest")}
-            spath = score_path(study, c)
+            spath = score_path(layout, c)
             if spath.is_file():
                 sc = read_record(spath, "score")
                 row.update({name: entry["value"] for name, entry in sorted(sc["scores"].items())})
                 row["score_record_digest"] = sc.get("record_digest")
-            tpath = timing_path(study, c)
+            tpath = timing_path(layout, c)
             if tpath.is_file():
                 tm = read_record(tpath, "timing")
                 row["latency_s"] = tm["timing"].get("latency_s")

@@ -25,12 +25,16 @@ import contextlib
 import json
 import logging
 import os
+import pickle
 import re
 import signal
 import socket
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +42,11 @@ from typing import Any
 from . import progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
+from .records import write_record
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites import make_config
 from .sites.base import node_name, slot_gpu
+from .telemetry import Sampler, nvml_reader, progress_line, slot_name, work_elapsed, write_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +190,6 @@ def portable(exc: BaseException) -> PairFlowError:
     becomes a TaskError naming the original type. Either way ``remote_traceback`` holds
     the worker's formatted traceback, cause chain included.
     """
-    import traceback
-
     text = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
     if isinstance(exc, TaskError):
         return exc
@@ -203,8 +207,6 @@ def portable(exc: BaseException) -> PairFlowError:
 def _rebuilt(exc: PairFlowError) -> PairFlowError | None:
     """A copy of ``exc`` without its cause chain that survives pickling, or None for a
     subclass that cannot be rebuilt from its ``args`` (then wrapped as a TaskError)."""
-    import pickle
-
     try:
         rebuilt: PairFlowError = pickle.loads(pickle.dumps(type(exc)(*exc.args)))
     except Exception:
@@ -218,8 +220,6 @@ def _failed_slot(exc: BaseException, beats: list[dict[str, Any]], task: int) -> 
     From the slot ``traced`` attached to the task's own exception; else (a worker or pool
     manager killed, the exception is Parsl's) from the heartbeat of the worker last
     running task ``task``; else only the host Parsl's error names. ``source`` says which."""
-    from .telemetry import slot_name
-
     slot = getattr(exc, "pairflow_slot", None)
     source = "task"
     if not isinstance(slot, dict):
@@ -274,7 +274,6 @@ ADVICE = {
 def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
     if grant.allocation is not None and grant.allocation.nodes > 1:
         return []  # other nodes' names come from their spans
-    from .telemetry import slot_name
 
     host = node_name(os.environ)
     if grant.accelerators:
@@ -287,44 +286,54 @@ Task = tuple[TaskFn, dict[str, Any]]
 """A task of another kind than the job's ``fn``: (function, payload)."""
 
 
+@dataclass(frozen=True)
+class TaskHooks:
+    """What a caller may add to ``run_tasks``'s run; each is optional.
+
+    ``telemetry_out``: where the run's telemetry record goes (spans, busy share, NVML
+    samples; warm-up spans carry ``"kind": "warm-up"``). ``failure_out(payload)``: where a
+    task that still fails after its retries leaves its failure record. ``describe(payload)``:
+    what a slot is doing, in progress and stall messages (default the task's index).
+    ``warm`` = (function, payload): one warm-up task per slot queued ahead of the work
+    (imports, model load); a failed warm-up is logged and left to the tasks to report.
+    ``start_early``: when the payloads are a function, start the pool first and prepare
+    them while it starts (otherwise prepare first, and start no pool for no work).
+    ``follow(payload, result)``: runs in the driver as each task succeeds and returns tasks
+    to submit now (a candidate's score task once its video and its control's have
+    landed); a failed task has no followers."""
+
+    telemetry_out: Path | None = None
+    failure_out: Callable[[dict[str, Any]], Path] | None = None
+    describe: Callable[[dict[str, Any]], str] | None = None
+    warm: tuple[TaskFn, dict[str, Any]] | None = None
+    start_early: bool = False
+    follow: Callable[[dict[str, Any], dict[str, Any]], Iterable[Task]] | None = None
+
+
 def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[], Iterable[dict[str, Any] | Task]],
-              run_dir: Path, fleet: FleetSpec, grant: Grant, label: str, telemetry_out: Path | None = None,
-              failure_out: Callable[[dict[str, Any]], Path] | None = None,
-              describe: Callable[[dict[str, Any]], str] | None = None,
-              warm: tuple[TaskFn, dict[str, Any]] | None = None,
-              start_early: bool = False,
-              follow: Callable[[dict[str, Any], dict[str, Any]], Iterable[Task]] | None = None) -> list[dict[str, Any]]:
+              run_dir: Path, fleet: FleetSpec, grant: Grant, label: str,
+              hooks: TaskHooks = TaskHooks()) -> list[dict[str, Any]]:
     """Run ``fn`` on every payload through Parsl; log progress; return results in
-    payload order (tasks ``follow`` added come after, in the order they were added).
+    payload order (tasks ``hooks.follow`` added come after, in the order they were added).
 
     A payload may instead be a (function, payload) pair: one pool serves several task
-    kinds (a panel's generation and scoring). ``follow(payload, result)`` runs in the
-    driver as each task succeeds and returns tasks to submit now (a candidate's score
-    task once its video and its control's have landed); a failed task has no followers.
-    A payload's ``"stage"`` key, when present, is copied into its span.
+    kinds (a panel's generation and scoring). A payload's ``"stage"`` key, when present,
+    is copied into its span. ``payloads`` may be a function that prepares them (see
+    ``TaskHooks.start_early``). What else a run does is in ``hooks`` (``TaskHooks``).
 
-    ``payloads`` may be a function that prepares them. With ``start_early`` the worker
-    pool starts first and the function runs while it starts; otherwise it runs first and
-    no pool starts when it returns nothing. ``warm`` = (function, payload): one warm-up
-    task per slot is queued ahead of the work (imports, model load), so workers warm up
-    while the driver prepares; a failed warm-up is logged and left to the tasks to report.
-
-    Writes ``telemetry_out`` (spans, busy share, NVML samples) when given; warm-up spans
-    carry ``"kind": "warm-up"`` and their figures. A task that
-    still fails after its retries is classified and, when ``failure_out`` is given,
-    leaves a failure record at ``failure_out(payload)``; after every task has finished
+    A task that still fails after its retries is classified and, with
+    ``hooks.failure_out``, leaves a failure record; after every task has finished
     TaskFailedError names the count per class. When no task finishes and no worker
     reports progress for ``fleet.stall_timeout_s``, StalledError names each slot and what
-    it last did (``describe(payload)``, default the task's index). The DataFlowKernel is
-    always cleaned up (SIGTERM from a scheduler included), so no worker pool outlives the job.
+    it last did. The DataFlowKernel is always cleaned up (SIGTERM from a scheduler
+    included), so no worker pool outlives the job.
     """
+    # lazy: Parsl takes about a second to import; planning and the CLI import this module.
     import parsl
-
-    from .telemetry import Sampler, nvml_reader, write_telemetry
 
     prepare = payloads if callable(payloads) else None
     payloads = [] if callable(payloads) else list(payloads)
-    if prepare is not None and not start_early:
+    if prepare is not None and not hooks.start_early:
         payloads, prepare = list(prepare()), None
     if prepare is None and not payloads:
         log.info("%s: nothing to do", label)
@@ -333,63 +342,89 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     previous = _trap_sigterm()
     read, nvml_status = nvml_reader()
     start = time.time()
-    beat_dir = Path(run_dir) / "heartbeats"
-    for folder in (beat_dir, beat_dir.parent / ATTEMPTS_DIR):  # a previous job's slots are not this job's
-        with contextlib.suppress(FileNotFoundError):
-            for old in folder.iterdir():
-                old.unlink()
-    beat_dir.mkdir(parents=True, exist_ok=True)
+    beat_dir = _fresh_heartbeats(Path(run_dir))
     config = make_config(run_dir, fleet, grant)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
     dfk = parsl.load(config)
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
-            warming = {}
-            for _ in range(_slot_count(fleet, grant) if warm else 0):
-                warming[app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up",  # type: ignore[index]
-                            phase="warm-up")] = time.time()
+            warming = _queue_warm_ups(app, hooks.warm, fleet, grant, beat_dir, label)
             if prepare is not None:
                 payloads = list(prepare())
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
-            run = _Collect([], {}, fleet, label, failure_out, start, beat_dir)
+            run = _Collect([], {}, fleet, label, hooks.failure_out, start, beat_dir)
             futures: dict[Any, int] = {}
-
-            def submit(tasks: Iterable[dict[str, Any] | Task]) -> list[Any]:
-                new = []
-                for t in tasks:
-                    f, p = t if isinstance(t, tuple) else (fn, t)
-                    i = run.add(p)
-                    what = f"{label}: {describe(p) if describe else f'task {i}'}"
-                    new.append(app(f, p, str(beat_dir), what, i))
-                    futures[new[-1]] = i
-                return new
-
+            submit = _submitter(app, fn, run, futures, beat_dir, label, hooks.describe)
             submit(payloads)
+            follow = hooks.follow
             after = None if follow is None else (lambda i, result: submit(follow(run.payloads[i], result)))
             _wait_all(futures, run, fleet, beat_dir, label, after, warming, start)
-            payloads = run.payloads
             run.spans += _warm_spans(warming, label)
             run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
-        if telemetry_out is not None:
-            write_telemetry(telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
+        if hooks.telemetry_out is not None:
+            write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
                             nvml_status, {"allocation": grant.allocation.asdict() if grant.allocation else None,
                                           "accelerators": list(grant.accelerators), "retries": fleet.retries,
                                           "idle_timeout_s": fleet.idle_timeout_s,
                                           "site": grant.site, "parsl_config": config_text})
-        if run.failures:
-            raise TaskFailedError(
-                f"{label}: {sum(run.failures.values())} of {len(payloads)} tasks failed after {fleet.retries + 1} "
-                f"attempt(s) ({json.dumps(run.failures, sort_keys=True)}); first: {run.first_error}. Completed "
-                "tasks are kept; fix the cause (for device_oom: fewer frames or a smaller batch; for "
-                "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
+        _raise_failures(run, label, fleet)
         return [r for r in run.results if r is not None]
     finally:
         _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
+
+
+def _fresh_heartbeats(run_dir: Path) -> Path:
+    """The job's heartbeat folder, emptied with its attempts folder: a previous job's slots
+    and attempts are not this job's."""
+    beat_dir = run_dir / "heartbeats"
+    for folder in (beat_dir, run_dir / ATTEMPTS_DIR):
+        with contextlib.suppress(FileNotFoundError):
+            for old in folder.iterdir():
+                old.unlink()
+    beat_dir.mkdir(parents=True, exist_ok=True)
+    return beat_dir
+
+
+def _queue_warm_ups(app: Any, warm: tuple[TaskFn, dict[str, Any]] | None, fleet: FleetSpec, grant: Grant,
+                    beat_dir: Path, label: str) -> dict[Any, float]:
+    """One warm-up task per slot, queued ahead of the work: future -> when it was queued."""
+    if warm is None:
+        return {}
+    return {app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up", phase="warm-up"): time.time()
+            for _ in range(_slot_count(fleet, grant))}
+
+
+def _submitter(app: Any, fn: TaskFn, run: _Collect, futures: dict[Any, int], beat_dir: Path, label: str,
+               describe: Callable[[dict[str, Any]], str] | None) -> Callable[[Iterable[dict[str, Any] | Task]],
+                                                                             list[Any]]:
+    """A function that submits tasks (payloads of ``fn``, or (function, payload) pairs),
+    adds each to ``run`` and ``futures`` (future -> task index) and returns the futures."""
+    def submit(tasks: Iterable[dict[str, Any] | Task]) -> list[Any]:
+        new = []
+        for t in tasks:
+            f, p = t if isinstance(t, tuple) else (fn, t)
+            i = run.add(p)
+            what = f"{label}: {describe(p) if describe else f'task {i}'}"
+            new.append(app(f, p, str(beat_dir), what, i))
+            futures[new[-1]] = i
+        return new
+
+    return submit
+
+
+def _raise_failures(run: _Collect, label: str, fleet: FleetSpec) -> None:
+    """TaskFailedError naming the count per failure class, when any task failed."""
+    if run.failures:
+        raise TaskFailedError(
+            f"{label}: {sum(run.failures.values())} of {len(run.payloads)} tasks failed after {fleet.retries + 1} "
+            f"attempt(s) ({json.dumps(run.failures, sort_keys=True)}); first: {run.first_error}. Completed "
+            "tasks are kept; fix the cause (for device_oom: fewer frames or a smaller batch; for "
+            "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
 
 
 def _slot_count(fleet: FleetSpec, grant: Grant) -> int:
@@ -400,8 +435,6 @@ def _slot_count(fleet: FleetSpec, grant: Grant) -> int:
 
 def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
     """Spans of the warm-up tasks (all finished before the work: they were queued first)."""
-    from concurrent.futures import wait
-
     done, running = wait(list(warming), timeout=HEARTBEAT_S)
     if running:  # a slot still warming when the work ran out: it did no task, and is not waited for
         log.info("%s: %d warm-up task(s) still running after the last task; not waited for", label, len(running))
@@ -487,7 +520,6 @@ class _Collect:
             return False
         self.results[i] = out["result"]
         self.spans.append({"queued": self.queued[i], **out["span"], **self.labels(i)})
-        from .telemetry import progress_line, work_elapsed
 
         log.info("%s", progress_line(label, self.done, len(self.payloads),
                                      work_elapsed(self.spans, time.time(), self.start)))
@@ -496,8 +528,6 @@ class _Collect:
     def record_failure(self, path: Path, record: dict[str, Any]) -> None:
         """Write a failure record; when it cannot be written (a full disk), say so and
         what it held in the rule log and on stderr, so the failure is never lost."""
-        from .records import write_record
-
         try:
             write_record(path, record)
         except (OSError, PairFlowError) as e:
@@ -518,8 +548,6 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
     ``fleet.startup_timeout_s`` from ``start`` (pool start, imports, model load). From
     then on StalledError follows when for ``fleet.stall_timeout_s`` no task finished and
     no worker reported progress (its heartbeat file, rewritten on ``progress.report``)."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     pending = set(futures)
     start = time.time() if start is None else start
     progress_at = ready_at = None
@@ -560,8 +588,6 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
 
 def _describe(beats: list[dict[str, Any]], now: float) -> str:
     """Each slot's host, pid, rank, device, what it last did and how long ago."""
-    from .telemetry import slot_name
-
     return "; ".join(
         f"{slot_name(str(b.get('host')), b.get('gpu_index'), b.get('rank'))} (pid {b.get('pid')}): {b.get('what')}"
         + (f", last progress {b['progress']}" if b.get("progress") else "")
@@ -596,8 +622,6 @@ def _trap_sigterm() -> Any:
     running. The first signal is said in the log and on stderr, and arms a hard exit
     ``EXIT_DEADLINE_S`` later, so the job ends promptly whatever its phase (warm-up
     included) and wherever Parsl's cleanup waits; later ones are ignored."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return None
     _STOPPING.clear()
@@ -636,8 +660,6 @@ def _cleanup(dfk: Any) -> None:
     the job's whole process group (Slurm's scancel) may have ended, and then waits for
     ever. Past the limit the pool's process groups get SIGTERM and the interchange
     SIGKILL directly, and the job goes on exiting."""
-    import threading
-
     limit = EXIT_DEADLINE_S / 2 if _STOPPING else CLEANUP_S
     done = threading.Event()
 

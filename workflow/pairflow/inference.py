@@ -34,9 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import chi2, nct
-from scipy.stats import t as student
 
 from .errors import StatsError
 
@@ -140,6 +137,9 @@ class Cell:
         """(low, high, why) at confidence ``level``: every mu the test does not reject.
         Bounds are None, and ``why`` says so, below 2 values, at zero spread, or where the
         sign-flip test cannot reject at this n (the interval is then unbounded)."""
+        # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+        from scipy.stats import t as student
+
         if self.n < 2:
             return None, None, "no interval: fewer than 2 prompts"
         if self.flat:
@@ -193,6 +193,9 @@ def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndar
     prompts), vectorised (the benchmark runs thousands of studies through it): max(t p,
     Hall p), and the sign-flip p too for quantised rows or n <= 5; the sign-flip p alone
     for a row with zero spread."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import t as student
+
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[1]
     y = x - np.asarray(mu, dtype=np.float64).reshape(-1, 1)
@@ -250,6 +253,9 @@ def family_levels(pvalues: list[float], alpha: float, method: Multiplicity) -> t
 def sd_upper(sd: float, n: int, confidence: float = SD_UPPER_CONFIDENCE) -> float:
     """One-sided upper confidence bound of a standard deviation estimated from ``n`` values
     (chi-square with n - 1 df): the true SD is below it with probability ``confidence``."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import chi2
+
     return sd * math.sqrt((n - 1) / float(chi2.ppf(1 - confidence, n - 1)))
 
 
@@ -273,6 +279,9 @@ def variance_split(values: dict[tuple[str, int], float]) -> tuple[float | None, 
 def _power(crit: Any, df: Any, nc: Any) -> Any:
     """Two-sided t-test power, P(|T| > crit) for T noncentral t(df, nc >= 0). The lower
     tail is below 1e-9 wherever scipy's nct.cdf returns NaN (far into it), so NaN reads 0."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import nct
+
     return nct.sf(crit, df, nc) + np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)
 
 
@@ -281,6 +290,9 @@ def required_prompts(sd: float, effect: float, level: float, power: float, limit
     difference ``effect`` with probability ``power``, given a per-prompt standard
     deviation ``sd`` (exact, from the noncentral t distribution). None beyond ``limit``.
     The union test (``Cell``) rejects only when its t test does, so it needs at least this."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import t as student
+
     if effect == 0:
         raise StatsError("an effect of 0 cannot be detected; give the smallest difference that matters "
                          "(stats/margins in the config)")
@@ -300,6 +312,10 @@ def required_prompts(sd: float, effect: float, level: float, power: float, limit
 def detectable_effect(sd: float, n: int, level: float, power: float) -> float | None:
     """Smallest true |mean difference| the paired t-test detects with probability
     ``power`` at ``n`` prompts and per-prompt standard deviation ``sd``."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.optimize import brentq
+    from scipy.stats import t as student
+
     if n < 2:
         return None
     if sd == 0:

@@ -191,7 +191,7 @@ class Layout:
 
     @property
     def evidence_memo(self) -> Path:
-        """What the plan-time evidence check last found clean (``evidence.check_results``)."""
+        """What the plan-time evidence check last found clean (``healing.plan_check``)."""
         return self.checks / "evidence.json"
 
     @property

@@ -112,7 +112,7 @@ def study_records(study: StudySpec) -> dict[str, tuple[dict[str, Any], str]]:
     out: dict[str, tuple[dict[str, Any], str]] = {}
     for p in study.panels:
         for stage in dict.fromkeys(job_stage(study, s) for s in ("generate", "score")):
-            path = telemetry_path(study, p.name, stage)
+            path = telemetry_path(Layout(study.scratch), p.name, stage)
             if path.is_file():
                 out[f"{stage}:{p.name}"] = (json.loads(path.read_text()), stage)
     timed = Layout(study.scratch).timed_pass_telemetry

@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_path
 from .recordtypes import ScoreRecord, StudyStats, TimingRecord
+from .table import UNITS, direction
+
+# Lazy on purpose: matplotlib is imported inside the functions that draw (about a second): only the plot rule
+# needs it.
 
 
 def _agg() -> None:
@@ -48,8 +53,6 @@ def _thin_tick_labels(fig: Any) -> None:
 
 
 def _save(fig: Any, out: Path, caption: str = "") -> None:
-    from .atomic import atomic_path
-
     if caption:
         fig.text(0.0, 0.0, caption, fontsize=6, color="dimgrey", ha="left", va="top")
     _thin_tick_labels(fig)
@@ -86,8 +89,6 @@ def _colours(arms: Sequence[str], given: dict[str, str] | None) -> dict[str, str
 
 def unit(name: str) -> str:
     """`` (dB)`` for a metric with a unit (``table.UNITS``), else empty."""
-    from .table import UNITS
-
     return f" ({UNITS[name]})" if name in UNITS else ""
 
 
@@ -104,8 +105,6 @@ def _plain_log_ticks(axis: Any) -> None:
 def forest_title(stats: StudyStats, name: str) -> str:
     """A forest panel's title: what is plotted and which way is better (a lower-is-better
     metric improves to the left of 0)."""
-    from .table import direction
-
     ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
     better = direction(ms[0]["higher_is_better"])
     if any(m["kind"] == "NR" for m in ms):
@@ -343,8 +342,6 @@ def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
 
 def _pareto_title(stats: StudyStats, name: str, nr: bool) -> str:
     """A Pareto panel's title: the metric, what its axis shows and which way is better."""
-    from .table import direction
-
     ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
     if not ms:
         return name

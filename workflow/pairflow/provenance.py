@@ -1,21 +1,23 @@
 """What every record of a run says about how it was made: code, environment, model
-weights, encoder recipe and fingerprint, config digest; and what it says of its arm."""
+weights, encoder recipe and fingerprint, config digest; what it says of its arm; and the
+config snapshot a manifest carries, from which verify rebuilds the study."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
-from .config import ArmSpec, StudySpec
+from .config import ArmSpec, Prompt, StudySpec, study_from_raw
+from .envinfo import code_version, environment
+from .generate import model_digests
 from .recordtypes import ArmFields, CodeFields, ModelFields, Provenance
+from .video import encoder_fingerprint, recipe, recipe_digest
 
 
 def provenance(study: StudySpec) -> Provenance:
     """Fields shared by every record of a run (computed once in the driver)."""
-    from .envinfo import code_version, environment
-    from .generate import model_digests
-    from .video import encoder_fingerprint, recipe, recipe_digest
-
     fingerprint = encoder_fingerprint(study.encoder)
     return {
         "code": cast(CodeFields, code_version(str(study.root))),
@@ -39,3 +41,20 @@ def arm_record(arm: ArmSpec) -> ArmFields:
 def arm_of(record: Mapping[str, Any]) -> ArmSpec:
     """The arm a record names, as far as scoring needs it (its name decides control)."""
     return ArmSpec(record["arm"]["name"], record["arm"].get("cache_class"), record["arm"].get("cache_params", {}))
+
+
+def config_snapshot(study: StudySpec) -> dict[str, Any]:
+    """What verify needs to rebuild the study years later: the defaults-filled config,
+    the project root it was resolved against, and every panel's prompts (sheets move)."""
+    return {"raw": study.raw, "root": str(study.root),
+            "prompts": {p.name: [[q.prompt_id, q.text] for q in p.prompts] for p in study.panels}}
+
+
+def study_from_snapshot(snapshot: dict[str, Any], scratch: Path) -> StudySpec:
+    """The study a manifest recorded, with its scratch root set to ``scratch`` (where the
+    tree is now). Raises ConfigError when the snapshot does not validate."""
+    raw = json.loads(json.dumps(snapshot["raw"]))
+    raw["storage"]["scratch"] = str(Path(scratch).resolve())
+    prompts = {name: tuple(Prompt(pid, text) for pid, text in rows) for name, rows in snapshot["prompts"].items()}
+    return study_from_raw(raw, Path(snapshot["root"]), source="the config snapshot recorded in the manifests",
+                          prompts=prompts)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -36,6 +36,9 @@ from .recordtypes import (
     ScoreRecord,
     TimingRecord,
 )
+
+# Lazy on purpose: yaml and the JSON-schema validators are imported when a schema is first read: planning
+# imports this module.
 
 SCHEMA_VERSION = 1
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
@@ -237,6 +240,13 @@ def stale_link(record: Mapping[str, Any], generation: Mapping[str, Any]) -> str 
     return None if named == current else f"names generation record {named}, the current one is {current}"
 
 
+def timing_frames_differ(record: Mapping[str, Any]) -> bool:
+    """Whether a sampled timing ``record``'s run computed other frames than the bulk run
+    (its latency is then not reported and the pair is re-timed). The check behind the
+    timed pass's reuse and verify's ``frames`` problems."""
+    return bool(record.get("sampled", True)) and record.get("matches_bulk_frames") is not True
+
+
 def stable_view(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without run-specific fields (what must match across reruns)."""
     out = {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}
@@ -318,11 +328,28 @@ def check_manifest(manifest: Any, path: Path, digest_of: Callable[[Path], str | 
     return problems
 
 
+def check_streams(records: Sequence[GenerationRecord]) -> None:
+    """Refuse records of different pairs that replayed one random stream (a seeding bug or
+    two workers handed the same stream): the arms of one pair share a stream, nothing else.
+    """
+    seen: dict[int, tuple[str, str, int]] = {}
+    for r in sorted(records, key=lambda r: (r["candidate"]["panel"], r["candidate"]["prompt_id"],
+                                            int(r["candidate"]["seed"]), r["arm"]["name"])):
+        c = r["candidate"]
+        pair = (c["panel"], c["prompt_id"], int(c["seed"]))
+        other = seen.setdefault(int(c["stream_seed"]), pair)
+        if other != pair:
+            raise IntegrityError(f"two candidates replay the same random stream {c['stream_seed']}: "
+                                 f"{other[0]}/{other[1]} seed {other[2]} and {pair[0]}/{pair[1]} seed {pair[2]}; "
+                                 "their records must not count; regenerate them")
+
+
 __all__ = [
     "build_manifest",
     "canonical_json",
     "check_manifest",
     "check_schema",
+    "check_streams",
     "check_video",
     "digest_bytes",
     "parse_record",
@@ -330,6 +357,7 @@ __all__ = [
     "seal",
     "stable_view",
     "stale_link",
+    "timing_frames_differ",
     "validator",
     "verify_manifest",
     "write_manifest",

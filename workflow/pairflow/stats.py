@@ -38,12 +38,14 @@ Imports without torch.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from .compute import bf16_peak, estimated_mfu
 from .config import StatsSpec
 from .errors import IntegrityError, PairingError, StatsError
 from .inference import (
@@ -63,6 +65,7 @@ from .inference import (
     variance_split,
     verdict,
 )
+from .records import check_streams, timing_frames_differ
 from .recordtypes import (
     ArmEfficiency,
     Comparison,
@@ -70,8 +73,10 @@ from .recordtypes import (
     ComputeSummary,
     EfficiencySummary,
     GenerationRecord,
+    LatencySummary,
     MetricResult,
     Planning,
+    RatioSummary,
     ScoreRecord,
     ScoringSetup,
     StudyStats,
@@ -111,8 +116,7 @@ def t_procedure(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np
     ``confidence_interval``: the interval is the test inverted). Vectorised over leading
     axes. Zero spread: the interval is the point and p is 1 if the point is 0, else 0.
     Returns (low, high, p), each of ``x``'s shape without its last axis."""
-    import warnings
-
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
     from scipy.stats import ttest_1samp
 
     x = np.asarray(x, dtype=np.float64)
@@ -175,9 +179,30 @@ Pending = list[tuple[MetricResult, Cell, Question | None, dict[Key, float]]]
 
 def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: Index[TimingRecord],
              treatment: str, s: StatsSpec) -> tuple[Comparison, Pending]:
+    """``compare`` before the family's adjustment: the comparison and its pending cells.
+    Notes are collected in the order the parts below run."""
+    notes: list[str] = []
+    keys = _complete_pairs(gen, treatment, s, notes)
+    compute = _compute(gen, treatment, keys, s)
+    flags = no_effect_flags(gen, treatment, keys, compute)
+    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
+    pending = _metric_cells(gen, scores, treatment, keys, s, notes)
+    notes += _small_n_notes([m for m, *_ in pending], s.level)
+    timed, latency, speedup = _latency_summary(timings, treatment, keys, s, notes)
+    return {
+        "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
+        "flags": flags, "notes": notes, "metrics": [m for m, *_ in pending], "scoring": scoring,
+        "latency": latency, "speedup": speedup, "compute": compute,
+        "efficiency": _efficiency(gen, timings, treatment, timed),
+        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
+    }, pending
+
+
+def _complete_pairs(gen: Index[GenerationRecord], treatment: str, s: StatsSpec, notes: list[str]) -> list[Key]:
+    """The (prompt, seed) keys both arms have, each pair checked comparable. A key only
+    one arm has raises PairingError, unless ``stats/missing: drop-pair`` drops it (noted)."""
     ctrl_keys, treat_keys = set(gen["control"]), set(gen.get(treatment, {}))
     missing = sorted(ctrl_keys ^ treat_keys)
-    notes = []
     if missing:
         if s.missing != "drop-pair":
             raise PairingError(f"{treatment}: {len(missing)} pair(s) lack a partner, e.g. prompt "
@@ -189,16 +214,27 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
         raise PairingError(f"{treatment}: no complete pairs with control")
     for k in keys:
         _check_comparable(gen["control"][k], gen[treatment][k])
-    compute = _compute(gen, treatment, keys, s)
-    flags = no_effect_flags(gen, treatment, keys, compute)
-    scoring = _scoring_setup([scores[a][k] for a in ("control", treatment) for k in keys if k in scores.get(a, {})])
+    return keys
+
+
+def _metric_cells(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment: str, keys: list[Key],
+                  s: StatsSpec, notes: list[str]) -> Pending:
+    """One pending cell per metric the treatment was scored on, over the pairs its
+    static filter keeps (a metric that keeps none is noted and left out)."""
     pending: Pending = []
     names = sorted(set[str]().union(*(scores[treatment][k]["scores"] for k in keys)))
     for name in names:
         subset = _static_subset(scores, treatment, keys, name, notes)
         if subset:
             pending.append(_metric(gen, scores, treatment, name, subset, s))
-    notes += _small_n_notes([m for m, *_ in pending], s.level)
+    return pending
+
+
+def _timed_pairs(timings: Index[TimingRecord], treatment: str, keys: list[Key],
+                 notes: list[str]) -> tuple[list[Key], list[Key], list[Key]]:
+    """(sampled, differ, timed): the pairs the timed pass sampled, those whose timed run
+    computed other frames than the bulk run (dropped, noted), and the rest, whose latency
+    counts. Raises PairingError when a pair has no timing record or none is timed."""
     for arm in ("control", treatment):
         absent = [k for k in keys if k not in timings.get(arm, {})]
         if absent:
@@ -211,8 +247,7 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
                      "speedup's interval rests on the sampled prompts only")
     # A timed run that computed other frames than the bulk run timed another computation:
     # that pair's latency is dropped (and said so), never reported.
-    differ = [k for k in sampled if any(timings[a][k]["matches_bulk_frames"] is not True
-                                        for a in ("control", treatment))]
+    differ = [k for k in sampled if any(timing_frames_differ(timings[a][k]) for a in ("control", treatment))]
     timed = [k for k in sampled if k not in differ]
     if differ:
         notes.append(f"latency: {len(differ)} of {len(keys)} pair(s) dropped because the timed run's frames differ "
@@ -220,6 +255,14 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
     if not timed:
         raise PairingError(f"{treatment}: no pair has a timed run that computed the bulk run's frames; latency "
                            "cannot be reported. Rerun the timed pass on the same stack as the bulk run")
+    return sampled, differ, timed
+
+
+def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Key], s: StatsSpec,
+                     notes: list[str]) -> tuple[list[Key], LatencySummary, RatioSummary]:
+    """(timed pairs, latency, speedup): per arm the geometric mean and median latency over
+    the timed pairs, and the speedup (control / treatment) with its interval."""
+    sampled, differ, timed = _timed_pairs(timings, treatment, keys, notes)
     lat_c = {k: _latency(timings["control"][k]) for k in timed}
     lat_t = {k: _latency(timings[treatment][k]) for k in timed}
     cvs = {a: [timings[a][k]["timing"].get("cv") for k in timed] for a in ("control", treatment)}
@@ -229,29 +272,22 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
                      f"({timings['control'][timed[0]]['timing'].get('max_cv')}); a noisy machine or too few repeats")
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
     lo, hi, _p = _interval(log_ratio, s.level)
-    return {
-        "treatment": treatment, "n_prompts": len({k[0] for k in keys}), "n_pairs": len(keys),
-        "flags": flags, "notes": notes, "metrics": [m for m, *_ in pending], "scoring": scoring,
-        # Geometric means over the speedup's own units (per prompt, over seeds; then over
-        # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
-        "latency": {"pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
-                    "control_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_c.items()})
-                                                        .mean())),
-                    "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()})
-                                                          .mean())),
-                    "n_pairs": len(timed), "dropped_frames_differ": len(differ),
-                    "sampled_pairs": len(sampled), "pairs_over_max_cv": over_cv,
-                    # median over candidates of each candidate's repeat CV (None with one repeat)
-                    "control_cv_median": _median_or_none(cvs["control"]),
-                    "treatment_cv_median": _median_or_none(cvs[treatment]),
-                    "control_median_s": float(np.median(list(lat_c.values()))),
-                    "treatment_median_s": float(np.median(list(lat_t.values())))},
-        "speedup": {"geomean": float(math.exp(log_ratio.mean())),
-                    "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]},
-        "compute": compute,
-        "efficiency": _efficiency(gen, timings, treatment, timed),
-        "kinds": sorted({k for r in gen[treatment].values() for k in r["arm"]["kinds"]}),
-    }, pending
+    # Geometric means over the speedup's own units (per prompt, over seeds; then over
+    # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
+    latency: LatencySummary = {
+        "pass": sorted({timings[a][k]["timing"]["pass"] for a in ("control", treatment) for k in keys}),
+        "control_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_c.items()}).mean())),
+        "treatment_geomean_s": float(math.exp(_per_prompt({k: math.log(v) for k, v in lat_t.items()}).mean())),
+        "n_pairs": len(timed), "dropped_frames_differ": len(differ),
+        "sampled_pairs": len(sampled), "pairs_over_max_cv": over_cv,
+        # median over candidates of each candidate's repeat CV (None with one repeat)
+        "control_cv_median": _median_or_none(cvs["control"]),
+        "treatment_cv_median": _median_or_none(cvs[treatment]),
+        "control_median_s": float(np.median(list(lat_c.values()))),
+        "treatment_median_s": float(np.median(list(lat_t.values())))}
+    speedup: RatioSummary = {"geomean": float(math.exp(log_ratio.mean())),
+                             "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]}
+    return timed, latency, speedup
 
 
 MFU_CONVENTION = ("estimated MFU: the counted forward FLOPs of the candidate's bulk-pass call (everything the "
@@ -272,8 +308,6 @@ def _efficiency(gen: Index[GenerationRecord], timings: Index[TimingRecord], trea
 
 def _arm_efficiency(gen: dict[Key, GenerationRecord], timings: dict[Key, TimingRecord],
                     keys: list[Key]) -> ArmEfficiency:
-    from .compute import bf16_peak, estimated_mfu
-
     t = [timings[k]["timing"] for k in keys]
     out: ArmEfficiency = {"mfu_median": None, "peak_memory_gib": None, "gpu": None, "peak_tflops": None,
                           "absent": None}
@@ -664,19 +698,3 @@ def noise_flags(stats: StudyStats, floors: dict[str, dict[str, Any]]) -> list[st
             out.append(f"{c['treatment']} / {m['metric']}: diff {m['diff']:.4g} [{lo:.4g}, {hi:.4g}] vs floor "
                        f"±{floor:.4g}: {verdict}")
     return out
-
-
-def check_streams(records: Sequence[GenerationRecord]) -> None:
-    """Refuse records of different pairs that replayed one random stream (a seeding bug or
-    two workers handed the same stream): the arms of one pair share a stream, nothing else.
-    """
-    seen: dict[int, tuple[str, str, int]] = {}
-    for r in sorted(records, key=lambda r: (r["candidate"]["panel"], r["candidate"]["prompt_id"],
-                                            int(r["candidate"]["seed"]), r["arm"]["name"])):
-        c = r["candidate"]
-        pair = (c["panel"], c["prompt_id"], int(c["seed"]))
-        other = seen.setdefault(int(c["stream_seed"]), pair)
-        if other != pair:
-            raise IntegrityError(f"two candidates replay the same random stream {c['stream_seed']}: "
-                                 f"{other[0]}/{other[1]} seed {other[2]} and {pair[0]}/{pair[1]} seed {pair[2]}; "
-                                 "their records must not count; regenerate them")

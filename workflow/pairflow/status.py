@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path
+from .candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path, timing_path
 from .config import StudySpec
 from .fleet import ACTIVE_S
 from .layout import Layout
-from .stages.timing import timing_path
 
 RATE_WINDOW_S = 600.0
 """Outputs finished within this many seconds of the newest one set the rate."""
@@ -94,21 +93,21 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
     for panel in study.panels:
         cands = candidates(study, panel)
         layout = Layout(study.scratch)
-        outputs = {"generate": [record_path(study, c) for c in cands],
-                   "score": [score_path(study, c) for c in cands],
-                   "timing": [timing_path(study, c) for c in cands]}
+        outputs = {"generate": [record_path(layout, c) for c in cands],
+                   "score": [score_path(layout, c) for c in cands],
+                   "timing": [timing_path(layout, c) for c in cands]}
         for stage in STAGES:
             paths = outputs[stage]
             mtimes = _mtimes(paths)
             rate = _rate(mtimes, now)
             left = len(paths) - len(mtimes)
-            failures = sum(1 for c in cands if failure_path(study, c, stage).exists())
+            failures = sum(1 for c in cands if failure_path(layout, c, stage).exists())
             out.append(StageStatus(
                 panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
                 # Under fleet.panel_jobs: combined both stages report their one job's slots.
                 active_slots=_active_slots(layout.run_dir(panel.name, job_stage(study, stage)) / "heartbeats", now),
-                busy_share=_busy_share(telemetry_path(study, panel.name, job_stage(study, stage)))))
+                busy_share=_busy_share(telemetry_path(layout, panel.name, job_stage(study, stage)))))
     return out
 
 

@@ -8,17 +8,47 @@ Map: build model → generate and score panel (per-stage: generate panel, then s
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .atomic import write_text
-from .config import StudySpec
-from .identity import digest_obj
+from . import ledger, repeat
+from . import plots as P
+from .archive import promote, verify_tree
+from .arms import write_arms_check
+from .atomic import job_start, sweep_temps, write_text
+from .calibrate import calibrate
+from .candidates import COMBINED, candidates, job_stage, panel_dir, record_path, score_path, telemetry_path, timing_path
+from .config import StudySpec, study_from_raw
+from .errors import ConfigError, IntegrityError
+from .estimate import write_estimate
+from .gallery import write_gallery
+from .identity import digest_file, digest_obj
+from .jobenv import cache_env
+from .layout import Layout
+from .locks import hold
+from .orphans import watch_ancestors
+from .provenance import config_snapshot
 from .records import build_manifest, check_schema, read_record, stale_link, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
+from .repeat import replicate_study
+from .sites import grant_from_env
+from .sites.slurm import allocation
+from .stages.combined import run_panel
+from .stages.generation import run_generation
+from .stages.scoring import run_scoring
+from .stages.timing import run_timed_pass
+from .stats import analyse, noise_flags
+from .table import html, markdown
+from .telemetry import utilisation as summarise
+from .telemetry import utilisation_markdown
+from .tinymodel import build_tiny_model
+from .tracker import log_study
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -42,8 +72,6 @@ def log_to(path: Path) -> None:
 def _log_uncaught() -> None:
     """Write an uncaught exception (type, message, traceback) to the log before Python
     prints it: Snakemake points the user at the rule's log, which must say why."""
-    import sys
-
     previous = sys.excepthook
     if getattr(previous, "pairflow", False):
         return
@@ -75,20 +103,17 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
 
     Raises IntegrityError naming the record whose ``generation_record_digest`` is not
     the current one (it was computed from another generation of the candidate)."""
-    from .candidates import candidates, record_path, score_path
-    from .errors import IntegrityError
-    from .stages.timing import timing_path
-
+    layout = Layout(study.scratch)
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
-    gen = [read_record(record_path(study, c), "generation") for c in cs]
-    scores = [read_record(score_path(study, c), "score") for c in cs]
-    timings = [read_record(timing_path(study, c), "timing") for c in cs]
+    gen = [read_record(record_path(layout, c), "generation") for c in cs]
+    scores = [read_record(score_path(layout, c), "score") for c in cs]
+    timings = [read_record(timing_path(layout, c), "timing") for c in cs]
     for where, recs in ((score_path, scores), (timing_path, timings)):
         for c, g, r in zip(cs, gen, recs, strict=True):
             why = stale_link(r, g)
             if why:
                 raise IntegrityError(
-                    f"{where(study, c)}: {why} ({record_path(study, c)}); it was computed from another generation "
+                    f"{where(layout, c)}: {why} ({record_path(layout, c)}); it was computed from another generation "
                     "of the candidate. Rerun the workflow (snakemake --profile profiles/local): it recomputes "
                     "records whose generation record changed")
     return gen, scores, timings
@@ -97,8 +122,6 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
 def _write_stats(stats: StudyStats, out_json: Path, out_md: Path, title: str,
                  provenance: dict[str, str]) -> None:
     """Statistics as JSON, the table as Markdown, and the same table as HTML beside it."""
-    from .table import html, markdown
-
     stats = {**stats, "provenance": provenance}
     check_schema(stats, out_json, "write", name="stats")  # workflow/schemas/stats.schema.yaml
     write_text(out_json, json.dumps(stats, indent=1, sort_keys=True, allow_nan=False) + "\n")
@@ -116,28 +139,22 @@ def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, ou
     (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
     panel roots, the statistics and the tables. One job for all panels: a job per panel
     would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
-    from .atomic import job_start, sweep_temps
-    from .candidates import panel_dir
-    from .locks import hold
-
+    layout = Layout(study.scratch)
     with hold(Path(out_json).parent, "study statistics"):
         sweep_temps([Path(out_json).parent, Path(out_manifest).parent]
-                    + [panel_dir(study, p.name) for p in study.panels], job_start())
+                    + [panel_dir(layout, p.name) for p in study.panels], job_start())
         _study_stats(study, manifests, out_json, out_md, out_manifest)
 
 
 def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
                  out_manifest: Path) -> None:
-    from .candidates import panel_dir
-    from .evidence import config_snapshot
-    from .stats import analyse
-
+    layout = Layout(study.scratch)
     treatments = [t.name for t in study.treatments]
     roots = _roots(manifests)
     by_panel = {p.name: panel_records(study, [p.name]) for p in study.panels}
     files = []
     for name, recs in by_panel.items():
-        pdir = panel_dir(study, name)
+        pdir = panel_dir(layout, name)
         # A panel's numbers are bound to its own manifests and its own timing records, so
         # re-timing another panel leaves this panel's statistics byte-identical.
         prov = {k: v for k, v in roots.items() if k.endswith(f":{name}")}
@@ -160,8 +177,6 @@ def study_manifests(study: StudySpec, timing_manifest: Path) -> dict[str, Path]:
     """The manifests the study statistics bind (``study_stats``'s ``manifests``): every
     panel's generation and score manifest (``generation:<panel>``, ``scores:<panel>``)
     and the timed pass's (``timing``)."""
-    from .layout import Layout
-
     layout = Layout(study.scratch)
     manifests = {f"{kind}:{p.name}": path(p.name) for kind, path in (("generation", layout.generation_manifest),
                                                                       ("scores", layout.score_manifest))
@@ -174,41 +189,29 @@ def check_arms(study: StudySpec, out: Path) -> None:
     """Check every arm against the study's model before any model loads (cache class and
     params, scheduler, attention backend, a student's latents, a search verifier) and
     write the check's record ``out``; raises ConfigError naming the arm and the fix."""
-    from .arms import write_arms_check
-
     write_arms_check(study.arms, study.model, out)
 
 
 def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
     """Rule calibrate: measure one representative candidate per arm in a fresh worker and
     write the frozen calibration table ``out`` (``calibrate.calibrate``)."""
-    from .calibrate import calibrate
-
     calibrate(study, out, force=True, planned_key=planned_key)
 
 
 def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
     """Rule estimate: the study's cost from the calibration table ``table``, written to
     ``out``; raises BudgetError above ``fleet/budget_gpu_hours`` (``estimate``)."""
-    from .estimate import write_estimate
-
     write_estimate(study, table, out, configfiles)
 
 
 def build_model(model_dir: Path) -> None:
     """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
-    from .tinymodel import build_tiny_model
-
     build_tiny_model(model_dir)
 
 
 def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
     """Generate a panel's incomplete candidates with what this job was granted, then
     write its generation manifest ``out``."""
-    from .layout import Layout
-    from .sites import grant_from_env
-    from .stages.generation import run_generation
-
     run_generation(study, panel, out, Layout(study.scratch).run_dir(panel, "generate"),
                    grant_from_env(os.environ, study.fleet.site))
 
@@ -217,11 +220,6 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
     """Generate a panel's incomplete candidates and score what is missing or stale in one
     job (``fleet.panel_jobs: combined``), then write its generation manifest ``gen_out``
     and score manifest ``score_out``."""
-    from .candidates import COMBINED
-    from .layout import Layout
-    from .sites import grant_from_env
-    from .stages.combined import run_panel
-
     run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
               grant_from_env(os.environ, study.fleet.site))
 
@@ -242,8 +240,6 @@ def check_panel_rules(study: StudySpec, names: Iterable[str], source: str) -> No
     setting. Snakemake itself would say "No rule to produce score_panel", or ignore the
     name (``--omit-from``, ``--allowed-rules``) and run something else than was asked.
     Raises ConfigError naming the rule, the setting, where it came from and the rule to use."""
-    from .errors import ConfigError
-
     mode = study.fleet.panel_jobs
     for name in names:
         for other, rules in PANEL_RULES.items():
@@ -258,34 +254,18 @@ def check_panel_rules(study: StudySpec, names: Iterable[str], source: str) -> No
 def score_panel(study: StudySpec, panel: str, out: Path) -> None:
     """Score a panel's videos whose scores are missing or stale, then write its score
     manifest ``out``."""
-    from .layout import Layout
-    from .sites import grant_from_env
-    from .stages.scoring import run_scoring
-
     run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"),
                 grant_from_env(os.environ, study.fleet.site))
 
 
 def timed_pass(study: StudySpec, out: Path) -> None:
     """The exclusive timed pass over every panel of the study, in this job's allocation."""
-    from .sites.slurm import allocation
-    from .stages.timing import run_timed_pass
-
     run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
 
 
 def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
     """Generate, score and time one panel again under ``replicates/<rep>`` with what this
     job was granted (``sites.grant_from_env``)."""
-    from .candidates import COMBINED
-    from .layout import Layout
-    from .repeat import replicate_study
-    from .sites import grant_from_env
-    from .stages.combined import run_panel
-    from .stages.generation import run_generation
-    from .stages.scoring import run_scoring
-    from .stages.timing import run_timed_pass
-
     grant = grant_from_env(os.environ, study.fleet.site)
     r = replicate_study(study, rep)
     at = Layout(r.scratch)
@@ -301,9 +281,6 @@ def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
 def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Path) -> None:
     """The repeatability report over original and replicate runs, with noise-floor flags
     on the study's paired differences."""
-    from . import repeat
-    from .stats import noise_flags
-
     panels = list(study.repeatability.panels)
     runs = {"original": panel_records(study, panels)}
     for n in range(1, study.repeatability.replicates + 1):
@@ -315,9 +292,6 @@ def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Pa
 
 def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     """The report's figures for the whole study."""
-    from . import plots as P
-    from .identity import digest_file
-
     gen, scores, timings = panel_records(study, [p.name for p in study.panels])
     stats = json.loads(Path(stats_json).read_text())
     where = Path(os.path.relpath(Path(stats_json).resolve(), Path(study.scratch).resolve())).as_posix()
@@ -333,8 +307,6 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
 
 def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
     """The report's video gallery (``gallery.py``): control beside each treatment per pair."""
-    from .gallery import write_gallery
-
     gen, scores, timings = panel_records(study, [p.name for p in study.panels])
     used = write_gallery(study, gen, scores, timings, out, Path(stats_json))
     log.info("gallery: %d pairs, %d with filmstrips, %.2f MiB of images", used["pairs"], used["shown"],
@@ -344,8 +316,6 @@ def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
 def track(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path, manifest: Path, out: Path) -> None:
     """Log the study table, headline numbers and gallery to the tracker ``report/tracker``
     names (``track.py``), tagged with the study manifest's root digest."""
-    from .tracker import log_study
-
     run = log_study(study, stats_json, table_md, gallery, manifest, out)
     log.info("tracker: %s run %s in experiment %s at %s", run["tracker"], run["run_id"], run["experiment_id"],
              run["tracking_uri"])
@@ -355,13 +325,8 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     """Per-slot busy share of every panel's generation and scoring job (from their
     telemetry records; one job per panel under ``fleet.panel_jobs: combined``), the timed
     pass's window, and the digests of the records used."""
-    from .candidates import job_stage, telemetry_path
-    from .identity import digest_file
-    from .layout import Layout
-    from .telemetry import utilisation as summarise
-    from .telemetry import utilisation_markdown
-
-    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(study, p.name, job_stage(study, stage))
+    layout = Layout(study.scratch)
+    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(layout, p.name, job_stage(study, stage))
              for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
@@ -377,9 +342,6 @@ def add_to_ledger(study: StudySpec) -> dict[str, Any]:
     """Add this run's jobs to ``study/ledger.json`` (never replacing earlier runs' entries)
     beside the newest estimate (``study/estimate.json``, when rule estimate wrote one),
     and write ``study/ledger.md``. Called by rule utilisation and after a failed run."""
-    from . import ledger
-    from .layout import Layout
-
     lay = Layout(study.scratch)
     est = json.loads(lay.estimate.read_text()) if lay.estimate.is_file() else None
     book = ledger.update(study, lay.ledger(), est)
@@ -391,11 +353,6 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
     """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
     verify the snapshot, and record where it went in ``out``. ``configfiles`` are the
     config file(s) the run used; the snapshot's regenerate command names them."""
-    import shlex
-
-    from .archive import promote, verify_tree
-    from .errors import IntegrityError
-
     dest = study.work / study.study
     command = ["snakemake", "--configfile", *configfiles, "--forcerun", generation_rule(study)]
     manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
@@ -415,13 +372,6 @@ def study_for_rule(sm: Any) -> StudySpec:
     the config resolve against the working directory Snakemake runs the job in (the
     project), as when the run was planned (``common.smk``).
     """
-    import copy
-    import os
-
-    from .config import study_from_raw
-    from .jobenv import cache_env
-    from .orphans import watch_ancestors
-
     log_to(Path(sm.log[0]))
     watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
     study = study_from_raw(copy.deepcopy(dict(sm.config)), Path.cwd(), source="config")

@@ -5,6 +5,8 @@ Imports without torch.
 
 from __future__ import annotations
 
+import math
+from html import escape
 from typing import Any
 
 from .inference import MULTIPLICITY_NAMES
@@ -38,8 +40,6 @@ def column_decimals(ms: list[MetricResult]) -> int:
     """One fixed number of decimals for a column: two significant digits of its narrowest
     interval's half-width (1 to 6), so every estimate in the column reads alike and no
     digit is shown that the interval does not support."""
-    import math
-
     halves = [(hi - lo) / 2 for lo, hi in (m["ci"] for m in ms) if lo is not None and hi is not None and hi > lo]
     if not halves:
         return 4
@@ -476,8 +476,6 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
 
 def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     """The same content as ``markdown`` as a standalone HTML page (for Snakemake's report)."""
-    from html import escape
-
     head, rows = table(stats)
     parts = [f"<html><head><meta charset='utf-8'><title>{escape(title)}</title><style>"
              "body{font-family:sans-serif;margin:1em} td,th{border:1px solid #ccc;padding:4px 8px}"

@@ -12,10 +12,15 @@ Imports without torch. NVML (nvidia-ml-py) is the one seam to the GPU driver.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import logging
+import os
+import resource
+import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
+
+# Lazy on purpose: pynvml and torch are imported where a device is read: optional, absent without NVIDIA's
+# library or a GPU.
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +71,6 @@ def write_phase(folder: str | Path | None, phase: str, **figures: float) -> None
     """A worker names the start-up phase it is in (importing, loading the model, ready)
     in ``folder/<host>-<pid>.json``, for the driver's ``PhaseWatch`` to log. Best effort:
     a phase that cannot be written is only not shown."""
-    import os
-    import socket
-
     if folder is None:
         return
     path = Path(folder) / f"{socket.gethostname()}-{os.getpid()}.json"
@@ -91,8 +96,6 @@ class PhaseWatch:
         self.thread = threading.Thread(target=self._run, name="pairflow-phases", daemon=True)
 
     def __enter__(self) -> PhaseWatch:
-        import shutil
-
         shutil.rmtree(self.folder, ignore_errors=True)  # a previous job's workers are not this job's
         if self.slots < 1:  # nothing to run: no pool starts
             return self
@@ -167,8 +170,6 @@ def process_start() -> float:
     record, so nothing before the first line of Python is missed); on a system without
     /proc, the interpreter's import of this module (later, so the figure flatters less
     than it could not)."""
-    import os
-
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
@@ -589,7 +590,6 @@ def _host_peak_mb() -> tuple[float, str]:
                 return int(line.split()[1]) / 1024.0, "phase"
     except OSError:
         pass
-    import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "process"
 
@@ -645,8 +645,6 @@ class PhaseMemory:
     def track(self, pipe: Any) -> Any:
         """A context manager: the ``with`` block is a pipeline call of ``pipe``, split at
         its VAE decode (``vae.decode`` wrapped for the call, restored on exit)."""
-        import contextlib
-
         @contextlib.contextmanager
         def tracked() -> Any:
             vae: Any = getattr(pipe, "vae", None)

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .atomic import replace_dir
-from .errors import ModelBuildError
+from .errors import ConfigError, ModelBuildError
+
+# Lazy on purpose: torch, diffusers and transformers are imported inside the builders: the CLI imports this
+# module without them.
 
 if TYPE_CHECKING:
     import torch
@@ -228,8 +231,6 @@ def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
     Returns the directory. Raises ConfigError for an unknown family; diffusers errors propagate.
     """
     import torch
-
-    from .errors import ConfigError
 
     builders = {"wan": _wan, "cogvideox": _cogvideox, "ltx": _ltx, "hunyuanvideo": _hunyuanvideo}
     if family not in builders:

@@ -25,11 +25,13 @@ path with no network. Imports without torch (the builders import it when called)
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
 from .errors import WeightDigestError, WeightsError
 from .identity import digest_file, digest_obj
 
@@ -162,8 +164,6 @@ def verify(mirror: Path | None, keys: list[str] | tuple[str, ...], needed_by: st
 
 def write_lock(mirror: Path, origin: str) -> Lock:
     """Hash every declared file present in ``mirror`` and write its lock."""
-    from .atomic import write_text
-
     mirror = Path(mirror)
     files = {}
     for w in WEIGHTS.values():
@@ -179,8 +179,6 @@ def write_lock(mirror: Path, origin: str) -> Lock:
 def fetch(dest: Path, keys: list[str] | None = None) -> Lock:
     """Download every declared file into ``dest`` (needs internet; run once per site) with
     torch's own downloader, check upstream SHA-256 where published, and write the lock."""
-    import hashlib
-
     from torch.hub import download_url_to_file
 
     for key in keys or list(WEIGHTS):

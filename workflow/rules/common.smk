@@ -16,7 +16,7 @@ sys.path.insert(0, str(HOME / "workflow"))
 os.environ.setdefault("PAIRFLOW_HOME", str(HOME))
 from pairflow.config import check_config_files, study_from_raw  # noqa: E402
 from pairflow.errors import PairFlowError  # noqa: E402
-from pairflow.evidence import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
+from pairflow.healing import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
 from pairflow.calibrate import device_kind, load_table  # noqa: E402

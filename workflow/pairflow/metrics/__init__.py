@@ -22,13 +22,19 @@ import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib import metadata
+from importlib.util import find_spec, module_from_spec, spec_from_file_location
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import progress
-from ..errors import ConfigError, PairingError
+from ..errors import ConfigError, PairingError, ScoringError
+from ..weights import WEIGHTS
+
+# Lazy on purpose: torch and pyiqa are imported inside the functions that score: the registry (names, specs,
+# weights) imports without them.
 
 _MODULES = {
     "temporal_flickering": "flicker",
@@ -69,8 +75,6 @@ class MetricSpec:
     def asdict(self, digests: dict[str, str] | None = None) -> dict[str, Any]:
         """The spec as written into a score record: ``weights`` lists each needed file
         (path in the mirror) with its verified xxh3 digest (None when not yet verified)."""
-        from ..weights import WEIGHTS
-
         d = asdict(self)
         d.pop("needs")
         d.pop("vbench_reader")  # the record says how its frames were decoded (``decoded_with``)
@@ -102,9 +106,6 @@ def _pyiqa_table() -> tuple[dict[str, Any], str]:
     """pyiqa's own metric table (``pyiqa/default_model_configs.py``) and pyiqa's version,
     read without importing the pyiqa package (which imports torch: seconds in a driver
     that only needs the table). The table module itself imports nothing but OrderedDict."""
-    from importlib import metadata
-    from importlib.util import find_spec, module_from_spec, spec_from_file_location
-
     if "pyiqa" in sys.modules:  # a worker has it already: the same table, no file read
         from pyiqa.default_model_configs import DEFAULT_CONFIGS
 
@@ -196,8 +197,6 @@ def score(name: str, frames: np.ndarray, reference: np.ndarray | None = None,
 def check_device(device: str) -> None:
     """Refuse a scoring device torch cannot use here (ScoringError naming it and why)."""
     import torch
-
-    from ..errors import ScoringError
 
     if device.split(":")[0] != "cuda":
         raise ScoringError(f"scoring device {device!r} is not one PairFlow scores on; it scores on 'cpu' or 'cuda'")

@@ -17,6 +17,8 @@ import numpy as np
 
 from . import MetricSpec, ScoreContext, metric, models
 
+# Lazy on purpose: torch is imported inside the scorer: the registry imports this module to register it.
+
 SPEC = MetricSpec(name="aesthetic_quality", version="1", kind="NR", higher_is_better=True, range="~0, ~1",
                   source="VBench aesthetic_quality: LAION linear aesthetic head on L2-normalised CLIP ViT-L/14 "
                   "image features, per frame / 10, mean over frames",

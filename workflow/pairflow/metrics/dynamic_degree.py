@@ -20,6 +20,8 @@ import numpy as np
 from ..errors import ScoringError
 from . import MetricSpec, ScoreContext, metric, models
 
+# Lazy on purpose: torch is imported inside the scorer: the registry imports this module to register it.
+
 MIN_SIDE = 128
 """torchvision's RAFT needs feature maps of at least 16 px, i.e. frames of at least 128 px."""
 

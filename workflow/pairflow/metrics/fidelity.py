@@ -25,6 +25,9 @@ import numpy as np
 
 from . import MetricSpec, ScoreContext, metric, models, pyiqa_spec
 
+# Lazy on purpose: pyiqa (and torch) are imported inside the scorer: the registry imports this module to
+# register it.
+
 PSNR_CAP_DB = 80.0
 """pyiqa's PSNR of identical frames: 10 log10(1 / 1e-8)."""
 

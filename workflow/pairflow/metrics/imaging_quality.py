@@ -14,6 +14,8 @@ import numpy as np
 
 from . import MetricSpec, ScoreContext, metric, models
 
+# Lazy on purpose: torchvision is imported inside the scorer: the registry imports this module to register it.
+
 SPEC = MetricSpec(name="imaging_quality", version="1", kind="NR", higher_is_better=True, range="~0, ~1",
                   source="VBench imaging_quality: pyiqa MUSIQ-SPAQ per frame (longer side limited to 512), "
                   "mean over frames / 100", needs=models.needs("musiq_spaq"), vbench_reader="decord")

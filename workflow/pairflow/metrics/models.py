@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +27,9 @@ import numpy as np
 
 from ..errors import ConfigError, WeightsError
 from ..weights import WEIGHTS, verify
+
+# Lazy on purpose: torch, torchvision, timm, pyiqa and clip are imported inside the loaders: only a scoring
+# worker needs them.
 
 LOAD_COUNTS: Counter[str] = Counter()
 
@@ -83,8 +87,6 @@ def dino_pos_embed(pos_embed: Any, rows: int, cols: int) -> Any:
     not by the output size, so the table differs from timm's size-based, antialiased
     resampling on non-square frames (issue 23 measured 2.5-10% relative L2 on DINO's
     released table; the suite checks the difference on a random one)."""
-    import math
-
     import torch
     import torch.nn.functional as F
 

@@ -39,6 +39,8 @@ import numpy as np
 from ..errors import ScoringError
 from . import MetricSpec, ScoreContext, metric
 
+# Lazy on purpose: torch is imported inside the scorers: the registry imports this module to register it.
+
 WINDOW, SIGMA, K1, K2, DATA_RANGE = 11, 1.5, 0.01, 0.03, 255.0
 MS_WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
 MS_SSIM_MIN_SIDE = WINDOW * 2 ** (len(MS_WEIGHTS) - 1)

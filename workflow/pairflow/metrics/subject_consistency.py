@@ -19,6 +19,8 @@ import numpy as np
 from ..errors import ScoringError
 from . import MetricSpec, ScoreContext, metric, models
 
+# Lazy on purpose: torch is imported inside the scorer: the registry imports this module to register it.
+
 SPEC = MetricSpec(name="subject_consistency", version="2", kind="NR", higher_is_better=True, range="0, 1",
                   source="VBench subject_consistency: DINO ViT-B/16 [CLS] per frame (resize 224, ImageNet norm); "
                   "mean over t>0 of (relu cos(f_t,f_t-1) + relu cos(f_t,f_0)) / 2", needs=models.needs("dino"),

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..atomic import job_start
 from ..candidates import (
     COMBINED,
     Candidate,
@@ -35,7 +36,8 @@ from ..candidates import (
 )
 from ..config import StudySpec
 from ..context import write_context
-from ..fleet import Grant, Task, _slot_count
+from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
+from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
@@ -100,15 +102,14 @@ def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path,
     WeightsError before any worker starts when a scorer's weight is missing or altered,
     and TaskFailedError after every task has finished when some failed (neither
     manifest is then written; a rerun runs only what is unfinished)."""
-    with hold(panel_dir(study, panel_name), f"generate and score {panel_name}"):
+    layout = Layout(study.scratch)
+    with hold(panel_dir(layout, panel_name), f"generate and score {panel_name}"):
         return _run_panel(study, panel_name, gen_out, score_out, run_dir, grant)
 
 
 def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
                grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
+    layout = Layout(study.scratch)
     sweep_panel(study, panel_name, job_start(),
                 ("records", "videos", "scores", "failures/generate", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast on a missing or altered weight
@@ -127,7 +128,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     def ready(c: Candidate) -> Task | None:
         """``c``'s score task when its record and its control's are verified (once)."""
         control = next(x for x in pairs[c.key.pair_key] if x.arm.is_control)
-        rec, ctrl = records.get(record_path(study, c)), records.get(record_path(study, control))
+        rec, ctrl = records.get(record_path(layout, c)), records.get(record_path(layout, control))
         if rec is None or ctrl is None or c.key.candidate_id in scored:
             return None
         scored.add(c.key.candidate_id)
@@ -161,18 +162,18 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
         if payload.get("stage") != "generate":
             return []
         c = by_id[result["candidate_id"]]
-        records[record_path(study, c)] = verified(study, c)
+        records[record_path(layout, c)] = verified(study, c)
         return scores_ready(pairs[c.key.pair_key] if c.arm.is_control else [c])
 
     label = f"generate and score {panel_name}"
-    start_early = any(not record_path(study, c).exists() or not score_path(study, c).exists() for c in todo_all)
+    start_early = any(not record_path(layout, c).exists() or not score_path(layout, c).exists() for c in todo_all)
     phases = Path(run_dir) / PHASES_DIR
     with _console("pairflow"), PhaseWatch(phases, label, _slot_count(study.fleet, grant) if start_early else 0):
-        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label,
-                            telemetry_path(study, panel_name, COMBINED),
-                            lambda p: failure_path(study, p["candidate"], p["stage"]), describe,
-                            warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
-                            start_early=start_early, follow=follow)
+        hooks = TaskHooks(telemetry_path(layout, panel_name, COMBINED),
+                          lambda p: failure_path(layout, p["candidate"], p["stage"]), describe,
+                          warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                          start_early=start_early, follow=follow)
+        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)

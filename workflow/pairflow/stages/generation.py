@@ -14,10 +14,16 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from .. import compute
+from .. import generate as g
+from ..arms import arm_model, record_sections, verifier_for
+from ..arms.run import arm_pipeline, run_arm
+from ..atomic import job_start
 from ..candidates import (
     Candidate,
     candidates,
     failure_path,
+    generation_stale,
     panel_dir,
     record_path,
     task_identity,
@@ -27,10 +33,12 @@ from ..candidates import (
 from ..config import GenerationSpec, StudySpec
 from ..context import load_context, write_context
 from ..errors import PairFlowError
-from ..fleet import Grant
+from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
+from ..identity import digest_obj
+from ..layout import Layout
 from ..locks import hold
-from ..provenance import arm_record, provenance
-from ..records import build_manifest, check_video, read_record, stable_root, write_manifest, write_record
+from ..provenance import arm_record, config_snapshot, provenance
+from ..records import build_manifest, check_streams, check_video, read_record, stable_root, write_manifest, write_record
 from ..recordtypes import (
     CandidateFields,
     ComputeFields,
@@ -40,7 +48,8 @@ from ..recordtypes import (
     Provenance,
     VideoFields,
 )
-from ..stats import check_streams
+from ..telemetry import PhaseMemory
+from ..video import encode, prepare_frames, recipe_digest
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -64,7 +73,8 @@ def generation_settings(g: GenerationSpec) -> GenerationSettings:
 def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> GenerationRecord | None:
     """The candidate's record when it and its video verify and match the candidate's
     identity and encoder recipe; None when the candidate must be (re)generated."""
-    path = record_path(study, c)
+    layout = Layout(study.scratch)
+    path = record_path(layout, c)
     if not path.exists():
         return None
     try:
@@ -73,18 +83,13 @@ def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> Gener
     except PairFlowError as e:
         log.warning("will regenerate: %s", e)
         return None
-    if (record["candidate"]["candidate_id"] != c.key.candidate_id
-            or record["encoder"]["recipe_digest"] != recipe_digest):
-        return None
-    return record
+    return None if generation_stale(record, c, recipe_digest) else record
 
 
 def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task: import torch and diffusers and load the model in this worker
     while the driver still prepares the job's candidates. Returns (and keeps for the
     worker's records) the seconds spent on each."""
-    from .. import generate as g
-
     # imports include the pipeline's lazily imported modules (generate.pipeline_imports),
     # so load_s is the weights alone
     import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(payload["model"])
@@ -96,15 +101,9 @@ def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
 
 def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl task: generate, guard, encode and record one candidate (runs in a worker)."""
-    from .. import generate as g
-    from ..arms import arm_model, record_sections
-    from ..arms.run import arm_pipeline
-    from ..fleet import worker_identity
-    from ..telemetry import PhaseMemory
-    from ..video import encode, prepare_frames
-
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
+    layout = Layout(study.scratch)
     c: Candidate = payload["candidate"]
     import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(arm_model(c.arm, study.model))
     loaded = time.perf_counter()
@@ -117,7 +116,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     memory = result.memory or PhaseMemory(result.device == "cuda")
     started = time.perf_counter()
     memory.start("encode")
-    info = encode(frames, video_path(study, c), study.encoder, study.generation.fps)
+    info = encode(frames, video_path(layout, c), study.encoder, study.generation.fps)
     memory.stop("encode")
     encode_s = time.perf_counter() - started
     prov: Provenance = shared["provenance"]
@@ -132,8 +131,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         "compute": cast(ComputeFields, result.compute),
         # The video's path is relative to the panel directory, so records stay valid when a
         # scratch tree is moved and compare equal across sites.
-        "video": cast(VideoFields, {**info.asdict(), "path": video_path(study, c).relative_to(
-            panel_dir(study, c.key.panel)).as_posix()}),
+        "video": cast(VideoFields, {**info.asdict(), "path": video_path(layout, c).relative_to(
+            panel_dir(layout, c.key.panel)).as_posix()}),
         "frames": {"mean": stats.mean, "std": stats.std, "flags": list(stats.flags)},
         # import_s and load_s are what this task spent importing and loading (0 when the
         # worker's warm-up task or an earlier task already did); the warm-up's own figures
@@ -149,7 +148,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     }
     # each declared kind's own section (a search's candidates, a student's weights)
     cast(dict[str, Any], record).update(record_sections(c.arm, result, study.model))
-    write_record(record_path(study, c), record)
+    write_record(record_path(layout, c), record)
     return {"candidate_id": c.key.candidate_id, "worker": record["worker"]}
 
 
@@ -159,11 +158,6 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     table measured and saved. ``check``: count in full even with a table and cross-check
     the derived figure; a mismatch saves the table as inexact, so every later run of
     that key is counted in full (a figure is never derived from a table that was wrong)."""
-    from .. import compute
-    from ..arms import arm_model, verifier_for
-    from ..arms.run import run_arm
-    from ..layout import Layout
-
     folder = Layout(study.scratch).flop_tables
     eff = _effective(c, study)
     key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens)
@@ -192,8 +186,6 @@ _TABLES: dict[str, Any] = {}
 
 def _effective(c: Candidate, study: StudySpec) -> dict[str, Any]:
     """The generation settings ``c``'s arm runs with, as records carry them."""
-    from .. import generate as g
-
     return dict(generation_settings(g.effective_generation(c.arm, study.generation)))
 
 
@@ -201,8 +193,6 @@ def flop_checks(cands: list[Candidate], seed: int) -> set[str]:
     """The seeded sample of candidates counted in full and cross-checked against their
     derived FLOPs: per arm of the panel, the candidate whose xxh3 of (seed, candidate id)
     is smallest, so the same one is checked however the job's tasks are split or rerun."""
-    from ..identity import digest_obj
-
     best: dict[str, tuple[str, str]] = {}
     for c in cands:
         d = digest_obj(["flop-check", seed, c.key.candidate_id])
@@ -218,15 +208,14 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
     ``grant`` is what this job was given (``sites.grant_from_env``): one worker per
     granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
     run on the same panel fails at once."""
-    with hold(panel_dir(study, panel_name), f"generate {panel_name}"):
+    layout = Layout(study.scratch)
+    with hold(panel_dir(layout, panel_name), f"generate {panel_name}"):
         return _run_generation(study, panel_name, manifest_out, run_dir, grant)
 
 
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
+    layout = Layout(study.scratch)
     sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
     todo_all = candidates(study, study.panel(panel_name))
     records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
@@ -241,13 +230,13 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
         checks = flop_checks(todo_all, study.stats.seed)
         return [generation_payload(ref, c, checks) for c in todo]
 
-    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}",
-                        telemetry_path(study, panel_name, "generate"),
-                        lambda p: failure_path(study, p["candidate"], "generate"), describe,
-                        warm=(warm_generation, warm_payload(study)),
-                        # Start the pool before preparing only when work is certain (a record is
-                        # missing); else only once prepare() found some, so a no-op job starts none.
-                        start_early=any(not record_path(study, c).exists() for c in todo_all))
+    hooks = TaskHooks(telemetry_path(layout, panel_name, "generate"),
+                      lambda p: failure_path(layout, p["candidate"], "generate"), describe,
+                      warm=(warm_generation, warm_payload(study)),
+                      # Start the pool before preparing only when work is certain (a record is
+                      # missing); else only once prepare() found some, so a no-op job starts none.
+                      start_early=any(not record_path(layout, c).exists() for c in todo_all))
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks)
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 
@@ -255,8 +244,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
 def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, GenerationRecord]) -> list[Candidate]:
     """The candidates of ``cands`` to (re)generate; the verified records of the others
     go into ``records`` (by record path), so each video is hashed once per job."""
-    from ..video import recipe_digest
-
+    layout = Layout(study.scratch)
     rdigest = recipe_digest(study.encoder, study.generation.fps)
     todo = []
     for c in cands:
@@ -264,7 +252,7 @@ def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, Gen
         if record is None:
             todo.append(c)
         else:
-            records[record_path(study, c)] = record
+            records[record_path(layout, c)] = record
     return todo
 
 
@@ -287,7 +275,8 @@ def warm_payload(study: StudySpec) -> dict[str, Any]:
 
 def verified(study: StudySpec, c: Candidate) -> GenerationRecord:
     """``c``'s new record, self-digest, schema and video bytes checked (IntegrityError otherwise)."""
-    path = record_path(study, c)
+    layout = Layout(study.scratch)
+    path = record_path(layout, c)
     record = read_record(path, "generation")
     check_video(record, path)
     return record
@@ -298,17 +287,16 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
     """After every task succeeded: clear the panel's generation failure records, verify
     each new record not yet in ``records`` (every new record must verify before the
     manifest binds it), check the seed streams and write the generation manifest."""
-    from ..evidence import config_snapshot
-
+    layout = Layout(study.scratch)
     clear_failures(study, todo_all, "generate")  # every candidate is complete now
     for c in todo:
-        path = record_path(study, c)
+        path = record_path(layout, c)
         if path not in records:
             records[path] = verified(study, c)
-    files = [record_path(study, c) for c in todo_all]
+    files = [record_path(layout, c) for c in todo_all]
     check_streams(list(records.values()))
-    manifest = build_manifest("panel-generation", panel_dir(study, panel_name), files,
+    manifest = build_manifest("panel-generation", panel_dir(layout, panel_name), files,
                               {"study": study.study, "panel": panel_name,
-                               "stable_root": stable_root(panel_dir(study, panel_name), records),
+                               "stable_root": stable_root(panel_dir(layout, panel_name), records),
                                "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)

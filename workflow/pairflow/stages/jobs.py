@@ -3,10 +3,12 @@ sweeping leftovers of interrupted writes, naming tasks and clearing failure reco
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from typing import Any
 
+from ..atomic import sweep_temps
 from ..candidates import Candidate, failure_path
 from ..config import StudySpec
 from ..layout import Layout
@@ -19,8 +21,6 @@ WARM_UP: dict[str, float] = {}
 
 def timed_imports(modules: tuple[str, ...]) -> float:
     """Seconds spent importing ``modules`` now (about 0 when this process already has them)."""
-    import importlib
-
     started = time.perf_counter()
     for m in modules:
         importlib.import_module(m)
@@ -34,16 +34,15 @@ def describe(payload: dict[str, Any]) -> str:
 
 
 def clear_failures(study: StudySpec, done: list[Candidate], stage: str) -> None:
+    layout = Layout(study.scratch)
     for c in done:
-        failure_path(study, c, stage).unlink(missing_ok=True)
+        failure_path(layout, c, stage).unlink(missing_ok=True)
 
 
 def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str, ...]) -> None:
     """Remove ``.tmp-*`` leftovers older than this job (``started``) from the folders a
     panel job writes: the panel directory, its telemetry, and each arm's ``subdirs``
     folder (records, videos, scores, failures/<stage>)."""
-    from ..atomic import sweep_temps
-
     layout = Layout(study.scratch)
     pdir = layout.panel(panel)
     folders = [pdir, layout.telemetry_dir(panel)]

@@ -10,22 +10,31 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, cast
 
+from .. import weights
+from ..atomic import job_start
 from ..candidates import (
     Candidate,
     candidates,
+    expected_scores,
     failure_path,
     panel_dir,
     record_path,
     score_path,
+    scores_stale,
     task_identity,
     telemetry_path,
 )
-from ..config import ArmSpec, StudySpec
+from ..config import StudySpec
 from ..context import load_context, write_context
+from ..envinfo import package_version
 from ..errors import IntegrityError
-from ..fleet import Grant
-from ..identity import digest_obj
+from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
+from ..identity import digest_file, digest_obj, digest_tree
+from ..layout import Layout
 from ..locks import hold
+from ..metrics import ScoreContext, metric_spec, needed_weights, score
+from ..metrics.dynamic_degree import is_dynamic, pair_motion
+from ..metrics.models import LOAD_COUNTS
 from ..provenance import arm_of
 from ..records import build_manifest, check_video, read_record, write_manifest, write_record
 from ..recordtypes import (
@@ -38,24 +47,20 @@ from ..recordtypes import (
     ScoreRecord,
     StaticFilter,
 )
+from ..telemetry import PhaseMemory
+from ..video import read_video
+from ..weights import verify
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
+# Lazy on purpose: torch is imported inside the functions that run in a worker: the driver and rule scripts
+# import this module without it.
+
 log = logging.getLogger(__name__)
-
-
-def expected_scores(study: StudySpec, arm: ArmSpec) -> list[str]:
-    """The metrics a candidate of ``arm`` gets: all, except fidelity (FR) metrics for the
-    control, which is its own reference."""
-    from ..metrics import metric_spec
-
-    return sorted(n for n in study.scorers if not (arm.is_control and metric_spec(n).kind == "FR"))
 
 
 def study_weights(study: StudySpec) -> list[str]:
     """Weight keys the study's scoring needs: its scorers', plus RAFT when
     temporal_flickering uses VBench's static filter (``scoring/static_filter: intersection``)."""
-    from ..metrics import needed_weights
-
     extra = ["raft_large"] if uses_static_filter(study) else []
     return sorted(set(needed_weights(study.scorers)) | set(extra))
 
@@ -70,10 +75,6 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
     weight mirror's lock digest and origin, device type, precision, threads and process
     layout. Raises WeightsError (naming the file, the digests and the mirror command)
     when a file a configured scorer needs is missing from the mirror or altered."""
-    from .. import weights
-    from ..envinfo import package_version
-    from ..identity import digest_file, digest_tree
-
     accelerators = grant.accelerators if grant else ()
     device = scoring_device(grant, cuda)
     workers = len(accelerators) or study.fleet.cpu_workers
@@ -130,8 +131,6 @@ def metric_decoding(study: StudySpec, name: str) -> Decoding:
     (subject_consistency, background_consistency, aesthetic_quality, imaging_quality)
     BT.709, which is how decord decodes the recipe's BT.709-tagged videos; other metrics
     (FR) BT.709."""
-    from ..metrics import metric_spec
-
     return "bt601" if study.scoring.decode == "vbench" and metric_spec(name).vbench_reader == "opencv" else "bt709"
 
 
@@ -208,14 +207,9 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     Models stay loaded in the worker for the next task (``scoring.models.LOAD_COUNTS``)."""
     import torch
 
-    from ..fleet import worker_identity
-    from ..metrics import ScoreContext, metric_spec, score
-    from ..metrics.models import LOAD_COUNTS
-    from ..telemetry import PhaseMemory
-    from ..video import read_video
-
     shared = load_context(payload["context"])
     study: StudySpec = shared["study"]
+    layout = Layout(study.scratch)
     rec, ctrl = payload["record"], payload["control"]
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
@@ -223,7 +217,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
         return decoded(r["video"]["digest"], matrix, lambda: read_video(
-            panel_dir(study, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
+            panel_dir(layout, r["candidate"]["panel"]) / r["video"]["path"], study.encoder,
             frames=r["video"]["frames"], height=r["video"]["height"], width=r["video"]["width"], fps=g.fps,
             matrix=matrix))
 
@@ -243,8 +237,6 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
                "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
         for name in names}
     if uses_static_filter(study):
-        from ..metrics.dynamic_degree import is_dynamic, pair_motion
-
         seen = frames[metric_decoding(study, "temporal_flickering")]
         pairs, n = pair_motion(seen, ctx)
         # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
@@ -274,15 +266,14 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
                 grant: Grant) -> dict[str, Any]:
     """Score every candidate whose score record is missing or stale, then write the
     manifest. Scoring runs on the same per-accelerator slots as generation."""
-    with hold(panel_dir(study, panel_name), f"score {panel_name}"):
+    layout = Layout(study.scratch)
+    with hold(panel_dir(layout, panel_name), f"score {panel_name}"):
         return _run_scoring(study, panel_name, manifest_out, run_dir, grant)
 
 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
-    from ..atomic import job_start
-    from ..fleet import run_tasks
-
+    layout = Layout(study.scratch)
     sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     todo_all = candidates(study, study.panel(panel_name))
@@ -293,7 +284,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         video, and find the candidates whose score is missing or stale."""
         records: dict[str, GenerationRecord] = {}
         for c in todo_all:
-            path = record_path(study, c)
+            path = record_path(layout, c)
             records[c.key.candidate_id] = read_record(path, "generation")
             check_video(records[c.key.candidate_id], path)
         control = {c.key.pair_key: records[c.key.candidate_id] for c in todo_all if c.arm.is_control}
@@ -305,10 +296,10 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), len(payloads))
         return payloads
 
-    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}",
-              telemetry_path(study, panel_name, "score"), lambda p: failure_path(study, p["candidate"], "score"),
-              describe, warm=(warm_scoring, {}),
-              start_early=any(not score_path(study, c).exists() for c in todo_all))
+    hooks = TaskHooks(telemetry_path(layout, panel_name, "score"),
+                      lambda p: failure_path(layout, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
+                      start_early=any(not score_path(layout, c).exists() for c in todo_all))
+    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks)
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
     return {"ran": len(payloads)}
 
@@ -316,8 +307,6 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
 def scoring_context(study: StudySpec, grant: Grant) -> dict[str, Any]:
     """What every score task of a job shares: the study, the scorer build and the weight
     digests. Raises WeightsError on a missing or altered weight (before any worker starts)."""
-    from ..weights import verify
-
     build = scorer_build(study, grant)
     return {"study": study, "scorer": build, "weight_digests": verify(study.weights.mirror, study_weights(study))}
 
@@ -326,7 +315,8 @@ def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecor
                   build: ScorerBuild) -> dict[str, Any] | None:
     """The score task of ``c`` given its verified generation record ``rec`` and its pair's
     control record ``ctrl``, or None when its score record is fresh."""
-    out = score_path(study, c)
+    layout = Layout(study.scratch)
+    out = score_path(layout, c)
     try:
         old = read_record(out, "score")
         # A score is bound to its candidate's current generation record: a regenerated
@@ -334,7 +324,7 @@ def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecor
         if (old["generation_record_digest"] == rec["record_digest"]
                 and old["video_digest"] == rec["video"]["digest"]
                 and old["control_video_digest"] == ctrl["video"]["digest"]
-                and sorted(old["scores"]) == expected_scores(study, c.arm)
+                and scores_stale(study, c, old) is None
                 and old["scorer"]["digest"] == build["digest"]):  # both arms: one scorer build
             return None
     except (IntegrityError, KeyError):
@@ -347,11 +337,12 @@ def finish_scoring(study: StudySpec, panel_name: str, todo_all: list[Candidate],
                    build: ScorerBuild, manifest_out: Path) -> None:
     """After every task succeeded: clear the panel's score failure records, check every
     score record's self-digest and write the score manifest."""
+    layout = Layout(study.scratch)
     clear_failures(study, todo_all, "score")  # every candidate is scored now
-    files = [score_path(study, c) for c in todo_all]
+    files = [score_path(layout, c) for c in todo_all]
     for f in files:
         read_record(f, "score")
-    manifest = build_manifest("panel-scores", panel_dir(study, panel_name), files,
+    manifest = build_manifest("panel-scores", panel_dir(layout, panel_name), files,
                               {"study": study.study, "panel": panel_name, "ran": ran,
                                "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)

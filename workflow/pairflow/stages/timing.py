@@ -27,23 +27,34 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import generate as g
+from ..arms import verifier_for
+from ..arms.run import arm_pipeline, run_arm
+from ..atomic import job_start, sweep_temps, write_text
+from ..candidates import candidates, panel_dir, record_path, timing_path
 from ..config import StudySpec
+from ..errors import PairFlowError
+from ..fleet import worker_identity
+from ..identity import digest_bytes
 from ..layout import Layout
-from ..records import build_manifest, read_record, stale_link, write_manifest, write_record
+from ..locks import hold
+from ..records import build_manifest, read_record, stale_link, timing_frames_differ, write_manifest, write_record
 from ..recordtypes import GenerationRecord, Manifest, TimingRecord
 from ..sites.base import AllocationInfo
-from ..telemetry import thermal_flag
+from ..sites.slurm import exclusivity
+from ..telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
+from ..video import prepare_frames
+
+# Lazy on purpose: torch is imported inside the functions that time on the device: the driver imports this
+# module without it.
 
 log = logging.getLogger(__name__)
-
-
-def timing_path(study: StudySpec, c: Any) -> Path:
-    return Layout(study.scratch).output(c.key.panel, "timing", c.arm.name, c.stem)
 
 
 def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
@@ -54,8 +65,6 @@ def run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     Slurm allocation the pass runs in (None locally); every timing record states whether
     Slurm gave it the node alone, and the pass's window is written to
     ``study/telemetry/timed_pass.json`` so overlap with other jobs can be checked."""
-    from ..locks import hold
-
     with hold(Path(manifest_out).parent, "timed pass"):
         return _run_timed_pass(study, panels, manifest_out, alloc)
 
@@ -64,16 +73,15 @@ def _is_timed(study: StudySpec, c: Any, bulk: GenerationRecord, sample: set[tupl
     """Whether the candidate's timing record can stay: it names the current generation
     record, and it is a timing (frames matching the bulk run) exactly when the pair is in
     the current sample (a pair leaving the sample gets a not-sampled record)."""
-    from ..errors import PairFlowError
-
+    layout = Layout(study.scratch)
     try:
-        t = read_record(timing_path(study, c), "timing")
+        t = read_record(timing_path(layout, c), "timing")
         if stale_link(t, bulk):
             return False
         if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample:
             return t["sampled"] is False
         # A timing whose run computed other frames is re-timed, never kept.
-        return t["sampled"] is True and t["matches_bulk_frames"] is True
+        return t["sampled"] is True and not timing_frames_differ(t)
     except PairFlowError:
         return False
 
@@ -86,10 +94,6 @@ pass loses at most one block, and drift is shared within it."""
 def sampled_pairs(study: StudySpec, panels: list[str]) -> set[tuple[str, str, int]]:
     """The (panel, prompt_id, seed) pairs the pass times: all, or with ``timing.pairs: N``
     a sample of N per panel drawn from ``timing.seed`` (the same sample on every rerun)."""
-    import random
-
-    from ..candidates import candidates
-
     out: set[tuple[str, str, int]] = set()
     for p in panels:
         keys = sorted({(c.key.panel, c.key.prompt_id, c.key.seed) for c in candidates(study, study.panel(p))})
@@ -103,8 +107,6 @@ def run_order(pairs: list[list[Any]], seed: int, round_: int) -> list[Any]:
     """One repeat round's order: the pairs shuffled, and the arms shuffled within each pair,
     by a generator seeded with (``seed``, ``round_``). ``pairs`` is a list of each pair's
     candidates; returns the candidates in run order (each pair's arms adjacent)."""
-    import random
-
     rng = random.Random(f"{seed}:{round_}")
     order = list(range(len(pairs)))
     rng.shuffle(order)
@@ -198,15 +200,12 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     """One timed run: ``call()`` (a generation, or a search arm's whole search) on
     ``pipe``, with its denoise/decode phases clocked on that pipeline; its result and what
     was measured."""
-    from ..telemetry import gpu_state
-
     measured: dict[str, Any] = {}
     if cuda:
         import torch
 
         torch.cuda.reset_peak_memory_stats()
         measured["gpu_before"] = gpu_state(uuid, os.getpid())
-    from ..telemetry import ThrottleWatch
 
     watch = ThrottleWatch(uuid if cuda else None)
     with watch, PhaseClock(pipe, cuda) as clock:
@@ -229,16 +228,11 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
 
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> Manifest:
-    from .. import generate as g
-    from ..atomic import job_start, sweep_temps, write_text
-    from ..candidates import candidates, panel_dir, record_path
-    from ..sites.slurm import exclusivity
-    from ..telemetry import progress_line
-
+    layout = Layout(study.scratch)
     cands = [c for p in panels for c in candidates(study, study.panel(p))]
-    sweep_temps([panel_dir(study, p) / "timing" / a.name for p in panels for a in study.arms]
+    sweep_temps([panel_dir(layout, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
-    bulk = {c.key.candidate_id: read_record(record_path(study, c), "generation") for c in cands}
+    bulk = {c.key.candidate_id: read_record(record_path(layout, c), "generation") for c in cands}
     sample = sampled_pairs(study, panels)
     todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
     log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands), len(sample),
@@ -253,14 +247,11 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
             "generation_record_digest": b["record_digest"],
             "timing": {"pass": "timed", "latency_s": None, "pairs": study.timing.pairs, "seed": study.timing.seed},
             "matches_bulk_frames": None}
-        write_record(timing_path(study, c), not_sampled)
+        write_record(timing_path(layout, c), not_sampled)
     run = [c for c in todo if c not in skipped]
     per_arm: dict[str, dict[str, Any]] = {}
     settings = None
     if run:
-        from ..arms import verifier_for
-        from ..arms.run import arm_pipeline, run_arm
-
         pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
                  if any(c.arm == a for c in run)}
         settings = g.pin_cuda()
@@ -320,7 +311,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
              "seed": study.timing.seed, "per_arm": per_arm, "cuda_settings": settings, "node": node,
              "allocation": alloc.asdict() if alloc else None},
             indent=1, sort_keys=True) + "\n")
-    manifest = build_manifest("timing", study.scratch, [timing_path(study, c) for c in cands],
+    manifest = build_manifest("timing", study.scratch, [timing_path(layout, c) for c in cands],
                               {"study": study.study, "panels": panels, "pass": "timed"},
                               base=os.path.relpath(study.scratch, Path(manifest_out).parent))
     write_manifest(manifest_out, manifest)
@@ -328,9 +319,6 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
 
 
 def _same_frames(result: Any, bulk: GenerationRecord, study: StudySpec) -> bool:
-    from ..identity import digest_bytes
-    from ..video import prepare_frames
-
     frames, _ = prepare_frames(result.frames, study.encoder)
     return digest_bytes(frames.tobytes()) == bulk["video"]["raw_digest"]
 
@@ -343,8 +331,7 @@ def _gpu_name() -> str:
 
 def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
                   device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
-    from ..fleet import worker_identity
-
+    layout = Layout(study.scratch)
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
     phases = {k: statistics.median(x["phases"][k] for x in runs) for k in ("denoise", "decode", "other", "total")}
@@ -378,4 +365,4 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
         "matches_bulk_frames": same,
         "worker": {**worker_identity(), "device": device, "node": node},
     }
-    write_record(timing_path(study, c), record)
+    write_record(timing_path(layout, c), record)
