@@ -97,6 +97,19 @@ def test_utilisation_report_comes_from_spans(slurm_study: Path) -> None:
     assert "NVML" in (slurm_study / "results/scratch/study/utilisation.md").read_text()
 
 
+def test_snakemake_notices_each_finished_job_within_10_s(slurm_study: Path) -> None:
+    """The profile's pairflow-slurm executor bounds the wait between status checks at 5 s
+    (the stock plugin's backoff noticed jobs 35-65 s late): Slurm's end of each job to the
+    second Snakemake logged it finished."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import slurm_jobs  # benchmarks/slurm_jobs.py
+
+    finished = slurm_jobs.finished_at((slurm_study / "snakemake.log").read_text())
+    assert len(finished) >= 3, finished  # two panel jobs and the timed pass
+    lags = {job: at - slurm_jobs.slurm_times(job)["end"] for job, at in finished.items()}
+    assert all(-1 <= lag <= 10 for lag in lags.values()), lags  # both to the whole second
+
+
 def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
     """``pairflow probe-slots`` in an sbatch job with two GPUs: srun starts the pool, Parsl
     pins one worker to each granted GPU, and every no-op task runs on one of them."""
