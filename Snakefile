@@ -19,8 +19,13 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
-# fleet.panel_jobs: one job per panel for generation and scoring, or one per stage.
-if STUDY.fleet.panel_jobs == "combined":
+# fleet.allocation: study: one job for every panel. Else fleet.panel_jobs: one job per
+# panel for generation and scoring, or one per stage.
+if STUDY.fleet.allocation == "study":
+
+    include: "workflow/rules/fleet.smk"
+
+elif STUDY.fleet.panel_jobs == "combined":
 
     include: "workflow/rules/panel.smk"
 

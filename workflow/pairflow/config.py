@@ -243,6 +243,9 @@ class FleetSpec:
     startup_timeout_s: float = 1800.0
     """Seconds a job may take to start (worker pool, imports, model load) before its stall
     clock (``stall_timeout_s``) starts; longer fails it as stalled in start-up."""
+    allocation: str = "per-panel"
+    """``per-panel``: one scheduler job per panel; ``study``: one (multi-node) job
+    generates and scores every panel from one queue (rule ``fleet_study``)."""
 
 
 @dataclass(frozen=True)
@@ -414,6 +417,11 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
     if (gen["frames"] - 1) % 4:
         raise ConfigError(f"{source}: key 'generation/frames' is {gen['frames']}; Wan's VAE "
                           "compresses time by 4, so frames must be 4k+1 (e.g. 9, 17, 81)")
+    fleet = raw["fleet"]
+    if fleet["allocation"] == "study" and fleet["panel_jobs"] != "combined":
+        raise ConfigError(f"{source}: key 'fleet/allocation' is 'study' but 'fleet/panel_jobs' is "
+                          f"{fleet['panel_jobs']!r}; the study-wide job generates and scores in one pool, so set "
+                          "fleet/panel_jobs: combined (or fleet/allocation: per-panel)")
     if raw["model"]["kind"] == "hub-mirror" and not (raw["model"].get("id") and raw["model"].get("revision")):
         raise ConfigError(f"{source}: model kind 'hub-mirror' needs both 'model/id' and "
                           "'model/revision' (a pinned commit), read from the local mirror at 'model/path'")

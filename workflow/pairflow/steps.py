@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from .atomic import write_text
 from .config import StudySpec
+from .fleet import grant_from_env
 from .identity import digest_obj
 from .records import build_manifest, check_schema, read_record, stale_link, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
+from .stages.study import run_study
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -187,8 +189,17 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
               grant_from_env(dict(os.environ)))
 
 
+def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
+    """Generate and score every panel in ``outputs`` (panel → (generation manifest, score
+    manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
+    written as it completes."""
+    run_study(study, outputs, grant_from_env(dict(os.environ)))
+
+
 def generation_rule(study: StudySpec) -> str:
     """The Snakemake rule that generates a panel (``--forcerun`` it to regenerate)."""
+    if study.fleet.allocation == "study":
+        return "fleet_study"
     return "generate_score_panel" if study.fleet.panel_jobs == "combined" else "generate_panel"
 
 
@@ -299,6 +310,8 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
 
     paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(study, p.name, job_stage(study, stage))
              for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
+    if study.fleet.allocation == "study":  # one job for every panel: its one record
+        paths = {"fleet:study": Layout(study.scratch).fleet_telemetry}
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
     timed = Layout(study.scratch).timed_pass_telemetry
