@@ -20,13 +20,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project
+from conftest import ROOT, copy_project, small_config
 
 from pairflow.archive import verify_tree
+from pairflow.candidates import candidates
+from pairflow.config import study_from_raw
+from pairflow.fleet import Grant
 from pairflow.identity import digest_file
 from pairflow.slurm import cluster_unavailable
+from pairflow.stages.scoring import scoring_context
+from pairflow.stages.study import _Panel, _StudyQueue
 
-pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 PANELS = ("smoke", "motion")
 
@@ -94,6 +98,7 @@ def study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return project, kept, out
 
 
+@pytest.mark.slow
 def test_study_mode_is_one_job_and_gives_per_panel_modes_numbers(per_panel: Path, study) -> None:  # type: ignore[no-untyped-def]
     project, _, out = study
     assert "rule fleet_study" in out and "generate_score_panel" not in out
@@ -115,6 +120,7 @@ def test_study_mode_is_one_job_and_gives_per_panel_modes_numbers(per_panel: Path
     assert [j["job"] for j in u["jobs"]] == ["fleet:study"]
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_keeps_finished_candidates_and_writes_panels_as_they_complete(study) -> None:  # type: ignore[no-untyped-def]
     project, kept, _ = study
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # not one finished candidate regenerated
@@ -127,6 +133,7 @@ def test_resume_after_a_kill_keeps_finished_candidates_and_writes_panels_as_they
     assert "done (2 of 2 panels)" in log[first:] and " done (" in log[first:log.rindex("done (2 of 2 panels)")]
 
 
+@pytest.mark.slow
 def test_status_reads_the_study_job(study) -> None:  # type: ignore[no-untyped-def]
     project, _, _ = study
     proc = subprocess.run([str(BIN / "pairflow"), "status", "--configfile", "config/config.yaml", "--json"],
@@ -138,6 +145,7 @@ def test_status_reads_the_study_job(study) -> None:  # type: ignore[no-untyped-d
     assert len(busy) == 1 and 0 < busy.pop() <= 1  # every panel reports the one job's busy share
 
 
+@pytest.mark.slow
 def test_rerun_panel_in_study_mode_reruns_that_panel_only(study) -> None:  # type: ignore[no-untyped-def]
     project, _, _ = study
     scratch = project / "results/scratch"
@@ -154,6 +162,7 @@ def test_rerun_panel_in_study_mode_reruns_that_panel_only(study) -> None:  # typ
     assert verify_tree(scratch) == []
 
 
+@pytest.mark.slow
 def test_one_allocation_spans_the_clusters_nodes(tiny_model: Path, tmp_path: Path) -> None:
     """On the Slurm cluster (``.ci/slurm-up``): generation and scoring of every panel in
     one Slurm job across its nodes (``--nodes 2`` when it has two), the timed pass in its own."""
@@ -177,3 +186,35 @@ def test_one_allocation_spans_the_clusters_nodes(tiny_model: Path, tmp_path: Pat
     timing = {json.loads(p.read_text())["worker"]["slurm_job"]
               for p in (project / "results/scratch/panels").glob("*/timing/*/*.json")}
     assert timing and not timing & jobs  # the timed pass: its own exclusive job
+
+
+def test_the_queue_feeds_a_window_scores_first_then_panels_in_order_and_survives_failures(tmp_path: Path,
+                                                                                         tiny_model: Path) -> None:
+    """The driver's queue without a pool: the first window is panel t's generation then
+    panel u's, never more than the window in flight; a failed task frees its place for
+    the next, and a panel whose tasks failed gets no manifests."""
+    cfg = small_config(tmp_path, tiny_model, fleet={"cpu_workers": 1, "retries": 0, "allocation": "study"})
+    (tmp_path / "config/panels/u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
+    cfg["panels"]["u"] = {"sheet": str(tmp_path / "config/panels/u.tsv"), "seeds": [3]}
+    study = study_from_raw(cfg, tmp_path)
+    panels = []
+    for name in ("t", "u"):
+        p = _Panel(name, tmp_path / f"{name}-gen.json", tmp_path / f"{name}-scores.json",
+                   candidates(study, study.panel(name)))
+        for c in p.todo_all:
+            p.pairs.setdefault(c.key.pair_key, []).append(c)
+        panels.append(p)
+    shared = scoring_context(study, Grant())
+    q = _StudyQueue(study, panels, shared["scorer"], window=3)
+    in_flight = q.prepare(shared)
+    submitted = list(in_flight)
+    assert q.in_flight == 3 and not q.scores  # no video yet: nothing to score
+    while in_flight:  # every task fails: each frees its place for the next
+        new = q.failed(in_flight.pop(0)[1])
+        in_flight += new
+        submitted += new
+        assert q.in_flight == len(in_flight) <= 3
+    assert [t[1]["candidate"].key.panel for t in submitted] == ["t"] * 4 + ["u"] * 2
+    assert {t[1]["stage"] for t in submitted} == {"generate"}
+    assert {p.name: (p.failed, p.outstanding, p.done) for p in panels} == {"t": (4, 0, False), "u": (2, 0, False)}
+    assert not list(tmp_path.glob("*.json"))  # no manifests for panels whose tasks failed
