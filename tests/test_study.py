@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -124,10 +125,9 @@ def test_study_mode_is_one_job_and_gives_per_panel_modes_numbers(per_panel: Path
 def test_resume_after_a_kill_keeps_finished_candidates_and_writes_panels_as_they_complete(study) -> None:  # type: ignore[no-untyped-def]
     project, kept, _ = study
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # not one finished candidate regenerated
-    log = (project / "results/scratch/logs/fleet/study.log").read_text()
-    resumed = log[log.rindex("candidates, "):]  # the resumed job's plan comes last
-    assert any(f"generate {p}: " in log and f"generate {p}: {n} candidates, 0 complete" not in resumed
-               for p, n in (("smoke", 32), ("motion", 24)))
+    log = (project / "results/scratch/logs/fleet/study.log").read_text()  # the resumed job's (Snakemake clears it)
+    plan = {p: (int(n), int(k)) for p, n, k in re.findall(r"generate (\w+): (\d+) candidates, (\d+) complete", log)}
+    assert plan.keys() == set(PANELS) and sum(k for _, k in plan.values()) == len(kept)
     # The first panel's manifests were written while the other panel's tasks still ran.
     first = log.rindex("done (1 of 2 panels)")
     assert "done (2 of 2 panels)" in log[first:] and " done (" in log[first:log.rindex("done (2 of 2 panels)")]
@@ -154,10 +154,9 @@ def test_rerun_panel_in_study_mode_reruns_that_panel_only(study) -> None:  # typ
     proc = subprocess.run([str(BIN / "pairflow"), "rerun-panel", "motion", "--configfile", "config/config.yaml", "--",
                            "--cores", "2"], cwd=project, capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    log = (scratch / "logs/fleet/study.log").read_text()
-    plan = log[log.rindex("generate smoke: "):]
-    assert "generate smoke: 32 candidates, 32 complete, 0 to run" in plan
-    assert "generate motion: 24 candidates, 0 complete, 24 to run" in plan
+    log = (scratch / "logs/fleet/study.log").read_text()  # this job's (Snakemake clears it)
+    assert "generate smoke: 32 candidates, 32 complete, 0 to run" in log
+    assert "generate motion: 24 candidates, 0 complete, 24 to run" in log
     assert other and all(digest_file(p) == d for p, d in other.items())
     assert verify_tree(scratch) == []
 
@@ -172,11 +171,17 @@ def test_one_allocation_spans_the_clusters_nodes(tiny_model: Path, tmp_path: Pat
     nodes = min(2, int(subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True, text=True,
                                       check=True).stdout.split()[0]))
     project = _project(tmp_path / "p", tiny_model, allocation="study")
+    # The shipped profile asks for 2 nodes; a one-node cluster gets 1 (a --set-resources
+    # on the command line would replace the profile's whole set-resources).
+    profile = project / "profiles/slurm/config.v8+.yaml"
+    prof = yaml.safe_load(profile.read_text())
+    assert prof["set-resources"]["fleet_study"]["nodes"] == 2
+    prof["set-resources"]["fleet_study"]["nodes"] = nodes
+    profile.write_text(yaml.safe_dump(prof))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("SLURM_CONF", None)
-    run = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm", "--configfile", "config/config.yaml",
-                          "--set-resources", f"fleet_study:nodes={nodes}"], cwd=project, env=env,
-                         capture_output=True, text=True, timeout=2400)
+    run = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm", "--configfile", "config/config.yaml"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=2400)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     gen, scores = _records(project), _records(project, "scores")
     assert len(gen) == len(scores) == 56

@@ -67,6 +67,9 @@ def grant_from_env(environ: dict[str, str]) -> Grant:
     return Grant(tuple(acc), alloc, gpu_map(acc, alloc))
 
 
+UNSET_STEP = 'for v in $(compgen -e | grep "^SLURM_"); do [ "$v" = SLURM_JOB_ID ] || unset "$v"; done'
+"""Shell line unsetting a job step's SLURM_* variables (not the job id) before srun."""
+
 STRATEGY_PERIOD_S = 0.5
 """Seconds between Parsl's scaling decisions (the first launches the job's one block).
 Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
@@ -102,7 +105,8 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
         provider=LocalProvider(
             # Inside Slurm, srun starts one pool per allocated node; --overlap because the
             # rule itself already runs in a job step holding the allocation's CPUs.
-            launcher=(SrunLauncher(debug=False, overrides="--overlap --ntasks-per-node=1 --cpu-bind=none")
+            launcher=(SrunLauncher(debug=False, overrides="--overlap --ntasks-per-node=1 --cpu-bind=none"
+                                   + (f" --jobid={alloc.job_id} --nodes={nodes}" if nodes > 1 else ""))
                       if alloc else SingleNodeLauncher()),
             nodes_per_block=nodes,
             # Exactly one block: this allocation. min 0 lets the idle timeout release it.
@@ -111,8 +115,11 @@ def make_config(run_dir: Path, fleet: FleetSpec, grant: Grant) -> Any:
             # process_worker_pool.py and import the same environment as the driver.
             # On one node a watchdog in the pool's process group ends the pool when the
             # driver dies (orphans); across nodes Slurm ends the srun steps with the job.
+            # Across nodes the srun names the whole allocation (--jobid, --nodes) with the
+            # SLURM_* of the rule's one-node step unset: Snakemake's Slurm plugin starts the
+            # rule with srun -n1, whose step variables would confine the pools to one node.
             worker_init=(f"export PATH={shlex.quote(str(bindir))}:$PATH {GPU_MAP_VAR}={shlex.quote(gmap)}"
-                         + ("" if alloc and nodes > 1 else "\n" + orphans.watch_command(os.getpid()))),
+                         + (f"\n{UNSET_STEP}" if alloc and nodes > 1 else "\n" + orphans.watch_command(os.getpid()))),
         ),
     )
     return Config(executors=[executor], retries=fleet.retries, run_dir=str(run_dir / "parsl"),

@@ -20,7 +20,7 @@ from .fleet import grant_from_env
 from .identity import digest_obj
 from .records import build_manifest, check_schema, read_record, stale_link, write_manifest
 from .recordtypes import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
-from .stages.study import run_study
+from .stages.study import run_study, whole_allocation
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -193,7 +193,7 @@ def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None
     """Generate and score every panel in ``outputs`` (panel → (generation manifest, score
     manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
     written as it completes."""
-    run_study(study, outputs, grant_from_env(dict(os.environ)))
+    run_study(study, outputs, whole_allocation(grant_from_env(dict(os.environ))))
 
 
 def generation_rule(study: StudySpec) -> str:

@@ -26,7 +26,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ..fleet import Grant, Task, _slot_count, run_tasks
 from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord
+from ..slurm import job_details
 from ..telemetry import PHASES_DIR, PhaseWatch
 from .combined import _console, warm_panel
 from .generation import (
@@ -181,6 +182,19 @@ class _StudyQueue:
             out.append((self.scores or self.generation).popleft())
             self.in_flight += 1
         return out
+
+
+def whole_allocation(grant: Grant) -> Grant:
+    """``grant`` with its Slurm allocation's node count and node list as the scheduler
+    has them (``scontrol``): Snakemake's Slurm plugin starts the rule as a one-node step
+    (``srun -n1``) with the job's ``SLURM_*`` variables removed, so the step's own
+    environment names one node. Outside Slurm ``grant`` itself."""
+    alloc = grant.allocation
+    if alloc is None:
+        return grant
+    details = job_details(alloc.job_id)
+    nodes = int(details.get("NumNodes", str(alloc.nodes)).split("-")[0])
+    return replace(grant, allocation=replace(alloc, nodes=nodes, nodelist=details.get("NodeList", alloc.nodelist)))
 
 
 def run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], grant: Grant) -> dict[str, Any]:
