@@ -3,7 +3,8 @@
 #   build the embedded model [build_tiny_model] → check every arm against it [check_arms]
 #   → calibrate, then estimate the cost against fleet.budget_gpu_hours [calibrate, estimate]
 #   → generate and score each panel, one Parsl fan-out per panel [generate_score_panel;
-#     fleet.panel_jobs: per-stage makes it generate_panel then score_panel]
+#     fleet.panel_jobs: per-stage makes it generate_panel then score_panel; fleet.allocation:
+#     study makes it one job for every panel, fleet_study]
 #   → exclusive timed pass [timed_pass] → paired statistics per panel and for the study
 #     [study_stats] → figures, gallery, tracker [plots, gallery, track] → slot utilisation
 #     [utilisation] → archive evidence [archive].
@@ -26,8 +27,13 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/calibrate.smk"
-# fleet.panel_jobs: one job per panel for generation and scoring, or one per stage.
-if STUDY.fleet.panel_jobs == "combined":
+# fleet.allocation: study: one job for every panel. Else fleet.panel_jobs: one job per
+# panel for generation and scoring, or one per stage.
+if STUDY.fleet.allocation == "study":
+
+    include: "workflow/rules/fleet.smk"
+
+elif STUDY.fleet.panel_jobs == "combined":
 
     include: "workflow/rules/panel.smk"
 

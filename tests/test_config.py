@@ -46,6 +46,9 @@ def test_default_config_loads_and_fills_defaults() -> None:
     (lambda c: c["stats"].update(margins={"ssim": 0}), ["margins", "ssim"]),
     (lambda c: c["stats"].update(multiplicity="bonferroni"), ["multiplicity", "bonferroni"]),
     (lambda c: c.update(scoring={"decode": "bt2020"}), ["decode", "bt2020"]),
+    (lambda c: c["fleet"].update(allocation="per-node"), ["allocation", "per-node", "study"]),
+    (lambda c: c["fleet"].update(allocation="study", panel_jobs="per-stage"),
+     ["fleet/allocation", "'study'", "per-stage", "panel_jobs: combined"]),
 ])
 def test_bad_config_names_key_value_and_allowed(mutate, words) -> None:  # type: ignore[no-untyped-def]
     raw = default_raw()

@@ -17,6 +17,7 @@ import pytest
 from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
 from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
+from pairflow.sites import grant_from_env
 
 
 @pytest.fixture(autouse=True)
@@ -524,3 +525,18 @@ def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots
     running = [r["slot"] for r in records.values() if r["slot"]["source"] == "heartbeat"]
     assert len(running) == 2  # the two tasks that were running: their worker's host and device
     assert all(s["host"] and s["device"].startswith("cpu") and s["pid"] for s in running)
+
+
+def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tmp_path: Path) -> None:
+    """Regression (issue 27, fleet.allocation: study on the two-node cluster): Snakemake's
+    Slurm plugin starts the rule as a one-node step with the job's SLURM_* removed; the
+    pools' srun ran in that step's environment and failed ("More processors requested
+    than permitted"). Across nodes it names the allocation and unsets the step's SLURM_*."""
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODELIST": "n[1-2]", "CUDA_VISIBLE_DEVICES": "0,1"}
+    provider = make_config(tmp_path, FleetSpec(1, 0), grant_from_env(env)).executors[0].provider
+    overrides = provider.launcher.overrides
+    assert "--jobid=77" in overrides and "--nodes=2" in overrides and provider.nodes_per_block == 2
+    assert 'grep "^SLURM_"' in provider.worker_init and "orphans" not in provider.worker_init
+    one = make_config(tmp_path, FleetSpec(1, 0), grant_from_env({**env, "SLURM_JOB_NUM_NODES": "1"}))
+    assert "--jobid" not in one.executors[0].provider.launcher.overrides  # one node: as before
+    assert "SLURM_" not in one.executors[0].provider.worker_init

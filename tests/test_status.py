@@ -83,6 +83,27 @@ def test_one_job_per_panel_reports_its_slots_and_busy_share_for_both_stages(tmp_
     assert gen.busy_share == score.busy_share == pytest.approx(0.9)
 
 
+def test_study_wide_job_reports_its_slots_and_busy_share_for_every_panel(tmp_path: Path,
+                                                                         tiny_model: Path) -> None:
+    """Under ``fleet.allocation: study`` one job runs every panel: its heartbeats and its
+    telemetry record (``study/run/fleet``, ``study/telemetry/fleet.json``) are what every
+    panel's generation and scoring rows report; the timed pass keeps its own."""
+    from pairflow.layout import Layout
+
+    cfg = small_config(tmp_path, tiny_model, fleet={"cpu_workers": 1, "retries": 1, "allocation": "study"})
+    cfg["panels"]["u"] = cfg["panels"]["t"]
+    study = study_from_raw(cfg, tmp_path)
+    now = time.time()
+    layout = Layout(study.scratch)
+    _touch(layout.fleet_run_dir / "heartbeats" / "node1-11.json", now - 1)
+    _touch(layout.fleet_run_dir / "heartbeats" / "node2-12.json", now - 2)
+    _touch(layout.fleet_telemetry, now - 100, json.dumps({"slots": {"a": {"busy_s": 30.0, "window_s": 40.0}}}))
+    rows = study_status(study, now=now)
+    assert {(r.panel, r.stage) for r in rows if r.stage != "timing" and r.active_slots == 2
+            and r.busy_share == pytest.approx(0.75)} == {(p, s) for p in ("t", "u") for s in ("generate", "score")}
+    assert {r.active_slots for r in rows if r.stage == "timing"} == {0}
+
+
 def test_cli_prints_a_table_and_check_fails_on_failures(half_done, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     study, _ = half_done

@@ -15,7 +15,7 @@ from conftest import ROOT, copy_project, small_config
 from pairflow.config import study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.layout import Layout
-from pairflow.steps import PANEL_RULES, check_panel_rules, study_manifests
+from pairflow.steps import PANEL_RULES, check_panel_rules, generation_rule, study_manifests
 
 SCRIPT = """
 import sys
@@ -108,3 +108,14 @@ def test_study_manifests_names_every_panels_manifests_and_the_timed_pass(tmp_pat
         "generation:t": layout.generation_manifest("t"), "scores:t": layout.score_manifest("t"),
         "generation:u": layout.generation_manifest("u"), "scores:u": layout.score_manifest("u"),
         "timing": tmp_path / "timing.json"}
+
+
+def test_the_rule_that_regenerates_a_panel_follows_the_fleet_keys(tmp_path: Path, tiny_model: Path) -> None:
+    """The archive's regenerate command and the stats' advice name the rule that runs."""
+    def rule(**fleet: object) -> str:
+        cfg = small_config(tmp_path, tiny_model, fleet={"cpu_workers": 1, "retries": 1, **fleet})
+        return generation_rule(study_from_raw(cfg, tmp_path))
+
+    assert rule() == "generate_score_panel"
+    assert rule(panel_jobs="per-stage") == "generate_panel"
+    assert rule(allocation="study") == "fleet_study"

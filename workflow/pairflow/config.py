@@ -261,6 +261,9 @@ class FleetSpec:
     """The most slot-hours the study may cost by ``estimate``; None: no budget guard."""
     packing_headroom: float = 0.2
     """Share of a device's (or host's) memory kept free when packing workers (``calibrate.packing``)."""
+    allocation: str = "per-panel"
+    """``per-panel``: one scheduler job per panel; ``study``: one (multi-node) job
+    generates and scores every panel from one queue (rule ``fleet_study``)."""
 
 
 @dataclass(frozen=True)
@@ -428,6 +431,11 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
     if (gen["frames"] - 1) % 4:
         raise ConfigError(f"{source}: key 'generation/frames' is {gen['frames']}; Wan's VAE "
                           "compresses time by 4, so frames must be 4k+1 (e.g. 9, 17, 81)")
+    fleet = raw["fleet"]
+    if fleet["allocation"] == "study" and fleet["panel_jobs"] != "combined":
+        raise ConfigError(f"{source}: key 'fleet/allocation' is 'study' but 'fleet/panel_jobs' is "
+                          f"{fleet['panel_jobs']!r}; the study-wide job generates and scores in one pool, so set "
+                          "fleet/panel_jobs: combined (or fleet/allocation: per-panel)")
     if raw["model"]["kind"] == "hub-mirror" and not (raw["model"].get("id") and raw["model"].get("revision")):
         raise ConfigError(f"{source}: model kind 'hub-mirror' needs both 'model/id' and "
                           "'model/revision' (a pinned commit), read from the local mirror at 'model/path'")

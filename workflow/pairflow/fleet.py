@@ -300,7 +300,9 @@ class TaskHooks:
     them while it starts (otherwise prepare first, and start no pool for no work).
     ``follow(payload, result)``: runs in the driver as each task succeeds and returns tasks
     to submit now (a candidate's score task once its video and its control's have
-    landed); a failed task has no followers."""
+    landed); a failed task has no followers, but ``settle_failed(payload)`` runs as it
+    fails and may also return tasks to submit (a driver that feeds the pool from its own
+    queue keeps it fed)."""
 
     telemetry_out: Path | None = None
     failure_out: Callable[[dict[str, Any]], Path] | None = None
@@ -308,6 +310,7 @@ class TaskHooks:
     warm: tuple[TaskFn, dict[str, Any]] | None = None
     start_early: bool = False
     follow: Callable[[dict[str, Any], dict[str, Any]], Iterable[Task]] | None = None
+    settle_failed: Callable[[dict[str, Any]], Iterable[Task]] | None = None
 
 
 def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[], Iterable[dict[str, Any] | Task]],
@@ -360,7 +363,10 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             submit(payloads)
             follow = hooks.follow
             after = None if follow is None else (lambda i, result: submit(follow(run.payloads[i], result)))
-            _wait_all(futures, run, fleet, beat_dir, label, after, warming, start)
+            settle = hooks.settle_failed
+            failed = None if settle is None else (lambda i: submit(settle(run.payloads[i])))
+            _wait_all(futures, run, fleet, beat_dir, label, after, warming, start, failed)
+            payloads = run.payloads
             run.spans += _warm_spans(warming, label)
             run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
@@ -540,8 +546,9 @@ class _Collect:
 
 def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str,
               after: Callable[[int, Any], list[Any]] | None = None, warming: dict[Any, float] | None = None,
-              start: float | None = None) -> None:
-    """Collect every future, and those ``after(index, result)`` submits as tasks succeed.
+              start: float | None = None, failed: Callable[[int], list[Any]] | None = None) -> None:
+    """Collect every future, and those ``after(index, result)`` submits as tasks succeed
+    (and ``failed(index)`` as they fail).
 
     Two clocks: until a worker is ready (a warm-up in ``warming`` finished, a task
     started or finished) the job is starting up, and StalledError follows only after
@@ -558,8 +565,11 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
         if finished:
             progress_at = ready_at = now
             for fut in finished:
-                if run.take(futures[fut], fut) and after is not None:
-                    pending.update(after(futures[fut], run.results[futures[fut]]))
+                if run.take(futures[fut], fut):
+                    if after is not None:
+                        pending.update(after(futures[fut], run.results[futures[fut]]))
+                elif failed is not None:
+                    pending.update(failed(futures[fut]))
             continue
         beats = _heartbeats(beat_dir)
         if ready_at is None and (any(f.done() for f in warming or ())

@@ -23,6 +23,7 @@ path is deterministic (dates go inside files, never into names)::
         ledger.json, ledger.md             every run's slot-seconds by arm, stage and kind (added to, never replaced)
         estimate.json                      the study's cost estimate (rule calibrate, from the table)
       calibration/<digest>.json            the frozen calibration table, named by its key's digest
+        telemetry/fleet.json, run/fleet/   the study-wide fleet job's (fleet.allocation: study)
         gallery.html                       the video gallery (filmstrips inlined)
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
@@ -134,6 +135,16 @@ class Layout:
     @property
     def timed_pass_telemetry(self) -> Path:
         return self.study / "telemetry" / "timed_pass.json"
+
+    @property
+    def fleet_telemetry(self) -> Path:
+        """The study-wide fleet job's telemetry (``fleet.allocation: study``)."""
+        return self.study / "telemetry" / "fleet.json"
+
+    @property
+    def fleet_run_dir(self) -> Path:
+        """The study-wide fleet job's Parsl run folder (worker logs, ``heartbeats/``)."""
+        return self.study / "run" / "fleet"
 
     @property
     def archived(self) -> Path:

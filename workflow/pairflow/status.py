@@ -98,6 +98,7 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
                    "timing": [timing_path(layout, c) for c in cands]}
         for stage in STAGES:
             paths = outputs[stage]
+            beat_dir, telemetry = _job_files(study, panel.name, stage)
             mtimes = _mtimes(paths)
             rate = _rate(mtimes, now)
             left = len(paths) - len(mtimes)
@@ -105,10 +106,19 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
             out.append(StageStatus(
                 panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
-                # Under fleet.panel_jobs: combined both stages report their one job's slots.
-                active_slots=_active_slots(layout.run_dir(panel.name, job_stage(study, stage)) / "heartbeats", now),
-                busy_share=_busy_share(telemetry_path(layout, panel.name, job_stage(study, stage)))))
+                active_slots=_active_slots(beat_dir, now), busy_share=_busy_share(telemetry)))
     return out
+
+
+def _job_files(study: StudySpec, panel: str, stage: str) -> tuple[Path, Path]:
+    """The heartbeat folder and telemetry record of the job that runs ``panel``'s ``stage``:
+    under ``fleet.panel_jobs: combined`` both stages report their one job's slots; under
+    ``fleet.allocation: study`` every panel reports the study-wide job's."""
+    layout = Layout(study.scratch)
+    if study.fleet.allocation == "study" and stage != "timing":
+        return layout.fleet_run_dir / "heartbeats", layout.fleet_telemetry
+    return (layout.run_dir(panel, job_stage(study, stage)) / "heartbeats",
+            telemetry_path(layout, panel, job_stage(study, stage)))
 
 
 def _duration(s: float | None) -> str:

@@ -42,6 +42,7 @@ from .sites.slurm import allocation
 from .stages.combined import run_panel
 from .stages.generation import run_generation
 from .stages.scoring import run_scoring
+from .stages.study import run_study, whole_allocation
 from .stages.timing import run_timed_pass
 from .stats import analyse, noise_flags
 from .table import html, markdown
@@ -224,8 +225,17 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
               grant_from_env(os.environ, study.fleet.site))
 
 
+def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
+    """Generate and score every panel in ``outputs`` (panel → (generation manifest, score
+    manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
+    written as it completes."""
+    run_study(study, outputs, whole_allocation(grant_from_env(os.environ, study.fleet.site)))
+
+
 def generation_rule(study: StudySpec) -> str:
     """The Snakemake rule that generates a panel (``--forcerun`` it to regenerate)."""
+    if study.fleet.allocation == "study":
+        return "fleet_study"
     return "generate_score_panel" if study.fleet.panel_jobs == "combined" else "generate_panel"
 
 
@@ -328,6 +338,8 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     layout = Layout(study.scratch)
     paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(layout, p.name, job_stage(study, stage))
              for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
+    if study.fleet.allocation == "study":  # one job for every panel: its one record
+        paths = {"fleet:study": Layout(study.scratch).fleet_telemetry}
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
     u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
     timed = Layout(study.scratch).timed_pass_telemetry

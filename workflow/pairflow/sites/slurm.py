@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+UNSET_STEP = 'for v in $(compgen -e | grep "^SLURM_"); do [ "$v" = SLURM_JOB_ID ] || unset "$v"; done'
+"""Shell line unsetting a job step's SLURM_* variables (not the job id) before srun."""
+
 SRUN_OVERRIDES = "--overlap --nodes={nodes} --ntasks-per-node=1 --cpu-bind=none"
 """srun options for the pools: one pool on each of the allocation's nodes (named
 explicitly: the rule itself runs in a one-node step, the Slurm executor plugin's
@@ -124,14 +127,18 @@ class SlurmSite:
         from parsl.providers import LocalProvider
 
         return LocalProvider(
-            launcher=SrunLauncher(debug=False, overrides=SRUN_OVERRIDES.format(nodes=grant.nodes)),
+            launcher=SrunLauncher(debug=False, overrides=SRUN_OVERRIDES.format(nodes=grant.nodes)
+                                  + (f" --jobid={grant.allocation.job_id}" if grant.allocation and grant.nodes > 1
+                                     else "")),
             nodes_per_block=grant.nodes,  # one pool per allocated node
             # Exactly one block: this allocation. min 0 lets the idle timeout release it.
             init_blocks=1, min_blocks=0, max_blocks=1,
-            # Across nodes, srun must see the job's nodes, not the rule's one-node step:
-            # it takes SLURM_JOB_NODELIST (which the step narrowed to its node) as the
-            # allocation and refuses --nodes 2 ("Only allocated 1 nodes asked for 2").
-            worker_init=worker_init + ("\nunset SLURM_JOB_NODELIST" if grant.nodes > 1 else ""),
+            # Across nodes the srun names the whole allocation (--jobid, --nodes) with the
+            # SLURM_* of the rule's one-node step unset: Snakemake's Slurm plugin starts the
+            # rule with srun -n1, whose step variables (SLURM_JOB_NODELIST narrowed to its
+            # node, its task and CPU counts) would confine the pools to one node ("Only
+            # allocated 1 nodes asked for 2", "More processors requested than permitted").
+            worker_init=worker_init + (f"\n{UNSET_STEP}" if grant.nodes > 1 else ""),
         )
 
     def exclusivity(self, grant: Grant) -> dict[str, Any]:
