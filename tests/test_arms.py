@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from conftest import copy_project, small_config, write_config
 
+from pairflow.armrun import arm_pipeline, run_arm
 from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
-from pairflow.arms.run import arm_pipeline, run_arm
+from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.identity import digest_obj
@@ -33,19 +34,19 @@ ARMS = {"control": {"cache": None},
 def test_every_kind_is_typed_from_the_config(tmp_path: Path, tiny_model: Path) -> None:
     study = study_from_raw(small_config(tmp_path, tiny_model, arms=ARMS), tmp_path)
     arms = {a.name: a for a in study.arms}
-    assert arms["control"].kinds == ()
-    assert arms["fb"].kinds == ("cache",)
-    assert arms["few"].kinds == ("overrides",) and arms["few"].steps == 2 and arms["few"].guidance == 1.0
+    assert declared_kinds(arms["control"]) == ()
+    assert declared_kinds(arms["fb"]) == ("cache",)
+    assert declared_kinds(arms["few"]) == ("overrides",) and arms["few"].steps == 2 and arms["few"].guidance == 1.0
     assert arms["few"].scheduler_class == "FlowMatchEulerDiscreteScheduler"
     assert arms["best2"].search == SearchSpec(2, "temporal_flickering")
-    assert arms["bf16"].kinds == ("dtype", "attention_backend")
+    assert declared_kinds(arms["bf16"]) == ("dtype", "attention_backend")
     check_arms(study.arms, study.model)  # all valid before any model loads
 
 
 def test_a_cache_only_arm_keeps_its_identity_and_every_field_changes_it() -> None:
     fb = ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.2})
     # the identity cache-only arms had before arms grew other kinds: their evidence stays valid
-    assert fb.digest == digest_obj({"cache_class": "FirstBlockCacheConfig", "cache_params": {"threshold": 0.2}})
+    assert arm_digest(fb) == digest_obj({"cache_class": "FirstBlockCacheConfig", "cache_params": {"threshold": 0.2}})
     variants = [ArmSpec("x", steps=2), ArmSpec("x", steps=3), ArmSpec("x", guidance=1.0),
                 ArmSpec("x", scheduler_class="FlowMatchEulerDiscreteScheduler"),
                 ArmSpec("x", scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler_params={"shift": 2.0}),
@@ -53,7 +54,7 @@ def test_a_cache_only_arm_keeps_its_identity_and_every_field_changes_it() -> Non
                 ArmSpec("x", attention_backend="native"), ArmSpec("x", search=SearchSpec(2, "temporal_flickering")),
                 ArmSpec("x", search=SearchSpec(3, "temporal_flickering")),
                 ArmSpec("x", search=SearchSpec(2, "dynamic_degree")), fb]
-    assert len({v.digest for v in variants}) == len(variants)
+    assert len({arm_digest(v) for v in variants}) == len(variants)
 
 
 @pytest.mark.parametrize("arms, words", [
@@ -77,10 +78,10 @@ def test_an_arm_names_its_keys_as_the_user_wrote_them() -> None:
     """``keys`` (what messages say) are the config's key names; ``kinds`` (what records
     carry) group steps, guidance and scheduler as overrides."""
     few = ArmSpec("few", steps=2, scheduler_class="FlowMatchEulerDiscreteScheduler")
-    assert few.keys == ("steps", "scheduler") and few.kinds == ("overrides",)
-    assert ArmSpec("g", guidance=1.0).keys == ("guidance",)
-    assert ArmSpec("x", "FirstBlockCacheConfig", dtype="bfloat16", search=SearchSpec(2, "temporal_flickering"),
-                   model=ModelSpec("local", Path("/m"))).keys == ("cache", "model", "dtype", "search")
+    assert declared_keys(few) == ("steps", "scheduler") and declared_kinds(few) == ("overrides",)
+    assert declared_keys(ArmSpec("g", guidance=1.0)) == ("guidance",)
+    assert declared_keys(ArmSpec("x", "FirstBlockCacheConfig", dtype="bfloat16", search=SearchSpec(2, "temporal_flickering"),
+                                 model=ModelSpec("local", Path("/m")))) == ("cache", "model", "dtype", "search")
 
 
 @pytest.mark.parametrize("arm, words", [

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pairflow.arms.run import run_arm
+from pairflow.armrun import run_arm
+from pairflow.arms.registry import declared_kinds
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
 from pairflow.generate import generate, load_pipeline
 from pairflow.stats import _compute, no_effect_flags
@@ -32,7 +33,7 @@ def records(pipe, arm: ArmSpec, verifier=None) -> dict:  # type: ignore[no-untyp
     for i, prompt in enumerate(PROMPTS):
         r = run_arm(pipe, prompt, 11 + i, arm, GEN, 64, count=True, verifier=verifier)
         raw = (np.clip(np.asarray(r.frames, dtype=np.float32), 0, 1) * 255).round().astype(np.uint8)
-        out[(f"t/p{i}", 0)] = {"compute": r.compute, "arm": {"name": arm.name, "kinds": list(arm.kinds)},
+        out[(f"t/p{i}", 0)] = {"compute": r.compute, "arm": {"name": arm.name, "kinds": list(declared_kinds(arm))},
                                "video": {"raw_digest": digest_bytes(raw.tobytes()), "digest": "x"}}
     return out
 

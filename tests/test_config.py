@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pairflow import config, specs
 from pairflow.config import load_study, load_yaml, read_sheet, study_from_raw
 from pairflow.errors import ConfigError
 
@@ -362,3 +365,15 @@ def test_the_readme_wan21_single_gpu_config_is_valid(tmp_path: Path, tiny_model:
     study = study_from_raw(raw, tmp_path)
     assert [a.name for a in study.arms] == ["control", "fbc005", "fbc010"]
     assert (study.generation.frames, study.generation.height, study.generation.width) == (81, 480, 832)
+
+
+def test_the_arm_specs_live_below_the_arms_and_config_re_exports_them() -> None:
+    """``pairflow.specs`` (what an arm is made of) loads without ``pairflow.arms`` or
+    ``pairflow.config``, so the arm kinds can build on it while config builds on them;
+    ``config`` hands out the very same classes."""
+    code = ("import sys; import pairflow.specs; "
+            "print(sorted(m for m in sys.modules if m.startswith(('pairflow.arms', 'pairflow.config'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert (config.ArmSpec, config.ModelSpec, config.GenerationSpec, config.SearchSpec) == (
+        specs.ArmSpec, specs.ModelSpec, specs.GenerationSpec, specs.SearchSpec)

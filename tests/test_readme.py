@@ -19,6 +19,8 @@ COVERED_BY = {
     "packs": ("test_archive.py", "from pairflow import packs"),
     "provenance": ("test_generate.py", "pairflow.provenance"),
     "recordtypes": ("test_records.py", "recordtypes"),
+    "armrun": ("test_arms.py", "pairflow.armrun"),
+    "specs": ("test_config.py", "pairflow.specs"),
     "tinymodel": ("test_generate.py", "pairflow.tinymodel"),
     # the metric registry and one module per metric: scored through the registry by name
     "metrics/__init__": ("test_scoring.py", "pairflow.metrics"),
@@ -37,7 +39,6 @@ COVERED_BY = {
     "arms/base": ("test_arms.py", "KINDS"),
     "arms/check": ("test_arms.py", "check_arms"),
     "arms/registry": ("test_arms.py", "KINDS"),
-    "arms/run": ("test_arms.py", "run_arm"),
     "arms/kinds/attention": ("test_arms.py", "attention"),
     "arms/kinds/cache": ("test_arms.py", "cache"),
     "arms/kinds/overrides": ("test_arms.py", "steps"),

@@ -11,8 +11,9 @@ import pytest
 from conftest import small_config
 from jsonschema import Draft202012Validator
 
+from pairflow.armrun import arm_pipeline, run_arm
 from pairflow.arms import KINDS, check_arms
-from pairflow.arms.run import arm_pipeline, run_arm
+from pairflow.arms.registry import arm_digest, arm_fields, declared_keys, declared_kinds
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.provenance import arm_record
@@ -24,9 +25,10 @@ GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8
 def test_the_key_is_typed_digested_recorded_and_validated(tmp_path: Path, tiny_model: Path) -> None:
     raw = small_config(tmp_path, tiny_model, arms={"control": {"cache": None}, "vae16": {"vae_dtype": "bfloat16"}})
     arm = study_from_raw(raw, tmp_path).arms[1]
-    assert arm.extra == {"vae_dtype": "bfloat16"} and arm.kinds == ("vae_dtype",) and arm.keys == ("vae_dtype",)
-    assert arm.asdict() == {"cache_class": None, "cache_params": {}, "vae_dtype": "bfloat16"}
-    assert arm.digest != ArmSpec("vae16").digest != ArmSpec("vae16", extra={"vae_dtype": "float16"}).digest
+    assert arm.extra == {"vae_dtype": "bfloat16"}
+    assert declared_kinds(arm) == ("vae_dtype",) and declared_keys(arm) == ("vae_dtype",)
+    assert arm_fields(arm) == {"cache_class": None, "cache_params": {}, "vae_dtype": "bfloat16"}
+    assert arm_digest(arm) != arm_digest(ArmSpec("vae16")) != arm_digest(ArmSpec("vae16", extra={"vae_dtype": "float16"}))
     assert [k.name for k in KINDS][-1] == "vae_dtype"
     rec = dict(arm_record(arm))
     assert rec["vae_dtype"] == "bfloat16" and rec["kinds"] == ["vae_dtype"]

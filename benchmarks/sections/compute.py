@@ -23,8 +23,8 @@ def bench_compute(runs: int, quick: bool = False) -> dict[str, Any]:
     derived alternate run by run (the overhead goal is 5%, under the shared machine's
     noise otherwise); derived FLOPs are checked equal to full counting's."""
     from pairflow import generate as g
+    from pairflow.armrun import run_arm
     from pairflow.arms import Verifier
-    from pairflow.arms.run import run_arm
     from pairflow.config import ArmSpec, EncoderSpec, GenerationSpec, ModelSpec, SearchSpec
     from pairflow.tinymodel import build_tiny_model
 

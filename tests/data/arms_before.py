@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
 from pairflow.candidates import candidates
 from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, load_study
 from pairflow.identity import digest_bytes
@@ -37,10 +38,10 @@ def identities(root: Path) -> dict[str, Any]:
     """The default study's candidate ids, panel digests and arm records, and one arm per
     kind's digest, keys, kinds and record (pure functions, no model)."""
     study = load_study(root / "config" / "config.yaml", root)
-    default = {"arms": {a.name: {"digest": a.digest, "record": dict(arm_record(a))} for a in study.arms},
+    default = {"arms": {a.name: {"digest": arm_digest(a), "record": dict(arm_record(a))} for a in study.arms},
                "panels": {p.name: study.panel_digest(p.name) for p in study.panels},
                "candidates": [c.key.candidate_id for p in study.panels for c in candidates(study, p)]}
-    variants = {a.name: {"digest": a.digest, "keys": list(a.keys), "kinds": list(a.kinds),
+    variants = {a.name: {"digest": arm_digest(a), "keys": list(declared_keys(a)), "kinds": list(declared_kinds(a)),
                          "record": dict(arm_record(a))} for a in VARIANTS}
     return {"default_study": default, "variants": variants}
 
@@ -48,8 +49,8 @@ def identities(root: Path) -> dict[str, Any]:
 def frames(root: Path, model: Path, arms: list[ArmSpec] = GENERATED) -> dict[str, Any]:
     """Digest of the frames the tiny model at ``model`` generates for each of ``arms``
     (5 frames of 32x32, 3 steps, one prompt, stream seed 1234), with a search's candidates."""
+    from pairflow.armrun import arm_pipeline, run_arm
     from pairflow.arms import verifier_for
-    from pairflow.arms.run import arm_pipeline, run_arm
     from pairflow.generate import effective_generation, text_tokens
 
     study = load_study(root / "config" / "config.yaml", root)

@@ -45,6 +45,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .arms.registry import arm_digest
 from .atomic import write_text
 from .candidates import candidates
 from .config import StudySpec
@@ -76,7 +77,7 @@ def key_fields(study: StudySpec, device: str) -> dict[str, Any]:
     """What a calibration table is keyed by (see the module docstring); no torch."""
     env = environment()
     return {"format": FORMAT, "model": study.model.identity(),
-            "arms": {a.name: a.digest for a in study.arms},
+            "arms": {a.name: arm_digest(a) for a in study.arms},
             "shape": asdict(study.generation),
             "encoder": {k: v for k, v in study.raw["encoder"].items()},
             "scorers": list(study.scorers), "scoring": study.raw["scoring"], "device": device,
@@ -160,8 +161,8 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
     _, imp = _phase(memory, "import", imports)
     # lazy: imported after the measured import phase, in the fresh worker only
     from . import generate as g
+    from .armrun import arm_pipeline, run_arm
     from .arms import verifier_for
-    from .arms.run import arm_pipeline, run_arm
     from .metrics import ScoreContext, score
     from .video import encode, prepare_frames, read_video
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .arms.registry import arm_digest
 from .config import ArmSpec, PanelSpec, Prompt, StudySpec
 from .identity import CandidateKey, digest_obj
 from .layout import Layout
@@ -35,7 +36,7 @@ def candidates(study: StudySpec, panel: PanelSpec) -> list[Candidate]:
     """Every (prompt, seed, arm) of a panel, in a fixed order."""
     model_digest = digest_obj(study.model.identity())
     return [Candidate(CandidateKey(study.study, panel.name, p.prompt_id, p.digest, seed, arm.name,
-                                   arm.digest, model_digest), p, arm)
+                                   arm_digest(arm), model_digest), p, arm)
             for p in panel.prompts for seed in panel.seeds for arm in study.arms]
 
 

@@ -27,8 +27,14 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
+from .arms import registry as arm_registry
+from .arms.base import ParseContext
 from .errors import ConfigError
 from .identity import digest_bytes, digest_obj
+from .specs import ArmSpec as ArmSpec
+from .specs import GenerationSpec as GenerationSpec
+from .specs import ModelSpec as ModelSpec
+from .specs import SearchSpec as SearchSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -53,104 +59,6 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """Which pipeline to load: the embedded tiny model, a local path, or a mirrored hub id."""
-
-    kind: str
-    path: Path
-    id: str | None = None
-    revision: str | None = None
-
-    def identity(self) -> dict[str, Any]:
-        """Fields that identify the model in candidate ids (paths are site facts, not identity)."""
-        return {"kind": self.kind, "id": self.id or self.path.name, "revision": self.revision}
-
-    @property
-    def root(self) -> Path:
-        """Where the model's component folders are (for a hub mirror, the pinned snapshot
-        of the Hugging Face cache layout)."""
-        root = Path(self.path)
-        if self.kind == "hub-mirror" and self.id and self.revision:
-            repo = root / f"models--{self.id.replace('/', '--')}"
-            ref = repo / "refs" / self.revision  # a branch or tag name points at a commit
-            commit = ref.read_text().strip() if ref.is_file() else self.revision
-            root = repo / "snapshots" / commit
-        return root
-
-
-@dataclass(frozen=True)
-class SearchSpec:
-    """Test-time search: best of ``n`` candidates under the NR metric ``verifier``
-    (candidate seeds: ``arms.search_seeds``)."""
-
-    n: int
-    verifier: str
-
-
-@dataclass(frozen=True)
-class ArmSpec:
-    """One arm: a declared change to control, of one or more kinds (``config/README.md``).
-
-    Each kind of change is one module of ``pairflow.arms.kinds``, which owns its config
-    keys, their parsing, check, apply-and-restore and digest fields; this class holds the
-    values. ``cache_class``/``cache_params``: a diffusers cache config; ``steps``,
-    ``guidance``, ``scheduler_class``/``scheduler_params``: generation overrides;
-    ``model``: another checkpoint (a student); ``dtype`` and ``attention_backend``:
-    precision and attention kernels; ``search``: best of N under a verifier metric;
-    ``extra``: the values of kinds without an attribute here, by config key. None means
-    "as control".
-    """
-
-    name: str
-    cache_class: str | None = None
-    cache_params: dict[str, Any] = field(default_factory=dict, hash=False)
-    steps: int | None = None
-    guidance: float | None = None
-    scheduler_class: str | None = None
-    scheduler_params: dict[str, Any] = field(default_factory=dict, hash=False)
-    model: ModelSpec | None = None
-    dtype: str | None = None
-    attention_backend: str | None = None
-    search: SearchSpec | None = None
-    extra: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    @property
-    def is_control(self) -> bool:
-        return self.name == "control"
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The arm's keys that declare a change, as the user writes them in the config
-        (``steps``, ``scheduler``, ...): what messages name. ``kinds`` groups them for records."""
-        return tuple(_arm_registry().declared_keys(self))
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """The kinds of change this arm declares (empty for control)."""
-        return tuple(_arm_registry().declared_kinds(self))
-
-    def asdict(self) -> dict[str, Any]:
-        """Every field that changes the arm's output (what records carry and the digest
-        covers): each declared kind's fields (``ArmKind.fields``); the cache's two always,
-        so a cache-only arm keeps its old identity."""
-        return dict(_arm_registry().arm_fields(self))
-
-    @property
-    def digest(self) -> str:
-        return digest_obj(self.asdict())
-
-
-def _arm_registry() -> Any:
-    """``pairflow.arms.registry``: the kinds of arm. Imported when first used, not with
-    this module: the kinds are built from ``ArmSpec`` and ``ModelSpec``, so the registry
-    sits above config and importing it here at load time would be a cycle."""
-    # lazy: arms.registry imports config (ArmSpec, ModelSpec); the reverse edge at load time is a cycle
-    from .arms import registry
-
-    return registry
-
-
-@dataclass(frozen=True)
 class Prompt:
     prompt_id: str
     text: str
@@ -166,20 +74,6 @@ class PanelSpec:
     sheet: Path
     seeds: tuple[int, ...]
     prompts: tuple[Prompt, ...]
-
-
-@dataclass(frozen=True)
-class GenerationSpec:
-    frames: int
-    height: int
-    width: int
-    steps: int
-    guidance: float
-    fps: int
-    dtype: str
-    threads: int
-    negative_prompt: str = ""
-    max_text_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -358,7 +252,7 @@ class StudySpec:
 def _schema() -> dict[str, Any]:
     """The config schema: ``config.schema.yaml`` with every arm kind's keys and the
     precision enum filled in from ``pairflow.arms`` (the one declaration of each)."""
-    schema: dict[str, Any] = _arm_registry().config_schema(yaml.safe_load(SCHEMA_PATH.read_text()))
+    schema: dict[str, Any] = arm_registry.config_schema(yaml.safe_load(SCHEMA_PATH.read_text()))
     return schema
 
 
@@ -728,15 +622,15 @@ def arm_from_raw(name: str, a: dict[str, Any], resolve: Any, root: Path, source:
         check_location(key, m["path"], resolve(m["path"]), root, source)
         return ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
 
-    registry = _arm_registry()
-    arm = ArmSpec(name, **registry.parse_arm(a, registry.ParseContext(name, source, model)))
-    if arm.is_control and arm.kinds:
-        keys = ", ".join(repr(f"arms/control/{k}") for k in arm.keys)
-        raise ConfigError(f"{source}: arm 'control' sets {keys}; control is the reference and "
+    arm = ArmSpec(name, **arm_registry.parse_arm(a, ParseContext(name, source, model)))
+    kinds = arm_registry.declared_kinds(arm)
+    if arm.is_control and kinds:
+        named = ", ".join(repr(f"arms/control/{k}") for k in arm_registry.declared_keys(arm))
+        raise ConfigError(f"{source}: arm 'control' sets {named}; control is the reference and "
                           "changes nothing. Move these keys to a treatment arm and leave 'arms/control' as "
                           "{cache: null}")
-    if not arm.is_control and not arm.kinds:
-        keys = registry.KEYS
+    if not arm.is_control and not kinds:
+        keys = arm_registry.KEYS
         raise ConfigError(f"{source}: arm {name!r} declares no change ({', '.join(keys[:-1])} or {keys[-1]}); it "
                           "would be control again. Declare what it changes or remove it")
     return arm

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from .arms.registry import arm_digest, arm_fields, declared_kinds
 from .config import ArmSpec, Prompt, StudySpec, study_from_raw
 from .envinfo import code_version, environment
 from .generate import model_digests
@@ -35,7 +36,8 @@ def provenance(study: StudySpec) -> Provenance:
 
 def arm_record(arm: ArmSpec) -> ArmFields:
     """What a record says of its arm: name, kinds of change and every output-changing field."""
-    return cast(ArmFields, {"name": arm.name, "kinds": list(arm.kinds), **arm.asdict(), "digest": arm.digest})
+    return cast(ArmFields, {"name": arm.name, "kinds": list(declared_kinds(arm)), **arm_fields(arm),
+                              "digest": arm_digest(arm)})
 
 
 def arm_of(record: Mapping[str, Any]) -> ArmSpec:

@@ -1,19 +1,20 @@
 """Arms: the kinds of change a treatment declares against control, one module each.
 
-An arm (``config.ArmSpec``) declares one or more kinds of change; each kind is one module
+An arm (``specs.ArmSpec``) declares one or more kinds of change; each kind is one module
 of ``arms/kinds/`` defining ``KIND`` (an ``arms.base.ArmKind``): its config keys and
 schema, its parsing, its digest and record fields, its check before any model loads, its
 apply-and-restore around a generation and its record section. ``arms.registry`` finds
 them and runs each operation over an arm's declared kinds, in rank order. ``KINDS``
 lists them; ``config/README.md`` names each config key's module. A new kind is one
 module in ``kinds/`` (plus its test and its row there): the config and record schemas,
-``config.ArmSpec``'s keys, kinds and digest, the arms' check, generation and records all
-reach it through the registry.
+an arm's keys, kinds and digest (``registry.declared_keys``, ``declared_kinds``,
+``arm_digest``), the arms' check, generation and records all reach it through the registry.
 
-``arms.check`` runs every kind's check (rule ``check_arms``); ``arms.run`` loads an arm's
-pipeline and runs an arm for one pair (including a search's N candidates). This package
-and its kinds import neither torch nor diffusers at import time (planning reads it);
-``arms.run`` imports ``generate`` and is imported by workers only.
+``arms.check`` runs every kind's check (rule ``check_arms``). This package builds on
+``pairflow.specs`` only (``config`` builds on it) and, with its kinds, imports neither torch
+nor diffusers at import time (planning reads it). Running an arm for one pair (its
+pipeline, a search's N candidates) is ``pairflow.armrun``, above ``generate``, imported by
+workers only.
 """
 
 from __future__ import annotations

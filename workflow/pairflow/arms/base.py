@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..config import ArmSpec, GenerationSpec, ModelSpec
+    from ..specs import ArmSpec, GenerationSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ArmKind:
     ``pairflow.arms.KINDS``."""
 
     name: str = ""
-    """The kind's name as records list it (``arm.kinds``)."""
+    """The kind's name as records list it (``registry.declared_kinds``)."""
     rank: int = 100
     """Where the kind stands among the others (lowest first): the order of an arm's
     ``kinds``, of its keys in messages and of the checks."""
@@ -83,7 +83,7 @@ class ArmKind:
         return {self.attrs.get(k, k): raw.get(k) for k in self.keys}
 
     def fields(self, arm: ArmSpec) -> dict[str, Any]:
-        """What this kind adds to the arm's digest and records (``ArmSpec.asdict``); empty
+        """What this kind adds to the arm's digest and records (``registry.arm_fields``); empty
         when the arm does not declare it, so arms without the kind keep their identity.
         By default each declared key's value."""
         return {k: self.value(arm, k) for k in self.declared_keys(arm)}
@@ -108,7 +108,7 @@ class ArmKind:
 
     def section(self, arm: ArmSpec, result: Any, model: ModelSpec) -> dict[str, Any]:
         """Top-level fields this kind adds to the arm's generation record (``result``:
-        the ``arms.run.ArmResult``; ``model``: the study's model). Default: none."""
+        the ``armrun.ArmResult``; ``model``: the study's model). Default: none."""
         return {}
 
 

@@ -11,11 +11,11 @@ import logging
 from pathlib import Path
 
 from ..atomic import write_text
-from ..config import ArmSpec, ModelSpec
 from ..envinfo import package_version
 from ..identity import digest_obj
+from ..specs import ArmSpec, ModelSpec
 from .base import device
-from .registry import KINDS
+from .registry import KINDS, arm_fields
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def arms_check_key(arms: tuple[ArmSpec, ...], model: ModelSpec) -> str:
     those as inputs): every field of every arm (students included), the model's identity
     and the installed diffusers version, read from package metadata so that planning
     never imports diffusers or torch. A change reruns the check (a ``params`` trigger)."""
-    return digest_obj({"arms": [a.asdict() for a in arms], "model": model.identity(),
+    return digest_obj({"arms": [arm_fields(a) for a in arms], "model": model.identity(),
                        "diffusers": package_version("diffusers")})
 
 

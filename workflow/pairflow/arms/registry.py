@@ -13,9 +13,13 @@ import pkgutil
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..config import ArmSpec, GenerationSpec, ModelSpec
+# the kinds package by its full name: `from . import kinds` would read as an import of
+# pairflow.arms (whose __init__ imports this module back)
+import pairflow.arms.kinds as _kinds
+
 from ..errors import ConfigError
-from . import kinds as _kinds
+from ..identity import digest_obj
+from ..specs import ArmSpec, GenerationSpec, ModelSpec
 from .base import ArmKind, ParseContext
 from .kinds.precision import LOADABLE
 
@@ -62,11 +66,18 @@ def declared_keys(arm: ArmSpec) -> tuple[str, ...]:
 
 
 def arm_fields(arm: ArmSpec) -> dict[str, Any]:
-    """Every field that changes ``arm``'s output, kind by kind (``ArmSpec.asdict``)."""
+    """Every field that changes ``arm``'s output (what records carry and the digest
+    covers), kind by kind: each declared kind's fields (``ArmKind.fields``); the cache's
+    two always, so a cache-only arm keeps its old identity."""
     out: dict[str, Any] = {}
     for k in KINDS:
         out.update(k.fields(arm))
     return out
+
+
+def arm_digest(arm: ArmSpec) -> str:
+    """The arm's identity in candidate ids: the digest of ``arm_fields``."""
+    return digest_obj(arm_fields(arm))
 
 
 def parse_arm(raw: Mapping[str, Any], ctx: ParseContext) -> dict[str, Any]:

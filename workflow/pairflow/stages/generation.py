@@ -16,8 +16,8 @@ from typing import Any, cast
 
 from .. import compute
 from .. import generate as g
+from ..armrun import arm_pipeline, run_arm
 from ..arms import arm_model, record_sections, verifier_for
-from ..arms.run import arm_pipeline, run_arm
 from ..atomic import job_start
 from ..candidates import (
     Candidate,

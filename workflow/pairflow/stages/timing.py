@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import generate as g
+from ..armrun import arm_pipeline, run_arm
 from ..arms import verifier_for
-from ..arms.run import arm_pipeline, run_arm
 from ..atomic import job_start, sweep_temps, write_text
 from ..candidates import candidates, panel_dir, record_path, timing_path
 from ..config import StudySpec

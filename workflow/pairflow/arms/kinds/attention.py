@@ -11,8 +11,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, ModelSpec
 from ...errors import ConfigError
+from ...specs import ArmSpec, ModelSpec
 from ..base import ArmKind
 
 CPU_BACKENDS = ("native", "_native_math", "flex")

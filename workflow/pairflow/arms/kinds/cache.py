@@ -24,8 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, ModelSpec
 from ...errors import ConfigError
+from ...specs import ArmSpec, ModelSpec
 from ..base import ArmKind, ParseContext
 
 

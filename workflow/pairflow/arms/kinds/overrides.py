@@ -17,8 +17,8 @@ import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, GenerationSpec, ModelSpec
 from ...errors import ConfigError
+from ...specs import ArmSpec, GenerationSpec, ModelSpec
 from ..base import ArmKind, ParseContext
 
 

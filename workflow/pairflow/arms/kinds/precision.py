@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, GenerationSpec
 from ...errors import ConfigError
+from ...specs import ArmSpec, GenerationSpec
 from ..base import ArmKind
 
 

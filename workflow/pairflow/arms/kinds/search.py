@@ -10,7 +10,7 @@ Cost. A search arm's video costs all N generations and all N verifier scorings: 
 compute count adds every candidate's, its timed latency is the wall time of the whole
 search (generation and scoring), and every candidate's seed, score, frame digest and
 compute is kept in the record's ``search`` section as evidence. The loop itself is
-``arms.run.run_arm``'s (it generates, which this module, read while planning, never does).
+``armrun.run_arm``'s (it generates, which this module, read while planning, never does).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 import xxhash
 
-from ...config import ArmSpec, ModelSpec, SearchSpec
 from ...errors import ConfigError
 from ...identity import canonical_json
 from ...metrics import ScoreContext, metric_spec, score
+from ...specs import ArmSpec, ModelSpec, SearchSpec
 from ..base import ArmKind, ParseContext, device
 
 SEEDS_NOTE = ("candidate 0: the pair's stream seed; i >= 1: xxh3_64(['search', stream_seed, i]) & (2^63 - 1) "
@@ -120,7 +120,7 @@ class Search(ArmKind):
         if arm.search is None:
             return {}
         return {"search": {"n": arm.search.n, "verifier": arm.search.verifier,
-                           "chosen": result.chosen,  # a search always chooses (arms.run.run_arm)
+                           "chosen": result.chosen,  # a search always chooses (armrun.run_arm)
                            "seeds": SEEDS_NOTE, "candidates": list(result.candidates)}}
 
 

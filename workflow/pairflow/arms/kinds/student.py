@@ -16,9 +16,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, ModelSpec
 from ...errors import ConfigError
 from ...identity import digest_tree
+from ...specs import ArmSpec, ModelSpec
 from ..base import ArmKind, ParseContext
 
 

@@ -20,8 +20,8 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from ...config import ArmSpec, ModelSpec
 from ...errors import ConfigError
+from ...specs import ArmSpec, ModelSpec
 from ..base import ArmKind
 from .precision import LOADABLE, torch_dtype
 

@@ -2,7 +2,8 @@
 (``run_arm``), including a search's N candidates and their verifier scorings.
 
 Workers import this module; planning never does (it imports ``generate``, hence torch
-and diffusers when it runs). Each generation applies the arm's declared kinds through
+and diffusers when it runs). It sits above ``pairflow.arms`` (which ``generate`` and
+``config`` build on), not inside it. Each generation applies the arm's declared kinds through
 ``generate.generate`` (``arms.registry.applied``).
 """
 
@@ -12,15 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..compute import ComputeCount, measure
-from ..config import ArmSpec, GenerationSpec, ModelSpec
-from ..errors import ConfigError
-from ..generate import generate, load_pipeline
-from ..identity import digest_bytes
-from ..video import prepare_frames
-from .kinds.search import search_seeds
-from .kinds.student import arm_model, check_same_latents
-from .registry import load_dtype
+from .arms.kinds.search import search_seeds
+from .arms.kinds.student import arm_model, check_same_latents
+from .arms.registry import load_dtype
+from .compute import ComputeCount, measure
+from .errors import ConfigError
+from .generate import generate, load_pipeline
+from .identity import digest_bytes
+from .specs import ArmSpec, GenerationSpec, ModelSpec
+from .video import prepare_frames
 
 
 def arm_pipeline(arm: ArmSpec, model: ModelSpec, gen: GenerationSpec) -> Any:
