@@ -318,8 +318,8 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     assert healing.heal_targets(s) == {} and memo.is_file()
     assert set(json.loads(memo.read_text())["panels"]) == {"t"}
     reads: list[Path] = []
-    real_read = verification.read_record
-    monkeypatch.setattr(verification, "read_record", lambda p: reads.append(p) or real_read(p))
+    real_parse = verification.parse_record  # what checks a record's self-digest and schema
+    monkeypatch.setattr(verification, "parse_record", lambda data, p: reads.append(Path(p)) or real_parse(data, p))
     assert healing.heal_targets(s) == {} and reads == []  # nothing changed: nothing read
     score = s.scratch / "panels/t/scores/pab/a2-s0.json"
     text = score.read_text()
@@ -332,6 +332,24 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     score.write_text(text)
     reads.clear()
     assert verification.check_results(s, deep=True).ok and score in reads
+
+
+def test_the_first_plan_after_a_run_trusts_the_records_its_jobs_vouched_for(
+        study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The panel and timing jobs vouch for the records they checked when they write their
+    manifests (pairflow.vouch): with no memo, the plan parses none of them in full. (The
+    copy has new inodes, so its videos are re-hashed: a voucher signs them by stat.)"""
+    from pairflow import healing, verification
+    from pairflow.config import load_study
+
+    s = load_study(study / "config/config.yaml")
+    vouched = sorted(os.listdir(s.scratch / "checks/vouched"))
+    assert vouched == ["panels--t--generation.json", "panels--t--scores.json", "study--timing.json"]
+    (s.scratch / "checks/evidence.json").unlink(missing_ok=True)  # none yet: the run planned an empty tree
+    reads: list[str] = []
+    real_parse = verification.parse_record
+    monkeypatch.setattr(verification, "parse_record", lambda data, p: reads.append(str(p)) or real_parse(data, p))
+    assert healing.heal_targets(s) == {} and reads == []
 
 
 def _same_size_edit(path: Path, offset: int, data: bytes) -> None:

@@ -51,7 +51,7 @@ COVERED_BY = {
     "sites/local": ("test_sites.py", "SingleNodeLauncher"),
     # verify and heal: one test file for the evidence both read (test_evidence)
     "healing": ("test_evidence.py", "healing.heal_targets"),
-    "verification": ("test_evidence.py", "verification.read_record"),
+    "verification": ("test_evidence.py", "verification.check_results"),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

@@ -88,7 +88,8 @@ def write_evidence(proj: Path) -> int:
     the first plan hashes every video once, later ones only those whose stat changed), a
     score record per expected metric and a timing record, each naming its generation
     record; the panel, timing and study manifests over them, and the statistics'
-    provenance. Written directly (no fsync).
+    provenance, and the vouchers a panel or timing job writes beside its manifests
+    (``pairflow.vouch``). Written directly (no fsync).
     Returns the files written."""
     import yaml
 
@@ -97,6 +98,7 @@ def write_evidence(proj: Path) -> int:
     from pairflow.layout import Layout
     from pairflow.records import build_manifest, seal
     from pairflow.video import recipe_digest
+    from pairflow.vouch import vouch
 
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import generation_record, metric_spec, score_record, timing_record
@@ -118,7 +120,7 @@ def write_evidence(proj: Path) -> int:
     timing_files = []
     for panel in study.panels:
         pdir = layout.panel(panel.name)
-        gens, scores = [], []
+        gens, scores, recs = [], [], {}
         for c in candidates(study, panel):
             video = video_path(Layout(study.scratch), c)
             put(video, b"\0" * 64)
@@ -131,6 +133,7 @@ def write_evidence(proj: Path) -> int:
                              "digest": VIDEO_DIGEST}
             gen = seal(body)
             put(record_path(Layout(study.scratch), c), gen)
+            recs[record_path(Layout(study.scratch), c)] = gen
             spec = metric_spec("temporal_flickering")
             put(score_path(Layout(study.scratch), c), seal(score_record(gen, gen, {m: (0.0, spec)
                                                                    for m in expected_scores(study, c.arm)})))
@@ -143,10 +146,12 @@ def write_evidence(proj: Path) -> int:
                                  ("scores", scores, layout.score_manifest(panel.name))):
             m = build_manifest(f"panel-{kind}", pdir, files)
             put_manifest(out, m)
+            vouch(study.scratch, out, m, recs if kind == "generation" else None)  # as the panel job does
             roots[f"{kind}:{panel.name}"] = m["root_digest"]
     m = build_manifest("timing", study.scratch, timing_files,
                        base=os.path.relpath(study.scratch, layout.timing_manifest.parent))
     put_manifest(layout.timing_manifest, m)
+    vouch(study.scratch, layout.timing_manifest, m)
     roots["timing"] = m["root_digest"]
     stats = [layout.study_stats, layout.study_table(), layout.study_table(".html")]
     put_manifest(layout.study_stats, {"provenance": roots})

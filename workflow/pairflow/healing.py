@@ -17,12 +17,16 @@ rename, chmod or copy and no call sets it back, so an edit of a video's bytes th
 the filesystem changes the signature even when size and mtime are restored. In a panel
 checked in full, each video is re-hashed unless its (inode, size, mtime, ctime) and the
 digest its record names are the ones it had when it was last hashed and matched
-(``videos`` in the memo): the first plan over a new tree hashes every video once.
+(``videos`` in the memo). A panel with no memo entry yet (the first plan after a run)
+starts from what its jobs vouched for when they wrote its manifests (``vouch``): records
+whose bytes hash to a vouched manifest's digests are only parsed, videos whose stat is the
+vouched one are not re-hashed; a copied tree (new inodes) hashes every video once.
 
 The bound: a video whose bytes change without any write through the filesystem (media
 bit rot under an unchanged inode) is seen only by a full re-hash, which ``pairflow
-verify`` (``deep``, never the memo) always does; a verify that finds any problem drops
-the memo, so the next plain run checks every panel in full and re-hashes every video.
+verify`` (``deep``, never the memo nor the vouchers) always does; a verify that finds any
+problem drops the memo and the vouchers, so the next plain run checks every panel in full
+and re-hashes every video.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from .atomic import write_text
 from .config import StudySpec
 from .identity import digest_file, digest_obj
 from .layout import Layout
+from .vouch import drop_vouchers, stat_key, vouched
 
 if TYPE_CHECKING:
     from .verification import Problem, Report
@@ -47,10 +52,6 @@ PANEL_READS = ("records", "videos", "scores", "timing", "failures")
 """A panel's folders the check reads (besides its two manifests): its memo signature."""
 STAT_READS = ("videos",)
 """Folders signed by (inode, size, mtime, ctime) instead of content (see the module docstring)."""
-
-
-def _stat_key(st: os.stat_result) -> str:
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
@@ -82,7 +83,7 @@ def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
             elif e.is_dir():
                 walk(e.path, by_stat)
             elif by_stat:
-                h.update(f"{e.path}\0{_stat_key(e.stat())}\n".encode())
+                h.update(f"{e.path}\0{stat_key(e.stat())}\n".encode())
             else:
                 content(e.path)
 
@@ -102,11 +103,13 @@ def _read_memo(path: Path) -> dict[str, Any]:
 
 
 def drop_memo(scratch: Path) -> None:
-    """Forget what the plan-time check found clean (``pairflow verify`` does when it finds
-    a problem), so the next plain run checks every panel in full and re-hashes every
-    video. A tree this process cannot write is left as it is."""
+    """Forget what the plan-time check found clean and what jobs vouched for
+    (``pairflow verify`` does when it finds a problem), so the next plain run checks every
+    panel in full and re-hashes every video. A tree this process cannot write is left as
+    it is."""
     try:
         Layout(scratch).evidence_memo.unlink(missing_ok=True)
+        drop_vouchers(scratch)
     except OSError:
         pass
 
@@ -121,7 +124,7 @@ class _Videos:
         self.seen: dict[str, list[str]] = {}
 
     def digest(self, rel: str, video: Path, recorded: str) -> str:
-        key = _stat_key(video.stat())
+        key = stat_key(os.stat(video))
         if self.old.get(rel) == [key, recorded]:
             actual = recorded
         else:
@@ -147,6 +150,7 @@ class _Memo:
         self.hits: dict[str, dict[str, Any]] = {}
         self.pending: dict[str, dict[str, Any]] = {}
         self.videos: dict[str, _Videos] = {}
+        self.vouched: dict[str, dict[str, str]] = {}  # per manifest of a panel checked in full, until asked
 
     def panel_roots(self, panel: str) -> dict[str, str] | None:
         layout = self.layout
@@ -157,8 +161,18 @@ class _Memo:
             self.hits[panel] = entry
             return dict(entry["roots"])
         self.pending[panel] = {"key": self.keys[panel], "files": sig}
-        self.videos[panel] = _Videos(self.old_videos.get(panel))
+        # Checked in full: what its jobs vouched for when they wrote its manifests (records
+        # and videos they checked); the memo's own video signatures take precedence.
+        g_vouched, v_vouched = vouched(self.study.scratch, gm)
+        self.vouched[str(gm)], self.vouched[str(sm)] = g_vouched, vouched(self.study.scratch, sm)[0]
+        old = self.old_videos.get(panel)
+        self.videos[panel] = _Videos({**v_vouched, **(old if isinstance(old, dict) else {})})
         return None
+
+    def vouched_records(self, manifest: Path) -> dict[str, str]:
+        if Path(manifest) == self.layout.timing_manifest:
+            return vouched(self.study.scratch, manifest)[0]
+        return self.vouched.pop(str(manifest), {})  # asked once: let it go (100k records: tens of MB)
 
     def video_digest(self, panel: str, rel: str, video: Path, recorded: str) -> str:
         return self.videos[panel].digest(rel, video, recorded)
@@ -281,5 +295,7 @@ def stamp_input(scratch: Path, output: str, stamps: frozenset[str] | None = None
     there is one."""
     if stale and output in stale:
         return [str(stale[output])]
+    if stamps is not None and not stamps:  # no stamp at all (the usual case): no path to build
+        return []
     stamp = heal_stamp(scratch, output)
     return [str(stamp)] if (str(stamp) in stamps if stamps is not None else stamp.exists()) else []

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,10 +47,10 @@ from .candidates import (
 )
 from .config import PanelSpec, StudySpec
 from .errors import ConfigError, PairFlowError
-from .identity import digest_file, digest_obj
+from .identity import digest_bytes, digest_file, digest_obj
 from .layout import Layout
 from .provenance import study_from_snapshot
-from .records import read_record, stale_link, timing_frames_differ
+from .records import parse_record, read_record, stale_link, timing_frames_differ
 from .video import recipe_digest
 
 KINDS = {
@@ -149,6 +150,12 @@ class Shortcuts(Protocol):
         """The timing manifest's root when it and every panel are unchanged since found
         clean, else None. Asked after ``panel_roots`` of every panel."""
 
+    def vouched_records(self, manifest: Path) -> dict[str, str]:
+        """The digests, by path, of the records the job that wrote ``manifest`` checked
+        and vouched for (``vouch``): a record whose bytes hash to it is only parsed as
+        JSON. Asked once per manifest of a panel checked in full (after its
+        ``panel_roots``) and once for the timing manifest."""
+
 
 def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | None = None) -> Report:
     """Completeness and consistency of ``study``'s results tree (see the module docstring).
@@ -170,8 +177,9 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
             continue
         cands = candidates(study, panel)
         checked += cands
-        _check_generation(study, panel, cands, rdigest, current, report, quick)
-        _check_scores(study, panel, cands, current, report)
+        seen: dict[str, str] = {}  # digests of the records read, by path (the manifest check reuses them)
+        _check_generation(study, panel, cands, rdigest, current, report, quick, seen)
+        _check_scores(study, panel, cands, current, report, quick, seen)
     _check_timing(study, skipped, checked, current, report, quick)
     _check_study(study, layout.study_manifest, report.roots, report)
     _check_panel_folders(study, layout, report)
@@ -189,15 +197,19 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
 
 
 def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate], rdigest: str,
-                      current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None) -> None:
+                      current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None,
+                      seen: dict[str, str]) -> None:
     """A panel's generation records and videos, its generation manifest, its extra files
-    and its failure records. Fills ``current`` with each current record's digest."""
+    and its failure records. Fills ``current`` with each current record's digest and
+    ``seen`` with the digests of the records read."""
     layout = Layout(study.scratch)
     pdir = panel_dir(layout, panel.name)
     gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
-    for c in cands:
-        path = record_path(layout, c)
-        rec = _read(path, report, gm)
+    vouched = quick.vouched_records(gm) if quick is not None else {}
+    # Each candidate's files named once (pathlib per file dominated the check at scale).
+    files = [(c, str(record_path(layout, c))) for c in cands]
+    for c, path in files:
+        rec = _read(path, report, gm, vouched, seen)
         if rec is None:
             continue
         why = generation_stale(rec, c, rdigest)
@@ -205,7 +217,7 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
             report.add("stale", path, why, gm)
             continue
         current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
-        video = pdir / rec["video"]["path"]
+        video = Path(os.path.join(pdir, rec["video"]["path"]))
         if video.is_symlink():
             report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
                        "link, the next plain run regenerates the video", gm)
@@ -218,11 +230,11 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
                   else quick.video_digest(panel.name, rec["video"]["path"], video, recorded))
         if actual != recorded:
             report.add("altered", video, f"digest {actual} differs from {recorded} recorded in {path}", gm)
-    m = _manifest(gm, [record_path(layout, c) for c in cands], report, gm)
+    m = _manifest(gm, [path for _, path in files], report, gm, seen)
     if m is not None:
         report.roots[f"generation:{panel.name}"] = m.get("root_digest", "")
-    _extras(pdir, {f for c in cands for f in (record_path(layout, c), video_path(layout, c), score_path(layout, c),
-                                              timing_path(layout, c))}, report)
+    _extras(pdir, {str(f) for c in cands for f in (record_path(layout, c), video_path(layout, c),
+                                                   score_path(layout, c), timing_path(layout, c))}, report)
     for stage, heals in (("generate", gm), ("score", sm)):
         for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
             if f.name.startswith(TMP_PREFIX):
@@ -231,21 +243,22 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
 
 
 def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], current: dict[str, dict[str, Any]],
-                  report: Report) -> None:
+                  report: Report, quick: Shortcuts | None, seen: dict[str, str]) -> None:
     """A panel's score records (bound to the current generation record, the metrics the
     config implies) and its score manifest."""
     layout = Layout(study.scratch)
     sm = Layout(study.scratch).score_manifest(panel.name)
-    for c in cands:
-        path = score_path(layout, c)
-        rec = _read(path, report, sm)
+    vouched = quick.vouched_records(sm) if quick is not None else {}
+    files = [(c, str(score_path(layout, c))) for c in cands]
+    for c, path in files:
+        rec = _read(path, report, sm, vouched, seen)
         if rec is None:
             continue
         _check_link(path, rec, current.get(c.key.candidate_id), report, sm)
         why = scores_stale(study, c, rec)
         if why:
             report.add("stale", path, why, sm)
-    m = _manifest(sm, [score_path(layout, c) for c in cands], report, sm)
+    m = _manifest(sm, [path for _, path in files], report, sm, seen)
     if m is not None:
         report.roots[f"scores:{panel.name}"] = m.get("root_digest", "")
 
@@ -256,9 +269,11 @@ def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Cand
     (every panel's candidates), unless ``quick`` vouches for the manifest."""
     layout = Layout(study.scratch)
     manifest = Layout(study.scratch).timing_manifest
+    vouched = quick.vouched_records(manifest) if quick is not None and checked else {}
+    seen: dict[str, str] = {}
     for c in checked:
-        path = timing_path(layout, c)
-        rec = _read(path, report, manifest)
+        path = str(timing_path(layout, c))
+        rec = _read(path, report, manifest, vouched, seen)
         if rec is None:
             continue
         _check_link(path, rec, current.get(c.key.candidate_id), report, manifest)
@@ -270,7 +285,7 @@ def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Cand
         report.roots["timing"] = root
         return
     every = [c for p in skipped for c in candidates(study, p)] + checked
-    m = _manifest(manifest, [timing_path(layout, c) for c in every], report, manifest)
+    m = _manifest(manifest, [str(timing_path(layout, c)) for c in every], report, manifest, seen)
     if m is not None:
         report.roots["timing"] = m.get("root_digest", "")
 
@@ -286,27 +301,54 @@ def _check_panel_folders(study: StudySpec, layout: Layout, report: Report) -> No
                        f"Remove it: rm -r {shlex.quote(str(d))}")
 
 
-def _read(path: Path, report: Report, heals: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+def _read(path: Path | str, report: Report, heals: Path, vouched: dict[str, str] | None = None,
+          seen: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The record at ``path``, checked as ``read_record`` does (else a problem, None).
+    ``vouched``: digests a job vouched for (``vouch``); a record whose bytes hash to its
+    vouched digest is the one the job checked, so only its JSON is read. ``seen``
+    receives the digest of the bytes read (the manifest check reuses it)."""
+    p = str(path)
+    try:
+        st = os.lstat(p)
+        if stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as fh:
+                data = fh.read()
+        elif not os.path.isfile(p):  # a folder, a dangling link
+            report.add("missing", path, "record is missing", heals)
+            return None
+        else:
+            return read_record(Path(p))  # a link: refused (raises), with the message naming it
+    except FileNotFoundError:
         report.add("missing", path, "record is missing", heals)
         return None
-    try:
-        return read_record(path)
     except PairFlowError as e:
-        report.add("altered", path, str(e).removeprefix(f"{path}: "), heals)
+        report.add("altered", path, str(e).removeprefix(f"{p}: "), heals)
+        return None
+    digest = digest_bytes(data)
+    if seen is not None:
+        seen[p] = digest
+    if vouched and vouched.get(p) == digest:
+        rec: dict[str, Any] = json.loads(data)
+        return rec
+    try:
+        return parse_record(data, p)  # type: ignore[no-any-return]
+    except PairFlowError as e:
+        report.add("altered", path, str(e).removeprefix(f"{p}: "), heals)
         return None
 
 
-def _check_link(path: Path, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
+def _check_link(path: Path | str, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
     """A score or timing record must name its candidate's current generation record."""
     why = stale_link(rec, gen) if gen is not None else None
     if why:
         report.add("link", path, why, heals)
 
 
-def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> dict[str, Any] | None:
+def _manifest(path: Path, expected: list[Path] | list[str], report: Report, heals: Path,
+              seen: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Check a manifest exists, is unaltered, and lists exactly ``expected`` with their
-    current digests. Returns it (None when missing or unreadable)."""
+    current digests (``seen``: digests of files this check read already, by path).
+    Returns it (None when missing or unreadable)."""
     if not path.is_file():
         report.add("missing", path, "manifest is missing", heals)
         return None
@@ -319,16 +361,21 @@ def _manifest(path: Path, expected: list[Path], report: Report, heals: Path) -> 
         return None
     if digest_obj(body) != manifest.get("root_digest"):
         report.add("altered", path, "root digest mismatch: the manifest itself was altered", heals)
-    base = path.parent / manifest.get("base", ".")
-    want = {os.path.relpath(f, base): f for f in expected}
+    base = os.path.normpath(path.parent / manifest.get("base", "."))
+    # Most files lie below the base (every panel record): cut the prefix instead of relpath's
+    # two abspath calls per file.
+    want = {(s[len(base) + 1:] if s.startswith(base + os.sep) else os.path.relpath(s, base)): s
+            for s in map(str, expected)}
     absent, extra = sorted(set(want) - set(listed)), sorted(set(listed) - set(want))
     if absent or extra:
         report.add("root", path, f"lists {len(listed)} file(s), the config implies {len(want)}"
                    + (f"; not listed: {', '.join(absent[:3])}" if absent else "")
                    + (f"; not implied: {', '.join(extra[:3])}" if extra else ""), heals)
+    seen = seen or {}
     for rel in sorted(set(want) & set(listed)):
         f = want[rel]
-        if f.is_file() and digest_file(f) != listed[rel]:
+        actual = seen.get(f) or (digest_file(Path(f)) if os.path.isfile(f) else None)
+        if actual is not None and actual != listed[rel]:
             report.add("root", path, f"its root does not match its records: {rel} changed after it was written",
                        heals)
     return manifest
@@ -382,16 +429,17 @@ EXTRA_READS = ("records", "videos", "scores", "timing")
 """A panel's per-candidate folders: a file there that no current candidate names is extra."""
 
 
-def _extras(pdir: Path, implied: set[Path], report: Report) -> None:
+def _extras(pdir: Path, implied: set[str], report: Report) -> None:
     """Report every file (or link) in ``pdir``'s per-candidate folders that no current
-    candidate implies (a candidate the config no longer has), with the command that
-    removes it. Temporary files are left to ``temp_files``."""
+    candidate implies (``implied``: their paths as strings, below ``str(pdir)``; a
+    candidate the config no longer has), with the command that removes it. Temporary
+    files are left to ``temp_files``."""
     for kind in EXTRA_READS:
-        for dirpath, dirnames, filenames in os.walk(pdir / kind):
+        for dirpath, dirnames, filenames in os.walk(f"{pdir}/{kind}"):
             for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                f = Path(dirpath) / name
-                if name.startswith(TMP_PREFIX) or f in implied:
+                if name.startswith(TMP_PREFIX) or f"{dirpath}/{name}" in implied:
                     continue
+                f = Path(dirpath) / name
                 what = f"a symlink (to {os.readlink(f)}) " if f.is_symlink() else ""
                 report.add("extra", f, f"{what}not implied by the config (no current candidate is named so); "
                            f"remove it: rm {shlex.quote(str(f))}")

@@ -142,12 +142,12 @@ def arms_check_input(wildcards):
 def command_line():
     """Snakemake's parsed command line (argparse's namespace), or None when Snakemake was
     started through its API."""
-    import inspect
-
-    for info in inspect.stack(0):
-        args = info.frame.f_locals.get("args")
-        if info.function == "args_to_api" and args is not None:
+    frame = sys._getframe()  # the callers' frames only: inspect.stack reads every caller's source file
+    while frame is not None:
+        args = frame.f_locals.get("args") if frame.f_code.co_name == "args_to_api" else None
+        if args is not None:
             return args
+        frame = frame.f_back
     return None
 
 

@@ -50,6 +50,7 @@ from ..recordtypes import (
 )
 from ..telemetry import PhaseMemory
 from ..video import encode, prepare_frames, recipe_digest
+from ..vouch import vouch
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -300,3 +301,6 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
                                "stable_root": stable_root(panel_dir(layout, panel_name), records),
                                "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)
+    # Every record it lists was checked in this job: the first plan after it need not
+    # check them again, nor re-hash the videos (pairflow.vouch).
+    vouch(study.scratch, manifest_out, manifest, {p: records[p] for p in files if p in records})

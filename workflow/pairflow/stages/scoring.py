@@ -49,6 +49,7 @@ from ..recordtypes import (
 )
 from ..telemetry import PhaseMemory
 from ..video import read_video
+from ..vouch import vouch
 from ..weights import verify
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
@@ -346,3 +347,4 @@ def finish_scoring(study: StudySpec, panel_name: str, todo_all: list[Candidate],
                               {"study": study.study, "panel": panel_name, "ran": ran,
                                "scorer_build": build["digest"]})
     write_manifest(manifest_out, manifest)
+    vouch(study.scratch, manifest_out, manifest)  # every record it lists was read back above

@@ -50,6 +50,7 @@ from ..sites.base import AllocationInfo
 from ..sites.slurm import exclusivity
 from ..telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
 from ..video import prepare_frames
+from ..vouch import vouch
 
 # Lazy on purpose: torch is imported inside the functions that time on the device: the driver imports this
 # module without it.
@@ -315,6 +316,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                               {"study": study.study, "panels": panels, "pass": "timed"},
                               base=os.path.relpath(study.scratch, Path(manifest_out).parent))
     write_manifest(manifest_out, manifest)
+    vouch(study.scratch, manifest_out, manifest)  # every record it lists was written or read back here
     return manifest
 
 
