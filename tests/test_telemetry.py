@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from pairflow.telemetry import NVML_FIELDS, Sampler, busy_share, nvml_reader, utilisation, write_telemetry
 
@@ -200,7 +201,19 @@ def test_a_timed_run_above_the_temperature_limit_or_throttled_is_flagged():
 
 def test_the_nvml_summary_counts_the_share_of_samples_a_gpu_was_active():
     s = Sampler(None, 1.0)
-    base = {k: 0 for k in NVML_FIELDS}
+    base = {**{k: 0 for k in NVML_FIELDS}, "tensor_active_pct": None}  # a GPU without GPM
     s.rows = [{**base, "uuid": "GPU-a", "utilization_gpu_pct": u} for u in (0, 4, 5, 90)]
     summary = s.summary()["GPU-a"]
     assert summary["active_share"] == 0.5 and summary["tensor_active"].startswith("unavailable")
+    s.rows = [{**base, "uuid": "GPU-b", "utilization_gpu_pct": 50, "tensor_active_pct": t} for t in (None, 20.0, 40.0)]
+    assert s.summary()["GPU-b"]["tensor_active"] == 30.0  # the first read has no interval yet
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: NVML GPM tensor activity")
+def test_nvml_samples_carry_tensor_activity_or_say_why_not():
+    read, status = nvml_reader()
+    assert read is not None, status
+    rows = read() + read()
+    assert all("tensor_active_pct" in r for r in rows)
+    values = [r["tensor_active_pct"] for r in rows]
+    assert all(v is None or 0.0 <= v <= 100.0 for v in values)

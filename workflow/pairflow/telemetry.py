@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 ACTIVE_PCT = 5.0
 """A GPU counts as active in an NVML sample at this utilisation (percent) or more."""
 NVML_FIELDS = ("time", "index", "uuid", "memory_used_mb", "memory_total_mb", "utilization_gpu_pct",
-               "power_w", "temperature_c")
+               "power_w", "temperature_c", "tensor_active_pct")
 
 
 def progress_line(label: str, done: int, total: int, elapsed_s: float) -> str:
@@ -265,6 +265,7 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
     except pynvml.NVMLError as e:
         return None, f"NVML unavailable: {e}"
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    tensor = [TensorActivity(pynvml, h) for h in handles]
 
     def read() -> list[dict[str, Any]]:
         now, rows = time.time(), []
@@ -274,7 +275,8 @@ def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
                          "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
                          "utilization_gpu_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
                          "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                         "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)})
+                         "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                         "tensor_active_pct": tensor[i].read()})
         return rows
 
     return read, f"NVML {count} GPU(s)"
@@ -435,6 +437,54 @@ def throttled_during(states: list[dict[str, Any]]) -> list[str]:
     return sorted({r for s in states for r in s.get("throttle_reasons", []) if r not in NOT_THROTTLING})
 
 
+class TensorActivity:
+    """Tensor-core activity of one GPU between two reads, from NVML's GPU Performance
+    Monitoring (GPM: Hopper and later, driver R520+): ``NVML_GPM_METRIC_ANY_TENSOR_UTIL``,
+    the percentage of time any tensor pipe was busy, computed by NVML from two samples.
+    ``read()`` gives None where the device or driver has no GPM (``reason`` says why), and
+    None on the first read (one sample is no interval). Written here, not through DCGM:
+    DCGM's profiling metrics need its host engine running, GPM needs only the driver."""
+
+    def __init__(self, pynvml: Any, handle: Any) -> None:
+        self.nvml, self.handle = pynvml, handle
+        self.last: Any = None
+        self.reason = ""
+        try:
+            if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                self.reason = "this GPU has no GPM (NVML GPU Performance Monitoring: Hopper and later)"
+        except (pynvml.NVMLError, AttributeError) as e:  # an older driver or nvidia-ml-py
+            self.reason = f"NVML GPM unavailable: {e}"
+
+    def read(self) -> float | None:
+        if self.reason:
+            return None
+        nvml = self.nvml
+        try:
+            sample = nvml.nvmlGpmSampleGet(self.handle, nvml.nvmlGpmSampleAlloc())
+            if self.last is None:
+                self.last = sample
+                return None
+            get = nvml.c_nvmlGpmMetricsGet_t()
+            get.version, get.numMetrics = nvml.NVML_GPM_METRICS_GET_VERSION, 1
+            get.sample1, get.sample2 = self.last, sample
+            get.metrics[0].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+            nvml.nvmlGpmMetricsGet(get)
+            nvml.nvmlGpmSampleFree(self.last)
+            self.last = sample
+            return float(get.metrics[0].value)
+        except nvml.NVMLError as e:
+            self.reason = f"NVML GPM failed: {e}"
+            return None
+
+
+def tensor_summary(values: list[Any]) -> float | str:
+    """Mean tensor-core activity (%) over the samples that have it, or why there is none."""
+    got = [float(v) for v in values if v not in (None, "")]
+    if got:
+        return sum(got) / len(got)
+    return "unavailable (no NVML GPM tensor-activity sample: not Hopper or later, or not sampled twice)"
+
+
 class Sampler:
     """Calls ``read`` every ``interval_s`` seconds on a daemon thread (and once at start
     and stop); rows accumulate in memory and are written as CSV by ``write``."""
@@ -478,7 +528,8 @@ class Sampler:
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature,
-        the share of samples at >= ``ACTIVE_PCT`` % utilisation, tensor-core activity (not read)."""
+        the share of samples at >= ``ACTIVE_PCT`` % utilisation, mean tensor-core activity
+        (``TensorActivity``; "unavailable ..." where the GPU or driver has no GPM)."""
         by: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows:
             by.setdefault(str(r["uuid"]), []).append(r)
@@ -490,7 +541,7 @@ class Sampler:
                     "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"),
                     # the share of samples in which the GPU was active (ledger.ACTIVE_PCT)
                     "active_share": sum(float(r["utilization_gpu_pct"]) >= ACTIVE_PCT for r in rs) / len(rs),
-                    "tensor_active": "unavailable (NVML GPM / DCGM profiling metrics not read)",
+                    "tensor_active": tensor_summary([r.get("tensor_active_pct") for r in rs]),
                     "power_w_mean": mean(rs, "power_w"),
                     "temperature_c_max": max(float(r["temperature_c"]) for r in rs)} for u, rs in by.items()}
 
