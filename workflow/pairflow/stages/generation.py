@@ -206,8 +206,9 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
                    grant: Grant) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel, then write its generation manifest.
 
-    ``grant`` is what this job was given (``sites.grant_from_env``): one worker per
-    granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
+    ``grant`` is what this job was given (``sites.grant_from_env``): workers per
+    granted accelerator (one unless the calibration table shows more fit,
+    ``calibrate.workers_for``), else CPU workers. Holds the panel's lock throughout: a second
     run on the same panel fails at once."""
     layout = Layout(study.scratch)
     with hold(panel_dir(layout, panel_name), f"generate {panel_name}"):

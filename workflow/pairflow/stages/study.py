@@ -1,6 +1,7 @@
 """Every panel's generation and scoring in one job (``fleet.allocation: study``).
 
-One allocation (on Slurm, many nodes: one Parsl pool per node, one worker per GPU) and
+One allocation (on Slurm, many nodes: one Parsl pool per node, one worker per GPU or as
+many as ``calibrate.workers_for`` finds fit) and
 one Parsl pool drain the whole study from one queue, instead of one scheduler job per
 panel. Each worker warms up once (imports, model, scorers: ``combined.warm_panel``) and
 then takes whatever task comes next, whichever panel it belongs to.
