@@ -123,8 +123,8 @@ GPUS = Grant(accelerators=("0", "1"))
 def test_a_job_packs_gpus_by_the_calibrated_peak_plus_headroom(tiny_model, tmp_path):
     study = _packing_study(tmp_path, tiny_model)
     none = workers_for(study, ("generate",), GPUS)
-    assert (none.per_gpu, none.record["source"]) == (1, f"default: no calibration table for this study on cuda "
-                                                        f"({table_path(study, 'cuda').name})")
+    assert none.per_gpu == 1 and none.record["source"].startswith(
+        f"default: no calibration table for this study planned on cuda ({table_path(study, 'cuda').name})")
     _fake_table(study, "cuda", peak_mb=30_000.0, capacity_mb=80_000.0)
     two = workers_for(study, ("generate", "score"), GPUS)  # 80000 x (1 - 0.2) / 30000 = 2.13
     assert two.per_gpu == 2 and two.record["source"] == f"calibration {key(study, 'cuda')}"
@@ -159,6 +159,12 @@ def test_a_stale_or_foreign_table_means_the_default(tiny_model, tmp_path):
     path.write_text(json.dumps({**table, "device": "cpu"}))  # planned on cuda, measured on CPU
     assert workers_for(study, ("generate",), GPUS).per_gpu == 1
     assert "measured on cpu" in workers_for(study, ("generate",), GPUS).record["source"]
+    path.unlink()
+    # Planned on a login node without a GPU (the table's name says cpu), measured on the GPU job's device: used.
+    planned_cpu = table_path(study, "cpu")
+    planned_cpu.write_text(json.dumps({**table, "key": key(study, "cpu")}))
+    assert workers_for(study, ("generate",), GPUS).per_gpu == 6  # 80000 x 0.8 / 10000
+    planned_cpu.unlink()
     _fake_table(study, "cuda", peak_mb=10_000.0, capacity_mb=80_000.0)
     changed = _study(tmp_path, tiny_model, generation={"frames": 5, "height": 32, "width": 32, "steps": 4,
                                                        "threads": 1})

@@ -301,17 +301,9 @@ def workers_for(study: StudySpec, stages: tuple[str, ...], grant: Grant) -> Pack
     if fleet.packing == "one":
         return replace(default, record={"source": "fleet.packing: one", "headroom": None})
     dev = "cuda" if cuda else "cpu"
-    path = table_path(study, dev)
-    if not path.is_file():
-        return replace(default, record={"source": f"default: no calibration table for this study on {dev} "
-                                                  f"({path.name})", "headroom": None})
-    try:
-        table = read_table(study, dev)
-    except CalibrationError as e:
-        return replace(default, record={"source": f"default: calibration table not usable ({e})", "headroom": None})
-    if table.get("device") != dev:
-        return replace(default, record={"source": f"default: calibration table measured on {table.get('device')}, "
-                                                  f"this job runs on {dev}", "headroom": None})
+    table, why_not = _current_table(study, dev)
+    if table is None:
+        return replace(default, record={"source": f"default: {why_not}", "headroom": None})
     figures = packing(table, fleet.packing_headroom, study.generation.threads)
     n = min(int(figures[s]["workers"]) for s in stages)
     why = {s: figures[s]["why"] for s in stages}
@@ -321,6 +313,27 @@ def workers_for(study: StudySpec, stages: tuple[str, ...], grant: Grant) -> Pack
     record = {"source": f"calibration {table['key']}", "headroom": fleet.packing_headroom, "stages": list(stages),
               "why": why}
     return Packing(n, None, record) if cuda else Packing(1, min(n, cpu_cap), record)
+
+
+def _current_table(study: StudySpec, dev: str) -> tuple[dict[str, Any] | None, str]:
+    """The table measured on ``dev`` for this study, or None and why not. A table is named
+    by the planning machine's device kind (a login node without a GPU plans ``cpu`` for
+    GPU jobs), so both names are looked at, the job's own first."""
+    reasons = []
+    for planned in dict.fromkeys((dev, "cpu", "cuda")):
+        path = table_path(study, planned)
+        if not path.is_file():
+            reasons.append(f"no calibration table for this study planned on {planned} ({path.name})")
+            continue
+        try:
+            table = read_table(study, planned)
+        except CalibrationError as e:
+            reasons.append(f"calibration table not usable ({e})")
+            continue
+        if table.get("device") == dev:
+            return table, ""
+        reasons.append(f"calibration table {path.name} was measured on {table.get('device')}, this job runs on {dev}")
+    return None, "; ".join(reasons)
 
 
 def _phases(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
