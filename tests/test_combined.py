@@ -59,6 +59,8 @@ def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
     t = json.loads(telemetry_path(Layout(study.scratch), "t", COMBINED).read_text())
     spans = [s for s in t["spans"] if s.get("kind") != "warm-up"]
     assert sorted(s["stage"] for s in spans) == ["generate"] * 4 + ["score"] * 4
+    # No calibration table for this study: the default (fleet.cpu_workers), and the record says so.
+    assert t["packing"]["workers_per_node"] == 1 and t["packing"]["source"].startswith("default: no calibration table")
     # Scoring was fed as pairs landed: the first pair's score tasks were queued before the
     # panel's last video was generated (per-stage, scoring starts after the whole panel).
     last_video = max(s["finished"] for s in spans if s["stage"] == "generate")

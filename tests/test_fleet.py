@@ -17,7 +17,7 @@ import pytest
 from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
 from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
-from pairflow.sites import grant_from_env
+from pairflow.sites import Packing, grant_from_env
 
 
 @pytest.fixture(autouse=True)
@@ -540,3 +540,28 @@ def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tm
     one = make_config(tmp_path, FleetSpec(1, 0), grant_from_env({**env, "SLURM_JOB_NUM_NODES": "1"}))
     assert "--jobid" not in one.executors[0].provider.launcher.overrides  # one node: as before
     assert "SLURM_" not in one.executors[0].provider.worker_init
+
+
+def visible_device(p: dict) -> dict:
+    time.sleep(p["s"])
+    return {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(tmp_path, monkeypatch):
+    """Parsl's worker divides an integer device name by workers // ``nvidia-smi -L``'s count
+    (its MPS convention): two workers listed on device 1 of a one-GPU listing would both get
+    1 // 2 = device 0. A stand-in ``nvidia-smi`` listing one GPU makes the worker take that
+    branch on this machine (Parsl also caps a pool at one worker per core: two here)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    grant = Grant(accelerators=("1",), gpus={"1": "1"})
+    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0), grant, "pack",
+                    TaskHooks(tmp_path / "tel.json"), Packing(per_gpu=2, record={"source": "test"}))
+    seen = {r["pid"]: r["visible"] for r in out}
+    assert sorted(seen.values()) == ["1,-1", "1,-1"], seen  # two workers, both on device 1 alone
+    t = json.loads((tmp_path / "tel.json").read_text())
+    assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}
+    assert {s["gpu_index"] for s in t["spans"]} == {"1"} and list(t["slots"]) == [f"{t['spans'][0]['host']}/gpu1"]

@@ -21,7 +21,7 @@ from pairflow import sites
 from pairflow.config import SCHEMA_PATH, FleetSpec
 from pairflow.errors import AcceleratorError, SchedulerError
 from pairflow.sites.accelerators import discover, torch_device_count
-from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, node_name, slot_gpu
+from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, Packing, node_name, slot_gpu
 from pairflow.sites.slurm import allocation
 
 SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}
@@ -146,6 +146,22 @@ def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tm
     gpu = sites.make_config(tmp_path, FleetSpec(3, 1), sites.grant({"NVIDIA_VISIBLE_DEVICES": "2,3"})).executors[0]
     assert gpu.max_workers_per_node == 2 and gpu.available_accelerators == ["0", "1"] and gpu.cpu_affinity == "none"
     assert f"{GPU_MAP_VAR}=0=2,1=3" in gpu.provider.worker_init
+
+
+def test_two_workers_per_gpu_list_each_device_twice_pinned_past_parsls_mps_rewrite(tmp_path):
+    g = sites.grant({"NVIDIA_VISIBLE_DEVICES": "2,3"})
+    ex = sites.make_config(tmp_path, FleetSpec(3, 1), g, Packing(per_gpu=2)).executors[0]
+    assert ex.available_accelerators == ["0,-1", "0,-1", "1,-1", "1,-1"]
+    assert ex.max_workers_per_node == 4 and ex._workers_per_node == 4  # Parsl starts one worker per entry
+    # Parsl's worker rewrites an integer name a as a // (workers // nvidia-smi's count) (0,0,1,1 -> 0,0,0,0 on a
+    # 2-GPU node); these names are no integer, so it sets each as given; CUDA stops at -1: one device each.
+    for name in ex.available_accelerators:
+        with pytest.raises(ValueError):
+            int(name)
+    assert slot_gpu({"CUDA_VISIBLE_DEVICES": "1,-1", GPU_MAP_VAR: "0=2,1=3"}, "h") == "3"
+    assert sites.make_config(tmp_path, FleetSpec(3, 1), g).executors[0].available_accelerators == ["0", "1"]
+    cpu = sites.make_config(tmp_path, FleetSpec(3, 1), Grant(), Packing(cpu_workers=2)).executors[0]
+    assert cpu.max_workers_per_node == 2 and cpu.available_accelerators == []
 
 
 def test_slurm_site_starts_one_pool_per_node_with_a_worker_per_gpu(tmp_path):

@@ -26,9 +26,13 @@ software that worker saw; the estimate and packing use those.
 Packing (``packing``): workers per device = floor(capacity x (1 - headroom) / peak) where
 the peak is the largest calibrated phase peak of any arm for that stage (device memory on
 a GPU, host RSS on CPU, where capacity is the node's memory); at least 1, and 1 where the
-table has no device figure. The table records the choice; jobs still run one worker per
-granted GPU (``fleet.make_config``) and ``fleet/cpu_workers`` on CPU: the table says
-whether more would fit.
+table has no device figure. The table records the choice, and a panel job takes it
+(``workers_for``): it reads the table for its study's key if one exists (never
+re-tunes; a missing, unreadable or stale table, or ``fleet/packing: one``, means one
+worker per GPU and ``fleet/cpu_workers`` on CPU), works the figure out again from the
+frozen peaks at the current ``fleet/packing_headroom``, and starts that many workers per
+granted GPU (CPU workers per node: never more than ``fleet/cpu_workers`` nor the node's
+cores / threads). The timed pass always runs one worker alone on its GPU.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,7 @@ from .errors import CalibrationError
 from .identity import digest_obj
 from .layout import Layout
 from .provenance import arm_record
+from .sites import Grant, Packing
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +288,53 @@ def packing(table: dict[str, Any], headroom: float, threads: int = 1) -> dict[st
                 why += f", at most {cap['cpus']} CPUs / {threads} thread(s)"
         out[stage] = {"workers": workers, "peak_mb": peak, "capacity_mb": capacity, "why": why}
     return out
+
+
+def workers_for(study: StudySpec, stages: tuple[str, ...], grant: Grant) -> Packing:
+    """How many workers a job running ``stages`` (``generate``, ``score``; a combined job
+    both: the fewest of them) starts on ``grant``: per granted GPU, or CPU workers per
+    node, from the frozen calibration table for this study's key on the grant's device
+    kind (see the module docstring), with its provenance (``Packing.record``)."""
+    fleet, cuda = study.fleet, bool(grant.accelerators)
+    cores = (grant.allocation.cpus_on_node if grant.allocation else None) or os.cpu_count() or 1
+    cpu_cap = max(1, min(fleet.cpu_workers, cores // max(study.generation.threads, 1)))
+    default = Packing(1, None if cuda else fleet.cpu_workers)
+    if fleet.packing == "one":
+        return replace(default, record={"source": "fleet.packing: one", "headroom": None})
+    dev = "cuda" if cuda else "cpu"
+    table, why_not = _current_table(study, dev)
+    if table is None:
+        return replace(default, record={"source": f"default: {why_not}", "headroom": None})
+    figures = packing(table, fleet.packing_headroom, study.generation.threads)
+    n = min(int(figures[s]["workers"]) for s in stages)
+    why = {s: figures[s]["why"] for s in stages}
+    if not cuda:
+        why["cap"] = f"at most fleet.cpu_workers {fleet.cpu_workers} and {cores} cores / {study.generation.threads} " \
+                     "thread(s)"
+    record = {"source": f"calibration {table['key']}", "headroom": fleet.packing_headroom, "stages": list(stages),
+              "why": why}
+    return Packing(n, None, record) if cuda else Packing(1, min(n, cpu_cap), record)
+
+
+def _current_table(study: StudySpec, dev: str) -> tuple[dict[str, Any] | None, str]:
+    """The table measured on ``dev`` for this study, or None and why not. A table is named
+    by the planning machine's device kind (a login node without a GPU plans ``cpu`` for
+    GPU jobs), so both names are looked at, the job's own first."""
+    reasons = []
+    for planned in dict.fromkeys((dev, "cpu", "cuda")):
+        path = table_path(study, planned)
+        if not path.is_file():
+            reasons.append(f"no calibration table for this study planned on {planned} ({path.name})")
+            continue
+        try:
+            table = read_table(study, planned)
+        except CalibrationError as e:
+            reasons.append(f"calibration table not usable ({e})")
+            continue
+        if table.get("device") == dev:
+            return table, ""
+        reasons.append(f"calibration table {path.name} was measured on {table.get('device')}, this job runs on {dev}")
+    return None, "; ".join(reasons)
 
 
 def _phases(table: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -155,6 +155,10 @@ class FleetSpec:
     """The most slot-hours the study may cost by ``estimate``; None: no budget guard."""
     packing_headroom: float = 0.2
     """Share of a device's (or host's) memory kept free when packing workers (``calibrate.packing``)."""
+    packing: str = "calibrated"
+    """``calibrated``: workers per GPU (CPU workers per node) from the calibration table
+    where one exists (``calibrate.workers_for``); ``one``: one worker per GPU and
+    ``cpu_workers`` on CPU, whatever the table says."""
     allocation: str = "per-panel"
     """``per-panel``: one scheduler job per panel; ``study``: one (multi-node) job
     generates and scores every panel from one queue (rule ``fleet_study``)."""

@@ -3,10 +3,11 @@
 Provider → launcher → executor, composed by constructor in the job's site (``sites``:
 its Config is logged verbatim, as ``repr``, and kept in the telemetry record). One block
 is this job's allocation: locally one worker pool on this machine; inside a Slurm job one
-pool per allocated node, started with ``srun``. Each pool runs one worker per
-accelerator the job was granted (``sites.accelerators``: ``CUDA_VISIBLE_DEVICES``,
+pool per allocated node, started with ``srun``. Each pool runs ``Packing.per_gpu``
+workers (one unless the calibration table shows more fit: ``calibrate.workers_for``) on
+each accelerator the job was granted (``sites.accelerators``: ``CUDA_VISIBLE_DEVICES``,
 ``NVIDIA_VISIBLE_DEVICES``, checked against torch; never a hard-coded list), each pinned
-by Parsl to its device, or ``cpu_workers`` workers where there is none. Workers are
+by Parsl to its device, or ``Packing.cpu_workers`` workers where there is none. Workers are
 long-lived processes: the pipeline and scorers a task loads stay loaded for the next
 task (see ``generate.LOAD_COUNTS``).
 
@@ -43,8 +44,8 @@ from . import progress
 from .config import FleetSpec
 from .errors import PairFlowError, StalledError, TaskError, TaskFailedError
 from .records import write_record
+from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
-from .sites import make_config
 from .sites.base import node_name, slot_gpu
 from .telemetry import Sampler, nvml_reader, progress_line, slot_name, work_elapsed, write_telemetry
 
@@ -271,14 +272,14 @@ ADVICE = {
 """What to do next, per failure class (in the failure record and the job's error)."""
 
 
-def _allocated_slots(fleet: FleetSpec, grant: Grant) -> list[str]:
+def _allocated_slots(fleet: FleetSpec, grant: Grant, packing: Packing = ONE_PER_GPU) -> list[str]:
     if grant.allocation is not None and grant.allocation.nodes > 1:
         return []  # other nodes' names come from their spans
 
     host = node_name(os.environ)
-    if grant.accelerators:
+    if grant.accelerators:  # workers sharing a GPU share its slot name (the physical device)
         return [slot_name(host, grant.gpus.get(a, a)) for a in grant.accelerators]
-    return [slot_name(host, None, r) for r in range(fleet.cpu_workers)]
+    return [slot_name(host, None, r) for r in range(packing.per_node(fleet, grant))]
 
 
 TaskFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -315,7 +316,7 @@ class TaskHooks:
 
 def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[], Iterable[dict[str, Any] | Task]],
               run_dir: Path, fleet: FleetSpec, grant: Grant, label: str,
-              hooks: TaskHooks = TaskHooks()) -> list[dict[str, Any]]:
+              hooks: TaskHooks = TaskHooks(), packing: Packing = ONE_PER_GPU) -> list[dict[str, Any]]:
     """Run ``fn`` on every payload through Parsl; log progress; return results in
     payload order (tasks ``hooks.follow`` added come after, in the order they were added).
 
@@ -323,6 +324,8 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     kinds (a panel's generation and scoring). A payload's ``"stage"`` key, when present,
     is copied into its span. ``payloads`` may be a function that prepares them (see
     ``TaskHooks.start_early``). What else a run does is in ``hooks`` (``TaskHooks``).
+    ``packing``: workers per granted GPU, or CPU workers per node, and where that figure
+    came from (``calibrate.workers_for``); logged and kept in the telemetry record.
 
     A task that still fails after its retries is classified and, with
     ``hooks.failure_out``, leaves a failure record; after every task has finished
@@ -346,12 +349,14 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     read, nvml_status = nvml_reader()
     start = time.time()
     beat_dir = _fresh_heartbeats(Path(run_dir))
-    config = make_config(run_dir, fleet, grant)
+    log.info("%s: %d worker(s) per node (%s)", label, packing.per_node(fleet, grant),
+             json.dumps(packing.record, sort_keys=True))
+    config = make_config(run_dir, fleet, grant, packing)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
     dfk = parsl.load(config)
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
-            warming = _queue_warm_ups(app, hooks.warm, fleet, grant, beat_dir, label)
+            warming = _queue_warm_ups(app, hooks.warm, _slot_count(fleet, grant, packing), beat_dir, label)
             if prepare is not None:
                 payloads = list(prepare())
                 if not payloads:
@@ -371,11 +376,14 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
         if hooks.telemetry_out is not None:
-            write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant), sampler,
-                            nvml_status, {"allocation": grant.allocation.asdict() if grant.allocation else None,
-                                          "accelerators": list(grant.accelerators), "retries": fleet.retries,
-                                          "idle_timeout_s": fleet.idle_timeout_s,
-                                          "site": grant.site, "parsl_config": config_text})
+            packed = {**packing.record, "workers_per_gpu": packing.per_gpu if grant.accelerators else None,
+                      "workers_per_node": packing.per_node(fleet, grant)}
+            extra = {"allocation": grant.allocation.asdict() if grant.allocation else None,
+                     "accelerators": list(grant.accelerators), "retries": fleet.retries,
+                     "idle_timeout_s": fleet.idle_timeout_s, "site": grant.site,
+                     "parsl_config": config_text, "packing": packed}
+            write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant, packing),
+                            sampler, nvml_status, extra)
         _raise_failures(run, label, fleet)
         return [r for r in run.results if r is not None]
     finally:
@@ -396,13 +404,13 @@ def _fresh_heartbeats(run_dir: Path) -> Path:
     return beat_dir
 
 
-def _queue_warm_ups(app: Any, warm: tuple[TaskFn, dict[str, Any]] | None, fleet: FleetSpec, grant: Grant,
+def _queue_warm_ups(app: Any, warm: tuple[TaskFn, dict[str, Any]] | None, slots: int,
                     beat_dir: Path, label: str) -> dict[Any, float]:
     """One warm-up task per slot, queued ahead of the work: future -> when it was queued."""
     if warm is None:
         return {}
     return {app(warm[0], warm[1], str(beat_dir), f"{label}: warm-up", phase="warm-up"): time.time()
-            for _ in range(_slot_count(fleet, grant))}
+            for _ in range(slots)}
 
 
 def _submitter(app: Any, fn: TaskFn, run: _Collect, futures: dict[Any, int], beat_dir: Path, label: str,
@@ -433,10 +441,10 @@ def _raise_failures(run: _Collect, label: str, fleet: FleetSpec) -> None:
             "host_oom_or_killed: more memory per job) and rerun, which runs only the missing candidates")
 
 
-def _slot_count(fleet: FleetSpec, grant: Grant) -> int:
+def _slot_count(fleet: FleetSpec, grant: Grant, packing: Packing = ONE_PER_GPU) -> int:
     """Worker processes this job's pool will run (one warm-up task each)."""
     nodes = grant.allocation.nodes if grant.allocation else 1
-    return nodes * (len(grant.accelerators) or fleet.cpu_workers)
+    return nodes * packing.per_node(fleet, grant)
 
 
 def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:

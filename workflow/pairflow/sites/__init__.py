@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import FleetSpec
 from ..errors import SchedulerError
 from .accelerators import ALL, CUDA_VAR, NVIDIA_VAR, parse_cuda, parse_nvidia, torch_device_count
-from .base import AllocationInfo, Grant, Site, parsl_config, worker_init
+from .base import ONE_PER_GPU, AllocationInfo, Grant, Packing, Site, parsl_config, worker_init
 from .local import LocalSite
 from .slurm import SlurmSite
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SITES", "AllocationInfo", "Grant", "Site", "grant", "grant_from_env", "make_config", "select"]
+__all__ = ["ONE_PER_GPU", "SITES", "AllocationInfo", "Grant", "Packing", "Site", "grant", "grant_from_env",
+           "make_config", "select"]
 
 SITES: dict[str, Site] = {"slurm": SlurmSite(), "local": LocalSite()}
 """Every site, in the order ``auto`` tries them (local applies everywhere: last)."""
@@ -60,14 +61,15 @@ def grant_from_env(environ: Mapping[str, str], site: str = AUTO) -> Grant:
     return grant(environ, site, torch_device_count(import_torch=count_all))
 
 
-def make_config(run_dir: Path, fleet: FleetSpec, g: Grant) -> Config:
+def make_config(run_dir: Path, fleet: FleetSpec, g: Grant, packing: Packing = ONE_PER_GPU) -> Config:
     """The Parsl Config for a job holding grant ``g``: its site's provider and launcher
-    composed into the shared executor; ``repr`` of it (the constructor call) is logged."""
+    composed into the shared executor, with ``packing``'s workers per device (or CPU
+    workers); ``repr`` of it (the constructor call) is logged."""
     site = SITES[g.site]
     # On one node a watchdog in the pool's process group ends the pool when the driver
     # dies (orphans); across nodes Slurm ends the srun steps with the job.
     provider = site.provider(g, worker_init(g, watchdog=g.nodes == 1))
-    config = parsl_config(Path(run_dir), fleet, g, provider)
+    config = parsl_config(Path(run_dir), fleet, g, provider, packing)
     log.info("site %s: Parsl config %r", site.name, config)
     return config
 

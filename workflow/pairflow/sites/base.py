@@ -3,8 +3,10 @@ executor and Config that a site's provider and launcher are composed into.
 
 A site (``local``, ``slurm``) reads its allocation, accelerators and exclusivity from the
 job's environment and builds the Parsl provider with its launcher; ``parsl_config`` then
-wraps it in the one executor every site runs: a HighThroughputExecutor with one worker
-per granted accelerator on each node (or ``fleet/cpu_workers`` where none was granted).
+wraps it in the one executor every site runs: a HighThroughputExecutor with
+``Packing.per_gpu`` workers on each granted accelerator of each node (one unless the
+calibration table shows more fit, ``calibrate.workers_for``), or ``Packing.cpu_workers``
+(default ``fleet/cpu_workers``) where none was granted.
 """
 
 from __future__ import annotations
@@ -109,6 +111,43 @@ class Site(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How many workers a job's pool runs per node: ``per_gpu`` pinned to each granted
+    accelerator, or ``cpu_workers`` (None: ``fleet/cpu_workers``) where none was granted;
+    ``record`` says where the figure came from (``calibrate.workers_for``), for the log
+    and the job's telemetry record."""
+
+    per_gpu: int = 1
+    cpu_workers: int | None = None
+    record: dict[str, Any] = field(default_factory=lambda: {"source": "default: one worker per GPU"})
+
+    def per_node(self, fleet: FleetSpec, grant: Grant) -> int:
+        """Worker processes on each node of ``grant``'s allocation."""
+        if grant.accelerators:
+            return len(grant.accelerators) * self.per_gpu
+        return self.cpu_workers or fleet.cpu_workers
+
+    def accelerators(self, grant: Grant) -> list[str]:
+        """What Parsl pins its workers to, ``per_gpu`` entries per granted device (see
+        ``PIN_SUFFIX``)."""
+        if self.per_gpu == 1:
+            return list(grant.accelerators)
+        return [a + PIN_SUFFIX for a in grant.accelerators for _ in range(self.per_gpu)]
+
+
+ONE_PER_GPU = Packing()
+"""Today's pool: one worker per granted GPU, ``fleet/cpu_workers`` on CPU."""
+
+PIN_SUFFIX = ",-1"
+"""Appended to a device name Parsl pins more than one worker to. Parsl's worker
+(``process_worker_pool.worker``) reads ``nvidia-smi -L``'s device count and, where it
+can, rewrites an integer name ``a`` as ``a // (workers // devices)`` (its MPS
+convention, which maps a repeated list such as 0,0,1,1 onto 0,0,0,0); a name that is no
+integer is set as given. ``CUDA_VISIBLE_DEVICES=1,-1`` is device 1 alone (CUDA stops at
+the first invalid index), so the worker sees exactly its device. ``slot_gpu`` strips it."""
+
+
 def worker_init(grant: Grant, watchdog: bool) -> str:
     """The shell lines run before a pool starts: this interpreter's bin/ first on PATH
     (workers find ``process_worker_pool.py`` and import the driver's environment), the
@@ -121,17 +160,18 @@ def worker_init(grant: Grant, watchdog: bool) -> str:
     return line + ("\n" + orphans.watch_command(os.getpid()) if watchdog else "")
 
 
-def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: ExecutionProvider) -> Config:
+def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: ExecutionProvider,
+                 packing: Packing = ONE_PER_GPU) -> Config:
     """The Config every site runs: one HighThroughputExecutor (label ``slots``) over
-    ``provider``, one worker per granted accelerator on each node, else
-    ``fleet.cpu_workers`` per node."""
+    ``provider``, ``packing.per_gpu`` workers on each granted accelerator of each node,
+    else ``packing.cpu_workers`` (default ``fleet.cpu_workers``) per node."""
     # Parsl's executors take 1-3 s to import: only a job that starts a pool pays for it
     # (``pairflow status`` and the timed pass import this package and never do).
     from parsl.addresses import address_by_hostname
     from parsl.config import Config
     from parsl.executors import HighThroughputExecutor
 
-    acc = list(grant.accelerators)
+    acc = packing.accelerators(grant)
     bindir = Path(sys.executable).parent
     executor = HighThroughputExecutor(
         label="slots",
@@ -141,8 +181,8 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
         interchange_launch_cmd=orphans.exec_command(os.getpid(), [str(bindir / "interchange.py")]),
         # One node: loopback, no interface probing. Several: workers dial this host.
         address="127.0.0.1" if grant.nodes == 1 else address_by_hostname(),
-        max_workers_per_node=len(acc) or fleet.cpu_workers,  # one slot per accelerator, else per CPU worker
-        available_accelerators=acc,            # Parsl pins each worker to one granted device
+        max_workers_per_node=packing.per_node(fleet, grant),  # per_gpu slots per accelerator, else CPU workers
+        available_accelerators=acc,            # Parsl pins each worker to one entry: one granted device
         cpu_affinity="block" if not acc else "none",  # keep CPU workers off each other's cores
         heartbeat_period=5, heartbeat_threshold=20,  # notice a killed worker in ~20 s, not minutes
         worker_logdir_root=str(run_dir / "workers"),
@@ -177,6 +217,7 @@ def slot_gpu(environ: Mapping[str, str], host: str) -> str | None:
     map_host = environ.get(GPU_MAP_HOST_VAR)
     if visible is None or visible == "":
         return visible
+    visible = visible.removesuffix(PIN_SUFFIX)
     if map_host and map_host != host:
         order = [v for v, _ in pairs]
         step = [g for g in environ.get("SLURM_STEP_GPUS", "").split(",") if g]

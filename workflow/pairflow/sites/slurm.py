@@ -3,8 +3,8 @@ environment and from ``scontrol`` (argv lists, a time limit, stderr carried in t
 
 Provider ``LocalProvider`` (the job already holds its allocation: nothing to submit) →
 launcher ``SrunLauncher`` (one worker pool per allocated node, ``nodes_per_block`` =
-``SLURM_JOB_NUM_NODES``) → the shared executor (``base.parsl_config``), one worker per
-granted GPU on each node. Parsl pins every node's workers to the driver node's device
+``SLURM_JOB_NUM_NODES``) → the shared executor (``base.parsl_config``), ``Packing.per_gpu``
+workers per granted GPU on each node. Parsl pins every node's workers to the driver node's device
 list, so each node must see its GPUs under the same names: true under a cgroup device
 constraint (``ConstrainDevices=yes``, every node numbers its GPUs 0..n-1) or when each
 node grants the same indices (``--gres=gpu:N`` on identical nodes); a multi-node job

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import job_start
+from ..calibrate import workers_for
 from ..candidates import (
     COMBINED,
     Candidate,
@@ -168,12 +169,14 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     label = f"generate and score {panel_name}"
     start_early = any(not record_path(layout, c).exists() or not score_path(layout, c).exists() for c in todo_all)
     phases = Path(run_dir) / PHASES_DIR
-    with _console("pairflow"), PhaseWatch(phases, label, _slot_count(study.fleet, grant) if start_early else 0):
+    packing = workers_for(study, ("generate", "score"), grant)  # one pool serves both: the fewer workers
+    slots = _slot_count(study.fleet, grant, packing) if start_early else 0
+    with _console("pairflow"), PhaseWatch(phases, label, slots):
         hooks = TaskHooks(telemetry_path(layout, panel_name, COMBINED),
                           lambda p: failure_path(layout, p["candidate"], p["stage"]), describe,
                           warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
                           start_early=start_early, follow=follow)
-        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks)
+        results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks, packing)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)

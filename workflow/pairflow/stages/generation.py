@@ -19,6 +19,7 @@ from .. import generate as g
 from ..armrun import arm_pipeline, run_arm
 from ..arms import arm_model, record_sections, verifier_for
 from ..atomic import job_start
+from ..calibrate import workers_for
 from ..candidates import (
     Candidate,
     candidates,
@@ -206,8 +207,9 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
                    grant: Grant) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel, then write its generation manifest.
 
-    ``grant`` is what this job was given (``sites.grant_from_env``): one worker per
-    granted accelerator, else CPU workers. Holds the panel's lock throughout: a second
+    ``grant`` is what this job was given (``sites.grant_from_env``): workers per
+    granted accelerator (one unless the calibration table shows more fit,
+    ``calibrate.workers_for``), else CPU workers. Holds the panel's lock throughout: a second
     run on the same panel fails at once."""
     layout = Layout(study.scratch)
     with hold(panel_dir(layout, panel_name), f"generate {panel_name}"):
@@ -237,7 +239,8 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
                       # Start the pool before preparing only when work is certain (a record is
                       # missing); else only once prepare() found some, so a no-op job starts none.
                       start_early=any(not record_path(layout, c).exists() for c in todo_all))
-    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks)
+    results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks,
+                        workers_for(study, ("generate",), grant))
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 

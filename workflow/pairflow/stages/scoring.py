@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from .. import weights
 from ..atomic import job_start
+from ..calibrate import workers_for
 from ..candidates import (
     Candidate,
     candidates,
@@ -300,7 +301,8 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     hooks = TaskHooks(telemetry_path(layout, panel_name, "score"),
                       lambda p: failure_path(layout, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
                       start_early=any(not score_path(layout, c).exists() for c in todo_all))
-    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks)
+    run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks,
+              workers_for(study, ("score",), grant))
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
     return {"ran": len(payloads)}
 

@@ -1,6 +1,7 @@
 """Every panel's generation and scoring in one job (``fleet.allocation: study``).
 
-One allocation (on Slurm, many nodes: one Parsl pool per node, one worker per GPU) and
+One allocation (on Slurm, many nodes: one Parsl pool per node, one worker per GPU or as
+many as ``calibrate.workers_for`` finds fit) and
 one Parsl pool drain the whole study from one queue, instead of one scheduler job per
 panel. Each worker warms up once (imports, model, scorers: ``combined.warm_panel``) and
 then takes whatever task comes next, whichever panel it belongs to.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import job_start
+from ..calibrate import workers_for
 from ..candidates import Candidate, candidates, failure_path, panel_dir, record_path, score_path
 from ..config import StudySpec
 from ..context import write_context
@@ -227,7 +229,8 @@ def _run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], layout: 
         for c in p.todo_all:
             p.pairs.setdefault(c.key.pair_key, []).append(c)
         panels.append(p)
-    slots = _slot_count(study.fleet, grant)
+    packing = workers_for(study, ("generate", "score"), grant)  # one pool serves both: the fewer workers
+    slots = _slot_count(study.fleet, grant, packing)
     queue = _StudyQueue(study, panels, shared["scorer"], WINDOW_PER_SLOT * slots)
     label = f"fleet: {len(panels)} panels"
     start_early = any(not record_path(layout, c).exists() or not score_path(layout, c).exists()
@@ -238,7 +241,8 @@ def _run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], layout: 
         hooks = TaskHooks(layout.fleet_telemetry, lambda p: failure_path(layout, p["candidate"], p["stage"]),
                           describe, warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
                           start_early=start_early, follow=queue.follow, settle_failed=queue.failed)
-        results = run_tasks(generate_task, lambda: queue.prepare(shared), run_dir, study.fleet, grant, label, hooks)
+        results = run_tasks(generate_task, lambda: queue.prepare(shared), run_dir, study.fleet, grant, label, hooks,
+                            packing)
     if queue.errors:
         raise queue.errors[0]
     return {"panels": {p.name: {"ran": len(p.todo), "reused": len(p.todo_all) - len(p.todo), "scored": p.ran_score}
