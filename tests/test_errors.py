@@ -33,7 +33,7 @@ NOT_PAIRFLOW = {
     ("orphans", "KeyboardInterrupt"),
     ("orphans", "SystemExit"),
     ("fleet", "SystemExit"),
-    ("calibrate", "SystemExit"),  # the fresh calibration worker's exit status (python -m pairflow.calibrate)
+    ("calibworker", "SystemExit"),  # the fresh calibration worker's exit status (python -m pairflow.calibworker)
 }
 
 

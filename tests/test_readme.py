@@ -52,6 +52,8 @@ COVERED_BY = {
     # verify and heal: one test file for the evidence both read (test_evidence)
     "healing": ("test_evidence.py", "healing.heal_targets"),
     "verification": ("test_evidence.py", "verification.check_results"),
+    # the calibration worker: run for real by test_calibrate's calibrate() (a fresh process)
+    "calibworker": ("test_calibrate.py", "calibrate("),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

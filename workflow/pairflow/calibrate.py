@@ -51,13 +51,11 @@ from typing import Any
 
 from .arms.registry import arm_digest
 from .atomic import write_text
-from .candidates import candidates
 from .config import StudySpec
 from .envinfo import environment
 from .errors import CalibrationError
 from .identity import digest_obj
 from .layout import Layout
-from .provenance import arm_record
 from .sites import Grant, Packing
 
 log = logging.getLogger(__name__)
@@ -129,111 +127,6 @@ def read_table(study: StudySpec, device: str | None = None) -> dict[str, Any]:
         raise CalibrationError(f"calibration table {path} was made for key {table.get('key')!r}, not "
                                f"{key(study, dev)!r}; delete it and rerun 'pairflow calibrate'")
     return table
-
-
-# --- runs in the fresh worker ----------------------------------------------------------------
-
-def _phase(memory: Any, name: str, fn: Any) -> tuple[Any, dict[str, Any]]:
-    """Run ``fn()`` as phase ``name`` of ``memory`` (a ``telemetry.PhaseMemory``): its
-    result and {seconds, peak_rss_mb, peak_device_mb}."""
-    memory.start(name)
-    started = time.perf_counter()
-    out = fn()
-    seconds = time.perf_counter() - started
-    memory.stop(name)
-    return out, {"s": seconds, **memory.peaks[name]}
-
-
-def measure_worker(study: StudySpec) -> dict[str, Any]:
-    """Calibrate every arm in this process (meant to be a fresh one: ``calibrate``).
-    Returns {device, import, arms: {name: {phases, warmup_s, generate_s, score_s}}}."""
-    # lazy: the stages' modules are imported here, in the fresh worker, not at module level:
-    # they bring numpy and the scorers' registry, and `pairflow estimate`, `pairflow status`
-    # and Snakemake's planning import this module for the table's key alone.
-    from .stages.jobs import timed_imports
-    from .stages.scoring import SCORER_MODULES, clip_precision, metric_decoding
-    from .telemetry import PhaseMemory
-
-    memory = PhaseMemory(False)
-    import_s = {"s": 0.0}
-
-    def imports() -> None:
-        # lazy: this is the import phase being measured (generation's own imports)
-        from . import generate as g
-
-        import_s["s"] = timed_imports(("torch", "diffusers", *SCORER_MODULES)) + g.pipeline_imports(study.model)
-
-    _, imp = _phase(memory, "import", imports)
-    # lazy: imported after the measured import phase, in the fresh worker only
-    from . import generate as g
-    from .armrun import arm_pipeline, run_arm
-    from .arms import verifier_for
-    from .metrics import ScoreContext, score
-    from .video import encode, prepare_frames, read_video
-
-    device = g._device()
-    cuda = device == "cuda"
-    first = candidates(study, study.panels[0])
-    ref: dict[str, Any] = {}
-    arms: dict[str, Any] = {}
-    ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=study.generation.fps,
-                       device=device, clip_precision=clip_precision(study, device))
-    with tempfile.TemporaryDirectory(prefix="pairflow-calibrate-") as tmp:
-        for arm in sorted(study.arms, key=lambda a: a.name != "control"):  # control first: FR scorers' reference
-            c = next(x for x in first if x.arm.name == arm.name)
-            mem = PhaseMemory(cuda)
-            pipe, load = _phase(mem, "load", lambda arm=arm: arm_pipeline(arm, study.model, study.generation))
-            tokens = g.text_tokens(pipe, study.generation)
-            verifier = verifier_for(arm, study)
-            started = time.perf_counter()
-            # counted in full, as the bulk pass counts every candidate (stages.generation.counted_run)
-            run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, count=True, full=True,
-                    verifier=verifier)
-            warmup_s = time.perf_counter() - started
-            decode_s = [0.0]
-            vae = pipe.vae
-
-            def timed_decode(*a: Any, _inner: Any = vae.decode, _spent: list[float] = decode_s, **k: Any) -> Any:
-                t = time.perf_counter()
-                try:
-                    return _inner(*a, **k)
-                finally:
-                    _spent[0] += time.perf_counter() - t
-
-            vae.decode = timed_decode  # an instance attribute, removed below
-            try:
-                started = time.perf_counter()
-                result = run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, count=True,
-                                 full=True, verifier=verifier)
-                generate_s = time.perf_counter() - started
-            finally:
-                del vae.decode
-            started = time.perf_counter()  # as the timed pass runs it: nothing counted
-            run_arm(pipe, c.prompt.text, c.key.stream_seed, arm, study.generation, tokens, verifier=verifier)
-            timed_s = time.perf_counter() - started
-            peaks = result.memory.asdict() if result.memory is not None else {}
-            phases: dict[str, Any] = {"load": load}
-            phases["denoise"] = {"s": generate_s - decode_s[0], **peaks.get("denoise", {})}
-            phases["decode"] = {"s": decode_s[0], **peaks.get("decode", {})}
-            frames, _ = prepare_frames(result.frames, study.encoder)
-            out = Path(tmp) / f"{arm.name}.mp4"
-            _, phases["encode"] = _phase(mem, "encode", lambda out=out, frames=frames: encode(
-                frames, out, study.encoder, study.generation.fps))
-            decoded, phases["score:read"] = _phase(mem, "score:read", lambda out=out, frames=frames: {
-                m: read_video(out, study.encoder, frames=frames.shape[0], height=frames.shape[1],
-                              width=frames.shape[2], fps=study.generation.fps, matrix=m)
-                for m in sorted({metric_decoding(study, n) for n in study.scorers})})
-            if arm.name == "control":
-                ref["frames"] = decoded.get("bt709", next(iter(decoded.values())))
-            for name in study.scorers:
-                _, phases[f"score:{name}"] = _phase(mem, f"score:{name}", lambda name=name, decoded=decoded: score(
-                    name, decoded[metric_decoding(study, name)], ref.get("frames"), ctx))
-            arms[arm.name] = {"arm": dict(arm_record(arm)), "candidate": c.key.candidate_id, "phases": phases,
-                              "warmup_s": warmup_s, "generate_s": generate_s + phases["encode"]["s"],
-                              "timed_s": timed_s,
-                              "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:"))}
-    return {"device": device, "import": {**imp, "s": import_s["s"] or imp["s"]}, "arms": arms,
-            "capacity": _capacity(cuda), "worker_pid": os.getpid()}
 
 
 def _capacity(cuda: bool) -> dict[str, Any]:
@@ -351,7 +244,8 @@ def _phases(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _fresh_worker(study: StudySpec) -> dict[str, Any]:
-    """``measure_worker`` in a new Python process (``python -m pairflow.calibrate``: nothing
+    """``calibworker.measure_worker`` in a new Python process (``python -m
+    pairflow.calibworker``: nothing
     imported yet, as a fan-out worker starts), this package first on its path. Raises
     CalibrationError with the worker's stderr when it fails."""
     with tempfile.TemporaryDirectory(prefix="pairflow-calibrate-") as tmp:
@@ -360,7 +254,7 @@ def _fresh_worker(study: StudySpec) -> dict[str, Any]:
         package_parent = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [package_parent, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-        done = subprocess.run([sys.executable, "-m", "pairflow.calibrate", str(spec), str(out)], env=env,
+        done = subprocess.run([sys.executable, "-m", "pairflow.calibworker", str(spec), str(out)], env=env,
                               capture_output=True, text=True, check=False)
         if done.returncode != 0 or not out.is_file():
             raise CalibrationError(f"the calibration worker failed (exit {done.returncode}); its stderr ends: "
@@ -395,14 +289,3 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
     write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     log.info("calibration table %s (%.1f s)", path, time.time() - started)
     return table
-
-
-def _main(argv: list[str]) -> int:
-    """The fresh worker: ``python -m pairflow.calibrate STUDY.pkl OUT.json``."""
-    study = pickle.loads(Path(argv[0]).read_bytes())  # written by _fresh_worker in this run
-    write_text(Path(argv[1]), json.dumps(measure_worker(study)) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))
