@@ -374,7 +374,10 @@ def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_
 
     real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
     bad = tmp_path / "bad-ffmpeg"
+    # Bad inside Parsl workers only (PARSL_WORKER_RANK set): the calibration worker, which
+    # runs before the fan-out, encodes with the real one.
     bad.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                   f'[ -z "$PARSL_WORKER_RANK" ] && exec {real} "$@"\n'
                    f'exec {real} -frobnicate 1 "$@"\n')
     bad.chmod(0o755)
     project, cfg = make(tmp_path, tiny_model, "badffmpeg", encoder={"ffmpeg": str(bad)},

@@ -3,6 +3,7 @@ rerun at 31,000 and 100,006 candidates."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -11,6 +12,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from pairflow.calibrate import FORMAT
 
 from .common import (
     scale_project,
@@ -53,11 +58,23 @@ def _finish(proj: Path, snake: str) -> tuple[list[str], int, float]:
         path = proj / rel
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}")
+            # The calibration table is read while planning (the estimate, the budget
+            # guard): a synthetic one of the right format, with a figure per arm.
+            path.write_text(json.dumps(_calibration_table(proj)) if path.parent.name == "calibration" else "{}")
     done = time.time() + 1  # after every source, also on filesystems with coarse mtimes
     for rel in outs:
         os.utime(proj / rel, (done, done))
     return outs, files, time.perf_counter() - tick
+
+
+def _calibration_table(proj: Path) -> dict[str, Any]:
+    """A calibration table in ``calibrate``'s format for the scale project's arms (1 s
+    phases): what planning reads of it, not a measurement."""
+    phase = {"s": 1.0, "peak_rss_mb": 100.0, "peak_device_mb": None}
+    arms = yaml.safe_load((proj / "config" / "config.yaml").read_text())["arms"]
+    return {"kind": "calibration", "format": FORMAT, "key": "synthetic", "device": "cpu", "import": phase,
+            "arms": {a: {"generate_s": 1.0, "score_s": 1.0, "timed_s": 1.0,
+                         "phases": {"load": phase, "encode": phase}} for a in arms}}
 
 
 def _plan_point(panels: int, prompts: int, runs: int) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
 def drivers(study: StudySpec) -> dict[str, Any]:
     """The settings the cost scales with, as a budget refusal names them."""
     return {"prompts": sum(len(p.prompts) for p in study.panels), "panels": len(study.panels),
-            "seeds": {p.name: len(p.seeds) for p in study.panels}, "arms": [a.name for a in study.arms],
+            "seeds": {p.name: len(p.seeds) for p in study.panels}, "arms": sorted(a.name for a in study.arms),
             "search_n": {a.name: a.search.n for a in study.arms if a.search is not None},
             "timing.repeats": study.timing.repeats, "timing.warmup": study.timing.warmup,
             "timing.pairs": study.timing.pairs}

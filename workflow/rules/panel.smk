@@ -5,7 +5,9 @@ rule generate_score_panel:
     input:
         model=model_input,
         arms=arms_checked(GEN_MANIFEST, SCORE_MANIFEST),
-        estimate=ancient(ESTIMATE),  # the budget guard passed (rule estimate)
+        # the budget guard passed (rule estimate); not ancient: Snakemake (9) then skips a job
+        # whose other inputs changed while the estimate is being remade (a new prompt ran nothing)
+        estimate=ESTIMATE,
         sheet=panel_sheet,
         heal_generation=healing(GEN_MANIFEST),
         heal_scores=healing(SCORE_MANIFEST),
