@@ -58,6 +58,10 @@ def small_config(tmp: Path, model: Path, **over: object) -> dict:
         "stats": {"resamples": 200},
     }
     cfg.update(over)
+    # Test studies skip calibration (about a minute each on a loaded 2-core machine) unless
+    # a test asks for it (fleet/calibrate) or sets a budget, which needs it.
+    if "budget_gpu_hours" not in cfg["fleet"]:
+        cfg["fleet"] = {"calibrate": False, **cfg["fleet"]}
     return cfg
 
 

@@ -507,7 +507,9 @@ def test_a_hung_encoder_fails_the_job_within_the_stall_timeout_and_a_slow_start_
     real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
     hung = tmp_path / "hung-ffmpeg"
     marker = tmp_path / "hung.started"
+    # Hung inside Parsl workers only: the calibration worker (before the fan-out) encodes.
     hung.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n'
+                    f'[ -z "$PARSL_WORKER_RANK" ] && exec {real} "$@"\n'
                     f'touch {marker}\nexec sleep 600\n')
     hung.chmod(0o755)
     project, cfg = make(tmp_path, tiny_model, "hung", encoder={"ffmpeg": str(hung)},

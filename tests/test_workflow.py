@@ -36,6 +36,7 @@ def records(scratch: Path, kind: str = "records") -> list[dict]:
 def study_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     project = copy_project(tmp_path_factory.mktemp("proj"))
     cfg = small_config(project, tiny_model)
+    cfg["fleet"]["calibrate"] = True  # this study is the one that checks calibration, estimate and ledger
     cfg["panels"]["t"]["seeds"] = [0, 1]
     (project / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
     cfg["panels"]["u"] = {"sheet": str(project / "config" / "panels" / "u.tsv"), "seeds": [3]}

@@ -153,6 +153,9 @@ class FleetSpec:
     ``local`` or ``slurm``."""
     budget_gpu_hours: float | None = None
     """The most slot-hours the study may cost by ``estimate``; None: no budget guard."""
+    calibrate: bool = True
+    """Make the calibration table (rule ``calibrate``) and the estimate (rule ``estimate``)
+    before the fan-out; false: neither, no budget guard, one worker per GPU."""
     packing_headroom: float = 0.2
     """Share of a device's (or host's) memory kept free when packing workers (``calibrate.packing``)."""
     packing: str = "calibrated"
@@ -542,6 +545,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
     panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]),
                              prompts[name] if prompts is not None else read_sheet(resolve(p["sheet"]), name))
                    for name, p in raw["panels"].items())
+    if raw["fleet"].get("budget_gpu_hours") is not None and raw["fleet"].get("calibrate") is False:
+        raise ConfigError(f"fleet/budget_gpu_hours is {raw['fleet']['budget_gpu_hours']} but fleet/calibrate is false "
+                          f"in {source}: the budget guard needs the calibration table's estimate; set fleet/calibrate "
+                          "to true or remove fleet/budget_gpu_hours")
     check_storage_disjoint(
         [("storage/scratch", raw["storage"]["scratch"], resolve(raw["storage"]["scratch"])),
          ("storage/work", raw["storage"]["work"], resolve(raw["storage"]["work"])),

@@ -94,6 +94,8 @@ LOGS = str(LAYOUT.logs)
 CALIBRATION_KEY = calibration_key(STUDY, device_kind())
 CALIBRATION = str(LAYOUT.calibration(CALIBRATION_KEY))
 ESTIMATE = str(LAYOUT.estimate)
+# The fan-out waits for the estimate (the budget guard), unless fleet.calibrate is false.
+ESTIMATE_INPUT = [ESTIMATE] if STUDY.fleet.calibrate else []
 # What the estimate depends on besides the table (a params rerun trigger of rule estimate).
 ESTIMATE_DRIVERS = {**drivers(STUDY), "panel_jobs": STUDY.fleet.panel_jobs, "cpu_workers": STUDY.fleet.cpu_workers}
 LEDGER = str(LAYOUT.ledger())
@@ -209,7 +211,7 @@ STAMPS = heal_stamps(LAYOUT.scratch)
 # The estimate at the top of a dry run, and the budget guard before anything runs, when
 # the calibration table exists (else rule calibrate makes it and rule estimate guards).
 if not (workflow.remote_exec or workflow.subprocess_exec):
-    if os.path.exists(CALIBRATION):
+    if STUDY.fleet.calibrate and os.path.exists(CALIBRATION):
         try:
             PLANNED_ESTIMATE = estimate(STUDY, load_table(Path(CALIBRATION)))
             if plans_only():
@@ -221,7 +223,7 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
             # a run or a dry run is refused; --lint, --unlock, --summary, --dag still work
             if not plans_only() or plans_only(dry_run_only=True):
                 sys.exit(3)
-    elif plans_only():
+    elif STUDY.fleet.calibrate and plans_only():
         logger.info(f"PairFlow estimate: no calibration table yet ({CALIBRATION}); rule calibrate makes it "
                     "before the fan-out and rule estimate then checks fleet.budget_gpu_hours "
                     "(or run 'pairflow calibrate' and 'pairflow estimate' now)")

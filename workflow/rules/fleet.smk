@@ -17,7 +17,7 @@ rule fleet_study:
         model=model_input,
         arms=arms_checked(*FLEET_GENERATION, *FLEET_SCORES),
         sheets=[str(as_named(p.sheet)) for p in STUDY.panels],
-        estimate=ESTIMATE,  # the budget guard passed (rule estimate), as for per-panel jobs
+        estimate=ESTIMATE_INPUT,  # the budget guard passed (rule estimate), as for per-panel jobs
         heal=fleet_healing,
     output:
         generation=FLEET_GENERATION,

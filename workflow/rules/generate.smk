@@ -5,7 +5,7 @@ rule generate_panel:
         arms=arms_checked(GEN_MANIFEST),
         # the budget guard passed (rule estimate); not ancient: Snakemake (9) then skips a job
         # whose other inputs changed while the estimate is being remade (a new prompt ran nothing)
-        estimate=ESTIMATE,
+        estimate=ESTIMATE_INPUT,
         sheet=panel_sheet,
         heal=healing(GEN_MANIFEST),
     output:

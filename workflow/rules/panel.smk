@@ -7,7 +7,7 @@ rule generate_score_panel:
         arms=arms_checked(GEN_MANIFEST, SCORE_MANIFEST),
         # the budget guard passed (rule estimate); not ancient: Snakemake (9) then skips a job
         # whose other inputs changed while the estimate is being remade (a new prompt ran nothing)
-        estimate=ESTIMATE,
+        estimate=ESTIMATE_INPUT,
         sheet=panel_sheet,
         heal_generation=healing(GEN_MANIFEST),
         heal_scores=healing(SCORE_MANIFEST),
