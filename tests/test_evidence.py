@@ -397,7 +397,7 @@ def test_video_rot_under_an_unchanged_stat_is_the_documented_bound(
     old = video.read_bytes()
     _same_size_edit(video, 100, bytes([old[100] ^ 0x01]))
     # Simulate rot the kernel never saw: the memo's stat for this video is the new one.
-    from pairflow.healing import _stat_key
+    from pairflow.vouch import stat_key as _stat_key
 
     memo = json.loads(memo_path.read_text())
     memo["videos"]["t"]["videos/control/a1-s0.mp4"][0] = _stat_key(video.stat())
