@@ -102,7 +102,7 @@ def main() -> None:
     results = json.loads(path.read_text())
     old = results.get("utilisation_local") or {}
     runs = [*old.get("runs", []), run][-KEEP:]
-    results["utilisation_local"] = {"runs": runs, "marks": [*DRIVER_MARKS, *WORKER_MARKS]}
+    results["utilisation_local"] = {**old, "runs": runs, "marks": [*DRIVER_MARKS, *WORKER_MARKS]}
     path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(json.dumps(run, indent=1))
 
