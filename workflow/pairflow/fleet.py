@@ -335,11 +335,12 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     it last did. The DataFlowKernel is always cleaned up (SIGTERM from a scheduler
     included), so no worker pool outlives the job.
     """
-    mark("driver_ready")
+    MARKS.pop("tasks_prepared", None)  # this pool's, if it prepares any
+    mark("driver_ready", again=True)
     # lazy: Parsl takes about a second to import; planning and the CLI import this module.
     import parsl
 
-    mark("parsl_imported")
+    mark("parsl_imported", again=True)
 
     prepare = payloads if callable(payloads) else None
     payloads = [] if callable(payloads) else list(payloads)
@@ -364,7 +365,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             warming = _queue_warm_ups(app, hooks.warm, _slot_count(fleet, grant, packing), beat_dir, label)
             if prepare is not None:
                 payloads = list(prepare())
-                mark("tasks_prepared")
+                mark("tasks_prepared", again=True)
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
@@ -401,11 +402,11 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
 def _mark_pool(dfk: Any) -> None:
     """Start-up marks of a pool just loaded: ``parsl.load`` returned, and when its
     interchange process started (``/proc``)."""
-    mark("pool_loaded")
+    mark("pool_loaded", again=True)
     for executor in dfk.executors.values():
         proc = getattr(executor, "interchange_proc", None)
         if proc is not None and getattr(proc, "pid", None):
-            mark("interchange_started", process_start(proc.pid))
+            mark("interchange_started", process_start(proc.pid), again=True)
 
 
 def _fresh_heartbeats(run_dir: Path) -> Path:

@@ -40,9 +40,12 @@ imported modules (transformers, the model's classes) imported, the model loaded,
 and the scorers imported (the warm-up's end)."""
 
 
-def mark(name: str, at: float | None = None) -> None:
-    """Record that this job process reached ``name`` now (or at ``at``); the first time counts."""
-    MARKS.setdefault(name, time.time() if at is None else at)
+def mark(name: str, at: float | None = None, again: bool = False) -> None:
+    """Record that this job process reached ``name`` now (or at ``at``); the first time
+    counts, unless ``again`` (a pool's marks: a process that starts a second pool, or a
+    test process, reports the pool it just started)."""
+    if again or name not in MARKS:
+        MARKS[name] = time.time() if at is None else at
 
 
 def worker_marks() -> dict[str, float]:
