@@ -6,6 +6,7 @@ when present). A section that did not run, or was skipped, is left out with its 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,15 +306,15 @@ PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pa
 def _startup_rows(runs: list[dict]) -> list[str]:
     """Each phase's end, seconds after the job's start (median over the run's panel jobs)."""
     def at(run: dict, k: str) -> float | None:
-        vals = [j["timeline"]["marks"].get(k) for j in run["jobs"]]
-        vals = sorted(v for v in vals if v is not None)
-        return vals[len(vals) // 2] if vals else None
+        vals = [v for v in (j["timeline"]["marks"].get(k) for j in run["jobs"]) if v is not None]
+        return statistics.median(vals) if vals else None
 
     def cell(v: float | None) -> str:
         return "" if v is None else f"{v:.1f}"
 
-    lines = ["| phase ends (s after job start; median of the run's panel jobs) | "
-             + " | ".join(r.get("label") or r["when"] for r in runs) + " |",
+    lines = ["| phase ends (s after job start; a worker's phases: median over its job's workers; each: median "
+             "over the run's panel jobs) | "
+             + " | ".join(f"{r.get('label') or ''} ({r['when'][11:16]} UTC)" for r in runs) + " |",
              "|---|" + "---|" * len(runs)]
     for k, what in PHASES:
         lines.append(f"| {what} | " + " | ".join(cell(at(r, k)) for r in runs) + " |")
@@ -332,14 +333,15 @@ def _startup_rows(runs: list[dict]) -> list[str]:
 
 def _utilisation_local(u: dict) -> list[str]:
     """The honest busy share of the local study and its panel jobs' start-up against the
-    floor (issue 25 item 3), rendered as measured: the newest run in full, every kept run's
-    start-up phases side by side."""
+    floor (issue 25 item 3), rendered as measured: the newest run at the study's packing in
+    full, every kept run's start-up phases side by side."""
     runs = u.get("runs") or []
     if not runs:
         return []
-    last = runs[-1]
+    # in full: the newest run with the most workers per job (the study's own packing, not a one-worker check)
+    last = max(runs, key=lambda r: (max((j.get("workers") or 0) for j in r["jobs"]), r["when"]))
     lines = ["## Utilisation that cannot flatter: the local study (issue 25)", "",
-             f"Newest run ({last['when']}, {last.get('label', '')}): study busy share (task work over whole-job slot "
+             f"Run {last['when']} ({last.get('label', '')}): study busy share (task work over whole-job slot "
              f"time) **{last['study']['busy_share']:.1%}** of {last['study']['slot_s']:.0f} slot-seconds; the "
              f"Parsl-window share with warm-up counted busy: {last['study']['window_busy_share']:.1%}. Per panel job "
              "(slot-seconds):", "",
