@@ -57,7 +57,7 @@ print(t - t0, t1 - t, t2 - t1)
 def floor(model: Path) -> dict[str, float]:
     """One fresh process: interpreter start, imports (torch, diffusers, pyiqa, the
     pipeline's lazy modules), model load; seconds each, ``floor_s`` from before the
-    process starts to the model loaded (its exit, about 2 s of torch's teardown, is not
+    process starts to the model loaded (its exit, 1.8-2.3 s of teardown here, is not
     start-up: counting it would flatter the ratio) and ``total_s`` with the exit."""
     t0 = time.time()
     out = subprocess.run([sys.executable, "-c", FLOOR, str(model), repr(t0)], check=True, capture_output=True,
