@@ -1,72 +1,110 @@
-"""The honest busy share of a finished study and its panel jobs' start-up against a floor
-measured now (issue 25 item 3), saved into benchmarks/results.json for render.py.
+"""The honest busy share of a finished study's panel jobs and their start-up against a
+floor measured now (issue 25 item 3), saved into benchmarks/results.json for render.py.
 
 The floor is a fresh ``python`` importing torch, diffusers and pyiqa and loading the
-study's model (the least any panel job must spend before its first task). Run it right
-after the study, on the same machine, so both see the same load:
+study's model (the least any panel job must spend before its first task), timed from
+before the interpreter starts to the model loaded (not to the process's exit), three
+times (the median counts). A
+panel job's start-up is from its process's start (``/proc``) to the first real task
+starting on a slot (so a worker's imports and model load are in it), read with the
+phases between from the job's telemetry record (``pairflow.startup.timeline``). Run it
+right after the panel jobs, on the same machine, so both see the same load:
 
-    snakemake --profile profiles/local && python benchmarks/utilisation_local.py [SCRATCH]
+    snakemake --profile profiles/local && python benchmarks/utilisation_local.py [--label L] [SCRATCH]
+
+or, to measure the panel jobs again without the rest of the study:
+
+    rm -rf results/scratch/panels && snakemake --profile profiles/local --until generate_score_panel \\
+        && python benchmarks/utilisation_local.py --label L
+
+Each run is appended to ``runs`` (the last ``KEEP``); the newest is rendered in full.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from pairflow.startup import DRIVER_MARKS, WORKER_MARKS, timeline
+from pairflow.telemetry import utilisation
+
 ROOT = Path(__file__).resolve().parents[1]
+KEEP = 6
 
 FLOOR = """
 import time, sys
-t = time.perf_counter()
+t0 = float(sys.argv[2])
+t = time.time()
 import torch, diffusers, pyiqa
 from pairflow.config import ModelSpec
 from pairflow.generate import load_pipeline, pipeline_imports
 from pathlib import Path
 m = ModelSpec('embedded-tiny', Path(sys.argv[1]))
 pipeline_imports(m)
+t1 = time.time()
 load_pipeline(m, 'float32', 1)
-print(time.perf_counter() - t)
+t2 = time.time()
+print(t - t0, t1 - t, t2 - t1)
 """
 
 
+def floor(model: Path) -> dict[str, float]:
+    """One fresh process: interpreter start, imports (torch, diffusers, pyiqa, the
+    pipeline's lazy modules), model load; seconds each, ``floor_s`` from before the
+    process starts to the model loaded (its exit, 1.8-2.3 s of teardown here, is not
+    start-up: counting it would flatter the ratio) and ``total_s`` with the exit."""
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", FLOOR, str(model), repr(t0)], check=True, capture_output=True,
+                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    total = time.time() - t0
+    interp, imports, load = (float(x) for x in out.stdout.split()[-3:])
+    return {"floor_s": interp + imports + load, "total_s": total, "interpreter_s": interp, "import_s": imports,
+            "load_s": load}
+
+
 def main() -> None:
-    scratch = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "results" / "scratch"
-    u = json.loads((scratch / "study" / "utilisation.json").read_text())
-    tick = time.perf_counter()
-    subprocess.run([sys.executable, "-c", FLOOR, str(ROOT / "resources" / "tiny-wan")], check=True,
-                   capture_output=True, text=True)
-    floor = time.perf_counter() - tick  # the whole fresh process: interpreter start included
-    jobs, startups = [], []
-    for p in sorted(scratch.glob("panels/*/telemetry/*.json")):
-        t = json.loads(p.read_text())
-        j = t.get("job")
-        if not j:
-            continue
-        tasks = [s["started"] for s in t["spans"] if s.get("started") is not None and s.get("kind") != "warm-up"]
-        if tasks:
-            startups.append(min(tasks) - j["start"])
-        jobs.append({"job": f"{p.parent.parent.name}/{p.stem}", "job_s": j["job_s"], "work_s": j["work_s"],
-                     "startup_s": j["startup_s"], "warmup_s": j["warmup_s"], "idle_s": j["idle_s"],
-                     "failed_s": j["failed_s"], "busy_share": j["busy_share"]})
-    out = {"how": (f"`snakemake --profile profiles/local` on the default study, then "
-                   f"`benchmarks/utilisation_local.py` ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}). "
-                   f"Study busy share (task work over whole-job slot time): **{u['busy_share']:.1%}** of "
-                   f"{u['slot_s']:.0f} slot-seconds; the Parsl-window share with warm-up counted busy, as reported "
-                   f"before: {u['window_busy_share']:.1%}. Per panel job (slot-seconds):"),
-           "jobs": jobs, "study": {k: u[k] for k in ("busy_share", "window_busy_share", "work_s", "startup_s",
-                                                       "warmup_s", "idle_s", "failed_s", "slot_s")}}
-    if startups:
-        med = statistics.median(startups)
-        out["floor"] = {"floor_s": floor, "startup_s": med, "startups_s": startups, "ratio": med / floor}
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scratch", nargs="?", type=Path, default=ROOT / "results" / "scratch")
+    ap.add_argument("--label", default="", help="what this run measures (e.g. the commit's change)")
+    args = ap.parse_args()
+    load_before = Path("/proc/loadavg").read_text().split()[0]
+    records = {f"{p.parent.parent.name}/{p.stem}": json.loads(p.read_text())
+               for p in sorted(args.scratch.glob("panels/*/telemetry/*.json"))}
+    records = {k: r for k, r in records.items() if r.get("job")}
+    floors = [floor(ROOT / "resources" / "tiny-wan") for _ in range(3)]
+    fl = statistics.median(f["floor_s"] for f in floors)
+    u = utilisation(records)
+    jobs = []
+    for name, r in records.items():
+        j, tl = r["job"], timeline(r)
+        jobs.append({"job": name, "job_s": j["job_s"], "work_s": j["work_s"], "startup_s": j["startup_s"],
+                     "warmup_s": j["warmup_s"], "idle_s": j["idle_s"], "failed_s": j["failed_s"],
+                     "busy_share": j["busy_share"], "workers": (r.get("packing") or {}).get("workers_per_node"),
+                     "timeline": tl})
+    firsts = [j["timeline"]["first_task_s"] for j in jobs if j["timeline"]["first_task_s"] is not None]
+    lasts = [j["timeline"]["last_slot_s"] for j in jobs if j["timeline"]["last_slot_s"] is not None]
+    run = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "label": args.label,
+           "load_1min": [load_before, Path("/proc/loadavg").read_text().split()[0]],
+           "study": {k: u[k] for k in ("busy_share", "window_busy_share", "work_s", "startup_s", "warmup_s",
+                                       "idle_s", "failed_s", "slot_s")},
+           "jobs": jobs, "floor": {"floor_s": fl, "runs": floors}}
+    if firsts:
+        med = statistics.median(firsts)
+        run["floor"].update({"startup_s": med, "startups_s": firsts, "ratio": med / fl,
+                             "last_slot_s": statistics.median(lasts), "last_slot_ratio": statistics.median(lasts) / fl})
     path = ROOT / "benchmarks" / "results.json"
     results = json.loads(path.read_text())
-    results["utilisation_local"] = out
+    old = results.get("utilisation_local") or {}
+    runs = [*old.get("runs", []), run][-KEEP:]
+    results["utilisation_local"] = {**old, "runs": runs, "marks": [*DRIVER_MARKS, *WORKER_MARKS]}
     path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    print(json.dumps(out, indent=1))
+    print(json.dumps(run, indent=1))
 
 
 if __name__ == "__main__":

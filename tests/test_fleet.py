@@ -18,6 +18,7 @@ from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
 from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
 from pairflow.sites import Packing, grant_from_env
+from pairflow.startup import timeline
 
 
 @pytest.fixture(autouse=True)
@@ -225,6 +226,13 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     assert len(warm) == 1 and "import_s" in warm[0]["warm_up"]
     assert warm[0]["queued"] < prepared[0]  # queued before preparation ended
     assert sum(v["tasks"] for v in t["slots"].values()) == 4  # a warm-up is busy time, not a task
+    # The start-up timeline: the driver's marks in order, the pool loaded before the tasks were
+    # prepared (they overlap), and start-up ends at the first real task, after the warm-up.
+    m = t["startup_marks"]
+    assert m["driver_ready"] <= m["parsl_imported"] <= m["pool_loaded"] <= m["tasks_prepared"]
+    assert m["parsl_imported"] <= m["interchange_started"] + 0.05 <= m["pool_loaded"] + 0.05  # /proc ticks: 10 ms
+    tl = timeline(t)
+    assert tl["first_task_s"] >= warm[0]["finished"] - t["job"]["start"] and tl["slots"] == 1
     # Nothing to do: no pool starts when the work is found before starting it.
     tick = time.perf_counter()
     assert run_tasks(report_warm, lambda: [], tmp_path / "run2", FleetSpec(1, 0), Grant(), "none",

@@ -47,7 +47,8 @@ from .records import write_record
 from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites.base import node_name, slot_gpu
-from .telemetry import Sampler, nvml_reader, progress_line, slot_name, work_elapsed, write_telemetry
+from .startup import MARKS, mark
+from .telemetry import Sampler, nvml_reader, process_start, progress_line, slot_name, work_elapsed, write_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -334,8 +335,12 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     it last did. The DataFlowKernel is always cleaned up (SIGTERM from a scheduler
     included), so no worker pool outlives the job.
     """
+    MARKS.pop("tasks_prepared", None)  # this pool's, if it prepares any
+    mark("driver_ready", again=True)
     # lazy: Parsl takes about a second to import; planning and the CLI import this module.
     import parsl
+
+    mark("parsl_imported", again=True)
 
     prepare = payloads if callable(payloads) else None
     payloads = [] if callable(payloads) else list(payloads)
@@ -354,11 +359,13 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     config = make_config(run_dir, fleet, grant, packing)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
     dfk = parsl.load(config)
+    _mark_pool(dfk)
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
             warming = _queue_warm_ups(app, hooks.warm, _slot_count(fleet, grant, packing), beat_dir, label)
             if prepare is not None:
                 payloads = list(prepare())
+                mark("tasks_prepared", again=True)
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
@@ -381,7 +388,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             extra = {"allocation": grant.allocation.asdict() if grant.allocation else None,
                      "accelerators": list(grant.accelerators), "retries": fleet.retries,
                      "idle_timeout_s": fleet.idle_timeout_s, "site": grant.site,
-                     "parsl_config": config_text, "packing": packed}
+                     "parsl_config": config_text, "packing": packed, "startup_marks": dict(MARKS)}
             write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant, packing),
                             sampler, nvml_status, extra)
         _raise_failures(run, label, fleet)
@@ -390,6 +397,16 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
         _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
+
+
+def _mark_pool(dfk: Any) -> None:
+    """Start-up marks of a pool just loaded: ``parsl.load`` returned, and when its
+    interchange process started (``/proc``)."""
+    mark("pool_loaded", again=True)
+    for executor in dfk.executors.values():
+        proc = getattr(executor, "interchange_proc", None)
+        if proc is not None and getattr(proc, "pid", None):
+            mark("interchange_started", process_start(proc.pid), again=True)
 
 
 def _fresh_heartbeats(run_dir: Path) -> Path:

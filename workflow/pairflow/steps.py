@@ -44,6 +44,7 @@ from .stages.generation import run_generation
 from .stages.scoring import run_scoring
 from .stages.study import run_study, whole_allocation
 from .stages.timing import run_timed_pass
+from .startup import mark
 from .stats import analyse, noise_flags
 from .table import html, markdown
 from .telemetry import utilisation as summarise
@@ -384,6 +385,7 @@ def study_for_rule(sm: Any) -> StudySpec:
     the config resolve against the working directory Snakemake runs the job in (the
     project), as when the run was planned (``common.smk``).
     """
+    mark("driver_imported")  # the script's imports (Snakemake's job object, this package) are done
     log_to(Path(sm.log[0]))
     watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
     study = study_from_raw(copy.deepcopy(dict(sm.config)), Path.cwd(), source="config")

@@ -165,13 +165,13 @@ def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
     return out
 
 
-def process_start() -> float:
-    """This process's start (epoch seconds), from ``/proc/self/stat`` (the kernel's own
-    record, so nothing before the first line of Python is missed); on a system without
-    /proc, the interpreter's import of this module (later, so the figure flatters less
-    than it could not)."""
+def process_start(pid: int | str = "self") -> float:
+    """A process's start (epoch seconds; default this process), from ``/proc/<pid>/stat``
+    (the kernel's own record, so nothing before the first line of Python is missed); on a
+    system without /proc, or for a process gone, the interpreter's import of this module
+    (later, so the figure flatters less than it could not)."""
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
         boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
                     if line.startswith("btime "))

@@ -38,11 +38,15 @@ GPU_MAP_HOST_VAR = "PAIRFLOW_GPU_MAP_HOST"
 NODE_NAME_VARS = ("SLURMD_NODENAME",)
 """Where a scheduler names the node a process runs on (a new site adds its variable)."""
 
-STRATEGY_PERIOD_S = 0.5
+STRATEGY_PERIOD_S = 0.1
 """Seconds between Parsl's scaling decisions (the first launches the job's one block).
 Measured on a 2-core machine: a pool's first result came 5.8-8.4 s after ``parsl.load`` at
 Parsl's default of 5 s, 4.3 s of it before the block was even submitted; at 0.5 s the
-block is submitted 0.3 s after it (the rest is the pool's Python processes starting)."""
+pool manager started up to 0.5 s after ``parsl.load`` returned (0.45-0.48 s in three of
+four panel jobs: Parsl's timer waits a period before its first tick), at 0.1 s 0.00-0.05 s
+after (``startup`` marks, BENCHMARKS.md). A tick reads the executor's cached state (no
+call to the interchange; the provider is polled at its own interval), so ten a second
+cost nothing measurable; the rest of a pool's start is its Python processes starting."""
 
 
 @dataclass(frozen=True)

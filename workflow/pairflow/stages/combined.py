@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,6 +42,7 @@ from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
 from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord
+from ..startup import worker_marks
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
 from .generation import (
     finish_generation,
@@ -62,17 +64,22 @@ log = logging.getLogger(__name__)
 def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
     """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
     and diffusers, load the model, import pyiqa and the scorers), in one worker, naming
-    each phase as it starts (``telemetry.write_phase``) for the driver's log."""
+    each phase as it starts (``telemetry.write_phase``) for the driver's log. Its result
+    carries the worker's start-up timeline (``startup.worker_marks``: when its pool manager
+    and the worker process started, when each phase ended; epoch seconds)."""
     phases = payload.get("phases")
+    marks = worker_marks()
     write_phase(phases, "importing torch and diffusers")
     import_s = timed_imports(("torch", "diffusers"))
+    marks["torch_diffusers_imported"] = time.time()
     write_phase(phases, "loading the model", import_s=import_s)
-    gen = warm_generation(payload)
+    gen = warm_generation(payload, marks)
     write_phase(phases, "importing the scorers", import_s=import_s, load_s=gen["load_s"])
     scorers = timed_imports(SCORER_MODULES)
+    marks["scorers_imported"] = time.time()
     WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers})
     write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=gen["load_s"])
-    return dict(WARM_UP)
+    return {**WARM_UP, "marks": marks}
 
 
 @contextmanager

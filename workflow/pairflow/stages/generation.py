@@ -88,15 +88,20 @@ def complete_record(study: StudySpec, c: Candidate, recipe_digest: str) -> Gener
     return None if generation_stale(record, c, recipe_digest) else record
 
 
-def warm_generation(payload: dict[str, Any]) -> dict[str, Any]:
+def warm_generation(payload: dict[str, Any], marks: dict[str, float] | None = None) -> dict[str, Any]:
     """Parsl warm-up task: import torch and diffusers and load the model in this worker
     while the driver still prepares the job's candidates. Returns (and keeps for the
-    worker's records) the seconds spent on each."""
+    worker's records) the seconds spent on each; ``marks`` (the caller's start-up
+    timeline, ``startup.worker_marks``) gets when the imports and the load ended."""
     # imports include the pipeline's lazily imported modules (generate.pipeline_imports),
     # so load_s is the weights alone
     import_s = timed_imports(("torch", "diffusers")) + g.pipeline_imports(payload["model"])
     started = time.perf_counter()
+    if marks is not None:
+        marks["pipeline_imported"] = time.time()
     g.load_pipeline(payload["model"], payload["dtype"], payload["threads"])
+    if marks is not None:
+        marks["model_loaded"] = time.time()
     WARM_UP.update({"import_s": import_s, "load_s": time.perf_counter() - started})
     return dict(WARM_UP)
 
