@@ -30,7 +30,7 @@ from pairflow.fleet import Grant
 from pairflow.identity import digest_file
 from pairflow.slurm import cluster_unavailable
 from pairflow.stages.scoring import scoring_context
-from pairflow.stages.study import _Panel, _StudyQueue, whole_allocation
+from pairflow.stages.study import _Panel, _StudyQueue
 
 BIN = Path(sys.executable).parent
 PANELS = ("smoke", "motion")
@@ -223,8 +223,3 @@ def test_the_queue_feeds_a_window_scores_first_then_panels_in_order_and_survives
     assert {t[1]["stage"] for t in submitted} == {"generate"}
     assert {p.name: (p.failed, p.outstanding, p.done) for p in panels} == {"t": (4, 0, False), "u": (2, 0, False)}
     assert not list(tmp_path.glob("*.json"))  # no manifests for panels whose tasks failed
-
-
-def test_outside_slurm_the_grant_is_the_jobs_own() -> None:
-    grant = Grant(("0",))
-    assert whole_allocation(grant) is grant

@@ -42,7 +42,7 @@ from .sites.slurm import allocation
 from .stages.combined import run_panel
 from .stages.generation import run_generation
 from .stages.scoring import run_scoring
-from .stages.study import run_study, whole_allocation
+from .stages.study import run_study
 from .stages.timing import run_timed_pass
 from .startup import mark
 from .stats import analyse, noise_flags
@@ -230,7 +230,7 @@ def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None
     """Generate and score every panel in ``outputs`` (panel → (generation manifest, score
     manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
     written as it completes."""
-    run_study(study, outputs, whole_allocation(grant_from_env(os.environ, study.fleet.site)))
+    run_study(study, outputs, grant_from_env(os.environ, study.fleet.site))  # the whole job: sites.slurm.whole_job
 
 
 def generation_rule(study: StudySpec) -> str:

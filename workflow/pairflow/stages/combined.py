@@ -56,7 +56,7 @@ from .generation import (
     warm_payload,
 )
 from .jobs import WARM_UP, describe, sweep_panel, timed_imports
-from .scoring import SCORER_MODULES, finish_scoring, score_payload, score_task, scoring_context
+from .scoring import SCORER_MODULES, finish_scoring, ready_score_task, scoring_context
 
 log = logging.getLogger(__name__)
 
@@ -134,17 +134,10 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     ref: list[Any] = []
 
     def ready(c: Candidate) -> Task | None:
-        """``c``'s score task when its record and its control's are verified (once)."""
         control = next(x for x in pairs[c.key.pair_key] if x.arm.is_control)
-        rec, ctrl = records.get(record_path(layout, c)), records.get(record_path(layout, control))
-        if rec is None or ctrl is None or c.key.candidate_id in scored:
-            return None
-        scored.add(c.key.candidate_id)
-        p = score_payload(study, ref[0], c, rec, ctrl, build)
-        if p is None:
-            return None
-        ran["score"] += 1
-        return (score_task, p)
+        task = ready_score_task(study, ref[0], build, c, control, records, scored)
+        ran["score"] += task is not None
+        return task
 
     def scores_ready(cs: list[Candidate]) -> list[Task]:
         return [t for t in map(ready, cs) if t is not None]

@@ -336,6 +336,21 @@ def score_payload(study: StudySpec, ref: Any, c: Candidate, rec: GenerationRecor
             "out": str(out), "candidate": c, "identity": task_identity(c), "stage": "score"}
 
 
+def ready_score_task(study: StudySpec, ref: Any, build: ScorerBuild, c: Candidate, control: Candidate,
+                     records: dict[Path, GenerationRecord], scored: set[str]) -> tuple[Any, dict[str, Any]] | None:
+    """``c``'s score task once its record and its control's are verified (in ``records``),
+    at most once per candidate (``scored`` remembers it); None when either is not ready,
+    when ``c`` was offered before, or when its score record is fresh. The combined panel
+    job and the study-wide job feed their queues through this one rule."""
+    layout = Layout(study.scratch)
+    rec, ctrl = records.get(record_path(layout, c)), records.get(record_path(layout, control))
+    if rec is None or ctrl is None or c.key.candidate_id in scored:
+        return None
+    scored.add(c.key.candidate_id)
+    payload = score_payload(study, ref, c, rec, ctrl, build)
+    return None if payload is None else (score_task, payload)
+
+
 def finish_scoring(study: StudySpec, panel_name: str, todo_all: list[Candidate], ran: int,
                    build: ScorerBuild, manifest_out: Path) -> None:
     """After every task succeeded: clear the panel's score failure records, check every

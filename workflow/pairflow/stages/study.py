@@ -27,7 +27,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
 from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord
-from ..slurm import job_details
 from ..telemetry import PHASES_DIR, PhaseWatch
 from .combined import _console, warm_panel
 from .generation import (
@@ -55,7 +54,7 @@ from .generation import (
     warm_payload,
 )
 from .jobs import describe, sweep_panel
-from .scoring import finish_scoring, score_payload, score_task, scoring_context
+from .scoring import finish_scoring, ready_score_task, scoring_context
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +143,10 @@ class _StudyQueue:
         out: list[Task] = []
         for c in cs:
             control = next(x for x in p.pairs[c.key.pair_key] if x.arm.is_control)
-            layout = Layout(self.study.scratch)
-            rec, ctrl = p.records.get(record_path(layout, c)), p.records.get(record_path(layout, control))
-            if rec is None or ctrl is None or c.key.candidate_id in p.scored:
-                continue
-            p.scored.add(c.key.candidate_id)
-            payload = score_payload(self.study, self.ref, c, rec, ctrl, self.build)
-            if payload is not None:
+            task = ready_score_task(self.study, self.ref, self.build, c, control, p.records, p.scored)
+            if task is not None:
                 p.ran_score += 1
-                out.append((score_task, payload))
+                out.append(task)
         return out
 
     def _settled(self, p: _Panel) -> None:
@@ -185,19 +179,6 @@ class _StudyQueue:
             out.append((self.scores or self.generation).popleft())
             self.in_flight += 1
         return out
-
-
-def whole_allocation(grant: Grant) -> Grant:
-    """``grant`` with its Slurm allocation's node count and node list as the scheduler
-    has them (``scontrol``): Snakemake's Slurm plugin starts the rule as a one-node step
-    (``srun -n1``) with the job's ``SLURM_*`` variables removed, so the step's own
-    environment names one node. Outside Slurm ``grant`` itself."""
-    alloc = grant.allocation
-    if alloc is None:
-        return grant
-    details = job_details(alloc.job_id)
-    nodes = int(details.get("NumNodes", str(alloc.nodes)).split("-")[0])
-    return replace(grant, allocation=replace(alloc, nodes=nodes, nodelist=details.get("NodeList", alloc.nodelist)))
 
 
 def run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], grant: Grant) -> dict[str, Any]:
