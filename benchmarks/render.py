@@ -504,8 +504,30 @@ def main(argv: list[str] | None = None) -> None:
                       "milliseconds and the share vanishes.", ""]
         lines += ["Counting runs only in the bulk pass, whose times are never reported. The timed pass runs "
                   "without it.", "", *([co["note"], ""] if co.get("note") else [])]
-    args.out.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    args.out.write_text(keep_hand_sections(text, args.out.read_text() if args.out.is_file() else ""))
     print(f"wrote {args.out}")
+
+
+def _sections(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """``text`` split at its ``## `` headings: (the part before the first, [(heading, section)])."""
+    parts = ("\n" + text).split("\n## ")
+    return parts[0].lstrip("\n"), [(p.split("\n", 1)[0], "## " + p) for p in parts[1:]]
+
+
+def keep_hand_sections(rendered: str, existing: str) -> str:
+    """``rendered`` with the sections of ``existing`` it does not render kept, in their
+    places: some sections are written by hand from their own raw files (planning, the
+    archive, Slurm on two nodes, ...), and a render must not delete them."""
+    head, new = _sections(rendered)
+    fresh = dict(new)
+    _, old = _sections(existing)
+    out, seen = [], set()
+    for heading, section in old:
+        out.append(fresh.get(heading, section))
+        seen.add(heading)
+    out += [section for heading, section in new if heading not in seen]
+    return "\n".join([head.rstrip("\n") + "\n", *(s.rstrip("\n") + "\n" for s in out)])
 
 
 if __name__ == "__main__":

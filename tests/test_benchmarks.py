@@ -98,3 +98,17 @@ def test_a_study_that_overruns_is_stopped_and_its_log_kept(tmp_path: Path) -> No
     rc, wall = run_study(tmp_path, dict(__import__("os").environ), 8, log)
     assert rc is None and 8 <= wall < 40
     assert "started" in log.read_text()
+
+
+def test_a_render_keeps_the_sections_written_by_hand() -> None:
+    """render.py rewrites the sections it renders in their places and keeps every other
+    section of BENCHMARKS.md (planning, the archive, ... are written from their own raw files)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from render import keep_hand_sections
+
+    existing = "# B\n\nold intro\n\n## Hand one\n\nkept 1\n\n## Rendered\n\nold figure\n\n## Hand two\n\nkept 2\n"
+    rendered = "# B\n\nnew intro\n\n## Rendered\n\nnew figure\n\n## Only rendered\n\nadded\n"
+    out = keep_hand_sections(rendered, existing)
+    assert out == ("# B\n\nnew intro\n\n## Hand one\n\nkept 1\n\n## Rendered\n\nnew figure\n\n## Hand two\n\nkept 2\n\n"
+                   "## Only rendered\n\nadded\n")
+    assert keep_hand_sections(rendered, "") == rendered
