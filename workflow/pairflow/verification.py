@@ -166,21 +166,22 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
     layout = Layout(study.scratch)
     quick = None if deep else shortcuts
     rdigest = recipe_digest(study.encoder, study.generation.fps)
-    current: dict[str, dict[str, Any]] = {}
-    checked: list[Candidate] = []
-    skipped: list[PanelSpec] = []
+    timing = _Timing(study, report, quick)
+    # Panel by panel, nothing of a checked panel is kept past it but its timing records'
+    # digests (for the timing manifest's check) and the report: at 100k candidates the
+    # candidates and their current records held for a study-wide timing pass cost ~100 MB.
     for panel in study.panels:
         roots = quick.panel_roots(panel.name) if quick is not None else None
         if roots is not None:
             report.roots.update(roots)
-            skipped.append(panel)
             continue
         cands = candidates(study, panel)
-        checked += cands
+        current: dict[str, str] = {}  # the panel's current generation records' digests, by candidate id
         seen: dict[str, str] = {}  # digests of the records read, by path (the manifest check reuses them)
         _check_generation(study, panel, cands, rdigest, current, report, quick, seen)
         _check_scores(study, panel, cands, current, report, quick, seen)
-    _check_timing(study, skipped, checked, current, report, quick)
+        timing.records(cands, current)
+    timing.manifest()
     _check_study(study, layout.study_manifest, report.roots, report)
     _check_panel_folders(study, layout, report)
     if deep:
@@ -197,7 +198,7 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
 
 
 def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate], rdigest: str,
-                      current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None,
+                      current: dict[str, str], report: Report, quick: Shortcuts | None,
                       seen: dict[str, str]) -> None:
     """A panel's generation records and videos, its generation manifest, its extra files
     and its failure records. Fills ``current`` with each current record's digest and
@@ -216,7 +217,7 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
         if why:
             report.add("stale", path, why, gm)
             continue
-        current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
+        current[c.key.candidate_id] = rec["record_digest"]  # not the record
         video = Path(os.path.join(pdir, rec["video"]["path"]))
         if video.is_symlink():
             report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
@@ -242,7 +243,7 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
             report.add("failure", f, _failure_text(f), heals)
 
 
-def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], current: dict[str, dict[str, Any]],
+def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], current: dict[str, str],
                   report: Report, quick: Shortcuts | None, seen: dict[str, str]) -> None:
     """A panel's score records (bound to the current generation record, the metrics the
     config implies) and its score manifest."""
@@ -263,31 +264,41 @@ def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], cu
         report.roots[f"scores:{panel.name}"] = m.get("root_digest", "")
 
 
-def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Candidate],
-                  current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None) -> None:
-    """The timing records of the checked panels' candidates and the timing manifest
-    (every panel's candidates), unless ``quick`` vouches for the manifest."""
-    layout = Layout(study.scratch)
-    manifest = Layout(study.scratch).timing_manifest
-    vouched = quick.vouched_records(manifest) if quick is not None and checked else {}
-    seen: dict[str, str] = {}
-    for c in checked:
-        path = str(timing_path(layout, c))
-        rec = _read(path, report, manifest, vouched, seen)
-        if rec is None:
-            continue
-        _check_link(path, rec, current.get(c.key.candidate_id), report, manifest)
-        if timing_frames_differ(rec):
-            report.add("frames", path, "the timed run computed other frames than the bulk run; its latency is not "
-                       "reported", manifest)
-    root = quick.timing_root() if quick is not None else None
-    if root is not None:
-        report.roots["timing"] = root
-        return
-    every = [c for p in skipped for c in candidates(study, p)] + checked
-    m = _manifest(manifest, [str(timing_path(layout, c)) for c in every], report, manifest, seen)
-    if m is not None:
-        report.roots["timing"] = m.get("root_digest", "")
+class _Timing:
+    """The timing records of the checked panels' candidates, panel by panel
+    (``records``), then the timing manifest (``manifest``: every panel's candidates),
+    unless ``quick`` vouches for the manifest."""
+
+    def __init__(self, study: StudySpec, report: Report, quick: Shortcuts | None) -> None:
+        self.study, self.report, self.quick = study, report, quick
+        self.layout = Layout(study.scratch)
+        self.path = self.layout.timing_manifest
+        self.vouched: dict[str, str] | None = None  # asked of ``quick`` before the first record
+        self.seen: dict[str, str] = {}
+
+    def records(self, cands: list[Candidate], current: dict[str, str]) -> None:
+        if self.vouched is None:
+            self.vouched = self.quick.vouched_records(self.path) if self.quick is not None else {}
+        for c in cands:
+            path = str(timing_path(self.layout, c))
+            rec = _read(path, self.report, self.path, self.vouched, self.seen)
+            if rec is None:
+                continue
+            _check_link(path, rec, current.get(c.key.candidate_id), self.report, self.path)
+            if timing_frames_differ(rec):
+                self.report.add("frames", path, "the timed run computed other frames than the bulk run; its "
+                                "latency is not reported", self.path)
+
+    def manifest(self) -> None:
+        root = self.quick.timing_root() if self.quick is not None else None
+        if root is not None:
+            self.report.roots["timing"] = root
+            return
+        self.vouched = None
+        every = [str(timing_path(self.layout, c)) for p in self.study.panels for c in candidates(self.study, p)]
+        m = _manifest(self.path, every, self.report, self.path, self.seen)
+        if m is not None:
+            self.report.roots["timing"] = m.get("root_digest", "")
 
 
 def _check_panel_folders(study: StudySpec, layout: Layout, report: Report) -> None:
@@ -337,9 +348,10 @@ def _read(path: Path | str, report: Report, heals: Path, vouched: dict[str, str]
         return None
 
 
-def _check_link(path: Path | str, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
-    """A score or timing record must name its candidate's current generation record."""
-    why = stale_link(rec, gen) if gen is not None else None
+def _check_link(path: Path | str, rec: dict[str, Any], gen: str | None, report: Report, heals: Path) -> None:
+    """A score or timing record must name its candidate's current generation record
+    (``gen``: its digest)."""
+    why = stale_link(rec, {"record_digest": gen}) if gen is not None else None
     if why:
         report.add("link", path, why, heals)
 

@@ -136,9 +136,9 @@ def arms_check_input(wildcards):
 
 
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is
-# checked as `pairflow verify` does (records by content, videos re-hashed when their
-# inode, size, mtime or ctime changed); every existing output that no longer matches its
-# records gets a newer heal stamp, which its rule takes as input. A dry run (or any
+# checked as `pairflow verify` does, in the panels where a file's inode, size, mtime or
+# ctime changed since it was last found clean (videos re-hashed when theirs changed);
+# every existing output that no longer matches its records gets a newer heal stamp, which its rule takes as input. A dry run (or any
 # invocation that executes nothing: --summary, --list, --dag, --lint) writes nothing in
 # the tree: its stamps go to a temporary folder, removed at exit, and it shows the jobs.
 def command_line():
