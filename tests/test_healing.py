@@ -7,7 +7,11 @@ import os
 import time
 from pathlib import Path
 
+from pairflow.candidates import candidates
+from pairflow.config import study_from_raw
 from pairflow.healing import _signature
+from pairflow.layout import Layout
+from pairflow.verification import named
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -75,3 +79,16 @@ def test_added_removed_and_symlinked_files_change_the_signature(tmp_path: Path) 
     extra.unlink()
     manifest.unlink()
     assert _sig(panel, manifest) not in (before, with_extra)
+
+
+def test_the_check_names_candidate_files_as_the_layout_does(tmp_path: Path) -> None:
+    """``verification.named`` builds the paths as strings; they are the layout's."""
+    (tmp_path / "p.tsv").write_text("prompt_id\tprompt\na1\tone\nb-2\ttwo\n")
+    (tmp_path / "model").mkdir()
+    study = study_from_raw({"study": "s", "model": {"kind": "local", "path": "model"},
+                            "arms": {"control": {"cache": None}, "t": {"cache": None, "steps": 4}},
+                            "panels": {"p_1": {"sheet": "p.tsv", "seeds": [0, 7]}}}, tmp_path)
+    layout, cands = Layout(study.scratch), candidates(study, study.panels[0])
+    for kind in ("records", "videos", "scores", "timing"):
+        assert named(layout, "p_1", kind, cands) == [str(layout.output("p_1", kind, c.arm.name, c.stem))
+                                                     for c in cands]

@@ -39,11 +39,7 @@ from .candidates import (
     candidates,
     generation_stale,
     panel_dir,
-    record_path,
-    score_path,
     scores_stale,
-    timing_path,
-    video_path,
 )
 from .config import PanelSpec, StudySpec
 from .errors import ConfigError, PairFlowError
@@ -197,6 +193,14 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
     return report
 
 
+def named(layout: Layout, panel: str, kind: str, cands: list[Candidate]) -> list[str]:
+    """``str(layout.output(panel, kind, arm, stem))`` of each of ``cands`` (one panel's),
+    built as strings: pathlib per file dominated the check at scale (names are validated:
+    no separators)."""
+    base, suffix = str(layout.panel(panel)), (".mp4" if kind == "videos" else ".json")
+    return [f"{base}/{kind}/{c.arm.name}/{c.stem}{suffix}" for c in cands]
+
+
 def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate], rdigest: str,
                       current: dict[str, str], report: Report, quick: Shortcuts | None,
                       seen: dict[str, str]) -> None:
@@ -208,7 +212,7 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
     gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
     vouched = quick.vouched_records(gm) if quick is not None else {}
     # Each candidate's files named once (pathlib per file dominated the check at scale).
-    files = [(c, str(record_path(layout, c))) for c in cands]
+    files = list(zip(cands, named(layout, panel.name, "records", cands), strict=True))
     for c, path in files:
         rec = _read(path, report, gm, vouched, seen)
         if rec is None:
@@ -234,8 +238,8 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
     m = _manifest(gm, [path for _, path in files], report, gm, seen)
     if m is not None:
         report.roots[f"generation:{panel.name}"] = m.get("root_digest", "")
-    _extras(pdir, {str(f) for c in cands for f in (record_path(layout, c), video_path(layout, c),
-                                                   score_path(layout, c), timing_path(layout, c))}, report)
+    _extras(pdir, {f for kind in ("records", "videos", "scores", "timing")
+                   for f in named(layout, panel.name, kind, cands)}, report)
     for stage, heals in (("generate", gm), ("score", sm)):
         for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
             if f.name.startswith(TMP_PREFIX):
@@ -250,7 +254,7 @@ def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], cu
     layout = Layout(study.scratch)
     sm = Layout(study.scratch).score_manifest(panel.name)
     vouched = quick.vouched_records(sm) if quick is not None else {}
-    files = [(c, str(score_path(layout, c))) for c in cands]
+    files = list(zip(cands, named(layout, panel.name, "scores", cands), strict=True))
     for c, path in files:
         rec = _read(path, report, sm, vouched, seen)
         if rec is None:
@@ -279,8 +283,8 @@ class _Timing:
     def records(self, cands: list[Candidate], current: dict[str, str]) -> None:
         if self.vouched is None:
             self.vouched = self.quick.vouched_records(self.path) if self.quick is not None else {}
-        for c in cands:
-            path = str(timing_path(self.layout, c))
+        paths = named(self.layout, cands[0].key.panel, "timing", cands) if cands else []
+        for c, path in zip(cands, paths, strict=True):
             rec = _read(path, self.report, self.path, self.vouched, self.seen)
             if rec is None:
                 continue
@@ -295,7 +299,7 @@ class _Timing:
             self.report.roots["timing"] = root
             return
         self.vouched = None
-        every = [str(timing_path(self.layout, c)) for p in self.study.panels for c in candidates(self.study, p)]
+        every = [f for p in self.study.panels for f in named(self.layout, p.name, "timing", candidates(self.study, p))]
         m = _manifest(self.path, every, self.report, self.path, self.seen)
         if m is not None:
             self.report.roots["timing"] = m.get("root_digest", "")
