@@ -61,34 +61,38 @@ def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
     """Digest of the (inode, size, mtime, ctime) of ``files`` and of every file below
     ``folders`` (one ``scandir`` per folder: no per-candidate paths are built), with
     each symlink's target and each absent path named as such (see the module docstring
-    for why a stat is enough). Measured: about 5 us per file (one ``stat``), against
-    17 us to read and hash a record."""
+    for why a stat is enough). Entries in the order the directory lists them: a
+    directory listed in another order without a change signs differently, which costs
+    a full check of its panel, never a missed change. Measured: about 5 us per file."""
     h = xxhash.xxh3_128()
-
-    def signed(path: str, st: os.stat_result) -> None:
-        h.update(f"{path}\0{stat_key(st)}\n".encode())
 
     def walk(folder: str) -> None:
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            entries = list(os.scandir(folder))
         except FileNotFoundError:
             h.update(f"{folder}\0absent\n".encode())
             return
+        lines = [f"{folder}\0dir\n"]
+        below = []
         for e in entries:
             if e.is_symlink():
-                h.update(f"{e.path}\0link\0{os.readlink(e.path)}\n".encode())
+                lines.append(f"{e.name}\0link\0{os.readlink(e.path)}\n")
             elif e.is_dir():
-                walk(e.path)
+                below.append(e.path)
             else:
-                signed(e.path, e.stat())
+                st = e.stat()
+                lines.append(f"{e.name}\0{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n")
+        h.update("".join(lines).encode("utf-8", "surrogateescape"))
+        for sub in below:
+            walk(sub)
 
     for f in files:
         try:
             if os.path.islink(f):
-                h.update(f"{f}\0link\0{os.readlink(f)}\n".encode())
-            signed(str(f), os.stat(f))
+                h.update(f"{f}\0link\0{os.readlink(f)}\n".encode("utf-8", "surrogateescape"))
+            h.update(f"{f}\0{stat_key(os.stat(f))}\n".encode("utf-8", "surrogateescape"))
         except FileNotFoundError:
-            h.update(f"{f}\0absent\n".encode())
+            h.update(f"{f}\0absent\n".encode("utf-8", "surrogateescape"))
     for folder in folders:
         walk(str(folder))
     return f"xxh3_128:{h.hexdigest()}"
