@@ -127,13 +127,13 @@ class _Videos:
         self.old: dict[str, Any] = old if isinstance(old, dict) else {}
         self.seen: dict[str, list[str]] = {}
 
-    def digest(self, rel: str, video: Path, recorded: str) -> str:
+    def digest(self, rel: str, video: str, recorded: str) -> str:
         key = stat_key(os.stat(video))
         old = self.old.pop(rel, None)  # asked once per video: what is done is let go
         if old == [key, recorded]:
             self.seen[rel] = old
             return recorded
-        actual = digest_file(video)
+        actual = digest_file(Path(video))
         if actual == recorded:
             self.seen[rel] = [key, recorded]
         return actual
@@ -179,7 +179,7 @@ class _Memo:
             return vouched(self.study.scratch, manifest)[0]
         return self.vouched.pop(str(manifest), {})  # asked once: let it go (100k records: tens of MB)
 
-    def video_digest(self, panel: str, rel: str, video: Path, recorded: str) -> str:
+    def video_digest(self, panel: str, rel: str, video: str, recorded: str) -> str:
         return self.videos[panel].digest(rel, video, recorded)
 
     def timing_root(self) -> str | None:

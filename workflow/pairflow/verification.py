@@ -139,7 +139,7 @@ class Shortcuts(Protocol):
         """The manifest roots of ``panel`` when it is unchanged since it was found clean
         (then it is not read), else None."""
 
-    def video_digest(self, panel: str, rel: str, video: Path, recorded: str) -> str:
+    def video_digest(self, panel: str, rel: str, video: str, recorded: str) -> str:
         """The digest of ``video`` (``rel`` to its panel), trusted or re-hashed."""
 
     def timing_root(self) -> str | None:
@@ -222,19 +222,19 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
             report.add("stale", path, why, gm)
             continue
         current[c.key.candidate_id] = rec["record_digest"]  # not the record
-        video = Path(os.path.join(pdir, rec["video"]["path"]))
-        if video.is_symlink():
-            report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
-                       "link, the next plain run regenerates the video", gm)
+        named_video = os.path.join(pdir, rec["video"]["path"])  # a string: a Path only when reported
+        if os.path.islink(named_video):
+            report.add("symlink", Path(named_video), f"video of {path} is a symlink (to {os.readlink(named_video)}); "
+                       "delete the link, the next plain run regenerates the video", gm)
             continue
-        if not video.is_file():
-            report.add("missing", video, f"video of {path} is missing", gm)
+        if not os.path.isfile(named_video):
+            report.add("missing", Path(named_video), f"video of {path} is missing", gm)
             continue
         recorded = rec["video"]["digest"]
-        actual = (digest_file(video) if quick is None
-                  else quick.video_digest(panel.name, rec["video"]["path"], video, recorded))
+        actual = (digest_file(Path(named_video)) if quick is None
+                  else quick.video_digest(panel.name, rec["video"]["path"], named_video, recorded))
         if actual != recorded:
-            report.add("altered", video, f"digest {actual} differs from {recorded} recorded in {path}", gm)
+            report.add("altered", Path(named_video), f"digest {actual} differs from {recorded} recorded in {path}", gm)
     m = _manifest(gm, [path for _, path in files], report, gm, seen)
     if m is not None:
         report.roots[f"generation:{panel.name}"] = m.get("root_digest", "")
