@@ -123,9 +123,9 @@ def panel_digest(wildcards):
     return STUDY.panel_digest(wildcards.panel)
 
 
-def model_input(wildcards):
-    """The tiny model is built by a rule; a real checkpoint must already exist."""
-    return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []
+# The tiny model is built by a rule; a real checkpoint must already exist. A list, not an
+# input function: the same for every job (Snakemake evaluates a function per job).
+MODEL_INPUT = [MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []
 
 
 def arms_check_input(wildcards):
@@ -237,7 +237,11 @@ def replicate_outputs(wildcards):
 
 
 def healing(pattern):
-    """Input function: this job's heal stamp, when one exists (see above)."""
+    """Input function: this job's heal stamp, when one exists (see above). No function
+    at all when no stamp exists anywhere (the usual case): Snakemake then evaluates
+    none per job."""
+    if not STAMPS and not STALE:
+        return []
     return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards), STAMPS, STALE)
 
 
