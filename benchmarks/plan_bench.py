@@ -15,7 +15,9 @@ Each figure comes with wall seconds, CPU seconds (user + system of the Snakemake
 what the load of other users does not inflate), peak RSS and the 1-minute load average
 before and after. Also measured: Snakemake's own floor, a Snakefile with as many jobs and
 trivial input functions (``--floor``), and the Slurm executor plugin's start-up probe.
-Writes ``benchmarks/plan_bench.json``.
+``--allocation study`` measures a project of ``fleet.allocation: study``; ``--keep DIR``
+writes the finished tree into DIR once and reuses it in later runs (writing it takes
+minutes at 100k). Writes ``benchmarks/plan_bench.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -116,9 +118,41 @@ def memo_path(proj: Path) -> Path:
     return Layout(study_from_raw(raw, proj, source="benchmark").scratch).evidence_memo
 
 
+def finished_project(panels: int, allocation: str, keep: str | None) -> tuple[Path, dict[str, Any]]:
+    """A project with a finished tree (``_finish``): written into a new temporary folder,
+    or, with ``keep``, into ``keep`` once and reused by later runs with the same panels and
+    allocation (``finished.json`` there records what it holds; this checkout's workflow is
+    copied in each time)."""
+    if keep is None:
+        proj = scale_project(panels, 31, allocation)
+    else:
+        proj = Path(keep).resolve()
+        marker = proj / "finished.json"
+        if marker.exists():
+            done = json.loads(marker.read_text())
+            if (done["panels"], done["allocation"]) != (panels, allocation):
+                raise SystemExit(f"{keep} holds a tree of {done['panels']} panels ({done['allocation']}), "
+                                 f"not {panels} ({allocation}): name another --keep folder")
+            use_code(proj, ROOT)
+            return proj, done["tree"]
+        if proj.exists() and any(proj.iterdir()):
+            raise SystemExit(f"{keep} exists and holds no finished tree (no finished.json): remove it or name "
+                             "another --keep folder")
+        scale_project(panels, 31, allocation, proj)
+    outs, files, write_s = _finish(proj, SNAKE)
+    tree = {"outputs": len(outs), "evidence_files": files, "write_tree_s": round(write_s, 1)}
+    if keep is not None:
+        (proj / "finished.json").write_text(json.dumps({"panels": panels, "allocation": allocation, "tree": tree}))
+    return proj, tree
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--panels", type=int, default=500, help="panels of 31 prompts x 1 seed x 2 arms")
+    ap.add_argument("--allocation", choices=("per-panel", "study"), default="per-panel",
+                    help="the project's fleet.allocation")
+    ap.add_argument("--keep", help="folder for the finished tree: written once, reused by later runs "
+                                   "(the dry run still runs on a fresh project)")
     ap.add_argument("--before", help="git revision to compare against (side by side)")
     ap.add_argument("--floor", action="store_true", help="also measure Snakemake's own floor")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "plan_bench.json"), help="where the figures go")
@@ -126,16 +160,16 @@ def main() -> None:
     versions = {"after": ROOT}
     if args.before:
         versions = {"before": checkout(args.before), **versions}
-    proj = scale_project(args.panels, 31)
-    res: dict[str, Any] = {"candidates": args.panels * 31 * 2, "panels": args.panels, "cpus": os.cpu_count(),
-                           "slurm_probe_s": _slurm_probe_s(), "versions": {}}
+    empty = scale_project(args.panels, 31, args.allocation)
+    res: dict[str, Any] = {"candidates": args.panels * 31 * 2, "panels": args.panels, "allocation": args.allocation,
+                           "cpus": os.cpu_count(), "slurm_probe_s": _slurm_probe_s(), "versions": {}}
     for name, code in versions.items():
-        use_code(proj, code)
-        res["versions"][name] = {"dry_run": timed([SNAKE, "-n", "--cores", "2", "--quiet", "all"], proj)}
+        use_code(empty, code)
+        res["versions"][name] = {"dry_run": timed([SNAKE, "-n", "--cores", "2", "--quiet", "all"], empty)}
         print(name, "dry", res["versions"][name]["dry_run"], flush=True)
-    use_code(proj, ROOT)
-    outs, files, write_s = _finish(proj, SNAKE)
-    res.update({"outputs": len(outs), "evidence_files": files, "write_tree_s": round(write_s, 1)})
+    shutil.rmtree(empty)
+    proj, tree = finished_project(args.panels, args.allocation, args.keep)
+    res.update(tree)
     memo = memo_path(proj)
     for name, code in versions.items():
         use_code(proj, code)
@@ -144,15 +178,16 @@ def main() -> None:
         noop = timed([SNAKE, "-n", "--cores", "2", "all"], proj)
         res["versions"][name].update({"first_plan": first, "noop": noop})
         print(name, "first", first, "noop", noop, flush=True)
+    use_code(proj, ROOT)
     if args.floor:
         res["snakemake_floor_dry_run"] = floor(args.panels)
         print("floor", res["snakemake_floor_dry_run"], flush=True)
-    shutil.rmtree(proj)
+    if args.keep is None:
+        shutil.rmtree(proj)
     for code in versions.values():
         if code != ROOT:
             shutil.rmtree(code)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
-
 
 if __name__ == "__main__":
     main()

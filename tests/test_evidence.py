@@ -365,8 +365,8 @@ def _same_size_edit(path: Path, offset: int, data: bytes) -> None:
 def test_same_size_edits_with_restored_mtimes_are_healed_by_a_plain_rerun(
         study: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A byte flipped in a video and a record edited in place, both with size and mtime
-    restored: the plan-time check signs records by content and videos by ctime too (set
-    by the kernel on every write), so a plain rerun heals what verify reports."""
+    restored: the plan-time check signs records and videos by their ctime too (set by
+    the kernel on every write), so a plain rerun heals what verify reports."""
     scratch = study / SCRATCH
     assert "Nothing to be done" in snakemake(study)  # the plan-time memo now holds the clean tree
     video = scratch / "panels/t/videos/pab/a1-s0.mp4"

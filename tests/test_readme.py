@@ -50,7 +50,6 @@ COVERED_BY = {
     "sites/base": ("test_sites.py", "pairflow.sites.base"),
     "sites/local": ("test_sites.py", "SingleNodeLauncher"),
     # verify and heal: one test file for the evidence both read (test_evidence)
-    "healing": ("test_evidence.py", "healing.heal_targets"),
     "verification": ("test_evidence.py", "verification.check_results"),
     # the calibration worker: run for real by test_calibrate's calibrate() (a fresh process)
     "calibworker": ("test_calibrate.py", "calibrate("),

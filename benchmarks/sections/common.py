@@ -45,8 +45,12 @@ def frames(f: int = 49, h: int = 256, w: int = 256) -> np.ndarray:
     return np.clip(np.rint(rgb * 255), 0, 255).astype(np.uint8)
 
 
-def scale_project(panels: int, prompts: int) -> Path:
-    proj = Path(tempfile.mkdtemp())
+def scale_project(panels: int, prompts: int, allocation: str = "per-panel", where: Path | None = None) -> Path:
+    """A project of ``panels`` sheets of ``prompts`` prompts x 1 seed x 2 arms, with this
+    checkout's workflow, in ``where`` (created) or a new temporary folder;
+    ``allocation``: its ``fleet.allocation``."""
+    proj = Path(tempfile.mkdtemp()) if where is None else where
+    proj.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "workflow", "envs"):
         shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__")) \
             if (ROOT / name).is_dir() else shutil.copy(ROOT / name, proj / name)
@@ -61,6 +65,8 @@ def scale_project(panels: int, prompts: int) -> Path:
     cfg = {"study": "scale", "arms": {"control": {"cache": None},
                                       "fb": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.1}}}},
            "panels": pan, "model": {"kind": "local", "path": "model"}}
+    if allocation != "per-panel":
+        cfg["fleet"] = {"allocation": allocation}
     (proj / "model").mkdir()
     (proj / "model" / "model_index.json").write_text("{}")
     (proj / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))

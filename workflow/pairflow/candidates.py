@@ -35,9 +35,10 @@ class Candidate:
 def candidates(study: StudySpec, panel: PanelSpec) -> list[Candidate]:
     """Every (prompt, seed, arm) of a panel, in a fixed order."""
     model_digest = digest_obj(study.model.identity())
+    arms = [(arm, arm_digest(arm)) for arm in study.arms]  # once per arm, not per candidate
     return [Candidate(CandidateKey(study.study, panel.name, p.prompt_id, p.digest, seed, arm.name,
-                                   arm_digest(arm), model_digest), p, arm)
-            for p in panel.prompts for seed in panel.seeds for arm in study.arms]
+                                   digest, model_digest), p, arm)
+            for p in panel.prompts for seed in panel.seeds for arm, digest in arms]
 
 
 def task_identity(c: Candidate) -> dict[str, Any]:

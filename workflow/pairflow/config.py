@@ -14,6 +14,7 @@ one), never the config file's own folder.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import os
@@ -63,8 +64,9 @@ class Prompt:
     prompt_id: str
     text: str
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
+        """The prompt text's digest (computed once per prompt)."""
         return digest_bytes(self.text.encode("utf-8"))
 
 
@@ -273,7 +275,7 @@ def _validator() -> Validator:
         if isinstance(instance, dict):
             for key, sub in properties.items():
                 if "default" in sub and key not in instance:
-                    instance[key] = yaml.safe_load(yaml.safe_dump(sub["default"]))
+                    instance[key] = copy.deepcopy(sub["default"])  # plain YAML data: a fresh copy
         yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
 
     # types-jsonschema leaves validators.extend unannotated; it returns a validator class.
@@ -542,8 +544,9 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
     m = raw["model"]
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())
-    panels = tuple(PanelSpec(name, resolve(p["sheet"]), tuple(p["seeds"]),
-                             prompts[name] if prompts is not None else read_sheet(resolve(p["sheet"]), name))
+    sheets = {name: resolve(p["sheet"]) for name, p in raw["panels"].items()}  # once a panel: a realpath each
+    panels = tuple(PanelSpec(name, sheets[name], tuple(p["seeds"]),
+                             prompts[name] if prompts is not None else read_sheet(sheets[name], name))
                    for name, p in raw["panels"].items())
     if raw["fleet"].get("budget_gpu_hours") is not None and raw["fleet"].get("calibrate") is False:
         raise ConfigError(f"fleet/budget_gpu_hours is {raw['fleet']['budget_gpu_hours']} but fleet/calibrate is false "

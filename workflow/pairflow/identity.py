@@ -6,8 +6,9 @@ This module imports without torch.
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,10 @@ class CandidateKey:
     arm_digest: str
     model_digest: str
 
-    @property
+    @functools.cached_property
     def candidate_id(self) -> str:
-        """Digest of every field: the candidate's identity."""
-        return digest_obj(self.__dict__)
+        """Digest of every field: the candidate's identity (computed once per key)."""
+        return digest_obj({f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def pair_key(self) -> tuple[str, str, int]:

@@ -39,11 +39,7 @@ from .candidates import (
     candidates,
     generation_stale,
     panel_dir,
-    record_path,
-    score_path,
     scores_stale,
-    timing_path,
-    video_path,
 )
 from .config import PanelSpec, StudySpec
 from .errors import ConfigError, PairFlowError
@@ -143,7 +139,7 @@ class Shortcuts(Protocol):
         """The manifest roots of ``panel`` when it is unchanged since it was found clean
         (then it is not read), else None."""
 
-    def video_digest(self, panel: str, rel: str, video: Path, recorded: str) -> str:
+    def video_digest(self, panel: str, rel: str, video: str, recorded: str) -> str:
         """The digest of ``video`` (``rel`` to its panel), trusted or re-hashed."""
 
     def timing_root(self) -> str | None:
@@ -166,21 +162,22 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
     layout = Layout(study.scratch)
     quick = None if deep else shortcuts
     rdigest = recipe_digest(study.encoder, study.generation.fps)
-    current: dict[str, dict[str, Any]] = {}
-    checked: list[Candidate] = []
-    skipped: list[PanelSpec] = []
+    timing = _Timing(study, report, quick)
+    # Panel by panel, nothing of a checked panel is kept past it but its timing records'
+    # digests (for the timing manifest's check) and the report: at 100k candidates the
+    # candidates and their current records held for a study-wide timing pass cost ~100 MB.
     for panel in study.panels:
         roots = quick.panel_roots(panel.name) if quick is not None else None
         if roots is not None:
             report.roots.update(roots)
-            skipped.append(panel)
             continue
         cands = candidates(study, panel)
-        checked += cands
+        current: dict[str, str] = {}  # the panel's current generation records' digests, by candidate id
         seen: dict[str, str] = {}  # digests of the records read, by path (the manifest check reuses them)
         _check_generation(study, panel, cands, rdigest, current, report, quick, seen)
         _check_scores(study, panel, cands, current, report, quick, seen)
-    _check_timing(study, skipped, checked, current, report, quick)
+        timing.records(cands, current)
+    timing.manifest()
     _check_study(study, layout.study_manifest, report.roots, report)
     _check_panel_folders(study, layout, report)
     if deep:
@@ -196,8 +193,16 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
     return report
 
 
+def named(layout: Layout, panel: str, kind: str, cands: list[Candidate]) -> list[str]:
+    """``str(layout.output(panel, kind, arm, stem))`` of each of ``cands`` (one panel's),
+    built as strings: pathlib per file dominated the check at scale (names are validated:
+    no separators)."""
+    base, suffix = str(layout.panel(panel)), (".mp4" if kind == "videos" else ".json")
+    return [f"{base}/{kind}/{c.arm.name}/{c.stem}{suffix}" for c in cands]
+
+
 def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate], rdigest: str,
-                      current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None,
+                      current: dict[str, str], report: Report, quick: Shortcuts | None,
                       seen: dict[str, str]) -> None:
     """A panel's generation records and videos, its generation manifest, its extra files
     and its failure records. Fills ``current`` with each current record's digest and
@@ -207,7 +212,7 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
     gm, sm = layout.generation_manifest(panel.name), layout.score_manifest(panel.name)
     vouched = quick.vouched_records(gm) if quick is not None else {}
     # Each candidate's files named once (pathlib per file dominated the check at scale).
-    files = [(c, str(record_path(layout, c))) for c in cands]
+    files = list(zip(cands, named(layout, panel.name, "records", cands), strict=True))
     for c, path in files:
         rec = _read(path, report, gm, vouched, seen)
         if rec is None:
@@ -216,25 +221,25 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
         if why:
             report.add("stale", path, why, gm)
             continue
-        current[c.key.candidate_id] = {"record_digest": rec["record_digest"]}  # not the record: 100k of them
-        video = Path(os.path.join(pdir, rec["video"]["path"]))
-        if video.is_symlink():
-            report.add("symlink", video, f"video of {path} is a symlink (to {os.readlink(video)}); delete the "
-                       "link, the next plain run regenerates the video", gm)
+        current[c.key.candidate_id] = rec["record_digest"]  # not the record
+        named_video = os.path.join(pdir, rec["video"]["path"])  # a string: a Path only when reported
+        if os.path.islink(named_video):
+            report.add("symlink", Path(named_video), f"video of {path} is a symlink (to {os.readlink(named_video)}); "
+                       "delete the link, the next plain run regenerates the video", gm)
             continue
-        if not video.is_file():
-            report.add("missing", video, f"video of {path} is missing", gm)
+        if not os.path.isfile(named_video):
+            report.add("missing", Path(named_video), f"video of {path} is missing", gm)
             continue
         recorded = rec["video"]["digest"]
-        actual = (digest_file(video) if quick is None
-                  else quick.video_digest(panel.name, rec["video"]["path"], video, recorded))
+        actual = (digest_file(Path(named_video)) if quick is None
+                  else quick.video_digest(panel.name, rec["video"]["path"], named_video, recorded))
         if actual != recorded:
-            report.add("altered", video, f"digest {actual} differs from {recorded} recorded in {path}", gm)
+            report.add("altered", Path(named_video), f"digest {actual} differs from {recorded} recorded in {path}", gm)
     m = _manifest(gm, [path for _, path in files], report, gm, seen)
     if m is not None:
         report.roots[f"generation:{panel.name}"] = m.get("root_digest", "")
-    _extras(pdir, {str(f) for c in cands for f in (record_path(layout, c), video_path(layout, c),
-                                                   score_path(layout, c), timing_path(layout, c))}, report)
+    _extras(pdir, {f for kind in ("records", "videos", "scores", "timing")
+                   for f in named(layout, panel.name, kind, cands)}, report)
     for stage, heals in (("generate", gm), ("score", sm)):
         for f in sorted(layout.failures(panel.name, stage).rglob("*.json")):
             if f.name.startswith(TMP_PREFIX):
@@ -242,14 +247,14 @@ def _check_generation(study: StudySpec, panel: PanelSpec, cands: list[Candidate]
             report.add("failure", f, _failure_text(f), heals)
 
 
-def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], current: dict[str, dict[str, Any]],
+def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], current: dict[str, str],
                   report: Report, quick: Shortcuts | None, seen: dict[str, str]) -> None:
     """A panel's score records (bound to the current generation record, the metrics the
     config implies) and its score manifest."""
     layout = Layout(study.scratch)
     sm = Layout(study.scratch).score_manifest(panel.name)
     vouched = quick.vouched_records(sm) if quick is not None else {}
-    files = [(c, str(score_path(layout, c))) for c in cands]
+    files = list(zip(cands, named(layout, panel.name, "scores", cands), strict=True))
     for c, path in files:
         rec = _read(path, report, sm, vouched, seen)
         if rec is None:
@@ -263,31 +268,41 @@ def _check_scores(study: StudySpec, panel: PanelSpec, cands: list[Candidate], cu
         report.roots[f"scores:{panel.name}"] = m.get("root_digest", "")
 
 
-def _check_timing(study: StudySpec, skipped: list[PanelSpec], checked: list[Candidate],
-                  current: dict[str, dict[str, Any]], report: Report, quick: Shortcuts | None) -> None:
-    """The timing records of the checked panels' candidates and the timing manifest
-    (every panel's candidates), unless ``quick`` vouches for the manifest."""
-    layout = Layout(study.scratch)
-    manifest = Layout(study.scratch).timing_manifest
-    vouched = quick.vouched_records(manifest) if quick is not None and checked else {}
-    seen: dict[str, str] = {}
-    for c in checked:
-        path = str(timing_path(layout, c))
-        rec = _read(path, report, manifest, vouched, seen)
-        if rec is None:
-            continue
-        _check_link(path, rec, current.get(c.key.candidate_id), report, manifest)
-        if timing_frames_differ(rec):
-            report.add("frames", path, "the timed run computed other frames than the bulk run; its latency is not "
-                       "reported", manifest)
-    root = quick.timing_root() if quick is not None else None
-    if root is not None:
-        report.roots["timing"] = root
-        return
-    every = [c for p in skipped for c in candidates(study, p)] + checked
-    m = _manifest(manifest, [str(timing_path(layout, c)) for c in every], report, manifest, seen)
-    if m is not None:
-        report.roots["timing"] = m.get("root_digest", "")
+class _Timing:
+    """The timing records of the checked panels' candidates, panel by panel
+    (``records``), then the timing manifest (``manifest``: every panel's candidates),
+    unless ``quick`` vouches for the manifest."""
+
+    def __init__(self, study: StudySpec, report: Report, quick: Shortcuts | None) -> None:
+        self.study, self.report, self.quick = study, report, quick
+        self.layout = Layout(study.scratch)
+        self.path = self.layout.timing_manifest
+        self.vouched: dict[str, str] | None = None  # asked of ``quick`` before the first record
+        self.seen: dict[str, str] = {}
+
+    def records(self, cands: list[Candidate], current: dict[str, str]) -> None:
+        if self.vouched is None:
+            self.vouched = self.quick.vouched_records(self.path) if self.quick is not None else {}
+        paths = named(self.layout, cands[0].key.panel, "timing", cands) if cands else []
+        for c, path in zip(cands, paths, strict=True):
+            rec = _read(path, self.report, self.path, self.vouched, self.seen)
+            if rec is None:
+                continue
+            _check_link(path, rec, current.get(c.key.candidate_id), self.report, self.path)
+            if timing_frames_differ(rec):
+                self.report.add("frames", path, "the timed run computed other frames than the bulk run; its "
+                                "latency is not reported", self.path)
+
+    def manifest(self) -> None:
+        root = self.quick.timing_root() if self.quick is not None else None
+        if root is not None:
+            self.report.roots["timing"] = root
+            return
+        self.vouched = None
+        every = [f for p in self.study.panels for f in named(self.layout, p.name, "timing", candidates(self.study, p))]
+        m = _manifest(self.path, every, self.report, self.path, self.seen)
+        if m is not None:
+            self.report.roots["timing"] = m.get("root_digest", "")
 
 
 def _check_panel_folders(study: StudySpec, layout: Layout, report: Report) -> None:
@@ -337,9 +352,10 @@ def _read(path: Path | str, report: Report, heals: Path, vouched: dict[str, str]
         return None
 
 
-def _check_link(path: Path | str, rec: dict[str, Any], gen: dict[str, Any] | None, report: Report, heals: Path) -> None:
-    """A score or timing record must name its candidate's current generation record."""
-    why = stale_link(rec, gen) if gen is not None else None
+def _check_link(path: Path | str, rec: dict[str, Any], gen: str | None, report: Report, heals: Path) -> None:
+    """A score or timing record must name its candidate's current generation record
+    (``gen``: its digest)."""
+    why = stale_link(rec, {"record_digest": gen}) if gen is not None else None
     if why:
         report.add("link", path, why, heals)
 

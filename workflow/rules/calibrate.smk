@@ -3,7 +3,7 @@
 # software, device); a changed key names a missing table, so this runs again only then.
 rule calibrate:
     input:
-        model=model_input,
+        model=MODEL_INPUT,
         arms=ancient(ARMS_CHECK),
     output:
         CALIBRATION,

@@ -123,9 +123,9 @@ def panel_digest(wildcards):
     return STUDY.panel_digest(wildcards.panel)
 
 
-def model_input(wildcards):
-    """The tiny model is built by a rule; a real checkpoint must already exist."""
-    return MODEL_INDEX if STUDY.model.kind == "embedded-tiny" else []
+# The tiny model is built by a rule; a real checkpoint must already exist. A list, not an
+# input function: the same for every job (Snakemake evaluates a function per job).
+MODEL_INPUT = [MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []
 
 
 def arms_check_input(wildcards):
@@ -136,9 +136,9 @@ def arms_check_input(wildcards):
 
 
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is
-# checked as `pairflow verify` does (records by content, videos re-hashed when their
-# inode, size, mtime or ctime changed); every existing output that no longer matches its
-# records gets a newer heal stamp, which its rule takes as input. A dry run (or any
+# checked as `pairflow verify` does, in the panels where a file's inode, size, mtime or
+# ctime changed since it was last found clean (videos re-hashed when theirs changed);
+# every existing output that no longer matches its records gets a newer heal stamp, which its rule takes as input. A dry run (or any
 # invocation that executes nothing: --summary, --list, --dag, --lint) writes nothing in
 # the tree: its stamps go to a temporary folder, removed at exit, and it shows the jobs.
 def command_line():
@@ -237,7 +237,11 @@ def replicate_outputs(wildcards):
 
 
 def healing(pattern):
-    """Input function: this job's heal stamp, when one exists (see above)."""
+    """Input function: this job's heal stamp, when one exists (see above). No function
+    at all when no stamp exists anywhere (the usual case): Snakemake then evaluates
+    none per job."""
+    if not STAMPS and not STALE:
+        return []
     return lambda wildcards: stamp_input(LAYOUT.scratch, pattern.format(**wildcards), STAMPS, STALE)
 
 

@@ -7,18 +7,18 @@ FLEET_GENERATION = expand(GEN_MANIFEST, panel=PANELS)
 FLEET_SCORES = expand(SCORE_MANIFEST, panel=PANELS)
 
 
-def fleet_healing(wildcards):
-    """Input function: every panel's manifests' heal stamps (see ``healing``)."""
-    return [s for o in (*FLEET_GENERATION, *FLEET_SCORES) for s in healing(o)(wildcards)]
+# Every panel's manifests' heal stamps (see ``healing``): the rule has no wildcards, so a list.
+FLEET_HEALING = [s for o in (*FLEET_GENERATION, *FLEET_SCORES)
+                 for s in stamp_input(LAYOUT.scratch, o, STAMPS, STALE)]
 
 
 rule fleet_study:
     input:
-        model=model_input,
+        model=MODEL_INPUT,
         arms=arms_checked(*FLEET_GENERATION, *FLEET_SCORES),
         sheets=[str(as_named(p.sheet)) for p in STUDY.panels],
         estimate=ESTIMATE_INPUT,  # the budget guard passed (rule estimate), as for per-panel jobs
-        heal=fleet_healing,
+        heal=FLEET_HEALING,
     output:
         generation=FLEET_GENERATION,
         scores=FLEET_SCORES,

@@ -1,7 +1,7 @@
 # One job per panel (never per candidate); candidates fan out through Parsl inside it.
 rule generate_panel:
     input:
-        model=model_input,
+        model=MODEL_INPUT,
         arms=arms_checked(GEN_MANIFEST),
         # the budget guard passed (rule estimate); not ancient: Snakemake (9) then skips a job
         # whose other inputs changed while the estimate is being remade (a new prompt ran nothing)

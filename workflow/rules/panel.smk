@@ -3,7 +3,7 @@
 # as its video and its control's land. Same outputs as generate_panel + score_panel.
 rule generate_score_panel:
     input:
-        model=model_input,
+        model=MODEL_INPUT,
         arms=arms_checked(GEN_MANIFEST, SCORE_MANIFEST),
         # the budget guard passed (rule estimate); not ancient: Snakemake (9) then skips a job
         # whose other inputs changed while the estimate is being remade (a new prompt ran nothing)
