@@ -561,6 +561,18 @@ def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tm
     assert "SLURM_" not in one.executors[0].provider.worker_init
 
 
+def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model):
+    """What the fork server holds (pairflow.preload): every listed module and each library
+    the model's ``model_index.json`` names; a missing model folder imports no pipeline module."""
+    from pairflow import preload, workerpool
+
+    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: "/nonexistent"}) == []
+    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: str(tiny_model)}) == []
+    index = json.loads((tiny_model / "model_index.json").read_text())
+    libraries = {v[0] for v in index.values() if isinstance(v, list) and len(v) == 2 and v[0]}
+    assert libraries and libraries | set(preload.MODULES) <= set(sys.modules)
+
+
 def visible_device(p: dict) -> dict:
     time.sleep(p["s"])
     return {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
