@@ -32,6 +32,7 @@ def preload(environ: Mapping[str, str]) -> list[str]:
     model = environ.get(PRELOAD_MODEL_VAR)
     if model:
         try:
+            # by name, inside the guard: a failure here must not end the fork server
             importlib.import_module("pairflow.generate").index_imports(Path(model))
         except Exception as e:
             log.warning("preload: the pipeline's modules of %s failed (%s: %s)", model, type(e).__name__, e)

@@ -13,10 +13,12 @@ worker's Parsl import and registration 1.1-1.5 s, all before the 4-8 s of warm-u
 ``pairflow.preload`` (torch, diffusers, pyiqa, the scorers, the model's pipeline modules,
 Parsl's pool module), so those imports run beside the manager's own Parsl import; it then
 hands Parsl that context in place of ``SpawnContext`` and runs Parsl's pool module as
-``__main__`` unchanged. Every worker (and the Manager server) is forked from the
-single-threaded fork server, never from the threaded manager, and CUDA is never
-initialised by importing torch, so a fork is safe; Parsl pins each worker's accelerator
-(``CUDA_VISIBLE_DEVICES``) inside the forked worker as before.
+``__main__`` unchanged. Every worker (and the Manager server) is forked from the fork
+server, never from the manager and its threads. The server runs one Python thread (its
+imports leave two idle native threads, torch's and pyiqa's, as in any process that
+forks DataLoader workers after ``import torch``) and never initialises CUDA, so a fork is
+safe; Parsl pins each worker's accelerator (``CUDA_VISIBLE_DEVICES``) inside the forked
+worker as before, and CUDA reads it at the worker's first use.
 """
 
 from __future__ import annotations
