@@ -404,7 +404,7 @@ def test_driver_death_takes_its_interchange_and_workers_down(tmp_path, sig):
     pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "workers did not start"
     pool = _pool_of(tmp_path)
-    started = [*_children_of(proc.pid), pool, *_children_of(pool)]  # interchange, pool, its children
+    started = [*_children_of(proc.pid), pool, *_descendants(pool)]  # interchange, pool, its children
     assert len(started) >= 5
     proc.send_signal(sig)
     assert proc.wait(timeout=60) != 0
@@ -453,7 +453,7 @@ def _pool_of(tmp_path: Path) -> int:
             text = cmd.read_bytes()
         except OSError:
             continue
-        if b"process_worker_pool" in text and str(tmp_path).encode() in text:
+        if (b"process_worker_pool" in text or b"pairflow.workerpool" in text) and str(tmp_path).encode() in text:
             return int(cmd.parent.name)
     raise AssertionError("no worker pool found")
 
@@ -462,6 +462,14 @@ def _children_of(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         out += [int(x) for x in task.read_text().split()]
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (a forked worker's parent is the pool's fork server)."""
+    out = []
+    for child in _children_of(pid):
+        out += [child, *_descendants(child)]
     return out
 
 
@@ -479,8 +487,11 @@ def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tm
         workers = {int(p.stem) for p in tmp_path.glob("*.pid")}
         assert len(workers) == 2, f"workers did not start (driver exit {proc.poll()})"
         pool = _pool_of(tmp_path)
-        tree = [pool, *_children_of(pool)]
-        manager = [p for p in _children_of(pool) if p not in workers
+        tree = [pool, *_descendants(pool)]
+        # Parsl's Manager server: the pool's child beside the workers, or with workers forked
+        # from a fork server (workerpool), the server's child beside them.
+        forkserver = [p for p in _children_of(pool) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        manager = [p for p in (_children_of(forkserver[0]) if forkserver else _children_of(pool)) if p not in workers
                    and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(manager) == 1, manager
         os.kill(manager[0], signal.SIGKILL)
@@ -550,9 +561,23 @@ def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tm
     assert "SLURM_" not in one.executors[0].provider.worker_init
 
 
+def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model):
+    """What the fork server holds (pairflow.preload): every listed module and each library
+    the model's ``model_index.json`` names; a missing model folder imports no pipeline module."""
+    from pairflow import preload, workerpool
+
+    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: "/nonexistent"}) == []
+    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: str(tiny_model)}) == []
+    index = json.loads((tiny_model / "model_index.json").read_text())
+    libraries = {v[0] for v in index.values() if isinstance(v, list) and len(v) == 2 and v[0]}
+    assert libraries and libraries | set(preload.MODULES) <= set(sys.modules)
+
+
 def visible_device(p: dict) -> dict:
     time.sleep(p["s"])
-    return {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "parent": Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode(),
+            "torch": "torch" in sys.modules}
 
 
 def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(tmp_path, monkeypatch):
@@ -570,6 +595,8 @@ def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(
                     TaskHooks(tmp_path / "tel.json"), Packing(per_gpu=2, record={"source": "test"}))
     seen = {r["pid"]: r["visible"] for r in out}
     assert sorted(seen.values()) == ["1,-1", "1,-1"], seen  # two workers, both on device 1 alone
+    # fleet.worker_start: forkserver (the default): forked from the pool's preloaded fork server, pinned after
+    assert all("multiprocessing.forkserver" in r["parent"] and r["torch"] for r in out), out
     t = json.loads((tmp_path / "tel.json").read_text())
     assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}
     assert {s["gpu_index"] for s in t["spans"]} == {"1"} and list(t["slots"]) == [f"{t['spans'][0]['host']}/gpu1"]

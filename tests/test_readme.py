@@ -17,6 +17,8 @@ README = (ROOT / "README.md").read_text()
 COVERED_BY = {
     # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
     "packs": ("test_archive.py", "from pairflow import packs"),
+    "workerpool": ("test_fleet.py", "pairflow.workerpool"),
+    "preload": ("test_fleet.py", "pairflow.preload"),
     "provenance": ("test_generate.py", "pairflow.provenance"),
     "recordtypes": ("test_records.py", "recordtypes"),
     "armrun": ("test_arms.py", "pairflow.armrun"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,18 @@ def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tm
     gpu = sites.make_config(tmp_path, FleetSpec(3, 1), sites.grant({"NVIDIA_VISIBLE_DEVICES": "2,3"})).executors[0]
     assert gpu.max_workers_per_node == 2 and gpu.available_accelerators == ["0", "1"] and gpu.cpu_affinity == "none"
     assert f"{GPU_MAP_VAR}=0=2,1=3" in gpu.provider.worker_init
+
+
+def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_parsls_own(tmp_path):
+    from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
+
+    forked = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0].launch_cmd
+    assert forked == f"{sys.executable} -m pairflow.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
+    assert "{{block_id}}" in forked and "{max_workers_per_node}" in forked  # Parsl fills every placeholder
+    spawned = sites.make_config(tmp_path, FleetSpec(1, 0, worker_start="spawn"), Grant()).executors[0].launch_cmd
+    assert spawned == DEFAULT_LAUNCH_CMD  # Parsl's own process_worker_pool.py
+    slurm = sites.make_config(tmp_path, FleetSpec(1, 0), sites.grant({**SLURM, "CUDA_VISIBLE_DEVICES": "0"}))
+    assert slurm.executors[0].launch_cmd == forked  # srun runs the same command on each node
 
 
 def test_two_workers_per_gpu_list_each_device_twice_pinned_past_parsls_mps_rewrite(tmp_path):

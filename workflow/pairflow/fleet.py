@@ -49,6 +49,7 @@ from .sites import Grant as Grant  # re-exported: run_tasks' callers name the gr
 from .sites.base import node_name, slot_gpu
 from .startup import MARKS, mark
 from .telemetry import Sampler, nvml_reader, process_start, progress_line, slot_name, work_elapsed, write_telemetry
+from .workerpool import PRELOAD_MODEL_VAR
 
 log = logging.getLogger(__name__)
 
@@ -357,6 +358,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     log.info("%s: %d worker(s) per node (%s)", label, packing.per_node(fleet, grant),
              json.dumps(packing.record, sort_keys=True))
     config = make_config(run_dir, fleet, grant, packing)
+    _name_preload_model(hooks.warm)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
     dfk = parsl.load(config)
     _mark_pool(dfk)
@@ -397,6 +399,17 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
         _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
+
+
+def _name_preload_model(warm: tuple[TaskFn, dict[str, Any]] | None) -> None:
+    """Name the warm-up's model folder to the pool's fork server (``preload``), which
+    inherits this process's environment, so its pipeline modules are imported before any
+    worker forks; no model, nothing named."""
+    root = getattr((warm[1] if warm else {}).get("model"), "root", None)
+    if root is not None:
+        os.environ[PRELOAD_MODEL_VAR] = str(root)
+    else:
+        os.environ.pop(PRELOAD_MODEL_VAR, None)
 
 
 def _mark_pool(dfk: Any) -> None:

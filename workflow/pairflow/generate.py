@@ -108,7 +108,12 @@ def pipeline_imports(model: ModelSpec) -> float:
     imported inside ``from_pretrained`` and booked as model load: 16.6 s of imports
     against 0.8 s of weights for the embedded tiny model on this machine. Reads the
     model's ``model_index.json``; a model not on disk yet imports nothing here."""
-    index = model.root / "model_index.json"
+    return index_imports(model.root)
+
+
+def index_imports(root: Path) -> float:
+    """``pipeline_imports`` for the model in folder ``root`` (``preload`` has no ModelSpec)."""
+    index = root / "model_index.json"
     if not index.is_file():
         return 0.0
     started = time.perf_counter()

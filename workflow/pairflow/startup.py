@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from .telemetry import process_start, slot_key
+from .workerpool import MANAGER_PID_VAR
 
 MARKS: dict[str, float] = {}
 """This job process's start-up marks (epoch seconds), in the order first reached."""
@@ -52,7 +53,9 @@ def worker_marks() -> dict[str, float]:
     """The start of this worker's timeline: when its Parsl pool manager (the parent
     process) and the worker process itself started (``/proc``), and now (its warm-up
     task began). The warm-up adds when each phase ends."""
-    return {"manager_started": process_start(os.getppid()), "worker_started": process_start(),
+    # A forked worker's parent is the pool's fork server (workerpool): the manager names itself.
+    manager = int(os.environ.get(MANAGER_PID_VAR) or os.getppid())
+    return {"manager_started": process_start(manager), "worker_started": process_start(),
             "warm_up_started": time.time()}
 
 

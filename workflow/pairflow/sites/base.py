@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import orphans
+from .. import orphans, workerpool
 from ..config import FleetSpec
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from parsl.config import Config
@@ -164,6 +165,26 @@ def worker_init(grant: Grant, watchdog: bool) -> str:
     return line + ("\n" + orphans.watch_command(os.getpid()) if watchdog else "")
 
 
+POOL_SCRIPT = "process_worker_pool.py "
+"""How Parsl's default launch command starts a pool (``launch_command`` replaces it)."""
+
+
+def launch_command(fleet: FleetSpec) -> str | None:
+    """The pool's launch command: Parsl's own (None) for ``fleet.worker_start: spawn``,
+    else Parsl's default with its pool script replaced by ``python -m pairflow.workerpool``
+    (workers forked from a preloaded fork server), every argument and placeholder kept."""
+    if fleet.worker_start == "spawn":
+        return None
+    # lazy: Parsl's executors take 1-3 s to import; only a job that starts a pool pays for it
+    from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
+
+    if not DEFAULT_LAUNCH_CMD.startswith(POOL_SCRIPT):
+        raise ConfigError(f"fleet/worker_start: forkserver needs Parsl's launch command to start with "
+                          f"{POOL_SCRIPT.strip()!r}; this Parsl's is {DEFAULT_LAUNCH_CMD[:60]!r}...: set "
+                          "fleet.worker_start: spawn, or install the Parsl version pyproject.toml pins")
+    return f"{shlex.quote(sys.executable)} -m {workerpool.__name__} " + DEFAULT_LAUNCH_CMD[len(POOL_SCRIPT):]
+
+
 def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: ExecutionProvider,
                  packing: Packing = ONE_PER_GPU) -> Config:
     """The Config every site runs: one HighThroughputExecutor (label ``slots``) over
@@ -179,6 +200,7 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
     bindir = Path(sys.executable).parent
     executor = HighThroughputExecutor(
         label="slots",
+        launch_cmd=launch_command(fleet),  # None: Parsl's default (spawned workers)
         # The driver may run without the venv activated (.venv/bin/snakemake): name
         # Parsl's interchange script by its full path in this interpreter's bin/.
         # It gets the kernel's parent-death signal, so it ends with the driver (orphans).

@@ -1,0 +1,43 @@
+"""What a worker pool's fork server imports before forking workers (``pairflow.workerpool``):
+torch, diffusers, pyiqa and the scorers, the task modules, and the lazily imported modules
+of the model's pipeline (``generate.index_imports``) when the driver names the model's
+folder in ``PAIRFLOW_PRELOAD_MODEL``. A failed import is logged and left to the warm-up,
+which imports the same modules and reports the error where the job sees it."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from .workerpool import PRELOAD_MODEL_VAR
+
+log = logging.getLogger(__name__)
+
+MODULES = ("torch", "diffusers", "pyiqa", "pairflow.metrics", "pairflow.video", "pairflow.stages.combined")
+"""The warm-up's imports (``stages.combined.warm_panel``) and the tasks' own modules."""
+
+
+def preload(environ: Mapping[str, str]) -> list[str]:
+    """Import ``MODULES`` and the model's pipeline modules; return the modules that failed."""
+    failed = []
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            log.warning("preload: importing %s failed (%s: %s); the warm-up will import it", name, type(e).__name__, e)
+            failed.append(name)
+    model = environ.get(PRELOAD_MODEL_VAR)
+    if model:
+        try:
+            # by name, inside the guard: a failure here must not end the fork server
+            importlib.import_module("pairflow.generate").index_imports(Path(model))
+        except Exception as e:
+            log.warning("preload: the pipeline's modules of %s failed (%s: %s)", model, type(e).__name__, e)
+            failed.append(model)
+    return failed
+
+
+preload(os.environ)
