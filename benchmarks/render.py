@@ -6,7 +6,7 @@ when present). A section that did not run, or was skipped, is left out with its 
 from __future__ import annotations
 
 import json
-import statistics
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,71 +289,6 @@ def _gpu(g: dict | None) -> list[str]:
     return lines
 
 
-PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pairflow)"),
-          ("driver_ready", "driver prepares (config, lock, contexts, packing)"),
-          ("parsl_imported", "driver imports Parsl"),
-          ("pool_loaded", "`parsl.load`: interchange process starts and binds"),
-          ("manager_started", "strategy tick, pool manager process starts"),
-          ("worker_started", "manager imports Parsl, starts its Manager server, spawns workers"),
-          ("warm_up_started", "worker imports Parsl, registers, gets and unpickles its warm-up"),
-          ("torch_diffusers_imported", "worker imports torch and diffusers"),
-          ("pipeline_imported", "worker imports the pipeline's modules (transformers, ...)"),
-          ("model_loaded", "worker loads the model"),
-          ("scorers_imported", "worker imports pyiqa and the scorers"))
-"""The start-up phases in order (``pairflow.startup`` marks), each ending at its mark."""
-
-
-def _startup_rows(runs: list[dict]) -> list[str]:
-    """Each phase's end, seconds after the job's start (median over the run's panel jobs)."""
-    def at(run: dict, k: str) -> float | None:
-        vals = [v for v in (j["timeline"]["marks"].get(k) for j in run["jobs"]) if v is not None]
-        return statistics.median(vals) if vals else None
-
-    def cell(v: float | None) -> str:
-        return "" if v is None else f"{v:.1f}"
-
-    lines = ["| phase ends (s after job start; a worker's phases: median over its job's workers; each: median "
-             "over the run's panel jobs) | "
-             + " | ".join(f"{r.get('label') or ''} ({r['when'][11:16]} UTC)" for r in runs) + " |",
-             "|---|" + "---|" * len(runs)]
-    for k, what in PHASES:
-        lines.append(f"| {what} | " + " | ".join(cell(at(r, k)) for r in runs) + " |")
-    for key, what in (("startup_s", "**first task on a slot (start-up)**"), ("last_slot_s", "last slot's first task")):
-        lines.append(f"| {what} | " + " | ".join(cell(r["floor"].get(key)) for r in runs) + " |")
-    lines.append("| floor: fresh python to the model loaded | " + " | ".join(cell(r["floor"]["floor_s"]) for r in runs)
-                 + " |")
-    lines.append("| **ratio** (first slot; last slot) | " + " | ".join(
-        f"**{r['floor']['ratio']:.2f}x**; {r['floor']['last_slot_ratio']:.2f}x" if r["floor"].get("ratio") else ""
-        for r in runs) + " |")
-    lines.append("| study busy share | " + " | ".join(f"{r['study']['busy_share']:.1%}" for r in runs) + " |")
-    lines.append("| load average (1 min), before; after | " + " | ".join("; ".join(r["load_1min"]) for r in runs)
-                 + " |")
-    return lines
-
-
-def _utilisation_local(u: dict) -> list[str]:
-    """The honest busy share of the local study and its panel jobs' start-up against the
-    floor (issue 25 item 3), rendered as measured: the newest run at the study's packing in
-    full, every kept run's start-up phases side by side."""
-    runs = u.get("runs") or []
-    if not runs:
-        return []
-    # in full: the newest run with the most workers per job (the study's own packing, not a one-worker check)
-    last = max(runs, key=lambda r: (max((j.get("workers") or 0) for j in r["jobs"]), r["when"]))
-    lines = ["## Utilisation that cannot flatter: the local study (issue 25)", "",
-             f"Run {last['when']} ({last.get('label', '')}): study busy share (task work over whole-job slot "
-             f"time) **{last['study']['busy_share']:.1%}** of {last['study']['slot_s']:.0f} slot-seconds; the "
-             f"Parsl-window share with warm-up counted busy: {last['study']['window_busy_share']:.1%}. Per panel job "
-             "(slot-seconds):", "",
-             "| job | workers | job s | task work (no warm-up) | start-up | warm-up | idle | failed | busy share |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for j in last["jobs"]:
-        lines.append(f"| {j['job']} | {j.get('workers')} | {j['job_s']:.1f} | {j['work_s']:.1f} | {j['startup_s']:.1f} | "
-                     f"{j['warmup_s']:.1f} | {j['idle_s']:.1f} | {j['failed_s']:.1f} | {j['busy_share']:.1%} |")
-    lines += ["", "Start-up, phase by phase, in every kept run:", "", *_startup_rows(runs)]
-    return [*lines, "", *([u["note"], ""] if u.get("note") else [])]
-
-
 def _goals(r: dict) -> list[str]:
     """Issue 17's speed goals beside what was measured (only where the figure exists)."""
     rows = []
@@ -473,8 +408,6 @@ def main(argv: list[str] | None = None) -> None:
                     f"{v['bare_min_s'] * 1e3:.1f} / {v['bare_median_s'] * 1e3:.1f} | {v['ratio_min']:.3f} / "
                     f"{v['ratio_median']:.3f} |" for k, v in ws["sizes"].items()], "",
                   *([ws["note"], ""] if ws.get("note") else [])]
-    if r.get("utilisation_local"):
-        lines += _utilisation_local(r["utilisation_local"])
     if _ok(r.get("compute")):
         co = r["compute"]
         lines += ["## Compute accounting and arms (issues 16, 25)", "",
@@ -515,20 +448,37 @@ def _sections(text: str) -> tuple[str, list[tuple[str, str]]]:
     return parts[0].lstrip("\n"), [(p.split("\n", 1)[0], "## " + p) for p in parts[1:]]
 
 
-def keep_hand_sections(rendered: str, existing: str) -> str:
-    """``rendered`` with the sections of ``existing`` it does not render kept, in their
-    places: some sections are written by hand from their own raw files (planning, the
-    archive, Slurm on two nodes, ...), and a render must not delete them."""
-    head, new = _sections(rendered)
-    fresh = dict(new)
-    _, old = _sections(existing)
-    out, seen = [], set()
-    for heading, section in old:
-        out.append(fresh.get(heading, section))
-        seen.add(heading)
-    out += [section for heading, section in new if heading not in seen]
-    return "\n".join([head.rstrip("\n") + "\n", *(s.rstrip("\n") + "\n" for s in out)])
+def _stem(heading: str) -> str:
+    """A heading without its parenthesised detail (sizes, a tool's name), which a render may change."""
+    return heading.split(" (")[0].strip()
 
+
+def owned_stems() -> frozenset[str]:
+    """The stems of every heading this file can render, read from its own source: a
+    section it renders under a changed heading, or no longer renders (a GPU run replacing
+    "not measured yet"), is its own and is replaced or dropped, never kept twice."""
+    return frozenset(_stem(h) for h in re.findall(r'"## ([^"{]+)', Path(__file__).read_text()))
+
+
+def keep_hand_sections(rendered: str, existing: str, owned: frozenset[str] | None = None) -> str:
+    """``rendered`` with the sections of ``existing`` it does not own kept, in their
+    places: some sections are written by hand from their own raw files (planning, the
+    archive, Slurm on two nodes, ...), and a render must not delete them. A section this
+    file owns (``owned``: heading stems, default ``owned_stems()``) is replaced in its place
+    by its new rendering (matched by stem), or dropped when no longer rendered; sections
+    rendered for the first time go after."""
+    owned = owned_stems() if owned is None else owned
+    head, new = _sections(rendered)
+    _, old = _sections(existing)
+    pending = {_stem(h): section for h, section in new}
+    out: list[str] = []
+    for heading, section in old:
+        if _stem(heading) in pending:  # its new rendering, in its place
+            out.append(pending.pop(_stem(heading)))
+        elif _stem(heading) not in owned:
+            out.append(section)
+    out += list(pending.values())  # sections rendered for the first time
+    return "\n".join([head.rstrip("\n") + "\n", *(s.rstrip("\n") + "\n" for s in out)])
 
 if __name__ == "__main__":
     main()

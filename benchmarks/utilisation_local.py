@@ -1,5 +1,6 @@
 """The honest busy share of a finished study's panel jobs and their start-up against a
-floor measured now (issue 25 item 3), saved into benchmarks/results.json for render.py.
+floor measured now (issue 25 item 3), saved into benchmarks/results.json (``utilisation_local``);
+BENCHMARKS.md's section on it is written by hand from those runs (several runs compared side by side).
 
 The floor is a fresh ``python`` importing torch, diffusers and pyiqa and loading the
 study's model (the least any panel job must spend before its first task), timed from
@@ -17,7 +18,7 @@ or, to measure the panel jobs again without the rest of the study:
     rm -rf results/scratch/panels && snakemake --profile profiles/local --until generate_score_panel \\
         && python benchmarks/utilisation_local.py --label L
 
-Each run is appended to ``runs`` (the last ``KEEP``); the newest is rendered in full.
+Each run is appended to ``runs`` (the last ``KEEP``).
 """
 
 from __future__ import annotations
@@ -68,11 +69,59 @@ def floor(model: Path) -> dict[str, float]:
             "load_s": load}
 
 
+PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pairflow)"),
+          ("driver_ready", "driver prepares (config, lock, contexts, packing)"),
+          ("parsl_imported", "driver imports Parsl"),
+          ("pool_loaded", "`parsl.load`: interchange process starts and binds"),
+          ("manager_started", "strategy tick, pool manager process starts"),
+          ("worker_started", "manager imports Parsl, starts its Manager server, spawns workers"),
+          ("warm_up_started", "worker imports Parsl, registers, gets and unpickles its warm-up"),
+          ("torch_diffusers_imported", "worker imports torch and diffusers"),
+          ("pipeline_imported", "worker imports the pipeline's modules (transformers, ...)"),
+          ("model_loaded", "worker loads the model"),
+          ("scorers_imported", "worker imports pyiqa and the scorers"))
+"""The start-up phases in order (``pairflow.startup`` marks), each ending at its mark."""
+
+
+def startup_rows(runs: list[dict]) -> list[str]:
+    """Each phase's end, seconds after the job's start (median over the run's panel jobs)."""
+    def at(run: dict, k: str) -> float | None:
+        vals = [v for v in (j["timeline"]["marks"].get(k) for j in run["jobs"]) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    def cell(v: float | None) -> str:
+        return "" if v is None else f"{v:.1f}"
+
+    lines = ["| phase ends (s after job start; a worker's phases: median over its job's workers; each: median "
+             "over the run's panel jobs) | "
+             + " | ".join(f"{r.get('label') or ''} ({r['when'][11:16]} UTC)" for r in runs) + " |",
+             "|---|" + "---|" * len(runs)]
+    for k, what in PHASES:
+        lines.append(f"| {what} | " + " | ".join(cell(at(r, k)) for r in runs) + " |")
+    for key, what in (("startup_s", "**first task on a slot (start-up)**"), ("last_slot_s", "last slot's first task")):
+        lines.append(f"| {what} | " + " | ".join(cell(r["floor"].get(key)) for r in runs) + " |")
+    lines.append("| floor: fresh python to the model loaded | " + " | ".join(cell(r["floor"]["floor_s"]) for r in runs)
+                 + " |")
+    lines.append("| **ratio** (first slot; last slot) | " + " | ".join(
+        f"**{r['floor']['ratio']:.2f}x**; {r['floor']['last_slot_ratio']:.2f}x" if r["floor"].get("ratio") else ""
+        for r in runs) + " |")
+    lines.append("| study busy share | " + " | ".join(f"{r['study']['busy_share']:.1%}" for r in runs) + " |")
+    lines.append("| load average (1 min), before; after | " + " | ".join("; ".join(r["load_1min"]) for r in runs)
+                 + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("scratch", nargs="?", type=Path, default=ROOT / "results" / "scratch")
     ap.add_argument("--label", default="", help="what this run measures (e.g. the commit's change)")
+    ap.add_argument("--table", action="store_true", help="print the kept runs' start-up phase table (markdown, "
+                    "for BENCHMARKS.md) and measure nothing")
     args = ap.parse_args()
+    if args.table:
+        runs = json.loads((ROOT / "benchmarks" / "results.json").read_text())["utilisation_local"]["runs"]
+        print("\n".join(startup_rows(runs)))
+        return
     load_before = Path("/proc/loadavg").read_text().split()[0]
     records = {f"{p.parent.parent.name}/{p.stem}": json.loads(p.read_text())
                for p in sorted(args.scratch.glob("panels/*/telemetry/*.json"))}

@@ -104,11 +104,18 @@ def test_a_render_keeps_the_sections_written_by_hand() -> None:
     """render.py rewrites the sections it renders in their places and keeps every other
     section of BENCHMARKS.md (planning, the archive, ... are written from their own raw files)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from render import keep_hand_sections
+    from render import keep_hand_sections, owned_stems
 
     existing = "# B\n\nold intro\n\n## Hand one\n\nkept 1\n\n## Rendered\n\nold figure\n\n## Hand two\n\nkept 2\n"
     rendered = "# B\n\nnew intro\n\n## Rendered\n\nnew figure\n\n## Only rendered\n\nadded\n"
-    out = keep_hand_sections(rendered, existing)
+    owned = frozenset({"Rendered", "Only rendered", "On a GPU"})
+    out = keep_hand_sections(rendered, existing, owned)
     assert out == ("# B\n\nnew intro\n\n## Hand one\n\nkept 1\n\n## Rendered\n\nnew figure\n\n## Hand two\n\nkept 2\n\n"
                    "## Only rendered\n\nadded\n")
-    assert keep_hand_sections(rendered, "") == rendered
+    assert keep_hand_sections(rendered, "", owned) == rendered
+    # A heading whose detail changed (a GPU run) replaces its section, never sits beside it.
+    gpu = keep_hand_sections("# B\n\n## On a GPU (`gpu_check.sh`)\n\nH200\n", "# B\n\n## On a GPU\n\nnot yet\n\n"
+                             "## Hand\n\nkept\n", owned)
+    assert gpu == "# B\n\n## On a GPU (`gpu_check.sh`)\n\nH200\n\n## Hand\n\nkept\n"
+    # The real file's owned stems are read from render.py's own headings.
+    assert {"On a GPU", "Metrics on this CPU", "Writer vs bare ffmpeg at the default size and 480p"} <= owned_stems()

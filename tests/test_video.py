@@ -196,6 +196,31 @@ def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_
         os.kill(pid, 0)  # killed and reaped, not left running
 
 
+def test_without_a_pidfd_a_write_succeeds_and_a_hung_encoder_is_still_killed(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                             monkeypatch) -> None:
+    """Where the OS gives no pidfd (another OS, a kernel before 5.3, a seccomp filter),
+    ``run_tool`` waits on the tool's pipes instead: a write still verifies, and a hung
+    encoder is still killed, reaped and reported."""
+    import os
+    import time
+
+    from pairflow import video
+
+    monkeypatch.setattr(video, "_pidfd", lambda pid: -1)
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    info = encode(u8, tmp_path / "ok.mp4", encoder_spec, FPS)
+    assert info.frames == F and (tmp_path / "ok.mp4").is_file()
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
+    monkeypatch.setattr(video, "TOOL_TIMEOUT_FLOOR_S", 2.0)
+    started = time.monotonic()
+    with pytest.raises(E.ToolTimeoutError):
+        encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert time.monotonic() - started < 15
+    assert not list(tmp_path.glob("v.mp4*"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "hung.pid").read_text()), 0)  # killed and reaped
+
+
 def test_encode_reports_each_frame_as_progress(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The stall check sees an encode advance: ffmpeg's -progress lines and the frames it consumed."""
     from pairflow import progress

@@ -75,13 +75,16 @@ def _signature(files: tuple[Path, ...], folders: tuple[Path, ...] = ()) -> str:
         lines = [f"{folder}\0dir\n"]
         below = []
         for e in entries:
-            if e.is_symlink():
-                lines.append(f"{e.name}\0link\0{os.readlink(e.path)}\n")
-            elif e.is_dir():
-                below.append(e.path)
-            else:
-                st = e.stat()
-                lines.append(f"{e.name}\0{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n")
+            try:
+                if e.is_symlink():
+                    lines.append(f"{e.name}\0link\0{os.readlink(e.path)}\n")
+                elif e.is_dir():
+                    below.append(e.path)
+                else:
+                    st = e.stat()
+                    lines.append(f"{e.name}\0{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n")
+            except FileNotFoundError:  # renamed away since the listing (a job's temp file): signed as gone
+                lines.append(f"{e.name}\0absent\n")
         h.update("".join(lines).encode("utf-8", "surrogateescape"))
         for sub in below:
             walk(sub)

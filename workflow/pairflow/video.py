@@ -380,6 +380,14 @@ def _timed_out(argv: list[str], path: Path, timeout_s: float) -> ToolTimeoutErro
         "one), then rerun")
 
 
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid`` (readable once it exits), or -1 where the OS gives none."""
+    try:
+        return os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+    except OSError:  # ENOSYS before Linux 5.3, EPERM under some seccomp profiles
+        return -1
+
+
 def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | None = None,
              chunk: int = 1 << 20, progress_lines: bool = False) -> tuple[int, bytes, bytes]:
     """Run an external tool (argv, no shell) about ``path``, feeding it ``feed`` on stdin;
@@ -405,64 +413,66 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
     line = bytearray()  # the part of stdout's last line not yet ended
     view = feed if feed is not None else memoryview(b"")
     sent = reported = 0
-    with selectors.DefaultSelector() as sel:
-        for fd in chunks:
-            sel.register(fd, selectors.EVENT_READ)
-        # The tool's exit as an event of the same loop (Linux's pidfd): ``wait(timeout=)``
-        # after its pipes close would poll with sleeps from 0.5 ms up.
-        pid_fd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else -1
-        if pid_fd >= 0:
-            sel.register(pid_fd, selectors.EVENT_READ)
-        stdin = proc.stdin
-        in_fd = stdin.fileno() if stdin is not None else -1
-        if stdin is not None:
-            os.set_blocking(in_fd, False)
-            sel.register(in_fd, selectors.EVENT_WRITE)
-        while sel.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if pid_fd in sel.get_map():
-                    os.close(pid_fd)
-                _kill(proc)
-                raise _timed_out(argv, path, timeout_s)
-            for key, _ in sel.select(remaining):
-                fd = int(key.fd)
-                if fd == in_fd:
-                    try:
-                        sent += os.write(fd, view[sent:sent + chunk])
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        sent = len(view)  # the tool exited early (a broken pipe): its exit code and stderr say why
-                    if sent - reported >= chunk or sent == len(view):
-                        reported = sent
-                        progress.report(f"{name}: consumed {sent} of {len(view)} bytes for {path.name}")
-                    if sent == len(view):
-                        sel.unregister(fd)
-                        cast(IO[bytes], stdin).close()
-                    continue
-                if fd == pid_fd:
-                    sel.unregister(fd)
-                    os.close(fd)
-                    continue
-                data = os.read(fd, 1 << 16)
-                if not data:
-                    sel.unregister(fd)
-                    continue
-                chunks[fd].append(data)
-                if progress_lines and fd == out_fd:
-                    line += data
-                    *done, rest = bytes(line).split(b"\n")
-                    line[:] = rest
-                    for text in done:
-                        if text.startswith(b"frame="):
-                            progress.report(f"{name}: {text.decode(errors='replace').strip()} of {path.name}")
+    # The tool's exit as an event of the same loop (Linux's pidfd): ``wait(timeout=)``
+    # after its pipes close would poll with sleeps from 0.5 ms up. Where there is no pidfd
+    # (another OS, a kernel before 5.3, a seccomp filter) the pipes' end is the signal.
+    pid_fd = _pidfd(proc.pid)
     try:
-        code = proc.wait(max(deadline - time.monotonic(), 1.0))  # it closed its output: it is ending
-    except subprocess.TimeoutExpired:
+        with selectors.DefaultSelector() as sel:
+            for fd in chunks:
+                sel.register(fd, selectors.EVENT_READ)
+            if pid_fd >= 0:
+                sel.register(pid_fd, selectors.EVENT_READ)
+            stdin = proc.stdin
+            in_fd = stdin.fileno() if stdin is not None else -1
+            if stdin is not None:
+                os.set_blocking(in_fd, False)
+                sel.register(in_fd, selectors.EVENT_WRITE)
+            while sel.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _timed_out(argv, path, timeout_s)
+                for key, _ in sel.select(remaining):
+                    fd = int(key.fd)
+                    if fd == in_fd:
+                        try:
+                            sent += os.write(fd, view[sent:sent + chunk])
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            sent = len(view)  # the tool exited early (a broken pipe): its exit code and stderr say why
+                        if sent - reported >= chunk or sent == len(view):
+                            reported = sent
+                            progress.report(f"{name}: consumed {sent} of {len(view)} bytes for {path.name}")
+                        if sent == len(view):
+                            sel.unregister(fd)
+                            cast(IO[bytes], stdin).close()
+                        continue
+                    if fd == pid_fd:
+                        sel.unregister(fd)
+                        continue
+                    data = os.read(fd, 1 << 16)
+                    if not data:
+                        sel.unregister(fd)
+                        continue
+                    chunks[fd].append(data)
+                    if progress_lines and fd == out_fd:
+                        line += data
+                        *done, rest = bytes(line).split(b"\n")
+                        line[:] = rest
+                        for text in done:
+                            if text.startswith(b"frame="):
+                                progress.report(f"{name}: {text.decode(errors='replace').strip()} of {path.name}")
+        try:
+            code = proc.wait(max(deadline - time.monotonic(), 1.0))  # it closed its output: it is ending
+        except subprocess.TimeoutExpired:
+            raise _timed_out(argv, path, timeout_s) from None
+    finally:
+        # Whatever ends the loop (a timeout, SIGTERM's exception, an interrupt), the tool
+        # does not outlive it and no descriptor leaks.
+        if pid_fd >= 0:
+            os.close(pid_fd)
         _kill(proc)
-        raise _timed_out(argv, path, timeout_s) from None
-    _kill(proc)
     return code, b"".join(chunks[err_fd]), b"".join(chunks[out_fd])
 
 

@@ -181,7 +181,7 @@ def launch_command(fleet: FleetSpec) -> str | None:
     if not DEFAULT_LAUNCH_CMD.startswith(POOL_SCRIPT):
         raise ConfigError(f"fleet/worker_start: forkserver needs Parsl's launch command to start with "
                           f"{POOL_SCRIPT.strip()!r}; this Parsl's is {DEFAULT_LAUNCH_CMD[:60]!r}...: set "
-                          "fleet.worker_start: spawn, or install the Parsl version pyproject.toml pins")
+                          "fleet.worker_start: spawn, or install the Parsl version envs/pairflow.yaml pins")
     return f"{shlex.quote(sys.executable)} -m {workerpool.__name__} " + DEFAULT_LAUNCH_CMD[len(POOL_SCRIPT):]
 
 
