@@ -1,7 +1,8 @@
 """What a worker pool's fork server imports before forking workers (``pairflow.workerpool``):
 torch, diffusers, pyiqa and the scorers, the task modules, and the lazily imported modules
 of the model's pipeline (``generate.index_imports``) when the driver names the model's
-folder in ``PAIRFLOW_PRELOAD_MODEL``. A failed import is logged and left to the warm-up,
+folder in ``PAIRFLOW_PRELOAD_MODEL``; its phases go to the job's log like a worker's
+(``PAIRFLOW_PRELOAD_PHASES``). A failed import is logged and left to the warm-up,
 which imports the same modules and reports the error where the job sees it."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from .workerpool import PRELOAD_MODEL_VAR
+from .telemetry import FORK_SERVER, write_phase
+from .workerpool import PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +24,11 @@ MODULES = ("torch", "diffusers", "pyiqa", "pairflow.metrics", "pairflow.video", 
 
 
 def preload(environ: Mapping[str, str]) -> list[str]:
-    """Import ``MODULES`` and the model's pipeline modules; return the modules that failed."""
+    """Import ``MODULES`` and the model's pipeline modules; return the modules that failed.
+    Names its phases in the job's phases folder (``PAIRFLOW_PRELOAD_PHASES``) for the log."""
+    phases, who, start = environ.get(PRELOAD_PHASES_VAR) or None, FORK_SERVER + "-", time.time()
+    write_phase(phases, "importing torch, diffusers, pyiqa and the model's modules once, for every worker on "
+                "this node", who=who)
     failed = []
     for name in MODULES:
         try:
@@ -37,6 +44,7 @@ def preload(environ: Mapping[str, str]) -> list[str]:
         except Exception as e:
             log.warning("preload: the pipeline's modules of %s failed (%s: %s)", model, type(e).__name__, e)
             failed.append(model)
+    write_phase(phases, "imports done: forking the workers", who=who, import_s=time.time() - start)
     return failed
 
 

@@ -67,13 +67,18 @@ PHASES_DIR = "phases"
 """Under a job's run folder: one small JSON file per worker naming its start-up phase."""
 
 
-def write_phase(folder: str | Path | None, phase: str, **figures: float) -> None:
+FORK_SERVER = "fork-server"
+"""Stem prefix of a pool's fork server's phase file (``preload``): not a worker, never ready."""
+
+
+def write_phase(folder: str | Path | None, phase: str, *, who: str = "", **figures: float) -> None:
     """A worker names the start-up phase it is in (importing, loading the model, ready)
-    in ``folder/<host>-<pid>.json``, for the driver's ``PhaseWatch`` to log. Best effort:
-    a phase that cannot be written is only not shown."""
+    in ``folder/<who><host>-<pid>.json``, for the driver's ``PhaseWatch`` to log (``who``:
+    ``FORK_SERVER + "-"`` for a pool's fork server). Best effort: a phase that cannot be
+    written is only not shown."""
     if folder is None:
         return
-    path = Path(folder) / f"{socket.gethostname()}-{os.getpid()}.json"
+    path = Path(folder) / f"{who}{socket.gethostname()}-{os.getpid()}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -120,7 +125,8 @@ class PhaseWatch:
             if self.seen.get(f.stem) != state["phase"]:
                 self.seen[f.stem] = state["phase"]
                 figures = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(state.items()) if k.endswith("_s"))
-                log.info("%s: worker %s: %s%s (%.0fs after start)", self.label, f.stem, state["phase"],
+                who = f.stem if f.stem.startswith(FORK_SERVER) else f"worker {f.stem}"
+                log.info("%s: %s: %s%s (%.0fs after start)", self.label, who, state["phase"],
                          f" ({figures})" if figures else "", time.time() - self.start)
                 ready = sum(1 for p in self.seen.values() if p == "ready")
                 if state["phase"] == "ready":

@@ -35,6 +35,9 @@ PRELOAD_MODULE = "pairflow.preload"
 PRELOAD_MODEL_VAR = "PAIRFLOW_PRELOAD_MODEL"
 """The model's folder (holding ``model_index.json``) whose pipeline modules the fork server
 imports (``preload``); the driver sets it (``fleet.run_tasks``) and the pool inherits it."""
+PRELOAD_PHASES_VAR = "PAIRFLOW_PRELOAD_PHASES"
+"""The job's start-up phases folder (``telemetry.PHASES_DIR``): the fork server names its
+import phase there, so the driver's log is not silent while it imports (``preload``)."""
 MANAGER_PID_VAR = "PAIRFLOW_POOL_MANAGER_PID"
 """The pool manager's PID, for its workers: their parent is the fork server (``startup.worker_marks``)."""
 
