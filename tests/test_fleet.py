@@ -561,13 +561,17 @@ def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tm
     assert "SLURM_" not in one.executors[0].provider.worker_init
 
 
-def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model):
+def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model, tmp_path):
     """What the fork server holds (pairflow.preload): every listed module and each library
-    the model's ``model_index.json`` names; a missing model folder imports no pipeline module."""
-    from pairflow import preload, workerpool
+    the model's ``model_index.json`` names; a missing model folder imports no pipeline module.
+    Its phase goes to the job's phases folder, where the driver's PhaseWatch logs it."""
+    from pairflow import preload, telemetry, workerpool
 
     assert preload.preload({workerpool.PRELOAD_MODEL_VAR: "/nonexistent"}) == []
-    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: str(tiny_model)}) == []
+    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: str(tiny_model),
+                            workerpool.PRELOAD_PHASES_VAR: str(tmp_path / "phases")}) == []
+    (phase,) = tmp_path.joinpath("phases").glob(telemetry.FORK_SERVER + "-*.json")
+    assert json.loads(phase.read_text())["phase"] == "imports done: forking the workers"
     index = json.loads((tiny_model / "model_index.json").read_text())
     libraries = {v[0] for v in index.values() if isinstance(v, list) and len(v) == 2 and v[0]}
     assert libraries and libraries | set(preload.MODULES) <= set(sys.modules)
@@ -591,11 +595,12 @@ def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(
     (fake / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     grant = Grant(accelerators=("1",), gpus={"1": "1"})
-    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0), grant, "pack",
+    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0, worker_start="forkserver"),
+                    grant, "pack",
                     TaskHooks(tmp_path / "tel.json"), Packing(per_gpu=2, record={"source": "test"}))
     seen = {r["pid"]: r["visible"] for r in out}
     assert sorted(seen.values()) == ["1,-1", "1,-1"], seen  # two workers, both on device 1 alone
-    # fleet.worker_start: forkserver (the default): forked from the pool's preloaded fork server, pinned after
+    # fleet.worker_start: forkserver: forked from the pool's preloaded fork server, pinned after
     assert all("multiprocessing.forkserver" in r["parent"] and r["torch"] for r in out), out
     t = json.loads((tmp_path / "tel.json").read_text())
     assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}

@@ -1,5 +1,5 @@
 """Parsl's worker pool with its workers forked from a fork server that already holds the
-work's imports (``fleet.worker_start: forkserver``, the default).
+work's imports (``fleet.worker_start: forkserver``, opt-in; ``spawn`` is the default).
 
 Parsl's ``process_worker_pool`` starts its multiprocessing Manager server and every worker
 with ``parsl.multiprocessing.SpawnContext``: each is a fresh interpreter that imports Parsl,
