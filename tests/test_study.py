@@ -127,7 +127,9 @@ def test_resume_after_a_kill_keeps_finished_candidates_and_writes_panels_as_they
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # not one finished candidate regenerated
     log = (project / "results/scratch/logs/fleet/study.log").read_text()  # the resumed job's (Snakemake clears it)
     plan = {p: (int(n), int(k)) for p, n, k in re.findall(r"generate (\w+): (\d+) candidates, (\d+) complete", log)}
-    assert plan.keys() == set(PANELS) and sum(k for _, k in plan.values()) == len(kept)
+    # At least what was complete at the kill: a worker the kill orphaned may finish the
+    # candidate it was on before the pool's watchdog ends it (a complete, verified record).
+    assert plan.keys() == set(PANELS) and sum(k for _, k in plan.values()) >= len(kept)
     # The first panel's manifests were written while the other panel's tasks still ran.
     first = log.rindex("done (1 of 2 panels)")
     assert "done (2 of 2 panels)" in log[first:] and " done (" in log[first:log.rindex("done (2 of 2 panels)")]
