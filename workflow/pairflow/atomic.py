@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -82,27 +83,38 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; on success fsync it and rename over ``final``.
+def atomic_path(final: Path, *, create: bool = True, fsync: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; on success fsync it and rename over ``final``,
+    then fsync the directory.
 
+    ``create=False`` yields a fresh name (64 random bits) without creating the file, for a
+    tool that creates its output itself (ffmpeg opens it with mode 0666 under the umask,
+    as ``open`` does): it saves creating the file twice and a chmod. ``fsync=False``: the
+    caller has fsynced the file's data before the block ends (to overlap it with other
+    work), so it is not fsynced again; the directory still is, after the rename.
     On any exception the temporary file is removed and ``final`` is untouched.
     """
     final = Path(final)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
-                                    dir=final.parent)
+        if create:
+            fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + final.name + ".", suffix=final.suffix,
+                                        dir=final.parent)
+            os.close(fd)
+        else:
+            name = str(final.parent / f"{TMP_PREFIX}{final.name}.{secrets.token_hex(8)}{final.suffix}")
     except OSError as e:
         if e.errno in FULL:
             raise no_space(final, e) from e
         raise
-    os.close(fd)
     tmp = Path(name)
     try:
-        _open_mode(tmp)
+        if create:
+            _open_mode(tmp)
         yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        if fsync:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, final)
         _fsync_dir(final.parent)
     except OSError as e:

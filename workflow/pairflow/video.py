@@ -23,11 +23,13 @@ ffmpeg is driven through ffmpeg-python (argv lists, no shell); probing and decod
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import os
 import selectors
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -51,6 +53,7 @@ from .errors import (
     GeometryError,
     HDRVideoError,
     MissingVideoError,
+    PairFlowError,
     PixelFormatError,
     StreamPropertyError,
     ToolTimeoutError,
@@ -388,16 +391,24 @@ def _pidfd(pid: int) -> int:
         return -1
 
 
+WRITE_BYTES = 1 << 20
+"""The most ``run_tool`` writes to a tool's stdin per wake-up (a pipe takes 64 KiB)."""
+
+
 def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | None = None,
-             chunk: int = 1 << 20, progress_lines: bool = False) -> tuple[int, bytes, bytes]:
+             chunk: int = 1 << 20, progress_lines: bool = False,
+             at_end: Callable[[], object] | None = None) -> tuple[int, bytes, bytes]:
     """Run an external tool (argv, no shell) about ``path``, feeding it ``feed`` on stdin;
     return (exit code, stderr, stdout).
 
     Every ``chunk`` bytes the tool consumes are reported as progress (``progress.report``),
     and with ``progress_lines`` so is each ``frame=N`` line on its stdout (ffmpeg's
-    ``-progress pipe:1``), so the job's stall check sees the work advance. After
-    ``timeout_s`` the tool is killed and ToolTimeoutError names the file, the command and
-    the fix.
+    ``-progress pipe:1``), so the job's stall check sees the work advance. With
+    ``progress_lines``, ``at_end`` is called once when the tool writes ``progress=end``
+    (ffmpeg writes it after closing its outputs, then tears down and exits: work on the
+    output overlaps that); it must not raise what it means the caller to see before the
+    exit code. After ``timeout_s`` the tool is killed and ToolTimeoutError names the
+    file, the command and the fix.
 
     One loop over a selector, as ``Popen.communicate`` does, but reporting progress while
     it runs (``communicate`` says nothing until the tool ends). Not threads: starting the
@@ -436,14 +447,17 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
                     fd = int(key.fd)
                     if fd == in_fd:
                         try:
-                            sent += os.write(fd, view[sent:sent + chunk])
+                            # As much as the pipe takes: writing a chunk (a frame) per
+                            # wake-up cost 0.5 ms of a 21 ms encode at 64x64.
+                            sent += os.write(fd, view[sent:sent + WRITE_BYTES])
                         except BlockingIOError:
                             continue
-                        except OSError:
-                            sent = len(view)  # the tool exited early (a broken pipe): its exit code and stderr say why
-                        if sent - reported >= chunk or sent == len(view):
-                            reported = sent
+                        except OSError:  # the tool exited early (a broken pipe): its exit code and stderr say why
+                            sent = reported = len(view)
                             progress.report(f"{name}: consumed {sent} of {len(view)} bytes for {path.name}")
+                        while sent - reported >= chunk or (sent == len(view) and reported < sent):
+                            reported = min(reported + chunk, sent)  # one report per chunk, as before
+                            progress.report(f"{name}: consumed {reported} of {len(view)} bytes for {path.name}")
                         if sent == len(view):
                             sel.unregister(fd)
                             cast(IO[bytes], stdin).close()
@@ -463,6 +477,9 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
                         for text in done:
                             if text.startswith(b"frame="):
                                 progress.report(f"{name}: {text.decode(errors='replace').strip()} of {path.name}")
+                            elif text.strip() == b"progress=end" and at_end is not None:
+                                at_end()
+                                at_end = None
         try:
             code = proc.wait(max(deadline - time.monotonic(), 1.0))  # it closed its output: it is ending
         except subprocess.TimeoutExpired:
@@ -476,15 +493,43 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
     return code, b"".join(chunks[err_fd]), b"".join(chunks[out_fd])
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """The written file's bytes as the decode-back check saw them."""
+
+    digest: str
+    size: int
+    info: ProbeInfo
+
+
+def _check_output(tmp: Path, *, frames: int, height: int, width: int, fps: int, pix_fmt: str) -> _Checked:
+    """Read ``tmp`` once: digest those bytes, decode every frame of exactly those bytes with
+    error detection on and check every declared property (``_scan``, ``check_probe``),
+    then fsync the file: its one fsync before the rename."""
+    with open(tmp, "rb") as fh:
+        data = fh.read()
+        digest = digest_bytes(data)
+        with _open(tmp, data) as container:
+            info = _scan(container, tmp, None)[0]
+        check_probe(info, tmp, frames=frames, height=height, width=width, fps=fps, pix_fmt=pix_fmt)
+        os.fsync(fh.fileno())
+    return _Checked(digest, len(data), info)
+
+
 def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> VideoInfo:
     """Encode uint8 (F, H, W, 3) ``frames`` to ``final`` with the fixed recipe.
 
-    Writes to a temporary sibling, probes it (frame count, size, rate, pixel format),
-    fsyncs and renames. ``raw_digest`` is the digest of the uncompressed frames. ffmpeg
-    reports each frame it encodes as progress and is killed after ``tool_timeout``.
-    Raises EncodeError with ffmpeg's stderr, ToolTimeoutError when ffmpeg hangs, or a
-    VideoReadError if the output does not verify; nothing is left under ``final`` on
-    failure.
+    ffmpeg writes a temporary sibling. The file is read once: its digest is taken, every
+    frame of those bytes is decoded with error detection on and every declared property
+    checked (frame count, size, rate, pixel format, colour tags: ``check_probe``), and it
+    is fsynced; then it is renamed and the directory fsynced. That work starts when
+    ffmpeg reports its end (``progress=end``, written after it closed the file), while
+    ffmpeg tears down; the file is accepted only after ffmpeg exits 0 and if its bytes are
+    still the checked ones (else they are checked again). ``raw_digest`` is the digest of
+    the uncompressed frames. ffmpeg reports each frame it encodes as progress and is
+    killed after ``tool_timeout``. Raises EncodeError with ffmpeg's stderr,
+    ToolTimeoutError when ffmpeg hangs, or a VideoReadError if the output does not verify;
+    nothing is left under ``final`` on failure.
     """
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
         raise FrameError(f"encode() takes uint8 (F, H, W, 3) from prepare_frames(); got "
@@ -494,14 +539,27 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
     # Python >= 3.12, so memoryview(array) does not type-check on 3.10).
     raw = np.ascontiguousarray(frames).data.cast("B")  # no copy: fed to ffmpeg and hashed as is
     binary = ffmpeg_binary(spec)
-    with atomic_path(Path(final)) as tmp:
+    expected = {"frames": f, "height": h, "width": w, "fps": fps, "pix_fmt": expected_pix_fmt(spec)}
+    # ffmpeg creates the temporary file itself (mode 0666 under the umask, as open does),
+    # and _check_output fsyncs it.
+    with atomic_path(Path(final), create=False, fsync=False) as tmp:
         argv = [str(tmp) if a == OUTPUT_PLACEHOLDER else a for a in _argv(spec, fps, f"{w}x{h}", binary)]
         # Progress lines on stdout (unused otherwise); they change no output byte, so the
         # recorded recipe does not carry them.
         argv[1:1] = ["-progress", "pipe:1", "-nostats"]
+        early: list[_Checked | PairFlowError | OSError] = []
+
+        def at_end() -> None:
+            # ffmpeg has closed the file and is tearing down. What this finds is kept for
+            # after its exit code: a failed encode is reported as such, not as a bad file.
+            try:
+                early.append(_check_output(tmp, **expected))
+            except (PairFlowError, OSError) as e:
+                early.append(e)
+
         try:
             code, err, _ = run_tool(argv, Path(final), tool_timeout(f, h, w), raw, chunk=h * w * 3,
-                                    progress_lines=True)
+                                    progress_lines=True, at_end=at_end)
         except OSError as e:
             if e.errno in FULL:
                 raise no_space(Path(final), e) from e
@@ -516,11 +574,15 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
             tail = "\n".join(stderr.splitlines()[-STDERR_LINES:])[-STDERR_CHARS:]
             raise EncodeError(f"ffmpeg ({binary}) failed writing {final} (exit {code}); its "
                               f"stderr ends:\n{tail}")
-        info = probe(tmp)
-        check_probe(info, tmp, frames=f, height=h, width=w, fps=fps, pix_fmt=expected_pix_fmt(spec))
-        digest = digest_file(tmp)
-        size = tmp.stat().st_size
-    return VideoInfo(str(final), digest, size, f, h, w, f"{fps}/1", info.pix_fmt,
+        checked = early[0] if early else None
+        if isinstance(checked, BaseException):
+            raise checked
+        # ffmpeg writes nothing after its end report; a tool that did (a wrapper set as
+        # encoder/ffmpeg that touches its output) would have changed bytes already checked,
+        # so those are checked again.
+        if checked is None or digest_file(tmp) != checked.digest:
+            checked = _check_output(tmp, **expected)
+    return VideoInfo(str(final), checked.digest, checked.size, f, h, w, f"{fps}/1", checked.info.pix_fmt,
                      digest_bytes(raw))
 
 
@@ -639,17 +701,18 @@ _PROPERTY_RULES: dict[str, tuple[type[VideoReadError], str, str]] = {
 }
 
 
-def _open(path: Path) -> Any:
-    """The file opened with PyAV. Raises MissingVideoError (absent, zero bytes) or
-    TruncatedVideoError (not a container PyAV can open)."""
+def _open(path: Path, data: bytes | None = None) -> Any:
+    """The file opened with PyAV, or ``data`` (its bytes, already read) when given.
+    Raises MissingVideoError (absent, zero bytes) or TruncatedVideoError (not a container
+    PyAV can open)."""
     import av
 
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise MissingVideoError(f"{path}: no such file; regenerate it (rerun the panel)")
-    if path.stat().st_size == 0:
+    if (len(data) if data is not None else path.stat().st_size) == 0:
         raise MissingVideoError(f"{path}: zero bytes; the write was interrupted, regenerate it")
     try:
-        return av.open(str(path))
+        return av.open(io.BytesIO(data) if data is not None else str(path))
     except av.error.FFmpegError as e:
         raise TruncatedVideoError(f"{path}: cannot be opened as a video ({e}); the file is "
                                   "truncated or corrupt, delete it and regenerate") from e
