@@ -243,6 +243,114 @@ def test_failed_encode_leaves_nothing_under_the_final_name(encoder_spec, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def wrapped_ffmpeg(tmp_path: Path, encoder_spec, *, damage: bool, report_end: bool, code: int = 0) -> Path:  # type: ignore[no-untyped-def]
+    """A stand-in ffmpeg (what a site's wrapper set as encoder/ffmpeg would be) that runs the
+    real one, and after it has exited waits 0.2 s (the writer has checked the file by then
+    when it saw the end report), then with ``damage`` flips 16 bytes inside the output's
+    third frame, and exits ``code`` (or the real one's). Without ``report_end`` the real
+    ffmpeg's progress lines (its end report) never reach the writer."""
+    import sys
+
+    script = tmp_path / "wrapped-ffmpeg"
+    script.write_text(f"""#!{sys.executable}
+import subprocess, sys, time
+import av
+argv = sys.argv[1:]
+res = subprocess.run([{ffmpeg_binary(encoder_spec)!r}, *argv], stdout=None if {report_end} else subprocess.DEVNULL)
+time.sleep(0.2)
+if {damage}:
+    out = next(a for a in argv if "/.tmp-" in a)
+    with av.open(out) as c:
+        third = [p for p in c.demux(c.streams.video[0]) if p.size][2]
+        at = third.pos + third.size // 2
+    with open(out, "r+b") as fh:
+        fh.seek(at)
+        data = fh.read(16)
+        fh.seek(at)
+        fh.write(bytes(b ^ 0xA5 for b in data))
+sys.exit(res.returncode or {code})
+""")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("report_end", [True, False], ids=["after-its-end-report", "no-end-report"])
+def test_an_output_damaged_after_the_encoder_ends_is_refused(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                             report_end: bool) -> None:
+    """The writer checks the file while ffmpeg tears down (after its end report); bytes that
+    change after that check (here: damaged once the encoder has exited) are checked again,
+    and a damaged stream never reaches the final name. Without an end report the check runs
+    after the exit."""
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(wrapped_ffmpeg(tmp_path, encoder_spec, damage=True,
+                                                                      report_end=report_end)))
+    u8, _ = prepare_frames(smooth(), spec)
+    with pytest.raises(E.CorruptVideoError, match="the stream is damaged"):
+        encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert not list(tmp_path.glob("v.mp4")) and not list(tmp_path.glob(".tmp-*"))
+    # The same wrapper without the damage writes a video that verifies.
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(wrapped_ffmpeg(tmp_path, encoder_spec, damage=False,
+                                                                      report_end=report_end)))
+    info = encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert info.frames == F and info.digest == encode(u8, tmp_path / "w.mp4", encoder_spec, FPS).digest
+
+
+def test_an_encoder_failing_after_its_end_report_is_an_encode_error(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What the early check finds waits for the exit code: a failed encoder is an EncodeError."""
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(wrapped_ffmpeg(tmp_path, encoder_spec, damage=True,
+                                                                      report_end=True, code=3)))
+    u8, _ = prepare_frames(smooth(), spec)
+    with pytest.raises(E.EncodeError, match="exit 3"):
+        encode(u8, tmp_path / "v.mp4", spec, FPS)
+    assert not list(tmp_path.glob("v.mp4")) and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_write_reads_the_file_once_while_ffmpeg_ends_and_fsyncs_it_once(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                        monkeypatch) -> None:
+    """The decode-back check runs once, before ffmpeg's exit is seen (while it tears down),
+    on the bytes it digests; one fsync on the file and one on the directory, no more; the
+    file ffmpeg creates has the mode open() gives under the umask."""
+    import os
+    import stat
+
+    from pairflow import video
+
+    real_check, real_run, real_fsync = video._check_output, video.run_tool, os.fsync
+    seen: list[str] = []
+    state = {"running": False}
+
+    def check(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append("during" if state["running"] else "after")
+        return real_check(*args, **kwargs)
+
+    def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        state["running"] = True
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            state["running"] = False
+
+    def fsync(fd: int) -> None:
+        seen.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(video, "_check_output", check)
+    monkeypatch.setattr(video, "run_tool", run)
+    monkeypatch.setattr(os, "fsync", fsync)
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    old = os.umask(0o027)
+    try:
+        info = encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    finally:
+        os.umask(old)
+    assert seen == ["during", "fsync file", "fsync dir"]
+    assert stat.S_IMODE((tmp_path / "v.mp4").stat().st_mode) == 0o640
+    assert info.digest == video.digest_file(tmp_path / "v.mp4")
+    assert info.bytes == (tmp_path / "v.mp4").stat().st_size
+    data = (tmp_path / "v.mp4").read_bytes()
+    with video._open(tmp_path / "v.mp4", data) as c:
+        assert video._scan(c, tmp_path / "v.mp4", None)[0] == probe(tmp_path / "v.mp4")  # bytes == path
+
+
 # ---------------------------------------------------------------- read guards on a bad corpus
 
 def ff(spec, out: Path, *args: str) -> Path:  # type: ignore[no-untyped-def]
