@@ -5,6 +5,11 @@ Prints the fastest of alternated runs (on a shared machine the minimum is the fi
 disturbed by other load; the median beside it) at 64x64 x 9 frames (the default study)
 and 832x480 x 33 frames (Wan2.1's 480p). Goal (issue 25): writer <= 1.15x bare.
 
+Fair to bare ffmpeg: it runs the writer's own compiled argv (``video._argv``: the same
+recipe, ``-nostdin`` and log level; without only the writer's ``-progress pipe:1``), fed the
+same frames without a copy, writing into the same folder; one untimed warm-up of each; the
+order alternates every run (writer first on even runs, bare first on odd ones).
+
     python benchmarks/write_speed.py [--save]    (--save: into benchmarks/results.json, rendered
                                                   into BENCHMARKS.md by render.py)
 """
@@ -19,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from read_speed import frames
 
 from pairflow.config import EncoderSpec
-from pairflow.video import _output_args, encode, ffmpeg_binary, prepare_frames
+from pairflow.video import OUTPUT_PLACEHOLDER, _argv, encode, ffmpeg_binary, prepare_frames
 
 
 def main() -> None:
@@ -31,19 +37,24 @@ def main() -> None:
     out: dict[str, dict[str, float]] = {}
     for (f, h, w), runs in (((9, 64, 64), 31), ((33, 480, 832), 9)):
         u8 = frames(f, h, w)
-        args = [str(x) for k, v in _output_args(spec, 8).items() for x in (f"-{k}", v)]
-        bare = [ffmpeg_binary(spec), "-hide_banner", "-nostdin", "-loglevel", "error", "-y", "-f", "rawvideo",
-                "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-framerate", "8/1", "-i", "pipe:", *args,
-                str(tmp / "bare.mp4")]
-        times: dict[str, list[float]] = {"writer": [], "bare": []}
-        for _ in range(runs):
-            t = time.perf_counter()
+        raw = u8.data.cast("B")
+        bare = [str(tmp / "bare.mp4") if a == OUTPUT_PLACEHOLDER else a
+                for a in _argv(spec, 8, f"{w}x{h}", ffmpeg_binary(spec))]
+
+        def writer(u8: np.ndarray = u8, out: Path = tmp / f"w{w}.mp4") -> None:
             prepared, _ = prepare_frames(u8, spec)
-            encode(prepared, tmp / f"w{w}.mp4", spec, 8)
-            times["writer"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            subprocess.run(bare, input=u8.tobytes(), check=True)
-            times["bare"].append(time.perf_counter() - t)
+            encode(prepared, out, spec, 8)
+
+        def bare_ffmpeg(argv: list[str] = bare, raw: memoryview = raw) -> None:
+            subprocess.run(argv, input=raw, check=True)
+
+        times: dict[str, list[float]] = {"writer": [], "bare": []}
+        for i in range(runs + 1):  # run 0: warm-up, not kept
+            for name, fn in (("writer", writer), ("bare", bare_ffmpeg))[:: 1 if i % 2 == 0 else -1]:
+                t = time.perf_counter()
+                fn()
+                if i:
+                    times[name].append(time.perf_counter() - t)
         wmin, bmin = min(times["writer"]), min(times["bare"])
         wmed, bmed = statistics.median(times["writer"]), statistics.median(times["bare"])
         print(f"{w}x{h}x{f}: writer {wmin * 1e3:.1f} ms (median {wmed * 1e3:.1f}), bare ffmpeg {bmin * 1e3:.1f} ms "

@@ -72,6 +72,13 @@ def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: igno
     assert peak < arr.nbytes  # before: about 4x arr.nbytes
 
 
+@pytest.mark.parametrize("shape", [(9, 64, 64, 3), (3, 480, 832, 3), (2, 6, 10, 3)])
+def test_the_frame_mean_equals_numpys_exactly(encoder_spec, shape: tuple[int, ...]) -> None:  # type: ignore[no-untyped-def]
+    """The guard's integer-sum mean is numpy's mean to the last bit, bright frames included."""
+    for arr in (np.random.default_rng(1).integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8)):
+        assert prepare_frames(arr, encoder_spec)[1].mean == float(arr.mean())
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_all_float_dtypes_accepted_from_torch(encoder_spec, dtype: str) -> None:  # type: ignore[no-untyped-def]
     import torch
