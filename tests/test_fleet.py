@@ -18,7 +18,7 @@ from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
 from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
 from pairflow.sites import Packing, grant_from_env
-from pairflow.startup import timeline
+from pairflow.startup import timeline, worker_marks
 
 
 @pytest.fixture(autouse=True)
@@ -199,7 +199,7 @@ def warm_up(p: dict) -> dict:
     import numpy  # noqa: F401
 
     WARMED["s"] = time.perf_counter() - started
-    return {"import_s": WARMED["s"]}
+    return {"import_s": WARMED["s"], "marks": worker_marks()}
 
 
 def report_warm(p: dict) -> dict:
@@ -231,6 +231,8 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     m = t["startup_marks"]
     assert m["driver_ready"] <= m["parsl_imported"] <= m["pool_loaded"] <= m["tasks_prepared"]
     assert m["parsl_imported"] <= m["interchange_started"] + 0.05 <= m["pool_loaded"] + 0.05  # /proc ticks: 10 ms
+    # The pool was launched while the interchange started, not after parsl.load (sites.executor).
+    assert warm[0]["warm_up"]["marks"]["manager_started"] < m["pool_loaded"]
     tl = timeline(t)
     assert tl["first_task_s"] >= warm[0]["finished"] - t["job"]["start"] and tl["slots"] == 1
     # Nothing to do: no pool starts when the work is found before starting it.
