@@ -163,6 +163,21 @@ def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_
     assert slurm.executors[0].launch_cmd == forked  # srun runs the same command on each node
 
 
+def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):
+    """sites.executor: the launch command names the worker port, so it is chosen up front
+    (free on the interchange's address now) and the executor refuses to start without one."""
+    from pairflow.sites.executor import EarlyPoolExecutor, free_port
+
+    ex = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0]
+    assert isinstance(ex, EarlyPoolExecutor) and ex.address == "127.0.0.1"
+    assert "EarlyPoolExecutor(" in repr(ex) and f"worker_port={ex.worker_port}" in repr(ex)  # logged verbatim
+    for port in (ex.worker_port, free_port("127.0.0.1")):
+        with socket.socket() as s:  # free: the interchange can bind it
+            s.bind(("127.0.0.1", port))
+    with pytest.raises(ValueError, match="worker_port"):
+        EarlyPoolExecutor(label="x")._start_local_interchange_process()
+
+
 def test_two_workers_per_gpu_list_each_device_twice_pinned_past_parsls_mps_rewrite(tmp_path):
     g = sites.grant({"NVIDIA_VISIBLE_DEVICES": "2,3"})
     ex = sites.make_config(tmp_path, FleetSpec(3, 1), g, Packing(per_gpu=2)).executors[0]
