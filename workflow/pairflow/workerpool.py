@@ -108,7 +108,7 @@ def bind_children() -> None:
         if forking[0] != server:
             return
         if libc.prctl(orphans.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            print(f"pairflow.workerpool: prctl(PR_SET_PDEATHSIG) failed (errno {ctypes.get_errno()}): this worker "
+            print(f"pairflow.workerpool: prctl(PR_SET_PDEATHSIG) failed (errno {ctypes.get_errno()}): this process "
                   "will not end with its fork server", file=sys.stderr, flush=True)
         elif os.getppid() != server:
             os._exit(EXIT_CODE)
