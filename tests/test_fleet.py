@@ -584,6 +584,7 @@ def test_a_killed_fork_server_or_manager_server_ends_the_pool_at_once_and_leaves
     assert time.monotonic() - killed < 30, err[-3000:]
     assert proc.returncode != 0 and "TaskFailedError" in err, err[-3000:]
     assert f"{victim} (pid" in err and "Ending this worker pool (exit 137" in err, err[-3000:]
+    assert ("(exit status -9)" in err) == (victim == "Manager server"), err[-3000:]  # the fork server reports it
     records = [json.loads(f.read_text()) for f in (tmp_path / "failures").glob("*.json")]
     assert len(records) == 3 and {r["class"] for r in records} == {"host_oom_or_killed"}, records
     time.sleep(1)

@@ -123,14 +123,25 @@ def watch(server: int) -> None:
     started = orphans.start_time(server)
     while True:
         ready = multiprocessing.connection.wait(list(_WATCHED), timeout=WATCH_S)
-        gone = None if orphans.alive(server, started) else f"the pool's fork server (pid {server})"
-        gone = gone or next((_WATCHED[s] for s in ready if isinstance(s, int) and s in _WATCHED), None)
-        if gone is None:
+        if not _RUNNING.is_set():  # before or after Parsl's pool: its own start or shutdown
+            if ready:
+                _WATCHED.clear()
             continue
-        if not _RUNNING.is_set():
-            _WATCHED.clear()
-            continue
-        _end(gone)
+        if not orphans.alive(server, started):
+            _end(f"the pool's fork server (pid {server})")
+        for sentinel in ready:
+            _end(_ended(sentinel, server))
+
+
+def _ended(sentinel: Any, server: int) -> str:
+    """What a ready sentinel says ended: the fork server writes a child's exit status there
+    (its own death, which kills the child too, leaves only the end of the pipe, and may
+    show here a moment before the server shows as dead)."""
+    try:
+        code = multiprocessing.forkserver.read_signed(sentinel)
+    except (OSError, EOFError):
+        return f"the pool's fork server (pid {server})"
+    return f"{_WATCHED.get(sentinel, 'a watched process')} (exit status {code})"
 
 
 def _end(gone: str) -> None:
