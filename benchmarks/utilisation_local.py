@@ -72,10 +72,12 @@ def floor(model: Path) -> dict[str, float]:
 PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pairflow)"),
           ("driver_ready", "driver prepares (config, lock, contexts, packing)"),
           ("parsl_imported", "driver imports Parsl"),
-          ("pool_loaded", "`parsl.load`: interchange process starts and binds"),
-          ("manager_started", "strategy tick, pool manager process starts"),
-          ("worker_started", "manager imports Parsl, starts its Manager server, spawns workers"),
-          ("warm_up_started", "worker imports Parsl, registers, gets and unpickles its warm-up"),
+          ("manager_started", "pool manager process starts (its block is launched as the interchange starts: "
+                              "`sites.executor`)"),
+          ("pool_loaded", "`parsl.load` returns: the interchange process has started and bound"),
+          ("worker_started", "worker process starts (spawn: after the manager's Parsl import and Manager server; "
+                             "forkserver: forked once the fork server's imports are done)"),
+          ("warm_up_started", "worker registers, gets and unpickles its warm-up (spawn: after importing Parsl)"),
           ("torch_diffusers_imported", "worker imports torch and diffusers"),
           ("pipeline_imported", "worker imports the pipeline's modules (transformers, ...)"),
           ("model_loaded", "worker loads the model"),

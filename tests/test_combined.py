@@ -36,18 +36,17 @@ def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
 
     with caplog.at_level(logging.INFO, logger="pairflow"):
         first = _run(study, at)
-    # The log speaks from the first second: the pool starting, each start-up phase of the
-    # worker as it begins (polled every 2 s: a phase shorter than that, such as importing
-    # the already-loaded scorers, may pass unseen), workers ready, then progress lines.
-    # (Under fleet.worker_start: forkserver the fork server names its imports instead:
-    # test_fleet.)
+    # The log speaks from the first second: the pool starting, each start-up phase as it
+    # begins (polled every 2 s: a phase shorter than that, such as a forked worker's 0.2 s
+    # model load, may pass unseen): under fleet.worker_start: forkserver (the default) the
+    # fork server's imports for every worker, then workers ready, then progress lines.
     text = caplog.text
-    order = [text.index(s) for s in ("starting 1 worker(s)", "importing torch and diffusers", "loading the model",
+    order = [text.index(s) for s in ("starting 1 worker(s)", "fork-server-", "importing torch, diffusers, pyiqa",
                                      " done (")]
     assert order == sorted(order), text[-3000:]
     # "workers ready" is read by the same 2 s poll: with tasks this fast (a few hundred ms)
     # the first ones may finish before the poll that sees the worker ready.
-    assert text.index("loading the model") < text.index("workers ready 1/1"), text[-3000:]
+    assert text.index("importing torch, diffusers, pyiqa") < text.index("workers ready 1/1"), text[-3000:]
     assert (first["ran"], first["scored"]) == (4, 4)
     gen, scores = (json.loads(m.read_text()) for m in (at.generation_manifest("t"), at.score_manifest("t")))
     assert gen["kind"] == "panel-generation" and scores["kind"] == "panel-scores" and scores["ran"] == 4

@@ -61,7 +61,7 @@ def run_processes(project: Path, root: int) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"process_worker_pool" in cmd and str(project).encode() in cmd:
+        if (b"process_worker_pool" in cmd or b"pairflow.workerpool" in cmd) and str(project).encode() in cmd:
             tops.add(pid)
     out, frontier = set(), set(tops)
     while frontier:
@@ -284,47 +284,59 @@ def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, enco
     assert info.frames == 9 and read_record(small_fs / "r.json", "retirement")["why"] == "y"
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        out += [int(x) for x in task.read_text().split()]
-    return out
+def _worker_running_a_task(scratch: Path) -> tuple[int, str] | None:
+    """A Parsl worker found by its role: the process whose heartbeat file (``fleet.traced``,
+    ``<host>-<pid>.json``) says it is running a task now; with its parent's command line
+    (the fork server under ``fleet.worker_start: forkserver``, Parsl's pool under spawn)."""
+    for f in scratch.rglob("heartbeats/*.json"):
+        try:
+            beat = json.loads(f.read_text())
+            parent = Path(f"/proc/{beat['pid']}/stat").read_text()
+            ppid = int(parent[parent.rindex(")") + 2:].split()[1])
+            cmd = Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, KeyError):
+            continue  # being replaced, or its worker just ended
+        if beat.get("phase") == "task":
+            return int(beat["pid"]), cmd
+    return None
 
 
 def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Path, tmp_path: Path) -> None:
-    """Injected: SIGKILL to one Parsl worker process (a child of the worker pool) while the
-    panel is being generated. Parsl reports the task lost and retries it (retries: 1)."""
+    """Injected: SIGKILL to one Parsl worker process while it runs a task (found by role:
+    its heartbeat names the task; under the default ``fleet.worker_start: forkserver`` it
+    is a child of the pool's fork server, not of the pool manager) while the panel is
+    being generated. Parsl reports the task lost, retries it (retries: 1) and forks a
+    replacement; no process of the run is left once Snakemake ends."""
     project, cfg = make(tmp_path, tiny_model, "worker", fleet={"cpu_workers": 2, "retries": 1},
                         generation=SLOWER)  # so the panel is still running when the kill lands
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    killed = None
+    found: list[tuple[int, str]] = []
+
+    def running() -> bool:
+        worker = _worker_running_a_task(scratch) if len(complete_records(scratch)) >= 2 else None
+        found[:] = [worker] if worker else []
+        return bool(found)
+
     try:
-        wait_for(lambda: len(complete_records(scratch)) >= 2, 300, "two records")
-        for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                text = cmd.read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if b"process_worker_pool" in text and str(project).encode() in text:
-                workers = _children(int(cmd.parent.name))
-                if workers:
-                    killed = workers[0]
-                    os.kill(killed, signal.SIGKILL)
-                    break
-        assert killed is not None, "no Parsl worker found to kill"
+        wait_for(running, 300, "two records and a worker running a task")
+        killed, parent = found[0]
+        os.kill(killed, signal.SIGKILL)
         out, _ = proc.communicate(timeout=900)
+        time.sleep(1)
+        left = run_processes(project, proc.pid)
     finally:
         if proc.poll() is None:
             kill_everything_under(project, proc.pid)
     assert proc.returncode == 0, out[-5000:]
+    assert not left, f"processes {left} outlived the run"
     records = sorted((scratch / "panels").rglob("records/*/*.json"))
     assert len(records) == 12 and len(complete_records(scratch)) == 12  # nothing lost, nothing twice
     assert not list((scratch / "panels").rglob(".tmp-*"))
     assert verify_tree(scratch) == []
-    print(f"\nFAULT worker-kill: killed pid {killed}; 12/12 records, no temp files left")
+    print(f"\nFAULT worker-kill: killed worker pid {killed} (parent: {parent[:80]}); 12/12 records, no temp files left")
 
 
 def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
 from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
 from pairflow.sites import Packing, grant_from_env
-from pairflow.startup import timeline
+from pairflow.startup import timeline, worker_marks
 
 
 @pytest.fixture(autouse=True)
@@ -199,7 +199,7 @@ def warm_up(p: dict) -> dict:
     import numpy  # noqa: F401
 
     WARMED["s"] = time.perf_counter() - started
-    return {"import_s": WARMED["s"]}
+    return {"import_s": WARMED["s"], "marks": worker_marks()}
 
 
 def report_warm(p: dict) -> dict:
@@ -231,6 +231,8 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     m = t["startup_marks"]
     assert m["driver_ready"] <= m["parsl_imported"] <= m["pool_loaded"] <= m["tasks_prepared"]
     assert m["parsl_imported"] <= m["interchange_started"] + 0.05 <= m["pool_loaded"] + 0.05  # /proc ticks: 10 ms
+    # The pool was launched while the interchange started, not after parsl.load (sites.executor).
+    assert warm[0]["warm_up"]["marks"]["manager_started"] < m["pool_loaded"]
     tl = timeline(t)
     assert tl["first_task_s"] >= warm[0]["finished"] - t["job"]["start"] and tl["slots"] == 1
     # Nothing to do: no pool starts when the work is found before starting it.
@@ -431,8 +433,8 @@ from pairflow.config import FleetSpec
 from pairflow.fleet import Grant, run_tasks
 from test_fleet import pid_then_sleep
 d = Path(sys.argv[1])
-run_tasks(pid_then_sleep, [{"dir": str(d), "s": 1}] * 400, d / "run", FleetSpec(2, 0, stall_timeout_s=30),
-          Grant(), "stall")
+run_tasks(pid_then_sleep, [{"dir": str(d), "s": 1}] * 400, d / "run",
+          FleetSpec(2, 0, stall_timeout_s=30, worker_start="spawn"), Grant(), "stall")
 """
 
 
@@ -477,23 +479,132 @@ def _tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def _group(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid`` (a worker pool's: LocalProvider
+    starts each block in a group of its own)."""
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = d.joinpath("stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.append(int(d.name))
+    return out
+
+
+def _manager_server(pool: int, workers: set[int]) -> int:
+    """Parsl's Manager server: the pool's child beside the workers, or with workers forked
+    from a fork server (workerpool), the server's child beside them."""
+    forkserver = [p for p in _children_of(pool) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    manager = [p for p in (_children_of(forkserver[0]) if forkserver else _children_of(pool)) if p not in workers
+               and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(manager) == 1, manager
+    return manager[0]
+
+
+KILL_DRIVER = """
+import sys
+from pathlib import Path
+from pairflow.config import FleetSpec
+from pairflow.fleet import Grant, TaskHooks, run_tasks
+from test_fleet import pid_then_sleep
+d, start, s = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+out = run_tasks(pid_then_sleep, [{"dir": str(d), "s": s, "i": i} for i in range(3)], d / "run",
+                FleetSpec(2, 1, stall_timeout_s=120, worker_start=start), Grant(), "kill",
+                TaskHooks(failure_out=lambda p: d / "failures" / f"{p['i']}.json"))
+print("results", len(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
+def test_a_killed_worker_is_retried_once_and_replaced_and_the_pool_ends_clean(tmp_path, start):
+    """Injected: SIGKILL to the process running a task (a worker, found by the pid file its
+    task writes: by role, not by its place in the tree). Under ``forkserver`` its parent is
+    the pool's fork server, which forks its replacement; under spawn, Parsl's pool. Parsl
+    fails the task as lost and retries it (retries: 1): every task succeeds, the killed
+    one twice started, and nothing of the pool outlives the job."""
+    proc = subprocess.Popen([sys.executable, "-c", KILL_DRIVER, str(tmp_path), start, "2"], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        victim = min(int(p.stem) for p in tmp_path.glob("*.pid"))
+        server = _parent(victim)
+        assert (b"multiprocessing.forkserver" in Path(f"/proc/{server}/cmdline").read_bytes()) == (start == "forkserver")
+        group = os.getpgid(victim)
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "results 3" in out, err[-3000:]
+    assert not (tmp_path / "failures").exists()
+    (log,) = (tmp_path / "run" / "workers").rglob("manager.log")
+    assert "has died" in log.read_text() and "has been restarted" in log.read_text()  # a replacement was started
+    time.sleep(1)
+    assert not _group(group), f"pool processes {_group(group)} outlived the job"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["fork server", "Manager server"])
+def test_a_killed_fork_server_or_manager_server_ends_the_pool_at_once_and_leaves_nothing(tmp_path, victim):
+    """Injected (``fleet.worker_start: forkserver``): SIGKILL to the pool's fork server, or
+    to Parsl's Manager server (forked from it). Before, the first made Parsl fork new workers
+    from a second fork server while the old ones ran on; the second left the pool spinning
+    on a broken pipe until the stall timeout. Now the pool manager names what ended and
+    exits at once as a killed pool: the tasks fail as host_oom_or_killed (a rerun or
+    another node's pool takes them), well inside the stall timeout (120 s), and the
+    workers end with their fork server (the pool's process group is empty)."""
+    proc = subprocess.Popen([sys.executable, "-c", KILL_DRIVER, str(tmp_path), "forkserver", "600"],
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        workers = {int(p.stem) for p in tmp_path.glob("*.pid")}
+        assert len(workers) == 2, f"workers did not start (driver exit {proc.poll()})"
+        server = _parent(next(iter(workers)))
+        pool = _parent(server)
+        group = os.getpgid(pool)
+        os.kill(server if victim == "fork server" else _manager_server(pool, workers), signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - killed < 30, err[-3000:]
+    assert proc.returncode != 0 and "TaskFailedError" in err, err[-3000:]
+    assert f"{victim} (pid" in err and "Ending this worker pool (exit 137" in err, err[-3000:]
+    assert ("(exit status -9)" in err) == (victim == "Manager server"), err[-3000:]  # the fork server reports it
+    records = [json.loads(f.read_text()) for f in (tmp_path / "failures").glob("*.json")]
+    assert len(records) == 3 and {r["class"] for r in records} == {"host_oom_or_killed"}, records
+    time.sleep(1)
+    assert not _group(group), f"pool processes {_group(group)} outlived the job"
+
+
 @pytest.mark.slow
 def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tmp_path):
-    """Injected: SIGKILL to the worker pool's multiprocessing manager (not a task worker).
-    Its workers die as zombies while the pool keeps heartbeating to the interchange, so
-    Parsl never declares it lost (and its log grows by MB/s): the stall check must end it."""
+    """Injected (``fleet.worker_start: spawn``, Parsl's own pool): SIGKILL to the worker
+    pool's multiprocessing Manager server (not a task worker). Its workers die as zombies
+    while the pool keeps heartbeating to the interchange, so Parsl never declares it lost
+    (and its log grows by MB/s): the stall check must end it. (Under forkserver the pool
+    ends itself at once: the test above.)"""
     proc = _start_driver(STALL_DRIVER, tmp_path)
     try:
         workers = {int(p.stem) for p in tmp_path.glob("*.pid")}
         assert len(workers) == 2, f"workers did not start (driver exit {proc.poll()})"
         pool = _pool_of(tmp_path)
         tree = [pool, *_descendants(pool)]
-        # Parsl's Manager server: the pool's child beside the workers, or with workers forked
-        # from a fork server (workerpool), the server's child beside them.
-        forkserver = [p for p in _children_of(pool) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        manager = [p for p in (_children_of(forkserver[0]) if forkserver else _children_of(pool)) if p not in workers
-                   and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(manager) == 1, manager
+        manager = [_manager_server(pool, workers)]
         os.kill(manager[0], signal.SIGKILL)
         killed = time.monotonic()
         _, err = proc.communicate(timeout=90)
@@ -567,8 +678,12 @@ def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(ti
     Its phase goes to the job's phases folder, where the driver's PhaseWatch logs it."""
     from pairflow import preload, telemetry, workerpool
 
-    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: "/nonexistent"}) == []
-    assert preload.preload({workerpool.PRELOAD_MODEL_VAR: str(tiny_model),
+    # A pool whose tasks do not warm up (no PAIRFLOW_PRELOAD) imports nothing and says nothing.
+    assert preload.preload({workerpool.PRELOAD_PHASES_VAR: str(tmp_path / "phases")}) == []
+    assert not (tmp_path / "phases").exists()
+    on = {workerpool.PRELOAD_VAR: "1"}
+    assert preload.preload({**on, workerpool.PRELOAD_MODEL_VAR: "/nonexistent"}) == []
+    assert preload.preload({**on, workerpool.PRELOAD_MODEL_VAR: str(tiny_model),
                             workerpool.PRELOAD_PHASES_VAR: str(tmp_path / "phases")}) == []
     (phase,) = tmp_path.joinpath("phases").glob(telemetry.FORK_SERVER + "-*.json")
     assert json.loads(phase.read_text())["phase"] == "imports done: forking the workers"
@@ -595,12 +710,13 @@ def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(
     (fake / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     grant = Grant(accelerators=("1",), gpus={"1": "1"})
-    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0, worker_start="forkserver"),
-                    grant, "pack",
-                    TaskHooks(tmp_path / "tel.json"), Packing(per_gpu=2, record={"source": "test"}))
+    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0), grant, "pack",
+                    TaskHooks(tmp_path / "tel.json", warm=(sleep_task, {"s": 0})),
+                    Packing(per_gpu=2, record={"source": "test"}))
     seen = {r["pid"]: r["visible"] for r in out}
     assert sorted(seen.values()) == ["1,-1", "1,-1"], seen  # two workers, both on device 1 alone
-    # fleet.worker_start: forkserver: forked from the pool's preloaded fork server, pinned after
+    # fleet.worker_start: forkserver (the default): forked from the pool's fork server, which
+    # imported torch for them (the job warms up), pinned after the fork
     assert all("multiprocessing.forkserver" in r["parent"] and r["torch"] for r in out), out
     t = json.loads((tmp_path / "tel.json").read_text())
     assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}

@@ -19,6 +19,7 @@ COVERED_BY = {
     "packs": ("test_archive.py", "from pairflow import packs"),
     "workerpool": ("test_fleet.py", "pairflow.workerpool"),
     "preload": ("test_fleet.py", "pairflow.preload"),
+    "sites/executor": ("test_sites.py", "pairflow.sites.executor"),
     "provenance": ("test_generate.py", "pairflow.provenance"),
     "recordtypes": ("test_records.py", "recordtypes"),
     "armrun": ("test_arms.py", "pairflow.armrun"),

@@ -152,14 +152,30 @@ def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tm
 def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_parsls_own(tmp_path):
     from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 
-    fork = FleetSpec(1, 0, worker_start="forkserver")
+    fork = FleetSpec(1, 0)
+    assert fork.worker_start == "forkserver"  # the default
     forked = sites.make_config(tmp_path, fork, Grant()).executors[0].launch_cmd
     assert forked == f"{sys.executable} -m pairflow.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
     assert "{{block_id}}" in forked and "{max_workers_per_node}" in forked  # Parsl fills every placeholder
-    spawned = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0].launch_cmd
-    assert spawned == DEFAULT_LAUNCH_CMD  # the default, spawn: Parsl's own process_worker_pool.py
+    spawned = sites.make_config(tmp_path, FleetSpec(1, 0, worker_start="spawn"), Grant()).executors[0].launch_cmd
+    assert spawned == DEFAULT_LAUNCH_CMD  # spawn: Parsl's own process_worker_pool.py
     slurm = sites.make_config(tmp_path, fork, sites.grant({**SLURM, "CUDA_VISIBLE_DEVICES": "0"}))
     assert slurm.executors[0].launch_cmd == forked  # srun runs the same command on each node
+
+
+def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):
+    """sites.executor: the launch command names the worker port, so it is chosen up front
+    (free on the interchange's address now) and the executor refuses to start without one."""
+    from pairflow.sites.executor import EarlyPoolExecutor, free_port
+
+    ex = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0]
+    assert isinstance(ex, EarlyPoolExecutor) and ex.address == "127.0.0.1"
+    assert "EarlyPoolExecutor(" in repr(ex) and f"worker_port={ex.worker_port}" in repr(ex)  # logged verbatim
+    for port in (ex.worker_port, free_port("127.0.0.1")):
+        with socket.socket() as s:  # free: the interchange can bind it
+            s.bind(("127.0.0.1", port))
+    with pytest.raises(ValueError, match="worker_port"):
+        EarlyPoolExecutor(label="x")._start_local_interchange_process()
 
 
 def test_two_workers_per_gpu_list_each_device_twice_pinned_past_parsls_mps_rewrite(tmp_path):

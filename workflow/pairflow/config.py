@@ -167,10 +167,10 @@ class FleetSpec:
     allocation: str = "per-panel"
     """``per-panel``: one scheduler job per panel; ``study``: one (multi-node) job
     generates and scores every panel from one queue (rule ``fleet_study``)."""
-    worker_start: str = "spawn"
-    """``spawn`` (default): Parsl's own pool, each worker a fresh interpreter;
-    ``forkserver`` (opt-in): a pool's workers are forked from a server that already
-    imported torch, diffusers, pyiqa and the model's modules (``workerpool``)."""
+    worker_start: str = "forkserver"
+    """``forkserver`` (default): a pool's workers are forked from a server that already
+    imported torch, diffusers, pyiqa and the model's modules (``workerpool``); ``spawn``:
+    Parsl's own pool, each worker a fresh interpreter."""
 
 
 @dataclass(frozen=True)

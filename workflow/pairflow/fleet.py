@@ -49,7 +49,7 @@ from .sites import Grant as Grant  # re-exported: run_tasks' callers name the gr
 from .sites.base import node_name, slot_gpu
 from .startup import MARKS, mark
 from .telemetry import Sampler, nvml_reader, process_start, progress_line, slot_name, work_elapsed, write_telemetry
-from .workerpool import PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR
+from .workerpool import PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR, PRELOAD_VAR
 
 log = logging.getLogger(__name__)
 
@@ -402,12 +402,13 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
 
 
 def _name_preload_model(warm: tuple[TaskFn, dict[str, Any]] | None) -> None:
-    """Name the warm-up's model folder and phases folder to the pool's fork server
-    (``preload``), which inherits this process's environment, so its pipeline modules are
-    imported before any worker forks and its import phase reaches the log; what the
-    warm-up does not name is unset."""
+    """Tell the pool's fork server (``preload``), which inherits this process's environment,
+    whether the tasks warm up (then it imports torch, diffusers and pyiqa for every worker),
+    the warm-up's model folder (its pipeline modules are imported before any worker forks)
+    and phases folder (its import phase reaches the log); what the warm-up does not name is unset."""
     payload = warm[1] if warm else {}
-    for var, value in ((PRELOAD_MODEL_VAR, getattr(payload.get("model"), "root", None)),
+    for var, value in ((PRELOAD_VAR, "1" if warm else None),
+                       (PRELOAD_MODEL_VAR, getattr(payload.get("model"), "root", None)),
                        (PRELOAD_PHASES_VAR, payload.get("phases"))):
         if value is not None:
             os.environ[var] = str(value)

@@ -3,7 +3,8 @@ torch, diffusers, pyiqa and the scorers, the task modules, and the lazily import
 of the model's pipeline (``generate.index_imports``) when the driver names the model's
 folder in ``PAIRFLOW_PRELOAD_MODEL``; its phases go to the job's log like a worker's
 (``PAIRFLOW_PRELOAD_PHASES``). A failed import is logged and left to the warm-up,
-which imports the same modules and reports the error where the job sees it."""
+which imports the same modules and reports the error where the job sees it. In the fork
+server, importing it first binds every process the server forks to the server's life (``workerpool.bind_children``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .telemetry import FORK_SERVER, write_phase
-from .workerpool import PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR
+from .workerpool import MANAGER_PID_VAR, PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR, PRELOAD_VAR, bind_children
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,11 @@ MODULES = ("torch", "diffusers", "pyiqa", "pairflow.metrics", "pairflow.video", 
 
 
 def preload(environ: Mapping[str, str]) -> list[str]:
-    """Import ``MODULES`` and the model's pipeline modules; return the modules that failed.
-    Names its phases in the job's phases folder (``PAIRFLOW_PRELOAD_PHASES``) for the log."""
+    """Import ``MODULES`` and the model's pipeline modules when ``PAIRFLOW_PRELOAD`` is 1 (the
+    job warms up: ``fleet.run_tasks``); return the modules that failed. Names its phases in
+    the job's phases folder (``PAIRFLOW_PRELOAD_PHASES``) for the log."""
+    if environ.get(PRELOAD_VAR) != "1":
+        return []
     phases, who, start = environ.get(PRELOAD_PHASES_VAR) or None, FORK_SERVER + "-", time.time()
     write_phase(phases, "importing torch, diffusers, pyiqa and the model's modules once, for every worker on "
                 "this node", who=who)
@@ -48,4 +52,6 @@ def preload(environ: Mapping[str, str]) -> list[str]:
     return failed
 
 
+if os.environ.get(MANAGER_PID_VAR) == str(os.getppid()):  # the pool's fork server (not a test importing this)
+    bind_children()
 preload(os.environ)

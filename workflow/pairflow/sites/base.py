@@ -187,18 +187,21 @@ def launch_command(fleet: FleetSpec) -> str | None:
 
 def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: ExecutionProvider,
                  packing: Packing = ONE_PER_GPU) -> Config:
-    """The Config every site runs: one HighThroughputExecutor (label ``slots``) over
-    ``provider``, ``packing.per_gpu`` workers on each granted accelerator of each node,
-    else ``packing.cpu_workers`` (default ``fleet.cpu_workers``) per node."""
-    # Parsl's executors take 1-3 s to import: only a job that starts a pool pays for it
+    """The Config every site runs: one HighThroughputExecutor (label ``slots``; its
+    subclass ``executor.EarlyPoolExecutor``, which launches the pool while the interchange
+    starts) over ``provider``, ``packing.per_gpu`` workers on each granted accelerator of
+    each node, else ``packing.cpu_workers`` (default ``fleet.cpu_workers``) per node."""
+    # lazy: Parsl's executors take 1-3 s to import: only a job that starts a pool pays for it
     # (``pairflow status`` and the timed pass import this package and never do).
     from parsl.addresses import address_by_hostname
     from parsl.config import Config
-    from parsl.executors import HighThroughputExecutor
+
+    from .executor import EarlyPoolExecutor, free_port
 
     acc = packing.accelerators(grant)
     bindir = Path(sys.executable).parent
-    executor = HighThroughputExecutor(
+    address = "127.0.0.1" if grant.nodes == 1 else address_by_hostname()
+    executor = EarlyPoolExecutor(
         label="slots",
         launch_cmd=launch_command(fleet),  # None: Parsl's default (spawned workers)
         # The driver may run without the venv activated (.venv/bin/snakemake): name
@@ -206,7 +209,9 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
         # It gets the kernel's parent-death signal, so it ends with the driver (orphans).
         interchange_launch_cmd=orphans.exec_command(os.getpid(), [str(bindir / "interchange.py")]),
         # One node: loopback, no interface probing. Several: workers dial this host.
-        address="127.0.0.1" if grant.nodes == 1 else address_by_hostname(),
+        address=address,
+        # Fixed up front, so the pool is launched while the interchange starts (executor).
+        worker_port=free_port(address),
         max_workers_per_node=packing.per_node(fleet, grant),  # per_gpu slots per accelerator, else CPU workers
         available_accelerators=acc,            # Parsl pins each worker to one entry: one granted device
         cpu_affinity="block" if not acc else "none",  # keep CPU workers off each other's cores
