@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,8 +20,6 @@ def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
     files under pytest's own temp folder, not the system one: workers that a fault test
     kills leave multiprocessing's ``pymp-*`` folders behind, and pytest removes its own
     folder (``tmp_path_retention_policy``)."""
-    import os
-
     os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
 
 
@@ -82,6 +81,45 @@ def copy_project(dest: Path) -> Path:
         else:
             shutil.copy(src, dest / name)
     return dest
+
+
+def start_time(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot), or None when it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
+    """Live processes of a run, PID -> start time: descendants of ``root`` (while it lives)
+    and the Parsl worker pools working for ``project`` (Parsl's ``process_worker_pool.py``,
+    or ``pairflow.workerpool`` under forkserver; reparented to init by Parsl's launcher)
+    with theirs. A PID is alive as the same process while its start time holds."""
+    parents = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            text = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] not in ("Z", "X"):
+            parents[int(d.name)] = int(fields[1])
+    tops = {root} & set(parents)
+    for pid in parents:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if (b"process_worker_pool" in cmd or b"pairflow.workerpool" in cmd) and str(project).encode() in cmd:
+            tops.add(pid)
+    out, frontier = set(), set(tops)
+    while frontier:
+        out |= frontier
+        frontier = {c for c, p in parents.items() if p in frontier} - out
+    return {pid: t for pid in sorted(out) if (t := start_time(pid)) is not None}
 
 
 @pytest.fixture(scope="session")
