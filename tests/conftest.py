@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from pairflow.config import EncoderSpec
+from pairflow.arms import arms_check_key
+from pairflow.config import EncoderSpec, study_from_raw
+from pairflow.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +74,33 @@ def write_config(tmp: Path, cfg: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+_ARMS_CHECKS: dict[str, Path] = {}
+"""Rule check_arms's outputs made this session, by their key (``arms_check_key``)."""
+
+
+def reuse_arms_check(project: Path, cfg: dict) -> None:
+    """Give ``project`` (its config ``cfg``, written) the output of rule ``check_arms``
+    that an earlier project of this session with the same arms and model made (the key
+    inside it is the rule's ``params``), so that job, ~10 s each for importing diffusers,
+    runs once per set of arms and not once per project. The first project of a key runs
+    the real rule itself (the rule as the one target); the others get a copy, mtime kept, so
+    Snakemake finds the output newer than the model it was checked against."""
+    study = study_from_raw(cfg, project)
+    key = arms_check_key(study.arms, study.model)
+    marker = Layout(study.scratch).arms_check
+    if key not in _ARMS_CHECKS:
+        subprocess.run([str(Path(sys.executable).with_name("snakemake")), "check_arms", "--cores", "1",
+                        "--configfile", "config/config.yaml"], cwd=project, check=True, capture_output=True,
+                       timeout=600)
+        kept = Path(os.environ["TMPDIR"]) / "arms-checks" / f"{len(_ARMS_CHECKS)}.json"  # the session's temp
+        kept.parent.mkdir(exist_ok=True)
+        _ARMS_CHECKS[key] = Path(shutil.copy2(marker, kept))  # a passing test's tmp_path is removed
+    elif not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_ARMS_CHECKS[key], marker)
+    assert json.loads(marker.read_text())["key"] == key
 
 
 def copy_project(dest: Path) -> Path:
