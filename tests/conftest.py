@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from pairflow.config import EncoderSpec
+from pairflow.arms import arms_check_key
+from pairflow.config import EncoderSpec, study_from_raw
+from pairflow.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +25,6 @@ def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
     files under pytest's own temp folder, not the system one: workers that a fault test
     kills leave multiprocessing's ``pymp-*`` folders behind, and pytest removes its own
     folder (``tmp_path_retention_policy``)."""
-    import os
-
     os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
 
 
@@ -72,6 +76,33 @@ def write_config(tmp: Path, cfg: dict) -> Path:
     return path
 
 
+_ARMS_CHECKS: dict[str, Path] = {}
+"""Rule check_arms's outputs made this session, by their key (``arms_check_key``)."""
+
+
+def reuse_arms_check(project: Path, cfg: dict) -> None:
+    """Give ``project`` (its config ``cfg``, written) the output of rule ``check_arms``
+    that an earlier project of this session with the same arms and model made (the key
+    inside it is the rule's ``params``), so that job, ~10 s each for importing diffusers,
+    runs once per set of arms and not once per project. The first project of a key runs
+    the real rule itself (the rule as the one target); the others get a copy, mtime kept, so
+    Snakemake finds the output newer than the model it was checked against."""
+    study = study_from_raw(cfg, project)
+    key = arms_check_key(study.arms, study.model)
+    marker = Layout(study.scratch).arms_check
+    if key not in _ARMS_CHECKS:
+        subprocess.run([str(Path(sys.executable).with_name("snakemake")), "check_arms", "--cores", "1",
+                        "--configfile", "config/config.yaml"], cwd=project, check=True, capture_output=True,
+                       timeout=600)
+        kept = Path(os.environ["TMPDIR"]) / "arms-checks" / f"{len(_ARMS_CHECKS)}.json"  # the session's temp
+        kept.parent.mkdir(exist_ok=True)
+        _ARMS_CHECKS[key] = Path(shutil.copy2(marker, kept))  # a passing test's tmp_path is removed
+    elif not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_ARMS_CHECKS[key], marker)
+    assert json.loads(marker.read_text())["key"] == key
+
+
 def copy_project(dest: Path) -> Path:
     """Copy the workflow files (not results, not config) into ``dest`` for a test run."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -82,6 +113,45 @@ def copy_project(dest: Path) -> Path:
         else:
             shutil.copy(src, dest / name)
     return dest
+
+
+def start_time(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot), or None when it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
+    """Live processes of a run, PID -> start time: descendants of ``root`` (while it lives)
+    and the Parsl worker pools working for ``project`` (Parsl's ``process_worker_pool.py``,
+    or ``pairflow.workerpool`` under forkserver; reparented to init by Parsl's launcher)
+    with theirs. A PID is alive as the same process while its start time holds."""
+    parents = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            text = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] not in ("Z", "X"):
+            parents[int(d.name)] = int(fields[1])
+    tops = {root} & set(parents)
+    for pid in parents:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if (b"process_worker_pool" in cmd or b"pairflow.workerpool" in cmd) and str(project).encode() in cmd:
+            tops.add(pid)
+    out, frontier = set(), set(tops)
+    while frontier:
+        out |= frontier
+        frontier = {c for c, p in parents.items() if p in frontier} - out
+    return {pid: t for pid in sorted(out) if (t := start_time(pid)) is not None}
 
 
 @pytest.fixture(scope="session")

@@ -437,6 +437,7 @@ def test_every_kind_runs_end_to_end_and_its_record_sections_verify(tiny_model: P
             "vae16": {"vae_dtype": "float16"}}
     cfg = small_config(project, tiny_model, arms=arms, scorers=["temporal_flickering", "psnr"])
     cfg["panels"]["t"]["seeds"] = [0]
+    cfg["timing"] = {"repeats": 1}  # one timed run per candidate (not 3): no latency is read here
     write_config(project, cfg)
     exe = Path(sys.executable).with_name("snakemake")
     proc = subprocess.run([str(exe), "--cores", "2", "--configfile", "config/config.yaml"], cwd=project,

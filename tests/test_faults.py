@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, small_config, write_config
+from conftest import copy_project, reuse_arms_check, small_config, write_config
 
 from pairflow.archive import verify_tree
 from pairflow.errors import PairFlowError
@@ -97,7 +97,8 @@ in the second a kill takes to reach every process."""
 
 def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
          **over: object) -> tuple[Path, dict]:
-    """A project copy with panel ``t``: 3 prompts x ``seeds`` (default [0, 1]) x 2 arms."""
+    """A project copy with panel ``t``: 3 prompts x ``seeds`` (default [0, 1]) x 2 arms,
+    its arms already checked (the faults here strike the panel job)."""
     project = copy_project(tmp / name)
     cfg = small_config(project, tiny_model, **over)
     (project / "config" / "panels").mkdir(parents=True, exist_ok=True)
@@ -105,6 +106,7 @@ def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
     sheet.write_text("prompt_id\tprompt\na1\ta red fox\na2\twaves\na3\ta paper boat\n")
     cfg["panels"]["t"] = {"sheet": str(sheet), "seeds": seeds or [0, 1]}
     write_config(project, cfg)
+    reuse_arms_check(project, cfg)
     return project, cfg
 
 

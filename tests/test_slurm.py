@@ -244,12 +244,16 @@ def _panel_records(panel: Path, kind: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def two_node_panel(slurm, tmp_path_factory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
+def two_node_panel(slurm_study: Path, tmp_path_factory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
     """Panel ``smoke`` in one Slurm job holding both nodes (``--nodes 2``, two GPUs
     each), through the shipped profile with only the panel job's resources changed;
-    one node's worker pool is killed mid-job."""
-    project = copy_project(tmp_path_factory.mktemp("two-nodes") / "project")
-    shutil.copytree(ROOT / "config", project / "config")
+    one node's worker pool is killed mid-job. The project is a copy of the finished
+    default study (relative storage: a copy is a study of its own) without panel
+    ``smoke``, so its model, arms check and calibration table are reused (~50 s of
+    Slurm jobs) and the panel job is the one job that runs."""
+    project = tmp_path_factory.mktemp("two-nodes") / "project"
+    shutil.copytree(slurm_study, project, symlinks=True)
+    shutil.rmtree(project / "results/scratch/panels/smoke")
     profile = yaml.safe_load((ROOT / "profiles/slurm/config.v8+.yaml").read_text())
     profile["set-resources"]["generate_score_panel"].update(TWO_NODES)
     (project / "profiles/two-nodes").mkdir()

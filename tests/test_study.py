@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project, small_config
+from conftest import ROOT, copy_project, run_processes, small_config, start_time
 
 from pairflow.archive import verify_tree
 from pairflow.candidates import candidates
@@ -38,12 +38,14 @@ PANELS = ("smoke", "motion")
 
 def _project(dest: Path, model: Path, **fleet: object) -> Path:
     """The shipped default config (its study, arms, panels and seeds), with the model the
-    session built and these fleet keys."""
+    session built, these fleet keys and one timed run per candidate instead of three (no
+    test here reads a latency; the other two repeats of 56 candidates cost ~20 s a run)."""
     project = copy_project(dest)
     shutil.copytree(ROOT / "config", project / "config")
     cfg = yaml.safe_load((project / "config" / "config.yaml").read_text())
     cfg["model"]["path"] = str(model)
     cfg["fleet"].update(fleet)
+    cfg["timing"] = {**cfg.get("timing", {}), "repeats": 1}
     (project / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     return project
 
@@ -69,7 +71,10 @@ def _numbers(project: Path) -> list:
 
 @pytest.fixture(scope="module")
 def per_panel(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = _project(tmp_path_factory.mktemp("per-panel") / "p", tiny_model)
+    """The default study in per-panel jobs. Both local runs here skip calibration (~17 s
+    each; it does not change the worker count on this machine, nor any number compared);
+    test_workflow's study and the Slurm allocation test below calibrate."""
+    project = _project(tmp_path_factory.mktemp("per-panel") / "p", tiny_model, calibrate=False)
     out = _snakemake(project)
     assert "rule generate_score_panel" in out and "fleet_study" not in out
     return project
@@ -79,21 +84,28 @@ def per_panel(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[Path, int], str]:
     """Study mode, SIGKILLed once some candidates are complete, then resumed. Returns the
     project, the records complete at the kill (path → mtime) and the resumed run's output."""
-    project = _project(tmp_path_factory.mktemp("study") / "p", tiny_model, allocation="study")
+    project = _project(tmp_path_factory.mktemp("study") / "p", tiny_model, allocation="study", calibrate=False)
     records = project / "results/scratch/panels"
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    running: dict[int, int] = {}
     try:
         deadline = time.time() + 1800
         while len(list(records.glob("*/records/*/*.json"))) < 6:
             assert proc.poll() is None and time.time() < deadline, "the study job ended or stalled before the kill"
             time.sleep(1)
+        running = run_processes(project, proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     kept = {p: p.stat().st_mtime_ns for p in records.glob("*/records/*/*.json")}
     assert 6 <= len(kept) < 56
-    time.sleep(25)  # the pool's watchdog ends the orphaned workers (orphans) before the rerun
+    # The pool's watchdog ends the orphaned workers (orphans: SIGTERM, SIGKILL 10 s later)
+    # before the rerun: wait for every process of the killed run, not a fixed 25 s.
+    deadline = time.time() + 60
+    while live := [p for p, t in {**running, **run_processes(project)}.items() if start_time(p) == t]:
+        assert time.time() < deadline, f"processes of the killed study run still live after 60 s: {live}"
+        time.sleep(0.5)
     _snakemake(project, "--unlock")
     out = _snakemake(project, "--rerun-incomplete")
     return project, kept, out

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, small_config, write_config
+from conftest import copy_project, reuse_arms_check, small_config, write_config
 
 from pairflow.archive import load_manifest, snapshot_files, verify_tree
 from pairflow.identity import digest_file
@@ -41,6 +41,7 @@ def study_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # ty
     (project / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
     cfg["panels"]["u"] = {"sheet": str(project / "config" / "panels" / "u.tsv"), "seeds": [3]}
     write_config(project, cfg)
+    reuse_arms_check(project, cfg)
     out = snakemake(project)
     return project, cfg, out
 
@@ -199,6 +200,7 @@ def test_study_numbers_do_not_depend_on_worker_count_or_job_shape(study_run, tin
     (other / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
     cfg2["panels"]["u"] = {"sheet": str(other / "config" / "panels" / "u.tsv"), "seeds": [3]}
     write_config(other, cfg2)
+    reuse_arms_check(other, cfg2)  # the same arms and model as the first study's
     out2 = snakemake(other)
     assert "rule generate_panel" in out2 and "rule score_panel" in out2 and "generate_score_panel" not in out2
 
