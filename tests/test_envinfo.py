@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_environment_record_does_not_import_torch() -> None:
@@ -16,3 +18,25 @@ def test_environment_record_does_not_import_torch() -> None:
     import torch
 
     assert out.stdout.strip() == str(torch.version.cuda)  # the same value torch reports once imported
+
+
+def test_installed_digest_counts_each_distribution_once_however_often_the_path_lists_it(tmp_path) -> None:
+    """A Snakemake job sees the project's ``workflow/`` (and its egg-info) on its path more
+    often than the planner does; the digest, which keys the calibration table, must not
+    change with that, and must change when what is installed changes."""
+    site = tmp_path / "site"
+    meta = site / "pf_demo_dist-1.0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: pf-demo-dist\nVersion: 1.0\n")
+    code = "from pairflow.envinfo import environment; print(environment()['installed_digest'])"
+
+    def digest(*entries: str, cwd: Path = tmp_path) -> str:
+        # ``python -c`` puts its working directory first on the path, besides PYTHONPATH's
+        # entries (which Python itself deduplicates): run from ``site`` to list it twice.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*entries, os.environ.get("PYTHONPATH", "")])}
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env=env, cwd=cwd).stdout.strip()
+
+    once, twice = digest(str(site)), digest(str(site), cwd=site)
+    assert once == twice
+    assert once != digest()  # the extra distribution is seen

@@ -50,8 +50,14 @@ def code_version(root: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     """Python, package versions, CUDA/driver where present, and a digest of every
-    installed distribution (name==version, sorted)."""
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    installed distribution (name==version, sorted, each once).
+
+    ``metadata.distributions()`` yields a distribution once per ``sys.path`` entry that
+    holds its metadata, so the same install listed twice (the project's ``workflow/``
+    with its ``pairflow.egg-info`` on the path of a Snakemake job but not of the planner)
+    would digest differently: the set makes the digest depend on what is installed, not
+    on the path it was found by (the calibration table's key depends on it)."""
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()})
     env: dict[str, Any] = {
         "python": sys.version.split()[0], "platform": platform.platform(),
         "packages": {p: package_version(p) for p in _PACKAGES},
