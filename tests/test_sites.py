@@ -20,7 +20,7 @@ from parsl.providers import LocalProvider
 
 from pairflow import sites
 from pairflow.config import SCHEMA_PATH, FleetSpec
-from pairflow.errors import AcceleratorError, SchedulerError
+from pairflow.errors import AcceleratorError, ConfigError, SchedulerError
 from pairflow.sites.accelerators import discover, torch_device_count
 from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, Packing, node_name, slot_gpu
 from pairflow.sites.slurm import allocation
@@ -174,7 +174,7 @@ def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_befo
     for port in (ex.worker_port, free_port("127.0.0.1")):
         with socket.socket() as s:  # free: the interchange can bind it
             s.bind(("127.0.0.1", port))
-    with pytest.raises(ValueError, match="worker_port"):
+    with pytest.raises(ConfigError, match="worker_port=None.*sites.make_config"):
         EarlyPoolExecutor(label="x")._start_local_interchange_process()
 
 

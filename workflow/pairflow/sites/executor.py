@@ -21,6 +21,8 @@ import socket
 
 from parsl.executors import HighThroughputExecutor
 
+from ..errors import ConfigError
+
 
 def free_port(address: str) -> int:
     """A TCP port free on ``address`` now (the kernel's pick), for the interchange to
@@ -42,7 +44,9 @@ class EarlyPoolExecutor(HighThroughputExecutor):
 
     def _start_local_interchange_process(self) -> None:
         if not self.worker_port:
-            raise ValueError("EarlyPoolExecutor needs worker_port: the pool's launch command names it")
+            raise ConfigError(f"EarlyPoolExecutor {self.label!r} has worker_port={self.worker_port!r}: the pool's "
+                              "launch command names the port before the interchange starts; build the executor "
+                              "with sites.make_config, which fixes a free one (sites.executor.free_port)")
         self.initialize_scaling()  # every value of the launch command is known: the port is fixed
         provider = self.provider
         if provider is not None and provider.init_blocks:
