@@ -15,6 +15,7 @@ import yaml
 from pairflow.arms import arms_check_key
 from pairflow.config import EncoderSpec, study_from_raw
 from pairflow.layout import Layout
+from pairflow.orphans import start_time  # re-exported: tests/test_study.py imports it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,16 +114,6 @@ def copy_project(dest: Path) -> Path:
         else:
             shutil.copy(src, dest / name)
     return dest
-
-
-def start_time(pid: int) -> int | None:
-    """Process ``pid``'s start time (clock ticks since boot), or None when it is gone or a zombie."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def run_processes(project: Path, root: int | None = None) -> dict[int, int]:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, reuse_arms_check, small_config, write_config
+from conftest import copy_project, reuse_arms_check, run_processes, small_config, write_config
 
 from pairflow.archive import verify_tree
 from pairflow.errors import PairFlowError
@@ -45,29 +45,6 @@ def _stat(pid: int) -> tuple[int, str] | None:
         return None
     fields = text[text.rindex(")") + 2:].split()
     return int(fields[1]), fields[0]
-
-
-def run_processes(project: Path, root: int) -> list[int]:
-    """Live (non-zombie) processes of a run: descendants of ``root`` and the Parsl worker
-    pools working for ``project`` (reparented to init by Parsl's launcher) with theirs."""
-    parents = {}
-    for d in Path("/proc").glob("[0-9]*"):
-        st = _stat(int(d.name))
-        if st is not None and st[1] not in ("Z", "X"):
-            parents[int(d.name)] = st[0]
-    tops = {root}
-    for pid in parents:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if (b"process_worker_pool" in cmd or b"pairflow.workerpool" in cmd) and str(project).encode() in cmd:
-            tops.add(pid)
-    out, frontier = set(), set(tops)
-    while frontier:
-        out |= frontier
-        frontier = {c for c, p in parents.items() if p in frontier} - out
-    return sorted(p for p in out if p in parents)
 
 
 def complete_records(scratch: Path) -> list[Path]:
