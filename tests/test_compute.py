@@ -172,3 +172,87 @@ def test_an_unknown_gpu_gets_no_mfu_rather_than_a_wrong_one() -> None:
 
     assert estimated_mfu(1e12, 1.0, "NVIDIA GeForce RTX 3090") is None
     assert estimated_mfu(1e12, 0.0, "NVIDIA H100") is None
+
+
+def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
+    """Derived counting reads cheap signals (an unwrapped attention module computes; a
+    block computed when its attention was called). An attention class whose own forward
+    sometimes returns without running anything contradicts the first: the full count's
+    child hooks see it, and the table it measures is never used to derive from."""
+    import torch
+
+    from pairflow.compute import counting, measure
+
+    class SkippyAttention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.to_q = torch.nn.Linear(4, 4)
+            self.calls, self.skips = 0, True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return x if self.skips and self.calls % 2 == 0 else self.to_q(x)  # every other call runs nothing
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = SkippyAttention()
+            self.ff = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.ff(self.attn(x))
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                hidden_states = b(hidden_states)
+            return hidden_states
+
+    toy, x = Toy(), torch.ones(2, 4)
+    with counting(toy) as count:
+        toy(x)
+        toy(x)
+    assert count.attention_computed == 4 and count.blocks_computed == 4  # the cheap signals' reading
+    assert count._mismatch == {"a0c", "a1c"}  # ... which the child hooks contradicted
+    assert not measure(count, "k", {0}, {0}).exact
+    for b in toy.blocks:
+        b.attn.skips = False  # an attention class that always computes: nothing contradicted
+    with counting(toy) as honest:
+        toy(x)
+        toy(x)
+    assert honest.attention_computed == 4 and honest._mismatch == set()
+    assert measure(honest, "k", {0}, {0}).exact
+
+
+def test_a_fused_attention_kernel_on_cpu_counts_what_the_math_kernel_counts() -> None:
+    """torch's counter has no formula for the CPU flash kernel; without ours an attention
+    core on CPU counted 0 FLOPs while the CUDA kernels and the math backend count it."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from pairflow.compute import counting
+
+    class Attention(torch.nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return sdpa(q, q, q)
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Attention()])
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.blocks[0](hidden_states)
+
+    q, toy = torch.randn(1, 2, 16, 8), Toy()
+    figures = {}
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+        with sdpa_kernel(backend), counting(toy) as count:
+            toy(q)
+        figures[backend] = count.total_flops
+    assert figures[SDPBackend.FLASH_ATTENTION] == figures[SDPBackend.MATH] == 2 * (2 * 16 * 8 * 16) * 2

@@ -1,10 +1,11 @@
 """Exact compute per video: block forwards computed vs skipped, and FLOPs.
 
 Counted, never guessed. Hooks on every transformer block (and every attention module
-inside one) see each call; a call is *computed* when any child module of the block ran
-inside it and *skipped* when none did, which is what a diffusers cache does when it
-returns a cached residual or attention output instead of running the block. The hooks
-are cheap; FLOPs are obtained one of two ways, and records say which (``method``):
+inside one) see each call; a call is *computed* when the module's body ran inside it
+and *skipped* when it did not, which is what a diffusers cache does when it returns a
+cached residual or attention output instead of running the block (``counting`` says
+which signals show it, and how a full count confirms them). The hooks are cheap; FLOPs
+are obtained one of two ways, and records say which (``method``):
 
 - ``counted``: ``torch.utils.flop_counter.FlopCounterMode`` runs over the whole pipeline
   call (matmuls, convolutions and attention, exact for the shapes that ran; about 7x the
@@ -49,7 +50,7 @@ BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "tem
 HunyuanVideo, ``single_transformer_blocks``)."""
 
 COUNTER = "torch.utils.flop_counter.FlopCounterMode"
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: cheaper computed/skipped signals, confirmed by full counts; CPU attention counted
 
 
 @dataclass
@@ -78,6 +79,8 @@ class ComputeCount:
     _calls: dict[str, int] = field(default_factory=dict, repr=False)
     _seen: dict[str, set[int]] = field(default_factory=dict, repr=False)
     _open: dict[int, bool] = field(default_factory=dict, repr=False)
+    # units whose computed/skipped signal a full count's child hooks contradicted
+    _mismatch: set[str] = field(default_factory=set, repr=False)
 
     def asdict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -103,6 +106,7 @@ class ComputeCount:
             self._calls[unit] = self._calls.get(unit, 0) + n
         for unit, seen in other._seen.items():
             self._seen.setdefault(unit, set()).update(seen)
+        self._mismatch |= other._mismatch
 
     def tally(self, unit: str, flops: int | None = None) -> None:
         self._calls[unit] = self._calls.get(unit, 0) + 1
@@ -139,20 +143,23 @@ def measure(count: ComputeCount, key: str, rest: set[int], verifier: set[int]) -
     """The ``FlopTable`` a counted run measured: ``count`` summed over its generations,
     ``rest`` the pipeline FLOPs outside the transformer seen per generation, ``verifier``
     the FLOPs seen per verifier scoring ({0} without a search)."""
-    exact = all(len(s) == 1 for s in count._seen.values()) and len(rest) == 1 and len(verifier) == 1
+    exact = (all(len(s) == 1 for s in count._seen.values()) and len(rest) == 1 and len(verifier) == 1
+             and not count._mismatch)
     return FlopTable(key, {u: min(s) for u, s in sorted(count._seen.items())}, min(rest, default=-1),
                      min(verifier, default=0), exact)
 
 
-def table_key(model: dict[str, Any], arm: dict[str, Any], generation: dict[str, Any], tokens: int | None) -> str:
+def table_key(model: dict[str, Any], arm: dict[str, Any], generation: dict[str, Any], tokens: int | None,
+              device: str) -> str:
     """Digest of what a table's figures depend on: the model's identity, the arm, the
-    effective generation settings (shape and schedule), the text tokens and the torch and
+    effective generation settings (shape and schedule), the text tokens, the device type
+    (which attention kernels run, so which formulas count them) and the torch and
     diffusers versions (FlopCounterMode's formulas and diffusers' modules)."""
     import diffusers
     import torch
 
     return digest_obj({"v": TABLE_VERSION, "model": model, "arm": arm, "generation": generation, "tokens": tokens,
-                       "torch": torch.__version__, "diffusers": diffusers.__version__})
+                       "device": device, "torch": torch.__version__, "diffusers": diffusers.__version__})
 
 
 def load_table(folder: Path, key: str) -> FlopTable | None:
@@ -193,6 +200,35 @@ def _is_attention(module: Any) -> bool:
     return type(module).__name__.endswith("Attention") or type(module).__name__ == "Attention"
 
 
+def _sdpa_flops(query: Any, key: Any, value: Any, *_args: Any, out_shape: Any = None, **_kwargs: Any) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return int(sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]
+
+
+def _attention_formulas() -> dict[Any, Any]:
+    """FLOP formulas for the fused attention kernels torch's counter has none for: the CPU
+    flash kernel (``scaled_dot_product_attention`` on CPU) and the backend-overridable one.
+    Without them FlopCounterMode counts an attention core on CPU as 0 FLOPs (about a fifth of
+    the tiny model's transformer FLOPs) while it counts the CUDA kernels, so CPU and GPU
+    figures and any attention-skipping arm's ratio would disagree. The formula is torch's
+    own for the CUDA kernels (``sdpa_flop_count``, forward only); FlopCounterMode passes it
+    the arguments' shapes."""
+    import torch
+
+    aten = torch.ops.aten
+    names = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable")
+    return {getattr(aten, n): _sdpa_flops for n in names if hasattr(aten, n)}
+
+
+def _wrapped(module: Any) -> bool:
+    """Whether something can replace ``module``'s forward: a diffusers hook registry (how
+    every diffusers cache skips a block or an attention call: it sets the forward on the
+    instance) or any other forward set on the instance. An unwrapped module's call runs
+    its class's forward: it computes."""
+    return hasattr(module, "_diffusers_hook") or "forward" in vars(module)
+
+
 @contextlib.contextmanager
 def counting(transformer: Any, table: FlopTable | None = None, full: bool = True) -> Iterator[ComputeCount]:
     """Count the transformer's block and attention forwards (computed vs skipped) for
@@ -200,55 +236,78 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
     ``full``: count FLOPs with FlopCounterMode (and, given ``table``, cross-check the
     figure derived from it: ``count.cross_check``); otherwise derive them from ``table``
     (``count.transformer_flops`` stays -1 when the table cannot say: the caller counts
-    again in full). Yields the ComputeCount being filled."""
+    again in full). Yields the ComputeCount being filled.
+
+    A call is computed when its body ran. The signals, cheapest first (hooks cost a few
+    microseconds per module call, a share of a small model's generation): a block that
+    holds attention modules computed when one of them was called inside it; an unwrapped
+    attention module (``_wrapped``) always computes; any other watched module computed
+    when any of its children was called. A full count also hooks every child of every
+    watched module and records each call whose signal disagrees with that (``_mismatch``):
+    a table measured so is inexact and a cross-check unequal, so a derivation never rests
+    on a signal the measurement did not confirm."""
     from torch.utils.flop_counter import FlopCounterMode
 
     if not full and table is None:
         raise ValueError("counting(full=False) needs the FlopTable to derive FLOPs from")
     count = ComputeCount()
     handles: list[Any] = []
-    flops = FlopCounterMode(display=False) if full else None
+    flops = FlopCounterMode(display=False, custom_mapping=_attention_formulas()) if full else None
     total = flops.get_total_flops if flops is not None else None
     stack: list[list[int]] = []  # per open unit: [flops at entry, FLOPs of nested hooked units]
+    opened = count._open  # id(module) -> computed so far, for every watched call in progress
+    audit: dict[int, bool] | None = {} if full else None  # id(module) -> any child called (full counts)
 
-    def watch(module: Any, unit: str) -> None:
+    def flag(key: int, into: dict[int, bool]) -> Any:
+        def hook(_m: Any, _args: Any) -> None:
+            if key in into:
+                into[key] = True
+        return hook
+
+    def watch(module: Any, unit: str, kind: str, always: bool, block: int | None, by_children: bool) -> None:
         key = id(module)
+        units = (f"{unit}c", f"{unit}s")
+        fields = (f"{kind}_computed", f"{kind}_skipped")
 
         def pre(_m: Any, _args: Any) -> None:
-            count._open[key] = False
+            opened[key] = always
+            if block is not None and block in opened:
+                opened[block] = True
+            if audit is not None:
+                audit[key] = False
             if total is not None:
                 stack.append([total(), 0])
 
         def post(_m: Any, _args: Any, _out: Any) -> None:
-            ran = count._open.pop(key, False)
-            kind = "blocks" if unit[0] == "b" else "attention"
-            name = f"{kind}_{'computed' if ran else 'skipped'}"
-            setattr(count, name, getattr(count, name) + 1)
+            ran = opened.pop(key, False)
+            setattr(count, fields[not ran], getattr(count, fields[not ran]) + 1)
             if total is None:
-                count.tally(f"{unit}{'c' if ran else 's'}")
+                count.tally(units[not ran])
                 return
+            if audit is not None and audit.pop(key, False) != ran:
+                count._mismatch.add(units[not ran])
             entered, nested = stack.pop()
             spent = total() - entered
-            count.tally(f"{unit}{'c' if ran else 's'}", spent - nested)
+            count.tally(units[not ran], spent - nested)
             if stack:
                 stack[-1][1] += spent
-
-        def child_ran(_m: Any, _args: Any) -> None:
-            if key in count._open:
-                count._open[key] = True
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
         for child in module.children():
-            handles.append(child.register_forward_pre_hook(child_ran))
+            if by_children:
+                handles.append(child.register_forward_pre_hook(flag(key, opened)))
+            if audit is not None:
+                handles.append(child.register_forward_pre_hook(flag(key, audit)))
 
     attention = 0
     for i, block in enumerate(transformer_blocks(transformer)):
-        watch(block, f"b{i}")
-        for sub in block.modules():
-            if sub is not block and _is_attention(sub):
-                watch(sub, f"a{attention}")
-                attention += 1
+        inner = [sub for sub in block.modules() if sub is not block and _is_attention(sub)]
+        watch(block, f"b{i}", "blocks", False, None, not inner)
+        for sub in inner:
+            wrapped = _wrapped(sub)
+            watch(sub, f"a{attention}", "attention", not wrapped, id(block), wrapped)
+            attention += 1
 
     def t_pre(_m: Any, args: Any, kwargs: Any) -> None:
         if total is not None:
@@ -281,7 +340,7 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
                 derived = table.derive(count)
                 count.table = table.key
                 count.cross_check = {"derived_transformer_flops": derived,
-                                     "equal": derived == count.transformer_flops
+                                     "equal": derived == count.transformer_flops and not count._mismatch
                                      and table.rest == count.total_flops - count.transformer_flops}
         else:
             assert table is not None

@@ -18,6 +18,7 @@ from .. import compute
 from .. import generate as g
 from ..armrun import arm_pipeline, run_arm
 from ..arms import arm_model, record_sections, verifier_for
+from ..arms import device as run_device
 from ..atomic import job_start
 from ..calibrate import workers_for
 from ..candidates import (
@@ -167,7 +168,8 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     that key is counted in full (a figure is never derived from a table that was wrong)."""
     folder = Layout(study.scratch).flop_tables
     eff = _effective(c, study)
-    key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens)
+    key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens,
+                            run_device())
     table = _TABLES.get(key) or compute.load_table(folder, key)
     full = check or table is None or not table.exact
     result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
