@@ -672,6 +672,43 @@ def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tm
     assert "SLURM_" not in one.executors[0].provider.worker_init
 
 
+PROBE = """
+import json, os, sys
+import torch
+calls = []
+for owner, name in ((torch._C, "_cuda_getDeviceCount"), (torch.cuda, "_lazy_init")):
+    real = getattr(owner, name)
+    def probe(*a, real=real, name=name, **k):
+        calls.append(name)
+        return real(*a, **k)
+    setattr(owner, name, probe)
+os.environ["CUDA_VISIBLE_DEVICES"] = "3"
+if sys.argv[1] == "hidden":
+    from pairflow.preload import gpus_hidden
+    with gpus_hidden():
+        import diffusers, pyiqa, pairflow.metrics, pairflow.stages.combined
+else:
+    import diffusers, pyiqa, pairflow.metrics, pairflow.stages.combined
+print(json.dumps({"calls": calls, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")}))
+"""
+
+
+@pytest.mark.slow
+def test_the_fork_server_imports_without_asking_cuda_anything(tmp_path):
+    """A process forked after CUDA was initialised cannot use CUDA. Imported plainly,
+    diffusers and pyiqa ask the CUDA runtime for its devices (which initialises CUDA on a
+    GPU node; this torch is a CUDA build, so the question is asked here too); under
+    ``preload.gpus_hidden`` nothing reaches it, and the workers' environment comes back."""
+    out = {}
+    for mode in ("plain", "hidden"):
+        r = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "_cuda_getDeviceCount" in out["plain"]["calls"]  # the probe sees the question when it is asked
+    assert out["hidden"] == {"calls": [], "visible": "3", "nvml_check": None}
+
+
 def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model, tmp_path):
     """What the fork server holds (pairflow.preload): every listed module and each library
     the model's ``model_index.json`` names; a missing model folder imports no pipeline module.
@@ -710,13 +747,14 @@ def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(
     (fake / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     grant = Grant(accelerators=("1",), gpus={"1": "1"})
-    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0), grant, "pack",
+    out = run_tasks(visible_device, [{"s": 1.0}] * 6, tmp_path / "run", FleetSpec(1, 0, worker_start="forkserver"),
+                    grant, "pack",
                     TaskHooks(tmp_path / "tel.json", warm=(sleep_task, {"s": 0})),
                     Packing(per_gpu=2, record={"source": "test"}))
     seen = {r["pid"]: r["visible"] for r in out}
     assert sorted(seen.values()) == ["1,-1", "1,-1"], seen  # two workers, both on device 1 alone
-    # fleet.worker_start: forkserver (the default): forked from the pool's fork server, which
-    # imported torch for them (the job warms up), pinned after the fork
+    # fleet.worker_start: forkserver (by name: auto spawns on a GPU job): forked from the pool's
+    # fork server, which imported torch for them (the job warms up), pinned after the fork
     assert all("multiprocessing.forkserver" in r["parent"] and r["torch"] for r in out), out
     t = json.loads((tmp_path / "tel.json").read_text())
     assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}

@@ -152,15 +152,18 @@ def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tm
 def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_parsls_own(tmp_path):
     from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 
-    fork = FleetSpec(1, 0)
-    assert fork.worker_start == "forkserver"  # the default
-    forked = sites.make_config(tmp_path, fork, Grant()).executors[0].launch_cmd
+    auto = FleetSpec(1, 0)
+    assert auto.worker_start == "auto"  # the default: forkserver without a GPU, spawn with one
+    forked = sites.make_config(tmp_path, auto, Grant()).executors[0].launch_cmd
     assert forked == f"{sys.executable} -m pairflow.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
     assert "{{block_id}}" in forked and "{max_workers_per_node}" in forked  # Parsl fills every placeholder
     spawned = sites.make_config(tmp_path, FleetSpec(1, 0, worker_start="spawn"), Grant()).executors[0].launch_cmd
     assert spawned == DEFAULT_LAUNCH_CMD  # spawn: Parsl's own process_worker_pool.py
-    slurm = sites.make_config(tmp_path, fork, sites.grant({**SLURM, "CUDA_VISIBLE_DEVICES": "0"}))
-    assert slurm.executors[0].launch_cmd == forked  # srun runs the same command on each node
+    gpu = sites.grant({**SLURM, "CUDA_VISIBLE_DEVICES": "0"})
+    assert sites.make_config(tmp_path, auto, gpu).executors[0].launch_cmd == DEFAULT_LAUNCH_CMD  # a GPU job spawns
+    fork = FleetSpec(1, 0, worker_start="forkserver")
+    slurm = sites.make_config(tmp_path, fork, gpu)
+    assert slurm.executors[0].launch_cmd == forked  # by name; srun runs the same command on each node
 
 
 def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):

@@ -167,10 +167,11 @@ class FleetSpec:
     allocation: str = "per-panel"
     """``per-panel``: one scheduler job per panel; ``study``: one (multi-node) job
     generates and scores every panel from one queue (rule ``fleet_study``)."""
-    worker_start: str = "forkserver"
-    """``forkserver`` (default): a pool's workers are forked from a server that already
-    imported torch, diffusers, pyiqa and the model's modules (``workerpool``); ``spawn``:
-    Parsl's own pool, each worker a fresh interpreter."""
+    worker_start: str = "auto"
+    """``forkserver``: a pool's workers are forked from a server that already imported
+    torch, diffusers, pyiqa and the model's modules (``workerpool``); ``spawn``: Parsl's own
+    pool, each worker a fresh interpreter; ``auto`` (default): forkserver where the job
+    has no GPU, spawn where it has (``sites.base.worker_start`` says why)."""
 
 
 @dataclass(frozen=True)

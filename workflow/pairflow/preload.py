@@ -8,11 +8,13 @@ server, importing it first binds every process the server forks to the server's 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .telemetry import FORK_SERVER, write_phase
@@ -34,22 +36,63 @@ def preload(environ: Mapping[str, str]) -> list[str]:
     write_phase(phases, "importing torch, diffusers, pyiqa and the model's modules once, for every worker on "
                 "this node", who=who)
     failed = []
-    for name in MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            log.warning("preload: importing %s failed (%s: %s); the warm-up will import it", name, type(e).__name__, e)
-            failed.append(name)
-    model = environ.get(PRELOAD_MODEL_VAR)
-    if model:
-        try:
-            # by name, inside the guard: a failure here must not end the fork server
-            importlib.import_module("pairflow.generate").index_imports(Path(model))
-        except Exception as e:
-            log.warning("preload: the pipeline's modules of %s failed (%s: %s)", model, type(e).__name__, e)
-            failed.append(model)
+    with gpus_hidden():
+        for name in MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception as e:
+                log.warning("preload: importing %s failed (%s: %s); the warm-up will import it", name,
+                            type(e).__name__, e)
+                failed.append(name)
+        model = environ.get(PRELOAD_MODEL_VAR)
+        if model:
+            try:
+                # by name, inside the guard: a failure here must not end the fork server
+                importlib.import_module("pairflow.generate").index_imports(Path(model))
+            except Exception as e:
+                log.warning("preload: the pipeline's modules of %s failed (%s: %s)", model, type(e).__name__, e)
+                failed.append(model)
     write_phase(phases, "imports done: forking the workers", who=who, import_s=time.time() - start)
     return failed
+
+
+HIDDEN = {"CUDA_VISIBLE_DEVICES": "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+"""The environment the fork server imports under: no GPU visible, and torch's CUDA check
+by NVML (which does not initialise CUDA) rather than by the CUDA runtime (which does)."""
+
+
+@contextlib.contextmanager
+def gpus_hidden() -> Iterator[None]:
+    """Import with CUDA out of reach, then restore the environment the workers inherit.
+
+    A process forked after CUDA was initialised cannot use CUDA ("Cannot re-initialize
+    CUDA in forked subprocess"), and imports reach it: diffusers asks whether an
+    accelerator is available when it is imported, and bitsandbytes (imported with pyiqa
+    and diffusers' quantizers) asks for the device's capability when CUDA is visible,
+    which initialises it. Under ``HIDDEN`` every such question is answered "no GPU"
+    without touching CUDA. What an import cached from that answer is cleared where it
+    is known (diffusers' device type); bitsandbytes keeps its CPU library, so a
+    bitsandbytes-quantised checkpoint needs ``fleet.worker_start: spawn``. Should CUDA
+    be initialised anyway, the server says so in the job's log: its workers could not
+    use the GPU. This is why ``auto`` spawns on GPU jobs until a GPU run has shown it."""
+    saved = {k: os.environ.get(k) for k in HIDDEN}
+    os.environ.update(HIDDEN)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        backend = getattr(sys.modules.get("diffusers.utils.torch_utils"), "TorchDeviceBackend", None)
+        detect = getattr(backend, "_detect_device_type", None)
+        if detect is not None and hasattr(detect, "cache_clear"):
+            detect.cache_clear()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            log.error("preload: the fork server's imports initialised CUDA; workers forked from it cannot use "
+                      "the GPU. Set fleet.worker_start: spawn (or auto)")
 
 
 if os.environ.get(MANAGER_PID_VAR) == str(os.getppid()):  # the pool's fork server (not a test importing this)

@@ -1,5 +1,6 @@
 """Parsl's worker pool with its workers forked from a fork server that already holds the
-work's imports (``fleet.worker_start: forkserver``, the default; ``spawn`` runs Parsl's own pool).
+work's imports (``fleet.worker_start: forkserver``, and ``auto``, the default, on jobs without
+a GPU; ``spawn`` runs Parsl's own pool).
 
 Parsl's ``process_worker_pool`` starts its multiprocessing Manager server and every worker
 with ``parsl.multiprocessing.SpawnContext``: each is a fresh interpreter that imports Parsl,
@@ -16,9 +17,10 @@ hands Parsl that context in place of ``SpawnContext`` and runs Parsl's pool modu
 ``__main__`` unchanged. Every worker (and the Manager server) is forked from the fork
 server, never from the manager and its threads. The server runs one Python thread (its
 imports leave two idle native threads, torch's and pyiqa's, as in any process that
-forks DataLoader workers after ``import torch``) and never initialises CUDA, so a fork is
-safe; Parsl pins each worker's accelerator (``CUDA_VISIBLE_DEVICES``) inside the forked
-worker as before, and CUDA reads it at the worker's first use.
+forks DataLoader workers after ``import torch``) and imports with the GPUs hidden
+(``preload.gpus_hidden``), so it never initialises CUDA and a fork is safe; Parsl pins
+each worker's accelerator (``CUDA_VISIBLE_DEVICES``) inside the forked worker as before,
+and CUDA reads it at the worker's first use.
 
 Faults. A killed worker is Parsl's to handle, as under spawn: the fork server reports its
 exit, Parsl fails its task as ``WorkerLost`` (retried) and forks a replacement. Two

@@ -169,11 +169,24 @@ POOL_SCRIPT = "process_worker_pool.py "
 """How Parsl's default launch command starts a pool (``launch_command`` replaces it)."""
 
 
-def launch_command(fleet: FleetSpec) -> str | None:
-    """The pool's launch command: Parsl's own (None) for ``fleet.worker_start: spawn``,
+def worker_start(fleet: FleetSpec, grant: Grant) -> str:
+    """How this job's pools start their workers: ``fleet.worker_start``, with ``auto`` (the
+    default) resolved to ``forkserver`` where the job was granted no GPU and ``spawn``
+    where it was. A process forked after CUDA was initialised cannot use CUDA, and the
+    fork server's imports reach CUDA on a GPU node (bitsandbytes, which pyiqa and
+    diffusers' quantizers import, asks torch for the device's capability when CUDA is
+    visible); ``preload`` hides the GPUs while it imports, but that has not run on a GPU
+    yet, so GPU jobs fork only when ``forkserver`` is asked for by name."""
+    if fleet.worker_start == "auto":
+        return "spawn" if grant.accelerators else "forkserver"
+    return fleet.worker_start
+
+
+def launch_command(fleet: FleetSpec, grant: Grant) -> str | None:
+    """The pool's launch command: Parsl's own (None) when workers spawn (``worker_start``),
     else Parsl's default with its pool script replaced by ``python -m pairflow.workerpool``
     (workers forked from a preloaded fork server), every argument and placeholder kept."""
-    if fleet.worker_start == "spawn":
+    if worker_start(fleet, grant) == "spawn":
         return None
     # lazy: Parsl's executors take 1-3 s to import; only a job that starts a pool pays for it
     from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
@@ -203,7 +216,7 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
     address = "127.0.0.1" if grant.nodes == 1 else address_by_hostname()
     executor = EarlyPoolExecutor(
         label="slots",
-        launch_cmd=launch_command(fleet),  # None: Parsl's default (spawned workers)
+        launch_cmd=launch_command(fleet, grant),  # None: Parsl's default (spawned workers)
         # The driver may run without the venv activated (.venv/bin/snakemake): name
         # Parsl's interchange script by its full path in this interpreter's bin/.
         # It gets the kernel's parent-death signal, so it ends with the driver (orphans).
