@@ -680,6 +680,28 @@ def test_models_are_built_on_the_context_device_and_cached_per_device(test_mirro
     assert x.dtype == torch.float32 and x.shape == (2, 3, 8, 8) and x.device.type == "cpu"
 
 
+def test_a_video_is_moved_to_the_device_once_for_all_its_metrics() -> None:
+    """Off the CPU every metric's float_frames of one decoded video slices one uint8 copy
+    on the device (torch's meta device stands in for a GPU: same code path, no data); a
+    pair's two videos stay, a third displaces the oldest, a freed array frees its copy."""
+    import gc
+
+    from pairflow.metrics import models
+
+    a, b, c = clip(1, 2, 8, 8), clip(2, 2, 8, 8), clip(3, 2, 8, 8)
+    first = models.on_device(a, "meta")
+    assert first.device.type == "meta" and first.dtype == __import__("torch").uint8
+    assert models.on_device(a, "meta") is first and models.on_device(b, "meta") is models.on_device(b, "meta")
+    x = models.float_frames(a, "meta")
+    assert x.shape == (2, 3, 8, 8) and x.dtype == __import__("torch").float32
+    models.on_device(c, "meta")
+    assert models.on_device(a, "meta") is not first  # displaced by c (two kept), moved again
+    del a, b, c, first, x
+    gc.collect()
+    models.on_device(clip(4, 2, 8, 8), "meta")
+    assert len(models._ON_DEVICE) <= models.ON_DEVICE_KEPT
+
+
 CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (a GPU slot)")
 
 

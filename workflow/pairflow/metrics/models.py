@@ -18,6 +18,7 @@ import contextlib
 import functools
 import math
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,11 +193,34 @@ def load(name: str, mirror: str, precision: str = "fp32", device: str = "cpu") -
 def float_frames(frames: np.ndarray, device: str = "cpu") -> Any:
     """uint8 (F, H, W, 3) → float32 (F, 3, H, W) of 0-255 values (VBench's load_video)
     on ``device``: the uint8 frames are moved once (a quarter of the float bytes), then
-    converted there; every batch of the metric then slices that one tensor."""
+    converted there; every batch of the metric then slices that one tensor. Off the CPU
+    the moved frames are kept for the next metric of the same video (``on_device``), so a
+    task's metrics move each video to the device once, not once per metric."""
     import torch
 
-    x = torch.from_numpy(np.ascontiguousarray(frames))
-    return x.to(device, non_blocking=False).permute(0, 3, 1, 2).to(torch.float32)
+    x = torch.from_numpy(np.ascontiguousarray(frames)) if device == "cpu" else on_device(frames, device)
+    return x.permute(0, 3, 1, 2).to(torch.float32)
+
+
+ON_DEVICE_KEPT = 2
+"""Videos whose uint8 frames stay on the device (a pair's treatment and its control)."""
+_ON_DEVICE: list[tuple[weakref.ref[np.ndarray], str, Any]] = []
+
+
+def on_device(frames: np.ndarray, device: str) -> Any:
+    """``frames`` as a uint8 tensor on ``device``, moved once while the array lives: the
+    last ``ON_DEVICE_KEPT`` arrays moved are kept (by identity, held weakly, so a video
+    decoded again is moved again and a freed one frees its copy). The arrays scoring
+    passes are the decoded frames, which nothing writes to."""
+    import torch
+
+    for ref, dev, tensor in _ON_DEVICE:
+        if ref() is frames and dev == device:
+            return tensor
+    tensor = torch.from_numpy(np.ascontiguousarray(frames)).to(device)
+    _ON_DEVICE[:] = [e for e in _ON_DEVICE if e[0]() is not None][-(ON_DEVICE_KEPT - 1):]
+    _ON_DEVICE.append((weakref.ref(frames), device, tensor))
+    return tensor
 
 
 def clip_input(x: Any, n_px: int = 224) -> Any:
