@@ -238,6 +238,9 @@ def test_the_bulk_pass_measures_a_flop_table_once_then_derives_and_cross_checks(
     checks = stage.flop_checks(cands, study.stats.seed)
     assert sorted(c.arm.name for c in cands if c.key.candidate_id in checks) == ["control", "fb"]
     assert stage.flop_checks(list(reversed(cands)), study.stats.seed) == checks  # order-free
+    queued = stage.checks_last(cands, checks)  # checked last, so their arm's table is measured by then
+    assert [c.key.candidate_id in checks for c in queued] == sorted(c.key.candidate_id in checks for c in cands)
+    assert [c for c in queued if c.key.candidate_id not in checks] == [c for c in cands if c.key.candidate_id not in checks]
     ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
     stage._TABLES.clear()
     control = [c for c in cands if c.arm.name == "control"]

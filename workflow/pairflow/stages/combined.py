@@ -45,6 +45,7 @@ from ..recordtypes import GenerationRecord
 from ..startup import worker_marks
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
 from .generation import (
+    checks_last,
     finish_generation,
     flop_checks,
     generate_task,
@@ -148,7 +149,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
         todo.extend(incomplete(study, todo_all, records))
         ref.append(write_context(study.scratch, {**generation_context(study), **shared}))
         checks = flop_checks(todo_all, study.stats.seed)
-        tasks: list[dict[str, Any] | Task] = [generation_payload(ref[0], c, checks) for c in todo]
+        tasks: list[dict[str, Any] | Task] = [generation_payload(ref[0], c, checks) for c in checks_last(todo, checks)]
         tasks += scores_ready(todo_all)
         # The per-stage jobs' log lines, so a log reads the same whichever job ran.
         log.info("generate %s: %d candidates, %d complete, %d to run", panel_name, len(todo_all),

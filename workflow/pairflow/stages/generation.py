@@ -210,6 +210,15 @@ def flop_checks(cands: list[Candidate], seed: int) -> set[str]:
     return {cid for _, cid in best.values()}
 
 
+def checks_last(todo: list[Candidate], checks: set[str]) -> list[Candidate]:
+    """``todo`` with the cross-checked candidates (``flop_checks``) queued after the others,
+    order otherwise kept: by the time one runs, its arm's table has most likely been
+    measured by another candidate, so the check compares a derived figure with a full
+    count rather than measuring the table itself (a run with no table to check against
+    records no ``cross_check``)."""
+    return sorted(todo, key=lambda c: c.key.candidate_id in checks)
+
+
 def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                    grant: Grant) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel, then write its generation manifest.
@@ -238,7 +247,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
                  len(todo_all) - len(todo), len(todo))
         ref = write_context(study.scratch, generation_context(study))
         checks = flop_checks(todo_all, study.stats.seed)
-        return [generation_payload(ref, c, checks) for c in todo]
+        return [generation_payload(ref, c, checks) for c in checks_last(todo, checks)]
 
     hooks = TaskHooks(telemetry_path(layout, panel_name, "generate"),
                       lambda p: failure_path(layout, p["candidate"], "generate"), describe,

@@ -44,6 +44,7 @@ from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch
 from .combined import _console, warm_panel
 from .generation import (
+    checks_last,
     finish_generation,
     flop_checks,
     generate_task,
@@ -103,7 +104,8 @@ class _StudyQueue:
         for p in self.panels.values():
             p.todo.extend(incomplete(study, p.todo_all, p.records))
             checks = flop_checks(p.todo_all, study.stats.seed)
-            self._add(p, self.generation, [(generate_task, generation_payload(self.ref, c, checks)) for c in p.todo])
+            self._add(p, self.generation, [(generate_task, generation_payload(self.ref, c, checks))
+                                           for c in checks_last(p.todo, checks)])
             n_scores = self._add(p, self.scores, self._scores_ready(p, p.todo_all))
             log.info("generate %s: %d candidates, %d complete, %d to run", p.name, len(p.todo_all),
                      len(p.todo_all) - len(p.todo), len(p.todo))
