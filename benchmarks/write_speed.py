@@ -17,6 +17,7 @@ order alternates every run (writer first on even runs, bare first on odd ones).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,7 +65,14 @@ def main() -> None:
     if "--save" in sys.argv:
         path = Path(__file__).resolve().parent / "results.json"
         results = json.loads(path.read_text())
-        results["write_speed"] = {"sizes": out, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        load = os.getloadavg()[0]
+        # every saved run is kept (the note quotes the spread of several), the table shows the last
+        history = [*results.get("write_speed", {}).get("history", []),
+                   {"date": date, "load_1min": round(load, 2),
+                    "ratio_median": {k: round(v["ratio_median"], 3) for k, v in out.items()},
+                    "ratio_min": {k: round(v["ratio_min"], 3) for k, v in out.items()}}]
+        results["write_speed"] = {**results.get("write_speed", {}), "sizes": out, "date": date, "history": history}
         path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 
 
