@@ -119,3 +119,19 @@ def test_a_render_keeps_the_sections_written_by_hand() -> None:
     assert gpu == "# B\n\n## On a GPU (`gpu_check.sh`)\n\nH200\n\n## Hand\n\nkept\n"
     # The real file's owned stems are read from render.py's own headings.
     assert {"On a GPU", "Metrics on this CPU", "Writer vs bare ffmpeg at the default size and 480p"} <= owned_stems()
+
+
+def test_the_fork_probe_answers_with_the_worker_s_own_error_where_there_is_no_gpu(tmp_path: Path) -> None:
+    """benchmarks/fork_cuda_probe.py (run by gpu_check.sh): a worker forked from a fork
+    server that preloaded pairflow.preload reports what it saw; without a GPU the answer is
+    torch's own error, not a hang or a traceback."""
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "fork.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "fork_cuda_probe.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["preloaded"] == ["diffusers", "pyiqa", "torch"]  # forked from the preloaded server
+    if not __import__("torch").cuda.is_available():
+        assert result["ok"] is False
+        assert "NVIDIA" in result["error"] or "CUDA" in result["error"]

@@ -1,0 +1,68 @@
+"""On a GPU machine: can a worker forked from PairFlow's fork server use CUDA?
+
+``fleet.worker_start: auto`` spawns workers on GPU jobs because a process forked after
+CUDA was initialised cannot use CUDA, and the fork server's imports (torch, diffusers,
+pyiqa) reach CUDA on a GPU node unless ``preload.gpus_hidden`` keeps them from it. This
+starts a multiprocessing fork server that preloads ``pairflow.preload`` exactly as a
+pool's does (``PAIRFLOW_PRELOAD=1``), forks one worker from it and, in that worker, puts
+a tensor on the GPU and asks what diffusers and transformers think the device is. Its
+JSON (stdout, and ``--out``) says whether forkserver can become the default on GPU jobs.
+
+    python benchmarks/fork_cuda_probe.py [--out FILE]      (gpu_check.sh runs it)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Any
+
+
+def worker(queue: Any) -> None:
+    out: dict[str, Any] = {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                           "preloaded": sorted(m for m in ("torch", "diffusers", "pyiqa") if m in sys.modules)}
+    try:
+        import torch
+
+        out["cuda_available"] = torch.cuda.is_available()
+        x = torch.arange(1024, device="cuda", dtype=torch.float32)
+        out["sum_on_gpu"] = float(x.sum().item())
+        out["device_name"] = torch.cuda.get_device_name(0)
+        from diffusers.utils.torch_utils import get_device
+
+        out["diffusers_device"] = get_device()
+        from transformers.utils import is_torch_cuda_available
+
+        out["transformers_cuda"] = bool(is_torch_cuda_available())
+        out["ok"] = out["sum_on_gpu"] == 523776.0 and out["diffusers_device"] == "cuda" and out["transformers_cuda"]
+    except Exception as e:  # the answer is the error: report it, do not raise
+        out["ok"], out["error"] = False, f"{type(e).__name__}: {e}"[:2000]
+    queue.put(out)
+
+
+def main() -> None:
+    os.environ["PAIRFLOW_PRELOAD"] = "1"
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["pairflow.preload"])
+    queue = ctx.Queue()
+    started = time.time()
+    proc = ctx.Process(target=worker, args=(queue,))
+    proc.start()
+    try:
+        result = queue.get(timeout=240)
+    except Exception as e:
+        result = {"ok": False, "error": f"no answer from the forked worker: {type(e).__name__}: {e}"}
+    proc.join(10)
+    result["seconds"] = round(time.time() - started, 1)
+    text = json.dumps(result, sort_keys=True)
+    print(text)
+    if "--out" in sys.argv:
+        with open(sys.argv[sys.argv.index("--out") + 1], "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
