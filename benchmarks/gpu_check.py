@@ -49,6 +49,8 @@ MIN_NVML_SAMPLES = 10
 """NVML samples each panel job must have (the issue's requirement, at ``--nvml-interval`` 1 s)."""
 TAIL_CHARS = 6000
 """Characters of Snakemake's log kept in the JSON; each rule log keeps ``TAIL_CHARS // 2``."""
+KEEP_BYTES = 2**20
+"""The most of one log file copied beside the JSON (its end)."""
 
 
 class Stopped(Exception):
@@ -258,8 +260,8 @@ def mfu_by_arm(scratch: Path, timing: dict[str, Any], device_name: str,
 def rule_logs(scratch: Path, keep: Path | None) -> dict[str, str]:
     """The tail of each non-empty rule log (``scratch/logs/**``: the rules' ``log:``
     files, where a job's traceback lands), keyed by its path under ``logs``; the logs and
-    the Parsl run folders' ``*.log`` files are copied under ``keep`` first (so they
-    outlive the temporary project)."""
+    the Parsl run folders' ``*.log`` files (the last ``KEEP_BYTES`` of each) are copied
+    under ``keep`` first (so they outlive the temporary project)."""
     logs = scratch / "logs"
     if keep is not None:
         shutil.rmtree(keep, ignore_errors=True)
@@ -269,7 +271,9 @@ def rule_logs(scratch: Path, keep: Path | None) -> dict[str, str]:
                 dst = keep / src.relative_to(scratch)
                 try:
                     dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, dst)
+                    with src.open("rb") as fh:  # the last MiB of a long (Parsl debug) log is where it failed
+                        fh.seek(max(0, src.stat().st_size - KEEP_BYTES))
+                        dst.write_bytes(fh.read())
                 except OSError:
                     continue
     out = {}
