@@ -241,31 +241,53 @@ def _e2e(e: dict | None, r: dict | None = None) -> list[str]:
 def _gpu(g: dict | None) -> list[str]:
     if not g:
         return ["## On a GPU", "", "Not measured yet: no accelerator was lent when these figures were taken. On a "
-                "GPU machine, `bash benchmarks/gpu_check.sh` (under 8 minutes on one H100-class GPU) checks the "
-                "driver against what the torch wheel needs (CUDA 13 wheels: R580+) and that torch sees CUDA, then "
-                "runs the default study on CUDA in bfloat16 with NVML sampled every second (>= 10 samples per "
-                "panel job) and measures: wall time and work share; per arm the timed pass's median latency, "
-                "denoise/decode split, repeat CV, peak device memory, estimated MFU (counted forward FLOPs / "
-                "timed latency / the GPU's datasheet dense BF16 peak, PaLM convention) and the throttle reasons "
-                "NVML reported while timed runs ran (gpu_idle excluded); scoring on the slot's GPU. It writes "
-                "`benchmarks/gpu_check.json` at every step (a failed or overrun study still leaves what was "
-                "measured and its log's tail) and renders its figures here with the GPU named.", ""]
+                "GPU machine, `bash benchmarks/gpu_check.sh` (under 8 minutes on one H100-class GPU, kill grace "
+                "included) checks that torch sees CUDA (explaining a failure by the driver the wheel needs: CUDA 13 "
+                "wheels, R580+) and that Snakemake is installed beside it, then runs the default study on CUDA in "
+                "bfloat16 with NVML sampled every second and measures: wall time and work share; NVML samples per "
+                "panel job (>= 10 each required; under MIG per MIG device, without utilisation, which NVML does not "
+                "report there); per arm the timed pass's median latency, denoise/decode split, repeat CV, peak "
+                "device memory, estimated MFU (counted forward FLOPs / timed latency / the GPU's datasheet dense "
+                "BF16 peak, PaLM convention; none for a MIG slice) and the throttle reasons NVML reported while "
+                "timed runs ran (gpu_idle excluded; 'not watched' where NVML answered no poll); scoring on the "
+                "slot's GPU. It is complete only if every generation ran on CUDA and every timed run was clocked "
+                "by CUDA events. It writes `benchmarks/gpu_check.json` at every step, Snakemake's log beside it "
+                "and the rules' logs under `gpu_check_logs/` (a failed study keeps their tails in the JSON; at "
+                "the outer time limit the study is killed and the JSON says `stopped`) and renders its figures "
+                "here with the GPU named.", ""]
     gi = g.get("gpu") or {}
     dc = g.get("driver_check") or {}
     if not dc.get("ok", True) or not gi:
+        why = (dc.get("why") if not dc.get("ok", True) else g.get("error") or g.get("stopped")
+               or "the check stopped before the GPU was read")
         return ["## On a GPU (`benchmarks/gpu_check.sh`)", "",
-                f"Not measured: {dc.get('why', 'the check stopped before the GPU was read')} "
+                f"Not measured: {why} "
                 f"(driver {dc.get('driver')}, torch {dc.get('torch')} for CUDA {dc.get('torch_cuda')}, needs "
                 f"{dc.get('driver_needed')}); {g.get('date', '')}.", ""]
     share = (g.get("e2e") or {}).get("work_share")
+    rc, wall = g.get("snakemake_rc"), g.get("study_wall_s")
+    state = (" (**stopped by the outer time limit: partial figures**)" if g.get("stopped")
+             else " (**overran its timeout: partial figures**)" if g.get("timed_out")
+             else f" (**study failed (rc {rc}): partial figures**)" if rc not in (0, None) else "")
+    error = f" ({g['error']})" if g.get("error") else ""
+    ran = (f"wall {wall:.1f} s{state}" if wall is not None
+           else f"**stopped before the study reported**{error}" if not g.get("complete") else "wall not recorded")
     lines = ["## On a GPU (`benchmarks/gpu_check.sh`)", "",
              f"GPU: {gi.get('name', '?')} (driver {gi.get('driver', '?')}, CUDA "
              f"{gi.get('cuda', '?')}); {g.get('date', '')}; default study on CUDA in "
-             f"{g.get('dtype', '?')} with the tiny model; wall {g.get('study_wall_s', float('nan')):.1f} s"
-             + (" (**overran its timeout: partial figures**)" if g.get("timed_out") else "")
+             f"{g.get('dtype', '?')} with the tiny model; {ran}"
              + (f"; work share {share:.1%}" if share is not None else "") + ".", ""]
+    if not g.get("complete") and g.get("incomplete"):
+        lines += [f"Not complete: {g['incomplete']}.", ""]
     if g.get("not_measured"):
         lines += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in sorted(g["not_measured"].items())), ""]
+    nv = g.get("nvml_summary") or {}
+    if nv:
+        ok = g.get("nvml_samples_ok")
+        lines += ["NVML per panel job: " + "; ".join(f"{k}: {v.get('min_samples', 0)} samples ({v.get('status', '?')}"
+                                                     + (f"; {v['stopped']}" if v.get("stopped") else "") + ")"
+                                                     for k, v in sorted(nv.items()))
+                  + f". At least 10 samples per panel job: {'yes' if ok else '**no**'}.", ""]
     t = g.get("timing") or {}
     per = g.get("per_arm") or {}
     if t:
@@ -277,15 +299,28 @@ def _gpu(g: dict | None) -> list[str]:
             s = (per.get(a) or {}).get("speedup")
             return f"{s:.2f}x" if s else "n/a"
 
+        def throttle(x: dict) -> str:
+            watched, runs = x.get("throttle_runs_watched"), x.get("timed_runs")
+            if watched == 0:
+                return "not watched"
+            reasons = ", ".join(x["throttle_reasons"]) or "none"
+            return f"{reasons} ({watched}/{runs} runs watched)" if watched is not None and watched < (runs or 0) \
+                else reasons
+
         lines += ["| arm | candidates | median latency s | speedup | median denoise s | median decode s | "
                   "median repeat CV | peak device MiB | estimated MFU | throttle reasons during timed runs |",
                   "|---|---|---|---|---|---|---|---|---|---|",
                   *[f"| {a} | {x['candidates']} | {x['latency_s']:.4f} | {speed(a)} | {x['denoise_s']:.4f} | "
                     f"{x['decode_s']:.4f} | {x['cv'] if x['cv'] is None else format(x['cv'], '.1%')} | "
-                    f"{x['peak_device_mb']:.0f} | {mfu(a)} | {', '.join(x['throttle_reasons']) or 'none'} |"
+                    f"{x['peak_device_mb']:.0f} | {mfu(a)} | {throttle(x)} |"
                     for a, x in sorted(t.items())], ""]
+        absent = sorted({v["mfu_absent"] for v in per.values() if v.get("mfu_absent")})
+        if absent:
+            lines += ["Estimated MFU not given: " + "; ".join(absent) + ".", ""]
     if g.get("snakemake_tail"):
         lines += ["Study log tail:", "", "```", *g["snakemake_tail"].splitlines()[-15:], "```", ""]
+    for name, text in sorted((g.get("rule_logs") or {}).items())[:3] if not g.get("complete") else []:
+        lines += [f"Rule log `{name}` (tail):", "", "```", *text.splitlines()[-10:], "```", ""]
     return lines
 
 

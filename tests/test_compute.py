@@ -158,10 +158,16 @@ def test_an_inexact_or_foreign_table_is_not_loaded_as_exact(tmp_path: Path) -> N
     ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.0), ("NVIDIA H100 PCIe", "H100 PCIe", 756.0),
     ("NVIDIA H200", "H200 SXM", 989.0), ("NVIDIA GH200 480GB", "GH200", 989.0), ("NVIDIA B200", "B200", 2250.0),
     ("NVIDIA GB200", "GB200 (per GPU)", 2500.0), ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
-    ("NVIDIA L40S", "L40S", 362.0)])
-def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, model: str, tflops: float) -> None:
+    ("NVIDIA L40S", "L40S", 362.0),
+    # a MIG slice is not its whole GPU: no peak, so no estimated MFU (audit r6 item 8)
+    ("NVIDIA H200 MIG 1g.18gb", None, None), ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", None, None)])
+def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, model: str | None,
+                                                                  tflops: float | None) -> None:
     from pairflow.compute import bf16_peak, estimated_mfu
 
+    if model is None or tflops is None:
+        assert bf16_peak(name) is None and estimated_mfu(1e15, 1.0, name) is None
+        return
     assert bf16_peak(name) == (model, tflops * 1e12)
     mfu = estimated_mfu(tflops * 1e12 * 0.25, 2.0, name)  # a quarter of a second's peak work over 2 s
     assert mfu is not None and mfu["mfu"] == pytest.approx(0.125) and mfu["convention"].startswith("estimated")

@@ -658,7 +658,8 @@ def test_estimated_mfu_and_peak_memory_per_arm_on_a_known_gpu() -> None:
 
 
 @pytest.mark.parametrize(("gpu", "why"), [(None, "ran on cpu, not CUDA"),
-                                          ("NVIDIA GeForce GTX 1080", "is not in compute.BF16_DENSE_PEAK_TFLOPS")])
+                                          ("NVIDIA GeForce GTX 1080", "is not in compute.BF16_DENSE_PEAK_TFLOPS"),
+                                          ("NVIDIA H200 MIG 1g.18gb", "is a MIG slice")])
 def test_no_mfu_on_cpu_or_an_unknown_gpu_and_one_note_says_why(gpu: str | None, why: str) -> None:
     from pairflow.table import answer, markdown, table
 

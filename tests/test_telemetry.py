@@ -67,7 +67,7 @@ def test_sampler_stops_sampling_when_the_reader_fails():
 
     with Sampler(broken, interval_s=0.05) as s:
         time.sleep(0.1)
-    assert s.rows == [] and s.read is None
+    assert s.rows == [] and s.read is None and "GPU fell off the bus" in s.stopped
 
 
 def test_nvml_reader_answers_with_a_reason_or_a_reader():
@@ -217,3 +217,116 @@ def test_nvml_samples_carry_tensor_activity_or_say_why_not():
     assert all("tensor_active_pct" in r for r in rows)
     values = [r["tensor_active_pct"] for r in rows]
     assert all(v is None or 0.0 <= v <= 100.0 for v in values)
+
+
+# --- NVML through a fake pynvml (tests/fake_pynvml.py): MIG, per-field failures, throttle watch ---------------
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Install a fake pynvml made by ``fake_pynvml.make(**options)``; returns the installer."""
+    import functools
+
+    import fake_pynvml
+
+    return functools.partial(fake_pynvml.install, monkeypatch)
+
+
+def test_a_mig_gpu_is_sampled_per_mig_device_keyed_by_its_mig_uuid(fake_nvml) -> None:  # type: ignore[no-untyped-def]
+    """Audit r6 item 1: under MIG, NVML has no utilisation; the reader used to raise on it
+    and the sampler stopped with 0 rows while status said 'NVML 1 GPU(s)'. Now each MIG
+    device present is a row keyed by its MIG UUID (the slot's), with its own memory and
+    the GPU's power and temperature; utilisation is None and the status says why."""
+    import fake_pynvml
+
+    from pairflow.telemetry import gpu_state, uuid_names
+
+    fake_nvml(mig=True)
+    read, status = nvml_reader()
+    assert read is not None and "2 MIG device(s)" in status and "utilisation unavailable under MIG" in status
+    with Sampler(read, interval_s=0.05) as s:
+        time.sleep(0.12)
+    assert s.rows and not s.stopped
+    assert {r["uuid"] for r in s.rows} == set(fake_pynvml.MIG_UUIDS.values())  # empty slot 1 skipped
+    row = s.rows[0]
+    assert row["utilization_gpu_pct"] is None and row["memory_total_mb"] == 18 * 1024 and row["power_w"] == 250.0
+    summ = s.summary()[fake_pynvml.MIG_UUIDS[0]]
+    assert summ["samples"] >= 2 and summ["memory_used_mb_max"] == 1024.0 and summ["temperature_c_max"] == 55.0
+    assert summ["utilization_gpu_pct_mean"] is None and summ["active_share"] is None
+    assert summ["tensor_active"].startswith("unavailable (not read for a MIG device")
+    # torch names a MIG slot by its bare UUID: the slot's spellings include the row's key
+    bare = fake_pynvml.MIG_UUIDS[2].removeprefix("MIG-")
+    assert fake_pynvml.MIG_UUIDS[2] in uuid_names(bare)
+    state = gpu_state(bare, 1)
+    assert state["mig"] is True and state["memory_used_mb"] == 1024.0 and state["sm_clock_mhz"] == 1980
+
+
+def test_one_unsupported_nvml_field_is_none_and_the_rest_is_kept(fake_nvml) -> None:  # type: ignore[no-untyped-def]
+    """Audit r6 items 1 and 7: power, the max clock or the process list unsupported used to
+    blank the whole sample (the sampler stopped) or the whole gpu_state."""
+    import fake_pynvml
+
+    from pairflow.telemetry import gpu_state
+
+    fake_nvml(unsupported=frozenset({"GetPowerUsage", "GetMaxClockInfo", "GetComputeRunningProcesses"}))
+    read, status = nvml_reader()
+    assert read is not None and status == "NVML 1 GPU(s)"
+    rows = read()
+    assert rows[0]["power_w"] is None and rows[0]["utilization_gpu_pct"] == 40 and rows[0]["uuid"] == fake_pynvml.GPU_UUID
+    s = Sampler(read, 1.0)
+    s.rows = rows + read()
+    summ = s.summary()[fake_pynvml.GPU_UUID]
+    assert summ["power_w_mean"] is None and summ["utilization_gpu_pct_mean"] == 40.0 and summ["active_share"] == 1.0
+    assert summ["tensor_active"] == "unavailable (this GPU has no GPM (NVML GPU Performance Monitoring: Hopper and later))"
+    state = gpu_state(fake_pynvml.GPU_UUID, 1)
+    assert "unavailable" not in state and state["sm_clock_mhz"] == 1980 and state["temperature_c"] == 55
+    assert state["unsupported"] == ["max_sm_clock_mhz", "other_processes", "power_w"]
+    assert "power_w" not in state and state["throttle_reasons"] == ["gpu_idle"]
+    # an error that is not 'cannot answer' (a lost GPU) is still an error: sampling stops and says why
+    lost = fake_nvml()
+
+    def gone(h):  # type: ignore[no-untyped-def]
+        raise fake_pynvml.NVMLError(fake_pynvml.GPU_IS_LOST)
+
+    read, _ = nvml_reader()
+    lost.nvmlDeviceGetMemoryInfo = gone
+    with Sampler(read, interval_s=10.0) as s:
+        pass
+    assert s.rows == [] and "GPU is lost" in s.stopped
+
+
+def test_a_failed_gpm_metric_is_not_a_zero_reading(fake_nvml) -> None:  # type: ignore[no-untyped-def]
+    """Audit r6 item 13: NVML fills each metric's nvmlReturn; a failed one read as 0 %."""
+    import fake_pynvml
+
+    fake_nvml(gpm_return=3)
+    read, _ = nvml_reader()
+    s = Sampler(read, 1.0)
+    s.rows = read() + read() + read()
+    assert all(r["tensor_active_pct"] is None for r in s.rows)
+    assert s.summary()[fake_pynvml.GPU_UUID]["tensor_active"] == "unavailable (NVML GPM tensor metric failed (nvmlReturn 3))"
+    fake_nvml(gpm_return=0)
+    read, _ = nvml_reader()
+    assert [r["tensor_active_pct"] for r in read() + read()] == [None, 0.0]  # a real 0 % after the first interval
+
+
+def test_throttle_watch_prefers_clock_event_reasons_and_says_not_watched_when_no_poll_answers(fake_nvml) -> None:  # type: ignore[no-untyped-def]
+    """Audit r6 item 6: a reasons call that failed at every poll left polls 0, status
+    'watched' and the report 'none'. Now: the clock-event call first, the deprecated
+    throttle call where the driver or binding lacks it, and 0 polls is 'not watched'."""
+    import fake_pynvml
+
+    from pairflow.telemetry import ThrottleWatch, thermal_flag
+
+    fake_nvml(absent=frozenset({"GetCurrentClocksEventReasons"}), reasons=0x1 | 0x20)
+    with ThrottleWatch(fake_pynvml.GPU_UUID, interval_s=0.01) as w:
+        time.sleep(0.05)
+    assert w.status == "watched" and w.polls >= 2 and w.reasons == ["sw_thermal_slowdown"]
+    assert w.max_temperature_c == 55.0
+    fake_nvml(unsupported=frozenset({"GetCurrentClocksEventReasons", "GetCurrentClocksThrottleReasons"}))
+    with ThrottleWatch(fake_pynvml.GPU_UUID, interval_s=0.01) as w:
+        time.sleep(0.03)
+    assert w.polls == 0 and w.status.startswith("not watched") and w.reasons == []
+    flag = thermal_flag({"status": w.status, "polls": w.polls, "reasons": w.reasons}, 78.0)
+    assert flag["flagged"] is None and flag["why"].startswith("not watched")
+    assert thermal_flag({"status": "watched", "polls": 0, "reasons": []}, 78.0)["flagged"] is None

@@ -367,12 +367,18 @@ BF16_DENSE_PEAK_TFLOPS: tuple[tuple[str, str, float], ...] = (
     ("A100", "A100", 312.0),
     ("L40S", "L40S", 362.0),
 )
-"""Dense BF16 peaks for estimated MFU (``estimated_mfu``)."""
+"""Dense BF16 peaks for estimated MFU (``estimated_mfu``), of whole GPUs only (``MIG_SLICE``)."""
+MIG_SLICE = ("a MIG slice (torch names it '<GPU> MIG <profile>'): it has a share of the GPU's SMs, so the whole "
+             "GPU's datasheet peak does not apply and no estimated MFU is given")
 
 
 def bf16_peak(device_name: str) -> tuple[str, float] | None:
     """(model, dense BF16 peak FLOP/s) of the GPU torch names ``device_name``, or None when
-    the table does not know it (then no MFU is estimated rather than a wrong one)."""
+    the table does not know it or the device is a MIG slice (``MIG_SLICE``: "NVIDIA H200
+    MIG 1g.18gb" contains "H200" but has a seventh of its SMs): then no MFU is estimated
+    rather than a wrong one."""
+    if "MIG" in device_name.split():
+        return None
     for needle, model, tflops in BF16_DENSE_PEAK_TFLOPS:
         if needle.lower() in device_name.lower():
             return model, tflops * 1e12
@@ -383,8 +389,8 @@ def estimated_mfu(flops: float, latency_s: float, device_name: str) -> dict[str,
     """Estimated model FLOPs utilisation, the PaLM convention: forward FLOPs actually
     counted for the call (no backward, no rematerialisation) over the timed latency over
     the device's dense BF16 peak. "Estimated": the peak is a datasheet figure, not this
-    board's clocks. None when the device is not in ``BF16_DENSE_PEAK_TFLOPS`` or the
-    latency is not positive."""
+    board's clocks. None when the device is not in ``BF16_DENSE_PEAK_TFLOPS``, is a MIG
+    slice (``MIG_SLICE``), or the latency is not positive."""
     peak = bf16_peak(device_name)
     if peak is None or latency_s <= 0:
         return None

@@ -16,10 +16,11 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from . import nvml
 from .identity import digest_obj
 
-# Lazy on purpose: pynvml is imported where the driver is read: optional, absent on machines without NVIDIA's
-# library.
+# pynvml (optional, absent on machines without NVIDIA's library) is reached through ``nvml``, the one
+# seam to the driver, which imports it on first use and initialises NVML once per process.
 
 _PACKAGES = ("torch", "torchvision", "diffusers", "transformers", "pyiqa", "parsl", "snakemake",
              "numpy", "scipy", "av", "xxhash", "imageio-ffmpeg", "ffmpeg-python")
@@ -89,23 +90,25 @@ def torch_cuda_version() -> str | None:
 
 
 def _driver() -> str | None:
-    """The NVIDIA driver version through NVML (nvidia-ml-py), else from the kernel
+    """The NVIDIA driver version through NVML (nvidia-ml-py, through ``nvml``: initialised
+    once per process, shared with telemetry), else, without nvidia-ml-py, from the kernel
     module's ``/proc/driver/nvidia/version``; None where there is no NVIDIA driver."""
+    pynvml, why = nvml.start()
+    if pynvml is None:
+        return _kernel_driver() if why == nvml.NOT_INSTALLED else None
     try:
-        import pynvml
-    except ImportError:
-        try:
-            text = Path("/proc/driver/nvidia/version").read_text()
-        except OSError:
-            return None
-
-        # "... Kernel Module [for x86_64]  550.54.14 ..."
-        found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)
-        return found.group(1) if found else None
-    try:
-        pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()
-        pynvml.nvmlShutdown()
     except pynvml.NVMLError:
         return None
     return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def _kernel_driver() -> str | None:
+    """The loaded NVIDIA kernel module's version, None without one."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    # "... Kernel Module [for x86_64]  550.54.14 ..."
+    found = re.search(r"Kernel Module.*?\s(\d+(?:\.\d+)+)\s", text)
+    return found.group(1) if found else None

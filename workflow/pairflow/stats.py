@@ -45,7 +45,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from .compute import bf16_peak, estimated_mfu
+from .compute import MIG_SLICE, bf16_peak, estimated_mfu
 from .config import StatsSpec
 from .errors import IntegrityError, PairingError, StatsError
 from .inference import (
@@ -327,7 +327,9 @@ def _arm_efficiency(gen: dict[Key, GenerationRecord], timings: dict[Key, TimingR
     known = {n: bf16_peak(n) for n in names}
     if any(v is None for v in known.values()):
         unknown = [n for n, v in known.items() if v is None]
-        out["absent"] = (f"GPU {', '.join(unknown)} is not in compute.BF16_DENSE_PEAK_TFLOPS: no estimated MFU; add "
+        migs = [n for n in unknown if "MIG" in n.split()]
+        out["absent"] = (f"GPU {', '.join(migs)} is {MIG_SLICE}" if migs else
+                         f"GPU {', '.join(unknown)} is not in compute.BF16_DENSE_PEAK_TFLOPS: no estimated MFU; add "
                          "its datasheet dense BF16 peak there")
         return out
     flops = [_call_flops(gen[k]) for k in keys]

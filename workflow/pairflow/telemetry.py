@@ -7,13 +7,15 @@ slot at the worker), each slot's busy share (seconds running tasks over the wind
 and, where NVML exists, a CSV of GPU samples with their summary. Utilisation in the
 report is computed from these records only, so it comes from work that was really done.
 
-Imports without torch. NVML (nvidia-ml-py) is the one seam to the GPU driver.
+Imports without torch. NVML (nvidia-ml-py) is reached through ``pairflow.nvml``, the one seam
+to the GPU driver.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import logging
@@ -27,10 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import nvml
 from .atomic import write_text
 
-# Lazy on purpose: pynvml and torch are imported where a device is read: optional, absent without NVIDIA's
-# library or a GPU.
+# pynvml is reached through ``nvml`` (the one seam to the driver, which imports it on first use); torch is
+# imported lazily where a device is read: optional, absent without a GPU build.
 
 log = logging.getLogger(__name__)
 
@@ -231,61 +234,85 @@ def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: l
 
 # --- NVML -------------------------------------------------------------------------------
 
-_NVML: dict[str, Any] = {}
 
-
-def _nvml() -> Any:
-    """The ``pynvml`` module, initialised once per process and shut down at exit (each
-    ``nvmlInit`` takes a reference the driver keeps until a matching ``nvmlShutdown``).
-    Raises ImportError without nvidia-ml-py and ``pynvml.NVMLError`` without a driver."""
-    if "module" not in _NVML:
-        import atexit
-
-        import pynvml
-
-        pynvml.nvmlInit()
-        _NVML["module"] = pynvml
-        atexit.register(_nvml_shutdown)
-    return _NVML["module"]
-
-
-def _nvml_shutdown() -> None:
-    pynvml = _NVML.pop("module", None)
-    if pynvml is not None:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-
-
-def nvml_reader() -> tuple[Callable[[], list[dict[str, Any]]] | None, str]:
-    """(read, status): ``read()`` returns one sample per GPU on this node; ``read`` is None
-    with the reason in ``status`` where NVML is unavailable (no driver, no GPU)."""
+def nvml_reader() -> tuple[NvmlReader | None, str]:
+    """(read, status): ``read()`` returns one sample per device on this node (a whole GPU,
+    or each MIG device of a MIG-enabled GPU; ``NvmlReader``); ``read`` is None with the
+    reason in ``status`` where NVML is unavailable (no driver, no GPU). Under MIG,
+    ``status`` says that utilisation is unavailable."""
+    pynvml, why = nvml.start()
+    if pynvml is None:
+        return None, why
     try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py is not installed"
-    try:
-        _nvml()
         count = pynvml.nvmlDeviceGetCount()
+        devices = [d for i in range(count) for d in _devices(pynvml, i)]
     except pynvml.NVMLError as e:
         return None, f"NVML unavailable: {e}"
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    tensor = [TensorActivity(pynvml, h) for h in handles]
+    migs = sum(d["mig"] for d in devices)
+    return NvmlReader(pynvml, devices), (f"NVML {count} GPU(s)" + (
+        f", {migs} MIG device(s): utilisation unavailable under MIG (NVML reports none per MIG device or for a "
+        "MIG-enabled GPU)" if migs else ""))
 
-    def read() -> list[dict[str, Any]]:
-        now, rows = time.time(), []
-        for i, h in enumerate(handles):
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            rows.append({"time": now, "index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                         "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
-                         "utilization_gpu_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                         "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                         "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-                         "tensor_active_pct": tensor[i].read()})
+
+class NvmlReader:
+    """One NVML sample per device (``_devices``) per call. Each field is read on its own
+    (``nvml.optional``): one the device cannot answer is None in its row, the others are
+    kept. Under MIG, NVML has no utilisation (neither for the GPU nor per MIG device); a
+    MIG device's row carries its own memory and UUID (``MIG-...``, the UUID torch reports
+    for the slot) and its physical GPU's power and temperature, and no tensor activity."""
+
+    def __init__(self, pynvml: Any, devices: list[dict[str, Any]]) -> None:
+        self.pynvml, self.devices = pynvml, devices
+        self.tensor = {d["uuid"]: TensorActivity(pynvml, d["handle"]) for d in devices if not d["mig"]}
+
+    def __call__(self) -> list[dict[str, Any]]:
+        pynvml, now, rows = self.pynvml, time.time(), []
+        for d in self.devices:
+            h, gpu = d["handle"], d["gpu"]
+            mem = nvml.optional(pynvml, "nvmlDeviceGetMemoryInfo", h)
+            util = None if d["mig"] else nvml.optional(pynvml, "nvmlDeviceGetUtilizationRates", h)
+            power = nvml.optional(pynvml, "nvmlDeviceGetPowerUsage", gpu)
+            tensor = self.tensor.get(d["uuid"])
+            rows.append({"time": now, "index": d["index"], "uuid": d["uuid"],
+                         "memory_used_mb": None if mem is None else mem.used / 2**20,
+                         "memory_total_mb": None if mem is None else mem.total / 2**20,
+                         "utilization_gpu_pct": None if util is None else util.gpu,
+                         "power_w": None if power is None else power / 1000.0,
+                         "temperature_c": nvml.optional(pynvml, "nvmlDeviceGetTemperature", gpu,
+                                                        pynvml.NVML_TEMPERATURE_GPU),
+                         "tensor_active_pct": tensor.read() if tensor is not None else None})
         return rows
 
-    return read, f"NVML {count} GPU(s)"
+    def why_no_tensor(self, uuid: str) -> str:
+        """Why device ``uuid`` has no tensor-activity value."""
+        tensor = self.tensor.get(uuid)
+        return tensor.why() if tensor is not None else "not read for a MIG device (NVML GPM per MIG not sampled)"
+
+
+def _mig_enabled(pynvml: Any, handle: Any) -> bool:
+    """Whether MIG is on (current mode) for the physical GPU ``handle``; False where the
+    GPU or driver has no MIG."""
+    mode = nvml.optional(pynvml, "nvmlDeviceGetMigMode", handle)
+    return bool(mode is not None and mode[0] == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
+
+
+def _devices(pynvml: Any, index: int) -> list[dict[str, Any]]:
+    """The devices NVML samples for physical GPU ``index``: the GPU itself, or, where MIG
+    is on, each MIG device present (a slot absent from the GPU's MIG slots is skipped; a
+    MIG-enabled GPU without any MIG device is sampled as itself). ``handle``: memory and
+    UUID; ``gpu``: power, temperature and clocks (the physical GPU's)."""
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    out = []
+    if _mig_enabled(pynvml, h):
+        for j in range(nvml.optional(pynvml, "nvmlDeviceGetMaxMigDeviceCount", h) or 0):
+            try:
+                m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+            except pynvml.NVMLError as e:
+                if nvml.code(e) in (nvml.NOT_FOUND, *nvml.UNANSWERABLE):  # an empty MIG slot
+                    continue
+                raise
+            out.append({"index": index, "handle": m, "gpu": h, "mig": True, "uuid": _text(pynvml.nvmlDeviceGetUUID(m))})
+    return out or [{"index": index, "handle": h, "gpu": h, "mig": False, "uuid": _text(pynvml.nvmlDeviceGetUUID(h))}]
 
 
 def _text(v: Any) -> str:
@@ -317,12 +344,19 @@ def _handle(pynvml: Any, uuid: str) -> tuple[Any, Any] | None:
             h = pynvml.nvmlDeviceGetHandleByUUID(name.encode())
         except pynvml.NVMLError:
             continue
-        try:
-            mig = bool(pynvml.nvmlDeviceIsMigDeviceHandle(h))
-        except (pynvml.NVMLError, AttributeError):
-            mig = False
+        mig = bool(nvml.optional(pynvml, "nvmlDeviceIsMigDeviceHandle", h))
         return h, (pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h) if mig else h)
     return None
+
+
+def clock_event_reasons(pynvml: Any, gpu: Any) -> int | None:
+    """The GPU's current clock-event (throttle) reason bits: ``nvmlDeviceGetCurrentClocksEventReasons``
+    (driver R535+), else the deprecated ``...ClocksThrottleReasons`` where the driver or
+    nvidia-ml-py lacks it; None where neither answers."""
+    bits: int | None = nvml.optional(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", gpu)
+    if bits is None:
+        bits = nvml.optional(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", gpu)
+    return bits
 
 
 def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
@@ -330,46 +364,53 @@ def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     process uses (a whole GPU or a MIG instance, whose clocks, power, temperature and
     throttle reasons are its physical GPU's): SM and memory clocks (MHz), throttle
     reasons, temperature (C), power (W), memory used (MiB) and the other processes
-    computing on it. Where NVML or the device is unavailable: ``{"unavailable": <reason>}``
-    (recorded, never raised)."""
-    try:
-        import pynvml
-    except ImportError:
-        return {"unavailable": "nvidia-ml-py is not installed"}
+    computing on it. Each field is read on its own: one the device cannot answer is
+    left out and named in ``unsupported``. Where NVML or the device is unavailable:
+    ``{"unavailable": <reason>}`` (recorded, never raised)."""
     if not uuid:
         return {"unavailable": "no CUDA device in this process"}
+    pynvml, why = nvml.start()
+    if pynvml is None:
+        return {"unavailable": why}
     try:
-        _nvml()
         found = _handle(pynvml, uuid)
         if found is None:
             return {"unavailable": f"NVML has no device with UUID {uuid} (tried {', '.join(uuid_names(uuid))})"}
         h, gpu = found
-        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(gpu)
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_MEM),
-                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(gpu, pynvml.NVML_CLOCK_SM),
-                "throttle_reasons": [n for bit, n in THROTTLE_REASONS.items() if reasons & bit],
-                "temperature_c": pynvml.nvmlDeviceGetTemperature(gpu, pynvml.NVML_TEMPERATURE_GPU),
-                "power_w": pynvml.nvmlDeviceGetPowerUsage(gpu) / 1000.0,
-                "memory_used_mb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
-                "mig": h is not gpu,
-                "other_processes": [{"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20}
-                                    for p in procs if p.pid != own_pid]}
+        get = functools.partial(nvml.optional, pynvml)
+        mem, power, procs = (get("nvmlDeviceGetMemoryInfo", h), get("nvmlDeviceGetPowerUsage", gpu),
+                             get("nvmlDeviceGetComputeRunningProcesses", h))
+        reasons = clock_event_reasons(pynvml, gpu)
+        fields = {"sm_clock_mhz": get("nvmlDeviceGetClockInfo", gpu, pynvml.NVML_CLOCK_SM),
+                  "mem_clock_mhz": get("nvmlDeviceGetClockInfo", gpu, pynvml.NVML_CLOCK_MEM),
+                  "max_sm_clock_mhz": get("nvmlDeviceGetMaxClockInfo", gpu, pynvml.NVML_CLOCK_SM),
+                  "throttle_reasons": None if reasons is None else [n for bit, n in THROTTLE_REASONS.items()
+                                                                    if reasons & bit],
+                  "temperature_c": get("nvmlDeviceGetTemperature", gpu, pynvml.NVML_TEMPERATURE_GPU),
+                  "power_w": None if power is None else power / 1000.0,
+                  "memory_used_mb": None if mem is None else mem.used / 2**20,
+                  "other_processes": None if procs is None else [
+                      {"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20} for p in procs if p.pid != own_pid]}
     except pynvml.NVMLError as e:
         return {"unavailable": f"NVML: {e}"}
+    missing = sorted(k for k, v in fields.items() if v is None)
+    return {**{k: v for k, v in fields.items() if v is not None}, "mig": h is not gpu,
+            **({"unsupported": missing} if missing else {})}
 
 
 class ThrottleWatch:
     """Polls the clock-event (throttle) reasons of the GPU ``uuid`` every ``interval_s``
     on a daemon thread while the ``with`` block runs, so a reason is reported only when it
-    appeared *during* a timed run (``reasons``, ``gpu_idle`` excluded). A no-op (with
-    ``status`` saying why) without NVML or the device."""
+    appeared *during* a timed run (``reasons``, ``gpu_idle`` excluded). ``polls`` counts
+    the polls NVML answered: with none, ``status`` says ``not watched`` and why (not
+    ``watched``: no reason seen is then no evidence). A no-op (with ``status`` saying
+    why) without NVML or the device."""
 
     def __init__(self, uuid: str | None, interval_s: float = 0.05) -> None:
         self.uuid, self.interval_s = uuid, interval_s
         self.seen: set[str] = set()
         self.polls = 0
+        self.failure = ""
         self.max_temperature_c: float | None = None
         self.status = "not started"
         self._stop = threading.Event()
@@ -377,31 +418,40 @@ class ThrottleWatch:
         self._gpu: Any = None
 
     def _poll(self) -> None:
-        pynvml = _NVML["module"]
+        pynvml = nvml.loaded()
+        if pynvml is None:
+            return
         try:
-            bits = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._gpu)
-        except pynvml.NVMLError:
+            bits = clock_event_reasons(pynvml, self._gpu)
+        except pynvml.NVMLError as e:
+            self.failure = f"NVML: {e}"
+            return
+        if bits is None:
+            self.failure = "neither clock-event nor throttle reasons are supported here"
             return
         self.polls += 1
         self.seen.update(n for bit, n in THROTTLE_REASONS.items() if bits & bit)
         try:
-            temp = float(pynvml.nvmlDeviceGetTemperature(self._gpu, pynvml.NVML_TEMPERATURE_GPU))
+            temp = nvml.optional(pynvml, "nvmlDeviceGetTemperature", self._gpu, pynvml.NVML_TEMPERATURE_GPU)
         except pynvml.NVMLError:
             return
-        self.max_temperature_c = temp if self.max_temperature_c is None else max(self.max_temperature_c, temp)
+        if temp is not None:
+            temp = float(temp)
+            self.max_temperature_c = temp if self.max_temperature_c is None else max(self.max_temperature_c, temp)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._poll()
 
     def __enter__(self) -> ThrottleWatch:
+        pynvml, why = nvml.start()
+        if pynvml is None:
+            self.status = f"unavailable: {why}"
+            return self
         try:
-            import pynvml
-
-            _nvml()
             found = _handle(pynvml, self.uuid) if self.uuid else None
-        except Exception as e:  # ImportError or NVMLError: recorded, never raised
-            self.status = f"unavailable: {type(e).__name__}: {e}"
+        except pynvml.NVMLError as e:  # recorded, never raised
+            self.status = f"unavailable: NVML: {e}"
             return self
         if found is None:
             self.status = f"unavailable: NVML has no device with UUID {self.uuid}"
@@ -418,6 +468,8 @@ class ThrottleWatch:
             self._stop.set()
             self._thread.join()
             self._poll()
+            if not self.polls:
+                self.status = f"not watched: no poll answered ({self.failure or 'no poll ran'})"
 
     @property
     def reasons(self) -> list[str]:
@@ -428,8 +480,9 @@ def thermal_flag(throttled: dict[str, Any] | None, limit_c: float) -> dict[str, 
     """Whether a timed run was taken while its GPU throttled (a clock-event reason other
     than idle) or ran above ``limit_c`` (``timing/max_temperature_c``), from its
     ``ThrottleWatch`` figures; ``flagged`` is None where nothing was watched (no NVML)."""
-    if not throttled or throttled.get("status") != "watched":
-        return {"flagged": None, "limit_c": limit_c, "why": "not watched (no NVML or no GPU)"}
+    if not throttled or throttled.get("status") != "watched" or not throttled.get("polls", 1):
+        return {"flagged": None, "limit_c": limit_c,
+                "why": f"not watched ({(throttled or {}).get('status') or 'no NVML or no GPU'})"}
     temp = throttled.get("max_temperature_c")
     hot = temp is not None and float(temp) > limit_c
     reasons = list(throttled.get("reasons") or [])
@@ -447,56 +500,74 @@ class TensorActivity:
     """Tensor-core activity of one GPU between two reads, from NVML's GPU Performance
     Monitoring (GPM: Hopper and later, driver R520+): ``NVML_GPM_METRIC_ANY_TENSOR_UTIL``,
     the percentage of time any tensor pipe was busy, computed by NVML from two samples.
-    ``read()`` gives None where the device or driver has no GPM (``reason`` says why), and
-    None on the first read (one sample is no interval). Written here, not through DCGM:
-    DCGM's profiling metrics need its host engine running, GPM needs only the driver."""
+    ``read()`` gives None where the device or driver has no GPM (``reason`` says why), where
+    NVML answered the call but not this metric (its ``nvmlReturn``; ``failure`` says so: a
+    failed metric is not a 0 % reading), and on the first read (one sample is no interval).
+    ``why()`` says why a GPU has no value. Written here, not through DCGM: DCGM's
+    profiling metrics need its host engine running, GPM needs only the driver."""
 
     def __init__(self, pynvml: Any, handle: Any) -> None:
-        self.nvml, self.handle = pynvml, handle
+        self.pynvml, self.handle = pynvml, handle
         self.last: Any = None
         self.reason = ""
+        self.failure = ""
         try:
             if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                 self.reason = "this GPU has no GPM (NVML GPU Performance Monitoring: Hopper and later)"
         except (pynvml.NVMLError, AttributeError) as e:  # an older driver or nvidia-ml-py
             self.reason = f"NVML GPM unavailable: {e}"
 
+    def why(self) -> str:
+        """Why this GPU has no tensor-activity value (for a summary without one)."""
+        return self.reason or self.failure or "not sampled twice (one GPM sample is no interval)"
+
     def read(self) -> float | None:
         if self.reason:
             return None
-        nvml = self.nvml
+        pynvml = self.pynvml
         try:
-            sample = nvml.nvmlGpmSampleGet(self.handle, nvml.nvmlGpmSampleAlloc())
+            sample = pynvml.nvmlGpmSampleGet(self.handle, pynvml.nvmlGpmSampleAlloc())
             if self.last is None:
                 self.last = sample
                 return None
-            get = nvml.c_nvmlGpmMetricsGet_t()
-            get.version, get.numMetrics = nvml.NVML_GPM_METRICS_GET_VERSION, 1
+            get = pynvml.c_nvmlGpmMetricsGet_t()
+            get.version, get.numMetrics = pynvml.NVML_GPM_METRICS_GET_VERSION, 1
             get.sample1, get.sample2 = self.last, sample
-            get.metrics[0].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
-            nvml.nvmlGpmMetricsGet(get)
-            nvml.nvmlGpmSampleFree(self.last)
+            get.metrics[0].metricId = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+            pynvml.nvmlGpmMetricsGet(get)
+            pynvml.nvmlGpmSampleFree(self.last)
             self.last = sample
+            status = int(getattr(get.metrics[0], "nvmlReturn", 0))  # absent from old nvidia-ml-py
+            if status != 0:  # the call succeeded, this metric did not: its value is no 0 % reading
+                self.failure = f"NVML GPM tensor metric failed (nvmlReturn {status})"
+                return None
             return float(get.metrics[0].value)
-        except nvml.NVMLError as e:
+        except pynvml.NVMLError as e:
             self.reason = f"NVML GPM failed: {e}"
             return None
 
 
-def tensor_summary(values: list[Any]) -> float | str:
-    """Mean tensor-core activity (%) over the samples that have it, or why there is none."""
+TENSOR_UNAVAILABLE = "unavailable (no NVML GPM tensor-activity sample: not Hopper or later, or not sampled twice)"
+
+
+def tensor_summary(values: list[Any], why: str | None = None) -> float | str:
+    """Mean tensor-core activity (%) over the samples that have it, or why there is none
+    (``why``: the reader's reason for this GPU, where it knows one)."""
     got = [float(v) for v in values if v not in (None, "")]
     if got:
         return sum(got) / len(got)
-    return "unavailable (no NVML GPM tensor-activity sample: not Hopper or later, or not sampled twice)"
+    return f"unavailable ({why})" if why else TENSOR_UNAVAILABLE
 
 
 class Sampler:
     """Calls ``read`` every ``interval_s`` seconds on a daemon thread (and once at start
-    and stop); rows accumulate in memory and are written as CSV by ``write``."""
+    and stop); rows accumulate in memory and are written as CSV by ``write``. A reader
+    that raises stops the sampling for good; ``stopped`` says why."""
 
     def __init__(self, read: Callable[[], list[dict[str, Any]]] | None, interval_s: float) -> None:
         self.read, self.interval_s = read, interval_s
+        self.source = read  # kept when sampling stops: it knows why a field is missing
+        self.stopped = ""
         self.rows: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -504,8 +575,9 @@ class Sampler:
     def _sample(self) -> None:
         try:
             self.rows += self.read() if self.read else []
-        except Exception as e:
+        except Exception as e:  # any reader failure ends sampling; the job goes on without it
             log.warning("NVML sample failed (%s); sampling stops", e)
+            self.stopped = f"sampling stopped after {len(self.rows)} row(s): {type(e).__name__}: {e}"
             self.read = None
 
     def _loop(self) -> None:
@@ -535,21 +607,35 @@ class Sampler:
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per GPU (uuid): samples, peak memory, mean utilisation and power, peak temperature,
         the share of samples at >= ``ACTIVE_PCT`` % utilisation, mean tensor-core activity
-        (``TensorActivity``; "unavailable ..." where the GPU or driver has no GPM)."""
+        (``TensorActivity``; "unavailable (why)" where the GPU or driver has no GPM). A
+        field no sample has (utilisation under MIG, power the board does not report) is
+        None; samples without a field are left out of its figure."""
         by: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows:
             by.setdefault(str(r["uuid"]), []).append(r)
+        why = getattr(self.source, "why_no_tensor", None)
 
-        def mean(rs: list[dict[str, Any]], k: str) -> float:
-            return sum(float(r[k]) for r in rs) / len(rs)
+        def got(rs: list[dict[str, Any]], k: str) -> list[float]:
+            return [float(r[k]) for r in rs if r.get(k) not in (None, "")]
 
-        return {u: {"samples": len(rs), "memory_used_mb_max": max(float(r["memory_used_mb"]) for r in rs),
-                    "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"),
-                    # the share of samples in which the GPU was active (ledger.ACTIVE_PCT)
-                    "active_share": sum(float(r["utilization_gpu_pct"]) >= ACTIVE_PCT for r in rs) / len(rs),
-                    "tensor_active": tensor_summary([r.get("tensor_active_pct") for r in rs]),
+        def mean(rs: list[dict[str, Any]], k: str) -> float | None:
+            v = got(rs, k)
+            return sum(v) / len(v) if v else None
+
+        def peak(rs: list[dict[str, Any]], k: str) -> float | None:
+            return max(got(rs, k), default=None)
+
+        def active(rs: list[dict[str, Any]]) -> float | None:
+            util = got(rs, "utilization_gpu_pct")
+            # the share of samples in which the GPU was active (ledger.ACTIVE_PCT)
+            return sum(u >= ACTIVE_PCT for u in util) / len(util) if util else None
+
+        return {u: {"samples": len(rs), "memory_used_mb_max": peak(rs, "memory_used_mb"),
+                    "utilization_gpu_pct_mean": mean(rs, "utilization_gpu_pct"), "active_share": active(rs),
+                    "tensor_active": tensor_summary([r.get("tensor_active_pct") for r in rs],
+                                                    why(u) if callable(why) else None),
                     "power_w_mean": mean(rs, "power_w"),
-                    "temperature_c_max": max(float(r["temperature_c"]) for r in rs)} for u, rs in by.items()}
+                    "temperature_c_max": peak(rs, "temperature_c")} for u, rs in by.items()}
 
 
 def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: list[dict[str, Any]],
@@ -569,7 +655,8 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
               "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),
-              "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary()},
+              "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary(),
+                       **({"stopped": sampler.stopped} if sampler.stopped else {})},
               **extra}
     if sampler.rows:
         csv_path = Path(out).with_suffix(".nvml.csv")
