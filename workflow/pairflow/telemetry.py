@@ -182,11 +182,21 @@ def process_start(pid: int | str = "self") -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
+        return boot_epoch() + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return _IMPORTED
+
+
+def boot_epoch() -> float:
+    """When this machine booted, in epoch seconds, to the microsecond: now less the time
+    since boot (``CLOCK_BOOTTIME``, the clock ``/proc/<pid>/stat``'s start ticks count
+    on). ``/proc/stat``'s ``btime`` is whole seconds, so starts computed from it were up
+    to a second early (start-up marks out of order on one machine, in order on another)."""
+    try:
+        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # no CLOCK_BOOTTIME (not Linux): the whole-second figure
+        return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
 
 
 _IMPORTED = time.time()
