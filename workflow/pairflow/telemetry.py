@@ -187,11 +187,13 @@ def process_start(pid: int | str = "self") -> float:
         return _IMPORTED
 
 
+@functools.cache
 def boot_epoch() -> float:
     """When this machine booted, in epoch seconds, to the microsecond: now less the time
     since boot (``CLOCK_BOOTTIME``, the clock ``/proc/<pid>/stat``'s start ticks count
     on). ``/proc/stat``'s ``btime`` is whole seconds, so starts computed from it were up
-    to a second early (start-up marks out of order on one machine, in order on another)."""
+    to a second early (start-up marks out of order on one machine, in order on another).
+    Taken once per process, so every start this process computes uses the same one."""
     try:
         return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
     except (AttributeError, OSError):  # no CLOCK_BOOTTIME (not Linux): the whole-second figure
