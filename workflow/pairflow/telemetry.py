@@ -105,8 +105,8 @@ class PhaseWatch:
         shutil.rmtree(self.folder, ignore_errors=True)  # a previous job's workers are not this job's
         if self.slots < 1:  # nothing to run: no pool starts
             return self
-        log.info("%s: starting %d worker(s): each imports torch and diffusers, loads the model and imports the "
-                 "scorers before its first task", self.label, self.slots)
+        log.info("%s: starting %d worker(s): each imports torch and diffusers, loads the model, imports the "
+                 "scorers and loads their models before its first task", self.label, self.slots)
         self.thread.start()
         return self
 

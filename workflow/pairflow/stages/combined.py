@@ -1,7 +1,8 @@
 """A panel's generation and scoring in one job (``fleet.panel_jobs: combined``).
 
 One Parsl pool serves both task kinds: each worker imports torch, diffusers and the
-scorers and loads the model once (its warm-up task, while the driver prepares), then
+scorers and loads the model and the scorer models once (its warm-up task, while the
+driver prepares), then
 takes generation and score tasks as they come. A candidate's score task is submitted
 the moment its own generation and its pair's control are both verified (``follow`` in
 ``fleet.run_tasks``), so scoring overlaps generation instead of waiting for the whole
@@ -41,7 +42,7 @@ from ..context import write_context
 from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
 from ..layout import Layout
 from ..locks import hold
-from ..recordtypes import GenerationRecord
+from ..recordtypes import GenerationRecord, ScorerBuild
 from ..startup import worker_marks
 from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
 from .generation import (
@@ -56,17 +57,31 @@ from .generation import (
     warm_payload,
 )
 from .jobs import WARM_UP, describe, sweep_panel, timed_imports
-from .scoring import SCORER_MODULES, finish_scoring, ready_score_task, scoring_context
+from .scoring import (
+    SCORER_MODULES,
+    finish_scoring,
+    ready_score_task,
+    scorer_warm_payload,
+    scoring_context,
+    warm_scorers,
+)
 
 log = logging.getLogger(__name__)
 
 
+def panel_warm_payload(study: StudySpec, build: ScorerBuild, phases: Path) -> dict[str, Any]:
+    """What ``warm_panel`` prepares: the model (``generation.warm_payload``), the scorers
+    (``scoring.scorer_warm_payload``) and the folder its phases are named in."""
+    return {**warm_payload(study), "scoring": scorer_warm_payload(study, build), "phases": str(phases)}
+
+
 def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
-    and diffusers, load the model, import pyiqa and the scorers), in one worker, naming
-    each phase as it starts (``telemetry.write_phase``) for the driver's log. Its result
-    carries the worker's start-up timeline (``startup.worker_marks``: when its pool manager
-    and the worker process started, when each phase ended; epoch seconds)."""
+    """Parsl warm-up task of a combined job (``payload``: ``panel_warm_payload``): what
+    both stages' warm-ups do (import torch and diffusers, load the model, import pyiqa and
+    the study's scorers and load their models on the slot's device), in one worker,
+    naming each phase as it starts (``telemetry.write_phase``) for the driver's log. Its
+    result carries the worker's start-up timeline (``startup.worker_marks``: when its pool
+    manager and the worker process started, when each phase ended; epoch seconds)."""
     phases = payload.get("phases")
     marks = worker_marks()
     write_phase(phases, "importing torch and diffusers")
@@ -74,11 +89,14 @@ def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
     marks["torch_diffusers_imported"] = time.time()
     write_phase(phases, "loading the model", import_s=import_s)
     gen = warm_generation(payload, marks)
-    write_phase(phases, "importing the scorers", import_s=import_s, load_s=gen["load_s"])
+    write_phase(phases, "importing the scorers and loading their models", import_s=import_s, load_s=gen["load_s"])
     scorers = timed_imports(SCORER_MODULES)
     marks["scorers_imported"] = time.time()
-    WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers})
-    write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=gen["load_s"])
+    got = warm_scorers(payload["scoring"])
+    marks["scorers_loaded"] = time.time()
+    WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers + got["import_s"],
+                    "load_s": gen["load_s"] + got["load_s"]})
+    write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=WARM_UP["load_s"])
     return {**WARM_UP, "marks": marks}
 
 
@@ -174,7 +192,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     with _console("pairflow"), PhaseWatch(phases, label, slots):
         hooks = TaskHooks(telemetry_path(layout, panel_name, COMBINED),
                           lambda p: failure_path(layout, p["candidate"], p["stage"]), describe,
-                          warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                          warm=(warm_panel, panel_warm_payload(study, build, phases)),
                           start_early=start_early, follow=follow)
         results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks, packing)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
