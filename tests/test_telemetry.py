@@ -135,8 +135,31 @@ def test_job_window_is_the_slurm_allocation_or_this_process(tmp_path) -> None:  
 
     start = process_start()
     assert 0 < time.time() - start < 3600  # this test process started within the hour
-    assert job_window({}, 99.0)[1:] == (99.0, "job process start (/proc/self/stat)")
-    assert job_window({"SLURM_JOB_START_TIME": "1700000000"}, 1700000100.0)[0] == 1700000000.0
+    assert job_window(None, 99.0)[1:] == (99.0, "job process start (/proc/self/stat)")
+    slurm = (1700000000.0, "Slurm allocation start (scontrol show job: StartTime)")
+    assert job_window(slurm, 1700000100.0) == (1700000000.0, 1700000100.0, slurm[1])
+    why = "no allocation start from Slurm (no SLURM_JOB_START_TIME; scontrol not found)"
+    assert job_window((None, why), 99.0) == (start, 99.0, f"job process start (/proc/self/stat): {why}")
+
+
+def test_a_stage_closes_the_job_after_its_manifests(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Audit of issue 25, defect 4: the manifests' read-back after the fan-out is the
+    job's time too: ``close_job`` moves the end and recomputes the accounting, and never
+    touches a record an earlier job wrote."""
+    from pairflow.telemetry import close_job
+
+    out = tmp_path / "tel.json"
+    spans = [span(0, 2.0, 6.0)]
+    write_telemetry(out, "score t", (1.0, 6.0), spans, ["n1/cpu0"], Sampler(None, 1.0), "none", {},
+                    (0.0, 8.0, "job process start (/proc/self/stat)"))
+    assert close_job(out, since=2.0, end=20.0) is None  # its window opened before this job: not this job's
+    assert json.loads(out.read_text())["job"]["end"] == 8.0
+    rec = close_job(out, since=1.0, end=20.0)
+    assert rec is not None and json.loads(out.read_text()) == rec
+    assert rec["job"]["end"] == 20.0 and rec["job"]["end_is"] == "after the job's manifests were read back and written"
+    assert rec["job"]["busy_share"] == pytest.approx(4.0 / 20.0) and rec["job"]["idle_s"] == pytest.approx(14.0)
+    assert rec["job"]["start_is"] == "job process start (/proc/self/stat)"
+    assert close_job(tmp_path / "none.json", since=0.0) is None and close_job(None, since=0.0) is None
 
 
 def test_progress_line_gives_done_rate_and_time_left() -> None:

@@ -5,8 +5,11 @@ outputs: the allocation window (from just before the worker pool is asked for un
 every result is in), one span per task (queued at the driver; started, finished and
 slot at the worker), each slot's busy share (seconds in which it ran a task over the
 window: workers packed on one GPU share its slot, and their overlapping spans count
-once, so a share never exceeds 1) and, where NVML exists, a CSV of GPU samples with their summary. Utilisation in the
-report is computed from these records only, so it comes from work that was really done.
+once, so a share never exceeds 1), the whole job's accounting (``honest_share`` from the
+allocation's or process's start to after the pool's cleanup, ``job_window``; moved past
+the job's manifests by ``close_job``) and, where NVML exists, a CSV of GPU samples with
+their summary. Utilisation in the report is computed from these records only, so it
+comes from work that was really done.
 
 Imports without torch. NVML (nvidia-ml-py) is the one seam to the GPU driver.
 """
@@ -211,14 +214,17 @@ def process_start(pid: int | str = "self") -> float:
 _IMPORTED = time.time()
 
 
-def job_window(environ: dict[str, str], end: float) -> tuple[float, float, str]:
+PROCESS_START = "job process start (/proc/self/stat)"
+
+
+def job_window(allocated: tuple[float | None, str] | None, end: float) -> tuple[float, float, str]:
     """(start, end, what the start is) of the whole job: under Slurm the allocation's
-    start (``SLURM_JOB_START_TIME``, set by Slurm 23.02+), else this job process's start;
-    ``end`` is the caller's (when the job's work ended)."""
-    slurm = environ.get("SLURM_JOB_START_TIME", "")
-    if slurm.isdigit():
-        return float(slurm), end, "Slurm allocation start (SLURM_JOB_START_TIME)"
-    return process_start(), end, "job process start (/proc/self/stat)"
+    start as ``sites.slurm.allocation_start`` read it (``allocated``: (start or None, where
+    it was read or why not)), else this job process's start (``process_start``), saying
+    why Slurm gave none; ``end`` is the caller's (after the worker pool's cleanup)."""
+    if allocated is not None and allocated[0] is not None:
+        return float(allocated[0]), end, allocated[1]
+    return process_start(), end, PROCESS_START + (f": {allocated[1]}" if allocated is not None else "")
 
 
 SPAN_KINDS = ("work_s", "warmup_s", "failed_s", "retried_s")
@@ -601,16 +607,18 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
     """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``.
     ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
     the Slurm allocation's start (``extra['allocation']['start']``) or this process's
-    start, to now (the job's last work: only its manifest writing follows). ``job`` in
-    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the
-    Parsl window (warm-up counted busy, start-up outside it: what a progress view shows,
-    never the study's figure)."""
+    start, to now (``fleet.run_tasks`` writes the record after the worker pool's
+    cleanup; ``close_job`` moves the end past the job's manifests). ``job`` in the
+    record holds ``honest_share`` over it; ``slots`` the per-slot shares of the Parsl
+    window (warm-up counted busy, start-up outside it: what a progress view shows, never
+    the study's figure)."""
     if job is None:
         alloc_start = (extra.get("allocation") or {}).get("start")
-        job = ((float(alloc_start), time.time(), "Slurm allocation start (SLURM_JOB_START_TIME)")
-               if alloc_start is not None else (process_start(), time.time(), "job process start (/proc/self/stat)"))
+        job = job_window((alloc_start, "Slurm allocation start (SLURM_JOB_START_TIME)")
+                         if alloc_start is not None else None, time.time())
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
-              "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
+              "job": {"start": job[0], "end": job[1], "start_is": job[2], "end_is": JOB_END,
+                      **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),
               "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary()},
               **extra}
@@ -619,6 +627,31 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
         write_text(csv_path, sampler.csv_text())
         record["nvml"]["csv"] = csv_path.name
     write_text(Path(out), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+JOB_END = "after the worker pool's cleanup"
+JOB_END_MANIFESTS = "after the job's manifests were read back and written"
+
+
+def close_job(out: Path | None, since: float, end: float | None = None) -> dict[str, Any] | None:
+    """Move the job's end in the telemetry record ``out`` to ``end`` (default now) and
+    recompute its accounting (``honest_share``): a stage calls it after its manifests
+    (every record read back), the job's last work this process can see, so that time is
+    the job's slot time too (idle). None, and nothing written, where this job wrote no
+    record (none whose window opened at or after ``since``, epoch seconds: a job that ran
+    no task writes none, and a previous job's record is not this job's; or ``out`` is None)."""
+    if out is None or not Path(out).is_file():
+        return None
+    path = Path(out)
+    record: dict[str, Any] = json.loads(path.read_text())
+    if float(record["window"]["start"]) < since:
+        return None
+    job = record["job"]
+    end = time.time() if end is None else end
+    record["job"] = {"start": job["start"], "end": end, "start_is": job.get("start_is"), "end_is": JOB_END_MANIFESTS,
+                     **honest_share(record["spans"], (job["start"], end), list(record["slots"]))}
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
 

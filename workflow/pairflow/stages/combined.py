@@ -44,7 +44,7 @@ from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord, ScorerBuild
 from ..startup import worker_marks
-from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
+from ..telemetry import PHASES_DIR, PhaseWatch, close_job, write_phase
 from .generation import (
     finish_generation,
     flop_checks,
@@ -136,8 +136,8 @@ def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path,
 def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
                grant: Grant) -> dict[str, Any]:
     layout = Layout(study.scratch)
-    sweep_panel(study, panel_name, job_start(),
-                ("records", "videos", "scores", "failures/generate", "failures/score"))
+    started = job_start()
+    sweep_panel(study, panel_name, started, ("records", "videos", "scores", "failures/generate", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast on a missing or altered weight
     build = shared["scorer"]
     todo_all = candidates(study, study.panel(panel_name))
@@ -198,4 +198,5 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)
+    close_job(hooks.telemetry_out, started)  # the manifests' read-back is the job's time too
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "scored": ran["score"], "results": results}

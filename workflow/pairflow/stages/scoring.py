@@ -49,7 +49,7 @@ from ..recordtypes import (
     ScoreRecord,
     StaticFilter,
 )
-from ..telemetry import PhaseMemory
+from ..telemetry import PhaseMemory, close_job
 from ..video import read_video
 from ..vouch import vouch
 from ..weights import verify
@@ -308,7 +308,8 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
     layout = Layout(study.scratch)
-    sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
+    started = job_start()
+    sweep_panel(study, panel_name, started, ("scores", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     todo_all = candidates(study, study.panel(panel_name))
     payloads: list[dict[str, Any]] = []
@@ -337,6 +338,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
     run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks,
               workers_for(study, ("score",), grant))
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
+    close_job(hooks.telemetry_out, started)  # the manifest's read-back is the job's time too
     return {"ran": len(payloads)}
 
 
