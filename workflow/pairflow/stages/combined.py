@@ -2,11 +2,10 @@
 
 One Parsl pool serves both task kinds: each worker imports torch, diffusers and the
 scorers and loads the model and the scorer models once (its warm-up task, while the
-driver prepares), then
-takes generation and score tasks as they come. A candidate's score task is submitted
-the moment its own generation and its pair's control are both verified (``follow`` in
-``fleet.run_tasks``), so scoring overlaps generation instead of waiting for the whole
-panel, and no second job pays a pool start and worker imports again.
+driver prepares), then takes generation and score tasks as they come. A candidate's
+score task is submitted the moment its own generation and its pair's control are both
+verified (``follow`` in ``fleet.run_tasks``), so scoring overlaps generation instead of
+waiting for the whole panel, and no second job pays a pool start and worker imports again.
 
 What the job writes is what the two per-stage jobs write (``generation.py``,
 ``scoring.py``): the same records, failure records per stage, generation manifest and
