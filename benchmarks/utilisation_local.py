@@ -81,7 +81,8 @@ PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pa
           ("torch_diffusers_imported", "worker imports torch and diffusers"),
           ("pipeline_imported", "worker imports the pipeline's modules (transformers, ...)"),
           ("model_loaded", "worker loads the model"),
-          ("scorers_imported", "worker imports pyiqa and the scorers"))
+          ("scorers_imported", "worker imports pyiqa and the scorers"),
+          ("scorers_loaded", "worker imports the study's metric modules and loads their models"))
 """The start-up phases in order (``pairflow.startup`` marks), each ending at its mark."""
 
 

@@ -242,6 +242,29 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     assert time.perf_counter() - tick < 1 and not (tmp_path / "run2" / "parsl").exists()
 
 
+def test_the_job_window_closes_after_the_pools_cleanup(tmp_path, monkeypatch):
+    """Audit of issue 25, defect 4: the job's end was taken before Parsl's cleanup, so the
+    pool's shutdown was no one's slot time. The telemetry record is written after the
+    cleanup, and its job ends after it."""
+    from pairflow import fleet
+
+    cleaned: list[float] = []
+    real = fleet._cleanup
+
+    def slow_cleanup(dfk):  # type: ignore[no-untyped-def]
+        real(dfk)
+        time.sleep(0.5)  # a slow interchange shutdown
+        cleaned.append(time.time())
+
+    monkeypatch.setattr(fleet, "_cleanup", slow_cleanup)
+    run_tasks(report_warm, [{"i": 0}], tmp_path / "run", FleetSpec(1, 0), Grant(), "window",
+              TaskHooks(tmp_path / "tel.json"))
+    t = json.loads((tmp_path / "tel.json").read_text())
+    assert len(cleaned) == 1 and t["job"]["end"] >= cleaned[0] >= t["window"]["end"] + 0.5
+    assert t["job"]["end_is"] == "after the worker pool's cleanup"
+    assert t["job"]["start_is"] == "job process start (/proc/self/stat)"  # no Slurm here
+
+
 def double_task(p: dict) -> dict:
     if p.get("fail"):
         raise ValueError("this one fails")

@@ -654,6 +654,69 @@ def test_a_gpu_slot_scores_on_cuda_and_the_device_enters_the_build(tmp_path: Pat
     assert scorer_build(study, Grant(accelerators=("2", "3")), cuda=True)["digest"] == gpu["digest"]  # which GPUs: not
 
 
+def test_a_score_jobs_warm_up_pins_cuda_settings_on_a_cuda_slot(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Audit of issue 25, defect 2: score-only jobs never pinned TF32/cuDNN (torch's
+    default lets cuDNN convolutions run in TF32), so they scored in TF32 what a combined
+    job scored in float32 under one scorer digest. The scoring warm-up pins on a CUDA
+    slot (and a score task again, should its warm-up have failed); the build's digest names
+    the settings. Only the device decision and our own pin and warm functions are
+    replaced, never torch."""
+    from conftest import small_config
+
+    from pairflow.config import study_from_raw
+    from pairflow.fleet import Grant
+    from pairflow.generate import CUDA_SETTINGS
+    from pairflow.stages import scoring
+
+    study = study_from_raw(small_config(tmp_path, tmp_path / "model", scorers=["temporal_flickering", "psnr"]),
+                           tmp_path)
+    gpu = scoring.scorer_build(study, Grant(accelerators=("0",)), cuda=True)  # the device decision: a CUDA slot
+    cpu = scoring.scorer_build(study, Grant(accelerators=("0",)), cuda=False)
+    assert gpu["cuda_settings"] == CUDA_SETTINGS and gpu["cuda_settings"]["cudnn_tf32"] is False
+    assert "cuda_settings" not in cpu  # a CPU build's digest is what it was
+    pins: list[str] = []
+    warmed: list[tuple[list[str], str, list[str]]] = []
+    monkeypatch.setattr(scoring, "pin_cuda", lambda: pins.append("pinned"))
+    monkeypatch.setattr(scoring, "warm", lambda names, ctx, weights: warmed.append((names, ctx.device, weights))
+                        or {"import_s": 0.0, "load_s": 0.0})
+    out = scoring.warm_scoring(scoring.scorer_warm_payload(study, gpu))
+    assert pins == ["pinned"] and warmed == [(["temporal_flickering", "psnr"], "cuda", [])]
+    assert set(out) >= {"import_s", "load_s"}
+    scoring.warm_scoring(scoring.scorer_warm_payload(study, cpu))
+    assert pins == ["pinned"] and warmed[-1][1] == "cpu"  # a CPU slot pins nothing
+
+
+def test_the_scoring_warm_up_loads_the_studys_scorer_models_so_the_first_task_does_not(
+        tmp_path: Path, test_mirror) -> None:  # type: ignore[no-untyped-def]
+    """Audit of issue 25, defect 3: the warm-up imported only pairflow.metrics, so the
+    metric modules, their libraries and every model load ran inside the first score task
+    (booked as task work). The warm-up now imports the study's metric modules and builds
+    their models (RAFT for the static filter too) on the slot's device in the cache the
+    tasks read; weight-free metrics load nothing; a missing weight raises as scoring does."""
+    from conftest import small_config
+
+    from pairflow.config import study_from_raw
+    from pairflow.errors import WeightsError
+    from pairflow.metrics import ScoreContext, models, warm
+    from pairflow.stages import scoring
+
+    study = study_from_raw(small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)},
+                                        scorers=["subject_consistency", "temporal_flickering", "psnr"],
+                                        scoring={"static_filter": "intersection"}), tmp_path)
+    models.clear_cache()
+    before = dict(models.LOAD_COUNTS)
+    out = scoring.warm_scoring(scoring.scorer_warm_payload(study, scoring.scorer_build(study)))
+    assert out["load_s"] > 0 and out["import_s"] > 0
+    built = {k: v - before.get(k, 0) for k, v in models.LOAD_COUNTS.items() if v != before.get(k, 0)}
+    assert built == {"dino": 1, "raft_large": 1}  # the static filter's RAFT too; flicker and PSNR load nothing
+    x = clip(4, 3, 32, 32)
+    score("subject_consistency", x, None, ScoreContext(mirror=test_mirror, batch=2))
+    assert {k: v - before.get(k, 0) for k, v in models.LOAD_COUNTS.items() if v != before.get(k, 0)} == built
+    assert warm(["temporal_flickering", "ssim"], ScoreContext())["load_s"] < 0.01  # weight-free: nothing to load
+    with pytest.raises(WeightsError):
+        warm(["subject_consistency"], ScoreContext(mirror=tmp_path / "no-mirror"))
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: the refusal is for one without")
 def test_a_cuda_build_in_a_worker_without_cuda_is_refused_naming_the_fix() -> None:
     from pairflow.errors import ScoringError
@@ -672,10 +735,10 @@ def test_models_are_built_on_the_context_device_and_cached_per_device(test_mirro
 
     from pairflow.metrics import models
 
-    before = models.load.cache_info().currsize
     model = models.load("dino", str(test_mirror), device="cpu")
     assert {p.device.type for p in model.parameters()} == {"cpu"}
-    assert models.load("dino", str(test_mirror), "fp32", "cpu") is model or models.load.cache_info().currsize > before
+    # one model however the call is spelt: a warm-up's positional call serves a metric's keyword call
+    assert models.load("dino", str(test_mirror), "fp32", "cpu") is model
     x = models.float_frames(clip(3, 2, 8, 8), "cpu")
     assert x.dtype == torch.float32 and x.shape == (2, 3, 8, 8) and x.device.type == "cpu"
 
@@ -709,13 +772,19 @@ CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="n
 @pytest.mark.parametrize("name", sorted(WEIGHTED) + ["psnr", "ssim", "ms_ssim"])
 def test_every_metric_scores_on_cuda_as_on_cpu(name: str, test_mirror) -> None:  # type: ignore[no-untyped-def]
     """On a GPU slot every metric runs on CUDA (models and frames there) and agrees with
-    its CPU score to float32 tolerance (TF32 off: pinned by generate.pin_cuda)."""
+    its CPU score to float32 tolerance. TF32 off is the scoring warm-up's doing (defect 2
+    of the issue 25 audit: the test pinned by itself and hid that score jobs never did),
+    so torch's defaults are restored first and only the production warm-up pins."""
     import torch
 
-    from pairflow.generate import pin_cuda
-    from pairflow.metrics import models
+    from pairflow.metrics import models, needed_weights
+    from pairflow.stages.scoring import warm_scoring
 
-    pin_cuda()
+    torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = True, False  # torch's defaults
+    warm_scoring({"scorers": [name], "weights": needed_weights([name]), "mirror": str(test_mirror),
+                  "device": "cuda", "clip_precision": "fp32"})
+    assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.deterministic is True
     f, h, w = WEIGHTED.get(name, (3, 176, 176))
     x, y = clip(4, f, h, w), clip(5, f, h, w)
     on = {d: score(name, x, y, ScoreContext(mirror=test_mirror, batch=2, device=d)) for d in ("cpu", "cuda")}

@@ -261,3 +261,27 @@ def test_the_slurm_module_keeps_its_names_for_old_importers():
     from pairflow.sites import slurm as site
 
     assert slurm.allocation is site.allocation and slurm.cluster_unavailable is site.cluster_unavailable
+
+
+def test_without_slurm_job_start_time_the_start_is_scontrols(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Audit of issue 25, defect 4: Slurm before 23.02 sets no SLURM_JOB_START_TIME, and the
+    job window opened at the job process's start (15 s into the allocation, measured).
+    The start now comes from ``scontrol show job``'s StartTime, and the record says which
+    source it used; where scontrol does not answer, the process start, saying why."""
+    from datetime import datetime
+
+    from pairflow.sites.slurm import allocation_start
+
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'JobId=7 JobName=x StartTime=2026-12-02T12:00:05 EndTime=Unknown NumNodes=1'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    alloc = allocation({"SLURM_JOB_ID": "7"})
+    assert alloc is not None and alloc.start is None
+    assert allocation_start(alloc) == (datetime.fromisoformat("2026-12-02T12:00:05").timestamp(),
+                                       "Slurm allocation start (scontrol show job: StartTime)")
+    env = allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_START_TIME": "1700000000"})
+    assert env is not None and allocation_start(env) == (1700000000.0, "Slurm allocation start (SLURM_JOB_START_TIME)")
+    fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    start, why = allocation_start(alloc)
+    assert start is None and "Invalid job id specified" in why and "no SLURM_JOB_START_TIME" in why

@@ -100,6 +100,34 @@ def test_utilisation_is_task_work_over_whole_job_slot_seconds():
     assert u["jobs"][0]["slots"]["n1/cpu0"]["share"] == pytest.approx(1.0)
 
 
+def test_packed_workers_on_one_gpu_never_make_a_share_above_one() -> None:
+    """Audit of issue 25, defect 1: two workers packed on one GPU share its slot, and two
+    concurrent 10 s task spans there read busy_share 2.0. A slot's busy time is the union
+    of its task spans ("the device had work"); the summed worker-seconds are kept beside
+    it under their own name; warm-up and failed time stay out and are each counted once."""
+    from pairflow.telemetry import honest_share
+
+    gpu = [{**span(0, 0.0, 10.0, gpu="0")}, {**span(1, 0.0, 10.0, gpu="0")}]
+    whole = honest_share(gpu, (0.0, 10.0), ["n1/gpu0"])
+    assert whole["busy_share"] == pytest.approx(1.0) and whole["work_s"] == pytest.approx(10.0)
+    assert whole["worker_work_s"] == pytest.approx(20.0) and whole["idle_s"] == 0.0
+    assert busy_share(gpu, (0.0, 10.0), ["n1/gpu0"])["n1/gpu0"]["share"] == pytest.approx(1.0)
+
+    spans = [{**span(0, 1.0, 3.0, gpu="0"), "kind": "warm-up"}, {**span(1, 1.0, 4.0, gpu="0"), "kind": "warm-up"},
+             span(0, 3.0, 13.0, gpu="0"), span(1, 4.0, 14.0, gpu="0"),  # the device had work 3-14: 11 s
+             {**span(1, 14.0, 16.0, gpu="0"), "failure": "other"}, {**span(0, 13.0, 15.0, gpu="0"), "failure": "retried"}]
+    h = honest_share(spans, (0.0, 20.0), ["n1/gpu0"])
+    assert h["work_s"] == pytest.approx(11.0) and h["worker_work_s"] == pytest.approx(20.0)
+    assert h["warmup_s"] == pytest.approx(2.0)  # 1-3 (3-4 is work on the other worker)
+    assert h["failed_s"] == pytest.approx(2.0) and h["retried_s"] == pytest.approx(0.0)  # 14-16; 13-14 was work
+    assert h["startup_s"] == pytest.approx(1.0) and h["idle_s"] == pytest.approx(4.0)
+    assert sum(h[k] for k in ("work_s", "warmup_s", "failed_s", "retried_s", "startup_s", "idle_s")) == \
+        pytest.approx(h["slot_s"]) == 20.0
+    assert h["busy_share"] == pytest.approx(11.0 / 20.0)
+    window = busy_share(spans, (0.0, 20.0))["n1/gpu0"]
+    assert window["busy_s"] == pytest.approx(15.0) and window["tasks"] == 4  # 1-16, warm-up counted busy
+
+
 def test_job_window_is_the_slurm_allocation_or_this_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import time
 
@@ -107,8 +135,31 @@ def test_job_window_is_the_slurm_allocation_or_this_process(tmp_path) -> None:  
 
     start = process_start()
     assert 0 < time.time() - start < 3600  # this test process started within the hour
-    assert job_window({}, 99.0)[1:] == (99.0, "job process start (/proc/self/stat)")
-    assert job_window({"SLURM_JOB_START_TIME": "1700000000"}, 1700000100.0)[0] == 1700000000.0
+    assert job_window(None, 99.0)[1:] == (99.0, "job process start (/proc/self/stat)")
+    slurm = (1700000000.0, "Slurm allocation start (scontrol show job: StartTime)")
+    assert job_window(slurm, 1700000100.0) == (1700000000.0, 1700000100.0, slurm[1])
+    why = "no allocation start from Slurm (no SLURM_JOB_START_TIME; scontrol not found)"
+    assert job_window((None, why), 99.0) == (start, 99.0, f"job process start (/proc/self/stat): {why}")
+
+
+def test_a_stage_closes_the_job_after_its_manifests(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Audit of issue 25, defect 4: the manifests' read-back after the fan-out is the
+    job's time too: ``close_job`` moves the end and recomputes the accounting, and never
+    touches a record an earlier job wrote."""
+    from pairflow.telemetry import close_job
+
+    out = tmp_path / "tel.json"
+    spans = [span(0, 2.0, 6.0)]
+    write_telemetry(out, "score t", (1.0, 6.0), spans, ["n1/cpu0"], Sampler(None, 1.0), "none", {},
+                    (0.0, 8.0, "job process start (/proc/self/stat)"))
+    assert close_job(out, since=2.0, end=20.0) is None  # its window opened before this job: not this job's
+    assert json.loads(out.read_text())["job"]["end"] == 8.0
+    rec = close_job(out, since=1.0, end=20.0)
+    assert rec is not None and json.loads(out.read_text()) == rec
+    assert rec["job"]["end"] == 20.0 and rec["job"]["end_is"] == "after the job's manifests were read back and written"
+    assert rec["job"]["busy_share"] == pytest.approx(4.0 / 20.0) and rec["job"]["idle_s"] == pytest.approx(14.0)
+    assert rec["job"]["start_is"] == "job process start (/proc/self/stat)"
+    assert close_job(tmp_path / "none.json", since=0.0) is None and close_job(None, since=0.0) is None
 
 
 def test_progress_line_gives_done_rate_and_time_left() -> None:

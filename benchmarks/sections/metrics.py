@@ -43,7 +43,7 @@ def bench_metrics(runs: int, quick: bool = False, mirror: Path | None = None) ->
                      "dynamic_degree": ["raft_large"], "lpips": ["lpips"]}
     for name in (QUICK_METRICS if quick else METRICS):
         spec = metric_spec(name)
-        models.load.cache_clear()
+        models.clear_cache()
         fid._metric.cache_clear()
         weights._verified.cache_clear()
         t = time.perf_counter()  # cold build of the scorer, as a worker does once (weights verified first)

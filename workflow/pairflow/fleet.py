@@ -47,8 +47,18 @@ from .records import write_record
 from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites.base import node_name, slot_gpu
+from .sites.slurm import allocation_start
 from .startup import MARKS, mark
-from .telemetry import Sampler, nvml_reader, process_start, progress_line, slot_name, work_elapsed, write_telemetry
+from .telemetry import (
+    Sampler,
+    job_window,
+    nvml_reader,
+    process_start,
+    progress_line,
+    slot_name,
+    work_elapsed,
+    write_telemetry,
+)
 from .workerpool import PRELOAD_MODEL_VAR, PRELOAD_PHASES_VAR, PRELOAD_VAR
 
 log = logging.getLogger(__name__)
@@ -384,21 +394,22 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             run.spans += _warm_spans(warming, label)
             run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
-        if hooks.telemetry_out is not None:
-            packed = {**packing.record, "workers_per_gpu": packing.per_gpu if grant.accelerators else None,
-                      "workers_per_node": packing.per_node(fleet, grant)}
-            extra = {"allocation": grant.allocation.asdict() if grant.allocation else None,
-                     "accelerators": list(grant.accelerators), "retries": fleet.retries,
-                     "idle_timeout_s": fleet.idle_timeout_s, "site": grant.site,
-                     "parsl_config": config_text, "packing": packed, "startup_marks": dict(MARKS)}
-            write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant, packing),
-                            sampler, nvml_status, extra)
-        _raise_failures(run, label, fleet)
-        return [r for r in run.results if r is not None]
     finally:
         _cleanup(dfk)
         parsl.clear()
         _restore_sigterm(previous)
+    if hooks.telemetry_out is not None:  # after the cleanup: the pool's shutdown is the job's slot time too
+        packed = {**packing.record, "workers_per_gpu": packing.per_gpu if grant.accelerators else None,
+                  "workers_per_node": packing.per_node(fleet, grant)}
+        extra = {"allocation": grant.allocation.asdict() if grant.allocation else None,
+                 "accelerators": list(grant.accelerators), "retries": fleet.retries,
+                 "idle_timeout_s": fleet.idle_timeout_s, "site": grant.site,
+                 "parsl_config": config_text, "packing": packed, "startup_marks": dict(MARKS)}
+        allocated = allocation_start(grant.allocation) if grant.allocation else None
+        write_telemetry(hooks.telemetry_out, label, window, run.spans, _allocated_slots(fleet, grant, packing),
+                        sampler, nvml_status, extra, job_window(allocated, time.time()))
+    _raise_failures(run, label, fleet)
+    return [r for r in run.results if r is not None]
 
 
 def _name_preload_model(warm: tuple[TaskFn, dict[str, Any]] | None) -> None:

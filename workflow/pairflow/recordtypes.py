@@ -270,6 +270,7 @@ class ScorerBuild(TypedDict):
     batch: int
     workers: int
     layout: str
+    cuda_settings: NotRequired[dict[str, bool]]  # on CUDA only: generate.CUDA_SETTINGS, pinned by every worker
 
 
 class ScoreTiming(TypedDict):

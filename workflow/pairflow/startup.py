@@ -3,7 +3,7 @@
 What the operator pays before any work: the job process starting (Snakemake's script,
 its imports), the driver preparing (config, lock, contexts), Parsl's interchange and
 worker pool starting, each worker process spawning, importing torch, diffusers,
-transformers and pyiqa, and loading the model; then its first real task. Marks are
+transformers and pyiqa, and loading the model and the scorer models; then its first real task. Marks are
 epoch seconds: the driver's come from ``mark`` (first time each is reached in this
 process), a worker's from ``worker_marks`` plus what its warm-up task adds, carried back
 in the warm-up span (``warm_up.marks``). ``timeline`` turns a job's telemetry record
@@ -33,12 +33,13 @@ found), Parsl imported, the interchange process started, ``parsl.load`` returned
 tasks prepared (``TaskHooks.start_early``: while the pool starts)."""
 
 WORKER_MARKS = ("manager_started", "worker_started", "warm_up_started", "torch_diffusers_imported",
-                "pipeline_imported", "model_loaded", "scorers_imported")
+                "pipeline_imported", "model_loaded", "scorers_imported", "scorers_loaded")
 """A worker's marks, in order: its pool manager (``process_worker_pool``) started, the
 worker process spawned, its warm-up task began (Parsl's worker imports, registration,
 dispatch, unpickling the task done), torch and diffusers imported, the pipeline's lazily
 imported modules (transformers, the model's classes) imported, the model loaded, pyiqa
-and the scorers imported (the warm-up's end)."""
+and the scorers imported, the study's scorer models loaded on the slot's device (the
+warm-up's end)."""
 
 
 def mark(name: str, at: float | None = None, again: bool = False) -> None:

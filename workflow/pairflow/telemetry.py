@@ -3,9 +3,13 @@
 A job that fans tasks out (``fleet.run_tasks``) writes one telemetry record beside its
 outputs: the allocation window (from just before the worker pool is asked for until
 every result is in), one span per task (queued at the driver; started, finished and
-slot at the worker), each slot's busy share (seconds running tasks over the window)
-and, where NVML exists, a CSV of GPU samples with their summary. Utilisation in the
-report is computed from these records only, so it comes from work that was really done.
+slot at the worker), each slot's busy share (seconds in which it ran a task over the
+window: workers packed on one GPU share its slot, and their overlapping spans count
+once, so a share never exceeds 1), the whole job's accounting (``honest_share`` from the
+allocation's or process's start to after the pool's cleanup, ``job_window``; moved past
+the job's manifests by ``close_job``) and, where NVML exists, a CSV of GPU samples with
+their summary. Utilisation in the report is computed from these records only, so it
+comes from work that was really done.
 
 Imports without torch. NVML (nvidia-ml-py) is reached through ``pairflow.nvml``, the one seam
 to the GPU driver.
@@ -107,8 +111,8 @@ class PhaseWatch:
         shutil.rmtree(self.folder, ignore_errors=True)  # a previous job's workers are not this job's
         if self.slots < 1:  # nothing to run: no pool starts
             return self
-        log.info("%s: starting %d worker(s): each imports torch and diffusers, loads the model and imports the "
-                 "scorers before its first task", self.label, self.slots)
+        log.info("%s: starting %d worker(s): each imports torch and diffusers, loads the model, imports the "
+                 "scorers and loads their models before its first task", self.label, self.slots)
         self.thread.start()
         return self
 
@@ -154,21 +158,42 @@ def slot_key(span: dict[str, Any]) -> str:
     return slot_name(span["host"], span.get("gpu_index"), span.get("rank"))
 
 
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals ``(start, end)`` as sorted, disjoint intervals (empty ones dropped)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(x for x in spans if x[1] > x[0]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def covered_s(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one interval ``(start, end)``: overlapping intervals
+    (two workers packed on one GPU running at once) count once."""
+    return sum(b - a for a, b in _merged(spans))
+
+
 def busy_share(spans: list[dict[str, Any]], window: tuple[float, float],
                slots: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per slot: seconds spent running tasks (warm-up tasks included: importing and loading
-    is the job's work; they are not counted as tasks), the allocation window in seconds, and their
-    ratio. ``slots`` lists every slot that was allocated (so an idle one shows 0 %)."""
+    """Per slot: seconds in which it ran at least one task (warm-up tasks included:
+    importing and loading is the job's work; they are not counted as tasks), the
+    allocation window in seconds, and their ratio, at most 1: spans of workers sharing a
+    slot (``Packing.per_gpu`` > 1) that overlap count once (``covered_s``). ``slots``
+    lists every slot that was allocated (so an idle one shows 0 %)."""
     length = max(window[1] - window[0], 1e-9)
     out: dict[str, dict[str, float]] = {s: {"busy_s": 0.0, "tasks": 0} for s in (slots or [])}
+    ran: dict[str, list[tuple[float, float]]] = {}
     for s in spans:
         if s.get("started") is None or s.get("finished") is None:
             continue
         k = slot_key(s)
         out.setdefault(k, {"busy_s": 0.0, "tasks": 0})
-        out[k]["busy_s"] += max(0.0, min(s["finished"], window[1]) - max(s["started"], window[0]))
+        ran.setdefault(k, []).append((max(s["started"], window[0]), min(s["finished"], window[1])))
         out[k]["tasks"] += s.get("kind") != "warm-up"  # a warm-up (imports, model load) is busy, not a task
-    for v in out.values():
+    for k, v in out.items():
+        v["busy_s"] = covered_s(ran.get(k, []))
         v["window_s"] = length
         v["share"] = v["busy_s"] / length
     return out
@@ -204,42 +229,66 @@ def boot_epoch() -> float:
 _IMPORTED = time.time()
 
 
-def job_window(environ: dict[str, str], end: float) -> tuple[float, float, str]:
+PROCESS_START = "job process start (/proc/self/stat)"
+
+
+def job_window(allocated: tuple[float | None, str] | None, end: float) -> tuple[float, float, str]:
     """(start, end, what the start is) of the whole job: under Slurm the allocation's
-    start (``SLURM_JOB_START_TIME``, set by Slurm 23.02+), else this job process's start;
-    ``end`` is the caller's (when the job's work ended)."""
-    slurm = environ.get("SLURM_JOB_START_TIME", "")
-    if slurm.isdigit():
-        return float(slurm), end, "Slurm allocation start (SLURM_JOB_START_TIME)"
-    return process_start(), end, "job process start (/proc/self/stat)"
+    start as ``sites.slurm.allocation_start`` read it (``allocated``: (start or None, where
+    it was read or why not)), else this job process's start (``process_start``), saying
+    why Slurm gave none; ``end`` is the caller's (after the worker pool's cleanup)."""
+    if allocated is not None and allocated[0] is not None:
+        return float(allocated[0]), end, allocated[1]
+    return process_start(), end, PROCESS_START + (f": {allocated[1]}" if allocated is not None else "")
+
+
+SPAN_KINDS = ("work_s", "warmup_s", "failed_s", "retried_s")
+"""What a slot's time in spans is, in the order an overlap is given to (``honest_share``)."""
+
+
+def _span_kind(s: dict[str, Any]) -> str:
+    return ("warmup_s" if s.get("kind") == "warm-up" else "retried_s" if s.get("failure") == "retried"
+            else "failed_s" if s.get("failure") else "work_s")
 
 
 def honest_share(spans: list[dict[str, Any]], job: tuple[float, float], slots: list[str]) -> dict[str, Any]:
-    """The busy share that cannot flatter: task work (warm-up tasks excluded, failed tasks
-    excluded) over slot time for the whole job (every granted slot, from the job's start,
-    ``job_window``, to its end), with the rest of the slot time beside it: ``startup_s``
-    (job start to the slot's first span: interpreter, imports, Parsl, worker start-up),
-    ``warmup_s`` (warm-up tasks: imports, model load), ``failed_s`` (the final attempt of
-    tasks that failed), ``retried_s`` (attempts Parsl retried) and ``idle_s`` (everything
-    else: gaps and the tail after a slot's last task)."""
+    """The busy share that cannot flatter: seconds in which a slot (a GPU, or a CPU
+    worker) had task work (warm-up tasks excluded, failed tasks excluded) over slot time
+    for the whole job (every granted slot, from the job's start, ``job_window``, to its
+    end); at most 1. Workers packed on one GPU share its slot: their overlapping task
+    spans count once (``covered_s``), so the share says "the device had work", not how
+    many workers had it. The rest of the slot time is beside it, each second counted
+    once per slot: ``startup_s`` (job start to the slot's first span: interpreter,
+    imports, Parsl, worker start-up), ``warmup_s`` (warm-up tasks: imports, model load,
+    where no task work ran), ``failed_s`` (the final attempt of tasks that failed, where
+    neither ran), ``retried_s`` (attempts Parsl retried, where none of those ran) and
+    ``idle_s`` (everything else: gaps and the tail after a slot's last task), so the six
+    add up to ``slot_s``. ``worker_work_s``: task work summed over workers (each packed
+    worker's seconds counted), more than ``work_s`` exactly when packed tasks overlapped."""
     start, end = job[0], job[1]
     length = max(end - start, 1e-9)
     names = list(dict.fromkeys([*slots, *(slot_key(s) for s in spans if s.get("started") is not None)]))
-    out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1), "work_s": 0.0,
-           "warmup_s": 0.0, "failed_s": 0.0, "retried_s": 0.0, "startup_s": 0.0}
+    out = {"job_s": length, "slots": len(names), "slot_s": length * max(len(names), 1),
+           **dict.fromkeys(SPAN_KINDS, 0.0), "worker_work_s": 0.0, "startup_s": 0.0}
     first: dict[str, float] = {}
+    by_slot: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for s in spans:
         if s.get("started") is None or s.get("finished") is None:
             continue
-        took = max(0.0, min(s["finished"], end) - max(s["started"], start))
-        key = ("warmup_s" if s.get("kind") == "warm-up" else "retried_s" if s.get("failure") == "retried"
-               else "failed_s" if s.get("failure") else "work_s")
-        out[key] += took
-        k = slot_key(s)
+        k, kind = slot_key(s), _span_kind(s)
+        clipped = (max(s["started"], start), min(s["finished"], end))
+        by_slot.setdefault(k, {}).setdefault(kind, []).append(clipped)
+        if kind == "work_s":
+            out["worker_work_s"] += max(0.0, clipped[1] - clipped[0])
         first[k] = min(first.get(k, s["started"]), s["started"])
+    for kinds in by_slot.values():
+        seen: list[tuple[float, float]] = []
+        for kind in SPAN_KINDS:  # each second of a slot is given to the first kind that covers it
+            before = covered_s(seen)
+            seen += kinds.get(kind, [])
+            out[kind] += covered_s(seen) - before
     out["startup_s"] = sum(max(0.0, min(first.get(k, end), end) - start) for k in names)
-    out["idle_s"] = max(0.0, out["slot_s"] - out["work_s"] - out["warmup_s"] - out["failed_s"] - out["retried_s"]
-                        - out["startup_s"])
+    out["idle_s"] = max(0.0, out["slot_s"] - sum(out[k] for k in SPAN_KINDS) - out["startup_s"])
     out["busy_share"] = out["work_s"] / out["slot_s"]
     return out
 
@@ -656,16 +705,18 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
     """Write ``out`` (JSON) and, when samples exist, ``out`` with suffix ``.nvml.csv``.
     ``job``: the whole job's (start, end, what the start is), ``job_window``; by default
     the Slurm allocation's start (``extra['allocation']['start']``) or this process's
-    start, to now (the job's last work: only its manifest writing follows). ``job`` in
-    the record holds ``honest_share`` over it; ``slots`` the per-slot shares of the
-    Parsl window (warm-up counted busy, start-up outside it: what a progress view shows,
-    never the study's figure)."""
+    start, to now (``fleet.run_tasks`` writes the record after the worker pool's
+    cleanup; ``close_job`` moves the end past the job's manifests). ``job`` in the
+    record holds ``honest_share`` over it; ``slots`` the per-slot shares of the Parsl
+    window (warm-up counted busy, start-up outside it: what a progress view shows, never
+    the study's figure)."""
     if job is None:
         alloc_start = (extra.get("allocation") or {}).get("start")
-        job = ((float(alloc_start), time.time(), "Slurm allocation start (SLURM_JOB_START_TIME)")
-               if alloc_start is not None else (process_start(), time.time(), "job process start (/proc/self/stat)"))
+        job = job_window((alloc_start, "Slurm allocation start (SLURM_JOB_START_TIME)")
+                         if alloc_start is not None else None, time.time())
     record = {"kind": "telemetry", "label": label, "window": {"start": window[0], "end": window[1]},
-              "job": {"start": job[0], "end": job[1], "start_is": job[2], **honest_share(spans, job[:2], slots)},
+              "job": {"start": job[0], "end": job[1], "start_is": job[2], "end_is": JOB_END,
+                      **honest_share(spans, job[:2], slots)},
               "spans": spans, "slots": busy_share(spans, window, slots),
               "nvml": {"status": nvml_status, "interval_s": sampler.interval_s, "summary": sampler.summary(),
                        **({"stopped": sampler.stopped} if sampler.stopped else {})},
@@ -678,15 +729,42 @@ def write_telemetry(out: Path, label: str, window: tuple[float, float], spans: l
     return record
 
 
+JOB_END = "after the worker pool's cleanup"
+JOB_END_MANIFESTS = "after the job's manifests were read back and written"
+
+
+def close_job(out: Path | None, since: float, end: float | None = None) -> dict[str, Any] | None:
+    """Move the job's end in the telemetry record ``out`` to ``end`` (default now) and
+    recompute its accounting (``honest_share``): a stage calls it after its manifests
+    (every record read back), the job's last work this process can see, so that time is
+    the job's slot time too (idle). None, and nothing written, where this job wrote no
+    record (none whose window opened at or after ``since``, epoch seconds: a job that ran
+    no task writes none, and a previous job's record is not this job's; or ``out`` is None)."""
+    if out is None or not Path(out).is_file():
+        return None
+    path = Path(out)
+    record: dict[str, Any] = json.loads(path.read_text())
+    if float(record["window"]["start"]) < since:
+        return None
+    job = record["job"]
+    end = time.time() if end is None else end
+    record["job"] = {"start": job["start"], "end": end, "start_is": job.get("start_is"), "end_is": JOB_END_MANIFESTS,
+                     **honest_share(record["spans"], (job["start"], end), list(record["slots"]))}
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
 # --- the study's utilisation report ------------------------------------------------------
 
-HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "retried_s", "slot_s")
+HONEST = ("work_s", "startup_s", "warmup_s", "idle_s", "failed_s", "retried_s", "slot_s", "worker_work_s")
 
 
 def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Summarise telemetry records (name → record): the study's busy share, task work
-    (warm-up and failed tasks excluded) over slot time for whole jobs (``honest_share``),
-    with start-up, warm-up, idle and failed-task seconds beside it; and, per job and slot,
+    """Summarise telemetry records (name → record): the study's busy share, seconds a
+    slot had task work (warm-up and failed tasks excluded; packed workers' overlapping
+    spans once) over slot time for whole jobs (``honest_share``), with start-up, warm-up,
+    idle and failed-task seconds beside it and ``worker_work_s`` (task work summed over
+    workers); and, per job and slot,
     the Parsl-window share (``window_busy_share``: warm-up counted busy, start-up outside
     the window, so it flatters)."""
     jobs, busy, alloc = [], 0.0, 0.0
@@ -702,8 +780,9 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      "whole_job": r.get("job")})
         busy += sum(v["busy_s"] for v in slots.values())
         alloc += sum(v["window_s"] for v in slots.values())
-        for k in HONEST:
-            totals[k] += float((r.get("job") or {}).get(k, 0.0))
+        job = r.get("job") or {}
+        for k in HONEST:  # a record from before worker_work_s summed work over workers in work_s
+            totals[k] += float(job.get(k, job.get("work_s", 0.0) if k == "worker_work_s" else 0.0))
     honest = totals["work_s"] / totals["slot_s"] if totals["slot_s"] else None
     return {"jobs": jobs, "busy_share": honest, **totals,
             "window_busy_s": busy, "allocated_slot_s": alloc, "window_busy_share": busy / alloc if alloc else None}
@@ -712,11 +791,14 @@ def utilisation(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
     share = u.get("busy_share")
     lines = ["# Slot utilisation", "",
-             "Busy share: task work (warm-up and failed tasks excluded) over slot time for whole jobs (from "
-             "the Slurm allocation's start, or the job process's start, to the job's end), from per-task "
-             "spans; start-up, warm-up (imports, model load), idle and failed-task seconds beside it.", "",
+             "Busy share: seconds in which a slot (a GPU, or a CPU worker) had task work (warm-up and failed "
+             "tasks excluded; workers packed on one GPU share its slot and their overlapping spans count once, "
+             "so it never exceeds 100%) over slot time for whole jobs (from the Slurm allocation's start, or "
+             "the job process's start, to the job's end, after the worker pool's cleanup), from per-task spans; "
+             "start-up, warm-up (imports, model and scorer loads), idle and failed-task seconds beside it.", "",
              (f"Study: **{share:.1%}** busy of {u['slot_s']:.1f} slot-seconds; start-up {u['startup_s']:.1f} s, "
-              f"warm-up {u['warmup_s']:.1f} s, idle {u['idle_s']:.1f} s, failed tasks {u['failed_s']:.1f} s. "
+              f"warm-up {u['warmup_s']:.1f} s, idle {u['idle_s']:.1f} s, failed tasks {u['failed_s']:.1f} s; "
+              f"task work summed over workers {u['worker_work_s']:.1f} worker-seconds. "
               f"(Over the Parsl window with warm-up counted busy, as earlier reports did: "
               f"{u['window_busy_share']:.1%}.)") if share is not None and u.get("window_busy_share") is not None
              else "Study: no fan-out jobs ran.", "",

@@ -9,7 +9,8 @@ take their FR/NR mode, direction and range from pyiqa's own table
 (``DEFAULT_CONFIGS``) instead of retyping it.
 
 One module per VBench dimension (VBench's decomposition); models are loaded once per
-worker process (``models.load``) and frames go through them in batches. A module
+worker process (``models.load``; a scoring worker's warm-up loads them before its first
+task: ``warm``) and frames go through them in batches. A module
 registers its scorer with the ``@metric(name, ..., spec=...)`` decorator; ``_MODULES``
 says which module to import for a name, so a driver that only needs specs never
 imports torch-heavy modules it does not use.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -32,6 +34,7 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, PairingError, ScoringError
 from ..weights import WEIGHTS
+from . import models
 
 # Lazy on purpose: torch and pyiqa are imported inside the functions that score: the registry (names, specs,
 # weights) imports without them.
@@ -204,3 +207,30 @@ def check_device(device: str) -> None:
         raise ScoringError(f"scoring device {device!r}: this worker's torch {torch.__version__} sees no CUDA device "
                            f"(CUDA_VISIBLE_DEVICES, driver or a CPU-only wheel); its slot was granted a GPU, so "
                            "check the node's driver with benchmarks/gpu_check.sh or run the job without a GPU grant")
+
+
+def warm(names: list[str] | tuple[str, ...], ctx: ScoreContext,
+         weights: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
+    """Make this process ready to score ``names``, so its first score task does only
+    scoring: import the metrics' modules and the libraries their models are built with
+    (``import_s``, seconds), then build every model their weight files make (with
+    ``weights``, e.g. RAFT for the static filter: ``models.for_weights``) on
+    ``ctx.device``, the CLIP towers at ``ctx.clip_precision``, into the cache the metrics
+    read (``models.load``; ``load_s``, seconds). Weight-free metrics load nothing. Raises
+    ConfigError for an unknown metric, ScoringError for a device torch cannot use here
+    and WeightsError (``models.load``) for a missing or altered weight file, as scoring
+    would."""
+    started = time.perf_counter()
+    if ctx.device != "cpu":
+        check_device(ctx.device)
+    for name in names:
+        _registered(name)  # imports its module
+    built = models.for_weights(sorted(set(needed_weights(names)) | set(weights)))
+    for m in built:
+        for library in models.LIBRARIES[m]:
+            importlib.import_module(library)
+    imported = time.perf_counter()
+    mirror = str(ctx.mirror or "")
+    for m in built:
+        models.load(m, mirror, ctx.clip_precision if m in models.CLIP_MODELS else "fp32", ctx.device)
+    return {"import_s": imported - started, "load_s": time.perf_counter() - imported}

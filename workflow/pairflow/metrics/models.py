@@ -7,6 +7,9 @@ state dict from the explicit file path. Nothing here downloads: CLIP is loaded b
 path (bypassing openai-clip's ~/.cache/clip download), and torchvision's AlexNet inside
 pyiqa's LPIPS is found in the mirror's torch hub directory, set for the duration of
 that one build. ``LOAD_COUNTS`` counts builds per process (the benchmark and tests read it).
+``for_weights`` names the models a study's weight files build and ``LIBRARIES`` what each
+imports, so a scoring worker's warm-up imports and builds them before its first task
+(``pairflow.metrics.warm``).
 
 Also the frame transforms VBench applies before its feature extractors, on float
 tensors as VBench's ``load_video`` produces them (``torch.Tensor`` of 0-255 values).
@@ -15,7 +18,6 @@ tensors as VBench's ``load_video`` produces them (``torch.Tensor`` of 0-255 valu
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import warnings
 import weakref
@@ -42,8 +44,25 @@ _NEEDS = {"dino": ("dino_vitb16",), "clip_b32": ("clip_vitb32",), "clip_l14": ("
           "lpips": ("alexnet", "lpips_alex_v01")}
 
 
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "dino": ("timm",), "clip_b32": ("pyiqa.archs.clip_imports",), "clip_l14": ("pyiqa.archs.clip_imports",),
+    "aesthetic_head": (), "musiq_spaq": ("pyiqa.archs.musiq_arch",),
+    "raft_large": ("torchvision.models.optical_flow",), "lpips": ("pyiqa",)}
+"""The libraries each model's build imports (``load``): a warm-up imports them as imports,
+so its model loads time the weights alone."""
+CLIP_MODELS = ("clip_b32", "clip_l14")
+"""The models ``load`` takes a precision for (``ScoreContext.clip_precision``)."""
+
+
 def needs(name: str) -> tuple[str, ...]:
     return _NEEDS[name]
+
+
+def for_weights(keys: list[str] | tuple[str, ...]) -> list[str]:
+    """The models built from the weight files ``keys`` (keys of ``weights.WEIGHTS``):
+    each model whose every file is among them, sorted."""
+    have = set(keys)
+    return sorted(m for m, files in _NEEDS.items() if set(files) <= have)
 
 
 def _path(mirror: str, key: str) -> str:
@@ -115,17 +134,34 @@ def _use_dino_pos_embed(model: Any) -> None:
     model._pos_embed = pos_embed  # an instance attribute: this model only
 
 
-@functools.lru_cache(maxsize=16)
+_LOADED: dict[tuple[str, str, str, str], Any] = {}
+"""This process's built models, by (name, mirror, precision, device): ``load``'s cache."""
+
+
+def clear_cache() -> None:
+    """Forget every model this process built (the next ``load`` builds again)."""
+    _LOADED.clear()
+
+
 def load(name: str, mirror: str, precision: str = "fp32", device: str = "cpu") -> Any:
     """The model ``name`` (a key of ``_NEEDS``) built from the verified files of
     ``mirror``, in eval mode on ``device`` (the worker's: ``ScoreContext.device``);
-    cached per (name, mirror, precision, device) for the life of the process. Every model is
+    cached per (name, mirror, precision, device) for the life of the process, however
+    the arguments are spelt (a warm-up's positional call and a metric's keyword call
+    find one model; a failed build is not cached, so the next call raises again). Every model is
     float32 except the CLIP towers under ``precision='fp16'`` (VBench's on GPU: openai-clip's
     ``convert_weights``, so weights and activations are half precision and layer norms
     compute in float32). Raises ConfigError for an unknown precision."""
+    key = (name, mirror, precision, device)
+    if key not in _LOADED:
+        _LOADED[key] = _build(*key)
+    return _LOADED[key]
+
+
+def _build(name: str, mirror: str, precision: str, device: str) -> Any:
     import torch
 
-    if precision not in CLIP_PRECISIONS or (precision != "fp32" and name not in ("clip_b32", "clip_l14")):
+    if precision not in CLIP_PRECISIONS or (precision != "fp32" and name not in CLIP_MODELS):
         raise ConfigError(f"precision {precision!r} for scorer model {name!r}: only the CLIP towers take "
                           f"{CLIP_PRECISIONS}; set scoring/clip_precision to auto, fp32 or fp16")
 
@@ -144,7 +180,7 @@ def load(name: str, mirror: str, precision: str = "fp32", device: str = "cpu") -
                               assign=True)
         _check_materialised(model, name)
         _use_dino_pos_embed(model)
-    elif name in ("clip_b32", "clip_l14"):
+    elif name in CLIP_MODELS:
         from pyiqa.archs.clip_imports import clip  # openai-clip, imported with pyiqa's warning filter
 
         # What clip.load(path, jit=False) does, from an explicit file: OpenAI's files are

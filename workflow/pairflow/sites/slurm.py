@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AcceleratorError, SchedulerError
@@ -164,6 +165,29 @@ def job_details(job_id: str, timeout_s: float = 30.0) -> dict[str, str]:
         if sep:
             fields[key] = value
     return fields
+
+
+START_SOURCES = {"env": "Slurm allocation start (SLURM_JOB_START_TIME)",
+                 "scontrol": "Slurm allocation start (scontrol show job: StartTime)"}
+"""What ``allocation_start`` read the allocation's start from, as the telemetry record says it."""
+
+
+def allocation_start(alloc: AllocationInfo, timeout_s: float = 10.0) -> tuple[float | None, str]:
+    """(when the allocation started, epoch seconds; where that was read): the job's
+    ``SLURM_JOB_START_TIME`` (``alloc.start``: Slurm 23.02+), else ``scontrol show job``'s
+    ``StartTime`` (older Slurm: the controller's record, printed in this process's local
+    time). (None, why) when neither answers: the caller falls back to the job process's
+    start and says why. Never raises: a job's accounting must not fail its work."""
+    if alloc.start is not None:
+        return alloc.start, START_SOURCES["env"]
+    try:
+        text = job_details(alloc.job_id, timeout_s).get("StartTime", "")
+    except SchedulerError as e:
+        return None, f"no allocation start from Slurm (no SLURM_JOB_START_TIME; {e})"
+    try:
+        return datetime.fromisoformat(text).timestamp(), START_SOURCES["scontrol"]
+    except ValueError:
+        return None, f"no allocation start from Slurm (no SLURM_JOB_START_TIME; scontrol StartTime={text!r})"
 
 
 def exclusivity(alloc: AllocationInfo | None) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """A panel's generation and scoring in one job (``fleet.panel_jobs: combined``).
 
 One Parsl pool serves both task kinds: each worker imports torch, diffusers and the
-scorers and loads the model once (its warm-up task, while the driver prepares), then
-takes generation and score tasks as they come. A candidate's score task is submitted
-the moment its own generation and its pair's control are both verified (``follow`` in
-``fleet.run_tasks``), so scoring overlaps generation instead of waiting for the whole
-panel, and no second job pays a pool start and worker imports again.
+scorers and loads the model and the scorer models once (its warm-up task, while the
+driver prepares), then takes generation and score tasks as they come. A candidate's
+score task is submitted the moment its own generation and its pair's control are both
+verified (``follow`` in ``fleet.run_tasks``), so scoring overlaps generation instead of
+waiting for the whole panel, and no second job pays a pool start and worker imports again.
 
 What the job writes is what the two per-stage jobs write (``generation.py``,
 ``scoring.py``): the same records, failure records per stage, generation manifest and
@@ -41,9 +41,9 @@ from ..context import write_context
 from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
 from ..layout import Layout
 from ..locks import hold
-from ..recordtypes import GenerationRecord
+from ..recordtypes import GenerationRecord, ScorerBuild
 from ..startup import worker_marks
-from ..telemetry import PHASES_DIR, PhaseWatch, write_phase
+from ..telemetry import PHASES_DIR, PhaseWatch, close_job, write_phase
 from .generation import (
     checks_last,
     finish_generation,
@@ -57,17 +57,31 @@ from .generation import (
     warm_payload,
 )
 from .jobs import WARM_UP, describe, sweep_panel, timed_imports
-from .scoring import SCORER_MODULES, finish_scoring, ready_score_task, scoring_context
+from .scoring import (
+    SCORER_MODULES,
+    finish_scoring,
+    ready_score_task,
+    scorer_warm_payload,
+    scoring_context,
+    warm_scorers,
+)
 
 log = logging.getLogger(__name__)
 
 
+def panel_warm_payload(study: StudySpec, build: ScorerBuild, phases: Path) -> dict[str, Any]:
+    """What ``warm_panel`` prepares: the model (``generation.warm_payload``), the scorers
+    (``scoring.scorer_warm_payload``) and the folder its phases are named in."""
+    return {**warm_payload(study), "scoring": scorer_warm_payload(study, build), "phases": str(phases)}
+
+
 def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl warm-up task of a combined job: what both stages' warm-ups do (import torch
-    and diffusers, load the model, import pyiqa and the scorers), in one worker, naming
-    each phase as it starts (``telemetry.write_phase``) for the driver's log. Its result
-    carries the worker's start-up timeline (``startup.worker_marks``: when its pool manager
-    and the worker process started, when each phase ended; epoch seconds)."""
+    """Parsl warm-up task of a combined job (``payload``: ``panel_warm_payload``): what
+    both stages' warm-ups do (import torch and diffusers, load the model, import pyiqa and
+    the study's scorers and load their models on the slot's device), in one worker,
+    naming each phase as it starts (``telemetry.write_phase``) for the driver's log. Its
+    result carries the worker's start-up timeline (``startup.worker_marks``: when its pool
+    manager and the worker process started, when each phase ended; epoch seconds)."""
     phases = payload.get("phases")
     marks = worker_marks()
     write_phase(phases, "importing torch and diffusers")
@@ -75,11 +89,14 @@ def warm_panel(payload: dict[str, Any]) -> dict[str, Any]:
     marks["torch_diffusers_imported"] = time.time()
     write_phase(phases, "loading the model", import_s=import_s)
     gen = warm_generation(payload, marks)
-    write_phase(phases, "importing the scorers", import_s=import_s, load_s=gen["load_s"])
+    write_phase(phases, "importing the scorers and loading their models", import_s=import_s, load_s=gen["load_s"])
     scorers = timed_imports(SCORER_MODULES)
     marks["scorers_imported"] = time.time()
-    WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers})
-    write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=gen["load_s"])
+    got = warm_scorers(payload["scoring"])
+    marks["scorers_loaded"] = time.time()
+    WARM_UP.update({"import_s": import_s + gen["import_s"] + scorers + got["import_s"],
+                    "load_s": gen["load_s"] + got["load_s"]})
+    write_phase(phases, "ready", import_s=WARM_UP["import_s"], load_s=WARM_UP["load_s"])
     return {**WARM_UP, "marks": marks}
 
 
@@ -119,8 +136,8 @@ def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path,
 def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
                grant: Grant) -> dict[str, Any]:
     layout = Layout(study.scratch)
-    sweep_panel(study, panel_name, job_start(),
-                ("records", "videos", "scores", "failures/generate", "failures/score"))
+    started = job_start()
+    sweep_panel(study, panel_name, started, ("records", "videos", "scores", "failures/generate", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast on a missing or altered weight
     build = shared["scorer"]
     todo_all = candidates(study, study.panel(panel_name))
@@ -175,10 +192,11 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     with _console("pairflow"), PhaseWatch(phases, label, slots):
         hooks = TaskHooks(telemetry_path(layout, panel_name, COMBINED),
                           lambda p: failure_path(layout, p["candidate"], p["stage"]), describe,
-                          warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                          warm=(warm_panel, panel_warm_payload(study, build, phases)),
                           start_early=start_early, follow=follow)
         results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks, packing)
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)
+    close_job(hooks.telemetry_out, started)  # the manifests' read-back is the job's time too
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "scored": ran["score"], "results": results}

@@ -50,7 +50,7 @@ from ..recordtypes import (
     Provenance,
     VideoFields,
 )
-from ..telemetry import PhaseMemory
+from ..telemetry import PhaseMemory, close_job
 from ..video import encode, prepare_frames, recipe_digest
 from ..vouch import vouch
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
@@ -235,7 +235,8 @@ def run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_di
 def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                     grant: Grant) -> dict[str, Any]:
     layout = Layout(study.scratch)
-    sweep_panel(study, panel_name, job_start(), ("records", "videos", "failures/generate"))
+    started = job_start()
+    sweep_panel(study, panel_name, started, ("records", "videos", "failures/generate"))
     todo_all = candidates(study, study.panel(panel_name))
     records: dict[Path, GenerationRecord] = {}  # verified records, so each video is hashed once per job
     todo: list[Candidate] = []
@@ -258,6 +259,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks,
                         workers_for(study, ("generate",), grant))
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
+    close_job(hooks.telemetry_out, started)  # the manifest's read-back is the job's time too
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}
 
 

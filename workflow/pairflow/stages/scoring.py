@@ -30,10 +30,11 @@ from ..context import load_context, write_context
 from ..envinfo import package_version
 from ..errors import IntegrityError
 from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
+from ..generate import CUDA_SETTINGS, pin_cuda
 from ..identity import digest_file, digest_obj, digest_tree
 from ..layout import Layout
 from ..locks import hold
-from ..metrics import ScoreContext, metric_spec, needed_weights, score
+from ..metrics import ScoreContext, metric_spec, needed_weights, score, warm
 from ..metrics.dynamic_degree import is_dynamic, pair_motion
 from ..metrics.models import LOAD_COUNTS
 from ..provenance import arm_of
@@ -48,7 +49,7 @@ from ..recordtypes import (
     ScoreRecord,
     StaticFilter,
 )
-from ..telemetry import PhaseMemory
+from ..telemetry import PhaseMemory, close_job
 from ..video import read_video
 from ..vouch import vouch
 from ..weights import verify
@@ -75,8 +76,11 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
     """What computed the scores, the same for both arms of every pair of a run: the
     scoring code's digest (``pairflow/metrics`` and ``weights.py``), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
-    layout. Raises WeightsError (naming the file, the digests and the mirror command)
-    when a file a configured scorer needs is missing from the mirror or altered."""
+    layout; on CUDA also the cuDNN and TF32 settings every scoring worker pins
+    (``generate.CUDA_SETTINGS``: no TF32, deterministic cuDNN, no autotuning), so a score
+    job and a combined job score in the same float32 under the same digest. Raises
+    WeightsError (naming the file, the digests and the mirror command) when a file a
+    configured scorer needs is missing from the mirror or altered."""
     accelerators = grant.accelerators if grant else ()
     device = scoring_device(grant, cuda)
     workers = len(accelerators) or study.fleet.cpu_workers
@@ -103,6 +107,8 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
         "workers": workers,
         "layout": (f"parsl htex, {workers} worker process(es) ({slots}), scorer models loaded once per worker "
                    f"and run on {'the slot GPU (cuda)' if device == 'cuda' else 'CPU'}"),
+        # only on CUDA: a CPU build's digest, and the CPU scores bound to it, stay as they were
+        **({"cuda_settings": dict(CUDA_SETTINGS)} if device == "cuda" else {}),
     }
     return cast(ScorerBuild, {**build, "digest": digest_obj(build)})
 
@@ -165,14 +171,38 @@ def _task_view(record: GenerationRecord) -> dict[str, Any]:
 
 
 SCORER_MODULES = ("pyiqa", "pairflow.metrics", "pairflow.video")
-"""What a scoring worker imports in its warm-up (besides torch): the scorers' libraries."""
+"""What every scoring worker imports in its warm-up (besides torch); the study's metric
+modules and their models' libraries follow (``warm_scorers``)."""
+
+
+def scorer_warm_payload(study: StudySpec, build: ScorerBuild) -> dict[str, Any]:
+    """What ``warm_scorers`` prepares in a worker: the study's scorers, the weight files
+    they use (RAFT for the static filter included), the mirror, and the build's device and
+    CLIP precision (so the warm-up fills the very cache entries the score tasks read)."""
+    device = build["device"]
+    return {"scorers": list(study.scorers), "weights": study_weights(study), "mirror": study.weights.mirror,
+            "device": device, "clip_precision": clip_precision(study, device)}
+
+
+def warm_scorers(payload: dict[str, Any]) -> dict[str, float]:
+    """In a worker, before its first score task: pin ``generate.CUDA_SETTINGS`` when it
+    scores on CUDA (torch's default lets cuDNN use TF32), import the study's metric
+    modules and their models' libraries and build their models on the slot's device
+    (``metrics.warm``). Returns ``import_s`` and ``load_s`` (seconds). Raises what
+    scoring would (WeightsError for a missing or altered weight file)."""
+    if payload["device"] == "cuda":
+        pin_cuda()
+    ctx = ScoreContext(mirror=payload["mirror"], device=payload["device"], clip_precision=payload["clip_precision"])
+    return warm(payload["scorers"], ctx, payload["weights"])
 
 
 def warm_scoring(payload: dict[str, Any]) -> dict[str, Any]:
-    """Parsl warm-up task: import torch, pyiqa and the scorers in this worker while the
-    driver still verifies the job's records (scorer models load on first use)."""
+    """Parsl warm-up task (``payload``: ``scorer_warm_payload``): import torch, pyiqa and
+    the scorers and load the study's scorer models in this worker while the driver still
+    verifies the job's records, so the first score task's span is scoring alone."""
     import_s = timed_imports(("torch", *SCORER_MODULES))
-    WARM_UP.update({"import_s": import_s})
+    got = warm_scorers(payload)
+    WARM_UP.update({"import_s": import_s + got["import_s"], "load_s": got["load_s"]})
     return dict(WARM_UP)
 
 
@@ -216,6 +246,8 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     g = study.generation
     torch.set_num_threads(study.scoring.threads)
     device = shared["scorer"]["device"]  # the build's: both arms of a pair on one kind of device
+    if device == "cuda":
+        pin_cuda()  # the warm-up pinned already, unless it failed: the build's digest names these settings
 
     def decode(r: dict[str, Any], matrix: str = "bt709") -> Any:
         return decoded(r["video"]["digest"], matrix, lambda: read_video(
@@ -276,7 +308,8 @@ def run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: 
 def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir: Path,
                  grant: Grant) -> dict[str, Any]:
     layout = Layout(study.scratch)
-    sweep_panel(study, panel_name, job_start(), ("scores", "failures/score"))
+    started = job_start()
+    sweep_panel(study, panel_name, started, ("scores", "failures/score"))
     shared = scoring_context(study, grant)  # fails fast, before any worker starts, on a missing or altered weight
     todo_all = candidates(study, study.panel(panel_name))
     payloads: list[dict[str, Any]] = []
@@ -299,11 +332,13 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
         return payloads
 
     hooks = TaskHooks(telemetry_path(layout, panel_name, "score"),
-                      lambda p: failure_path(layout, p["candidate"], "score"), describe, warm=(warm_scoring, {}),
+                      lambda p: failure_path(layout, p["candidate"], "score"), describe,
+                      warm=(warm_scoring, scorer_warm_payload(study, shared["scorer"])),
                       start_early=any(not score_path(layout, c).exists() for c in todo_all))
     run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks,
               workers_for(study, ("score",), grant))
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
+    close_job(hooks.telemetry_out, started)  # the manifest's read-back is the job's time too
     return {"ran": len(payloads)}
 
 

@@ -42,7 +42,7 @@ from ..layout import Layout
 from ..locks import hold
 from ..recordtypes import GenerationRecord
 from ..telemetry import PHASES_DIR, PhaseWatch
-from .combined import _console, warm_panel
+from .combined import _console, panel_warm_payload, warm_panel
 from .generation import (
     checks_last,
     finish_generation,
@@ -52,7 +52,6 @@ from .generation import (
     generation_payload,
     incomplete,
     verified,
-    warm_payload,
 )
 from .jobs import describe, sweep_panel
 from .scoring import finish_scoring, ready_score_task, scoring_context
@@ -222,7 +221,7 @@ def _run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], layout: 
     phases = run_dir / PHASES_DIR
     with _console("pairflow"), PhaseWatch(phases, label, slots if start_early else 0):
         hooks = TaskHooks(layout.fleet_telemetry, lambda p: failure_path(layout, p["candidate"], p["stage"]),
-                          describe, warm=(warm_panel, {**warm_payload(study), "phases": str(phases)}),
+                          describe, warm=(warm_panel, panel_warm_payload(study, shared["scorer"], phases)),
                           start_early=start_early, follow=queue.follow, settle_failed=queue.failed)
         results = run_tasks(generate_task, lambda: queue.prepare(shared), run_dir, study.fleet, grant, label, hooks,
                             packing)
