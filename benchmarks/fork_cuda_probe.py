@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -60,8 +61,9 @@ def main() -> None:
     text = json.dumps(result, sort_keys=True)
     print(text)
     if "--out" in sys.argv:
-        with open(sys.argv[sys.argv.index("--out") + 1], "w") as fh:
-            fh.write(text + "\n")
+        out = Path(sys.argv[sys.argv.index("--out") + 1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

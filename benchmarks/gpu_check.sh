@@ -6,8 +6,8 @@
 # re-rendered with the GPU named.
 #   bash benchmarks/gpu_check.sh [OUT.json]      (default: $OUT/gpu_check.json when $OUT is
 #                                                 set, else benchmarks/gpu_check.json)
-# Beside OUT.json: OUT.snakemake.log (the study's Snakemake log) and OUT_logs/ (the rules'
-# logs). PYTHON names the interpreter (default .venv/bin/python); it needs a CUDA build of
+# Beside OUT.json: OUT.fork.json (whether a forked worker can use CUDA: fork_cuda_probe.py),
+# OUT.snakemake.log (the study's Snakemake log) and OUT_logs/ (the rules' logs). PYTHON names the interpreter (default .venv/bin/python); it needs a CUDA build of
 # torch, and that build needs a driver new enough for its CUDA (CUDA 13 wheels: R580 or newer).
 set -uo pipefail
 start=$(date +%s)
@@ -23,6 +23,10 @@ if ! timeout 20 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,cloc
   echo "gpu_check: nvidia-smi failed or hung: no NVIDIA driver loaded here (or no GPU); torch $(timeout 20 "$py" -c \
 'import torch; print(torch.__version__, "built for CUDA", torch.version.cuda)' 2>/dev/null) needs one" >&2
 fi
+# Can a worker forked from the preloaded fork server use CUDA? (fleet.worker_start: auto spawns on
+# GPU jobs until this says yes; fork_cuda_probe.py). At most 60 s, taken from the study's time.
+timeout -k 5 60 "$py" "$root/benchmarks/fork_cuda_probe.py" --out "${out%.json}.fork.json" \
+  || echo "gpu_check: the fork probe failed or hung (exit $?); see ${out%.json}.fork.json if written" >&2
 limit=$(( start + budget - grace - render - $(date +%s) ))
 # gpu_check.py's own deadline: the study's timeout is what is left before it (less its reserve for writing)
 timeout -k "$grace" "$limit" "$py" "$root/benchmarks/gpu_check.py" --out "$out" --deadline "$(( start + budget - grace - render - 10 ))"
