@@ -103,13 +103,26 @@ def _verifier():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("arm", [CONTROL, FB, FB0, PAB, ArmSpec("few", steps=1),
-                                 ArmSpec("best2", search=SearchSpec(2, "temporal_flickering"))],
+                                 ArmSpec("best2", search=SearchSpec(2, "temporal_flickering")),
+                                 ArmSpec("bf16", dtype="bfloat16"), ArmSpec("native", attention_backend="native"),
+                                 ArmSpec("sched", scheduler_class="DPMSolverMultistepScheduler"),
+                                 ArmSpec("student", model=ModelSpec("local", Path("STUDENT")))],
                          ids=lambda a: a.name)
-def test_derived_flops_equal_full_counting_exactly(pipe, arm: ArmSpec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_derived_flops_equal_full_counting_exactly(pipe, arm: ArmSpec, tmp_path: Path, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     """Measure a table on one prompt, derive another prompt's FLOPs from hook counts alone,
-    and compare with FlopCounterMode on that same run: equal to the FLOP, every arm kind."""
+    and compare with FlopCounterMode on that same run: equal to the FLOP, every arm kind
+    (caches, steps, search, dtype, attention backend, scheduler, another checkpoint)."""
+    from dataclasses import replace
+
+    from pairflow.armrun import arm_pipeline
     from pairflow.compute import load_table, save_table
 
+    if arm.model is not None:  # a student: here the tiny model's own files under another path
+        import shutil
+
+        arm = replace(arm, model=ModelSpec("local", Path(shutil.copytree(tiny_model, tmp_path / "student"))))
+    if arm.model is not None or arm.dtype is not None:
+        pipe = arm_pipeline(arm, ModelSpec("embedded-tiny", tiny_model), GEN)
     verifier = _verifier() if arm.search else None
     first = run_arm(pipe, PROMPTS[0], 11, arm, GEN, 64, count=True, verifier=verifier, table_key="k")
     assert first.measured is not None and first.measured.exact
