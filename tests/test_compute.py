@@ -210,7 +210,10 @@ def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.calls += 1
-            return x if self.skips and self.calls % 2 == 0 else self.to_q(x)  # every other call runs nothing
+            if self.skips and self.calls % 2 == 0:
+                return x  # every other call runs nothing
+            q = self.to_q(x)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -231,7 +234,7 @@ def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
                 hidden_states = b(hidden_states)
             return hidden_states
 
-    toy, x = Toy(), torch.ones(2, 4)
+    toy, x = Toy(), torch.ones(1, 1, 2, 4)  # (batch, heads, tokens, features)
     with counting(toy) as count:
         toy(x)
         toy(x)
@@ -275,3 +278,62 @@ def test_a_fused_attention_kernel_on_cpu_counts_what_the_math_kernel_counts() ->
             toy(q)
         figures[backend] = count.total_flops
     assert figures[SDPBackend.FLASH_ATTENTION] == figures[SDPBackend.MATH] == 2 * (2 * 16 * 8 * 16) * 2
+
+
+def test_attention_no_counted_kernel_computes_is_named_and_its_table_never_used() -> None:
+    """An attention kernel outside aten (flash-attn, SageAttention) is invisible to
+    FlopCounterMode: a full count names each computed attention call in which no
+    attention-core kernel was counted, and the table it measures is inexact."""
+    import torch
+
+    from pairflow.compute import counting, measure
+
+    class OpaqueAttention(torch.nn.Module):  # stands for a kernel FlopCounterMode cannot see
+        def __init__(self) -> None:
+            super().__init__()
+            self.to_q = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.to_q(x) * 2
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = OpaqueAttention()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x)
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block()])
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.blocks[0](hidden_states)
+
+    toy = Toy()
+    with counting(toy) as count:
+        toy(torch.ones(2, 4))
+        toy(torch.ones(2, 4))
+    assert count.uncounted_attention == 2 and count.asdict()["uncounted_attention"] == 2
+    assert not measure(count, "k", {0}, {0}).exact
+
+
+def test_tables_merge_only_when_exact_and_agreeing_and_an_inexact_verdict_stands(tmp_path: Path) -> None:
+    """A run whose table lacked a unit adds it (stages.generation.counted_run); another
+    worker's exact table never overwrites one a cross-check found wrong."""
+    from pairflow.compute import FlopTable, load_table, merged
+    from pairflow.stages.generation import save_new_table
+
+    a = FlopTable("k", {"outer": 5, "b0c": 7}, 1, 0, True)
+    more = FlopTable("k", {"outer": 5, "b0s": 0}, 1, 0, True)
+    assert merged(a, more) == FlopTable("k", {"outer": 5, "b0c": 7, "b0s": 0}, 1, 0, True)
+    assert merged(a, FlopTable("k", {"outer": 6, "b0s": 0}, 1, 0, True)) is None  # disagree on a shared unit
+    assert merged(a, FlopTable("k", {"b0s": 0}, 2, 0, True)) is None  # other pipeline FLOPs
+    assert merged(a, FlopTable("k", {"b0s": 0}, 1, 0, False)) is None
+    save_new_table(tmp_path, FlopTable("k", a.per_call, 1, 0, False))
+    save_new_table(tmp_path, a)
+    assert load_table(tmp_path, "k").exact is False  # type: ignore[union-attr]
+    save_new_table(tmp_path, FlopTable("j", a.per_call, 1, 0, True))
+    assert load_table(tmp_path, "j").exact is True  # type: ignore[union-attr]

@@ -242,13 +242,11 @@ def test_the_bulk_pass_measures_a_flop_table_once_then_derives_and_cross_checks(
     assert [c.key.candidate_id in checks for c in queued] == sorted(c.key.candidate_id in checks for c in cands)
     assert [c for c in queued if c.key.candidate_id not in checks] == [c for c in cands if c.key.candidate_id not in checks]
     ref = write_context(study.scratch, {"study": study, "provenance": provenance(study)})
-    stage._TABLES.clear()
     control = [c for c in cands if c.arm.name == "control"]
     first, second = control[0], control[1]
     stage.generate_task({"context": ref, "candidate": first, "flops_check": False})
     assert read_record(record_path(Layout(study.scratch), first))["compute"]["method"] == "counted"
     assert len(list(Layout(study.scratch).flop_tables.glob("*.json"))) == 1
-    stage._TABLES.clear()  # a fresh worker: the table comes from scratch
     stage.generate_task({"context": ref, "candidate": second, "flops_check": False})
     derived = read_record(record_path(Layout(study.scratch), second))["compute"]
     stage.generate_task({"context": ref, "candidate": second, "flops_check": True})

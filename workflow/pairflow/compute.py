@@ -17,15 +17,20 @@ are obtained one of two ways, and records say which (``method``):
   figures. The table is exact only when every call of a unit gave the same FLOPs in the
   measuring run (``FlopTable.exact``); an inexact or incomplete table is never used.
 
-Tables are keyed by (model, arm, shape, schedule, library versions) and kept under
-scratch (``load_table``/``save_table``), so a figure is measured once per study, and
+Tables are keyed by (model, arm, shape, schedule, text tokens, device type, library
+versions) and kept under scratch (``load_table``/``save_table``), so a figure is
+measured once per study, and
 a seeded sample of candidates is counted in full and cross-checked against the derived
 figure (``stages.generation``). Counting runs in the bulk (untimed) pass only: the timed
 pass measures latency without it.
 
-The counts are hardware-independent: the same arm on the same shapes gives the same
-numbers on CPU and GPU, so the compute ratio (treatment FLOPs / control FLOPs) is tested
-on CPU (tests/test_compute.py).
+The counts are meant to be hardware-independent: torch's formulas count the matmuls,
+convolutions and fused attention kernels of CPU and CUDA alike (the CPU kernel by this
+module's formula, ``_attention_formulas``), so the compute ratio (treatment FLOPs /
+control FLOPs) is tested on CPU (tests/test_compute.py). An attention kernel outside
+aten (flash-attn, SageAttention, xformers) is invisible to FlopCounterMode: a full count
+names the computed attention calls in which no attention-core kernel was counted
+(``uncounted_attention``; the figure is then a lower bound and its table is never used).
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ class ComputeCount:
     _calls: dict[str, int] = field(default_factory=dict, repr=False)
     _seen: dict[str, set[int]] = field(default_factory=dict, repr=False)
     _open: dict[int, bool] = field(default_factory=dict, repr=False)
+    # computed attention calls in which no attention-core kernel was counted (a kernel outside
+    # aten, e.g. flash-attn or SageAttention): the FLOPs are a lower bound, never derived from
+    uncounted_attention: int = 0
     # units whose computed/skipped signal a full count's child hooks contradicted
     _mismatch: set[str] = field(default_factory=set, repr=False)
 
@@ -98,7 +106,8 @@ class ComputeCount:
     def add(self, other: ComputeCount) -> None:
         """Add ``other``'s counts (the search arm's N generations add up to its cost)."""
         for k in ("blocks_computed", "blocks_skipped", "attention_computed", "attention_skipped",
-                  "transformer_calls", "transformer_flops", "total_flops", "verifier_flops", "generations"):
+                  "transformer_calls", "transformer_flops", "total_flops", "verifier_flops", "generations",
+                  "uncounted_attention"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         if self.latent_shape is None:
             self.latent_shape = other.latent_shape
@@ -144,9 +153,19 @@ def measure(count: ComputeCount, key: str, rest: set[int], verifier: set[int]) -
     ``rest`` the pipeline FLOPs outside the transformer seen per generation, ``verifier``
     the FLOPs seen per verifier scoring ({0} without a search)."""
     exact = (all(len(s) == 1 for s in count._seen.values()) and len(rest) == 1 and len(verifier) == 1
-             and not count._mismatch)
+             and not count._mismatch and not count.uncounted_attention)
     return FlopTable(key, {u: min(s) for u, s in sorted(count._seen.items())}, min(rest, default=-1),
                      min(verifier, default=0), exact)
+
+
+def merged(table: FlopTable, other: FlopTable) -> FlopTable | None:
+    """``table`` with the units only ``other`` measured, when both are exact and agree on
+    every unit, ``rest`` and ``verifier`` they share; else None."""
+    if not (table.exact and other.exact) or (table.rest, table.verifier) != (other.rest, other.verifier):
+        return None
+    if any(other.per_call[u] != v for u, v in table.per_call.items() if u in other.per_call):
+        return None
+    return FlopTable(table.key, {**other.per_call, **table.per_call}, table.rest, table.verifier, True)
 
 
 def table_key(model: dict[str, Any], arm: dict[str, Any], generation: dict[str, Any], tokens: int | None,
@@ -221,6 +240,19 @@ def _attention_formulas() -> dict[Any, Any]:
     return {getattr(aten, n): _sdpa_flops for n in names if hasattr(aten, n)}
 
 
+def _attention_cores() -> set[Any]:
+    """The aten ops an attention core is counted in: the fused kernels (CUDA's flash,
+    efficient and cuDNN ones, the CPU and overridable ones ``_attention_formulas`` adds)
+    and the batched matmuls the math backend decomposes into."""
+    import torch
+
+    aten = torch.ops.aten
+    names = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward",
+             "bmm", "baddbmm")
+    return {getattr(aten, n) for n in names if hasattr(aten, n)} | set(_attention_formulas())
+
+
 def _wrapped(module: Any) -> bool:
     """Whether something can replace ``module``'s forward: a diffusers hook registry (how
     every diffusers cache skips a block or an attention call: it sets the forward on the
@@ -254,9 +286,15 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
     handles: list[Any] = []
     flops = FlopCounterMode(display=False, custom_mapping=_attention_formulas()) if full else None
     total = flops.get_total_flops if flops is not None else None
-    stack: list[list[int]] = []  # per open unit: [flops at entry, FLOPs of nested hooked units]
+    stack: list[list[int]] = []  # per open unit: [FLOPs at entry, of nested hooked units, attention cores at entry]
     opened = count._open  # id(module) -> computed so far, for every watched call in progress
     audit: dict[int, bool] | None = {} if full else None  # id(module) -> any child called (full counts)
+    cores = _attention_cores()
+
+    def core_flops() -> int:  # FLOPs counted so far in attention-core kernels (see ComputeCount.uncounted_attention)
+        # looked up per call: entering FlopCounterMode clears its counts and starts new dicts
+        counted = flops.flop_counts["Global"] if flops is not None else {}
+        return sum(counted.get(op, 0) for op in cores)
 
     def flag(key: int, into: dict[int, bool]) -> Any:
         def hook(_m: Any, _args: Any) -> None:
@@ -276,7 +314,7 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
             if audit is not None:
                 audit[key] = False
             if total is not None:
-                stack.append([total(), 0])
+                stack.append([total(), 0, core_flops() if kind == "attention" else 0])
 
         def post(_m: Any, _args: Any, _out: Any) -> None:
             ran = opened.pop(key, False)
@@ -286,7 +324,9 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
                 return
             if audit is not None and audit.pop(key, False) != ran:
                 count._mismatch.add(units[not ran])
-            entered, nested = stack.pop()
+            entered, nested, core = stack.pop()
+            if kind == "attention" and ran and core_flops() == core:
+                count.uncounted_attention += 1
             spent = total() - entered
             count.tally(units[not ran], spent - nested)
             if stack:
@@ -311,7 +351,7 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
 
     def t_pre(_m: Any, args: Any, kwargs: Any) -> None:
         if total is not None:
-            stack.append([total(), 0])
+            stack.append([total(), 0, 0])
         if count.latent_shape is None:
             hidden = kwargs.get("hidden_states", args[0] if args else None)
             if hidden is not None and hasattr(hidden, "shape"):
@@ -322,7 +362,7 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
         if total is None:
             count.tally("outer")
             return
-        entered, nested = stack.pop()
+        entered, nested, _ = stack.pop()
         spent = total() - entered
         count.transformer_flops += spent
         count.tally("outer", spent - nested)

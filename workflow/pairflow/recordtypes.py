@@ -148,6 +148,7 @@ class ComputeFields(TypedDict, total=False):
     blocks_skipped: int
     attention_computed: int
     attention_skipped: int
+    uncounted_attention: int
     generations: int
     latent_shape: list[int] | None
     counter: str

@@ -165,32 +165,42 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     (``compute.table_key``) when one exact table is saved, else counted in full and the
     table measured and saved. ``check``: count in full even with a table and cross-check
     the derived figure; a mismatch saves the table as inexact, so every later run of
-    that key is counted in full (a figure is never derived from a table that was wrong)."""
+    that key, in any worker, is counted in full (a figure is never derived from a table
+    that was wrong). The table is read from scratch for every run (a small JSON), so a
+    worker sees another's verdict at once, and an inexact table is never overwritten by
+    an exact one. A table that lacked a unit the run called (a cache that skipped where
+    the measuring run did not) is not wrong: the run is counted in full, and its
+    measurement adds the missing units when the two agree on every unit both have."""
     folder = Layout(study.scratch).flop_tables
     eff = _effective(c, study)
     key = compute.table_key(arm_model(c.arm, study.model).identity(), dict(arm_record(c.arm)), eff, tokens,
                             run_device())
-    table = _TABLES.get(key) or compute.load_table(folder, key)
+    table = compute.load_table(folder, key)
     full = check or table is None or not table.exact
     result = run_arm(pipe, c.prompt.text, c.key.stream_seed, c.arm, study.generation, tokens, count=True,
                      verifier=verifier_for(c.arm, study), table=table, full=full, table_key=key)
     cross = (result.compute or {}).get("cross_check")
-    if cross is not None and not cross["equal"] and table is not None and table.exact:
+    measured = result.measured
+    if cross is not None and cross["derived_transformer_flops"] is None and table is not None and table.exact:
+        merged = compute.merged(table, measured) if measured is not None else None
+        if merged is not None:
+            save_new_table(folder, merged)
+    elif cross is not None and not cross["equal"] and table is not None and table.exact:
         log.warning("FLOP table %s disagrees with full counting for %s (derived %s, counted %s); later runs of "
                     "this key are counted in full", key, c.key.candidate_id, cross["derived_transformer_flops"],
                     (result.compute or {}).get("transformer_flops"))
-        table = compute.FlopTable(key, table.per_call, table.rest, table.verifier, False)
-        compute.save_table(folder, table)
-    elif result.measured is not None and table is None:
-        table = result.measured
-        compute.save_table(folder, table)
-    if table is not None:
-        _TABLES[key] = table
+        compute.save_table(folder, compute.FlopTable(key, table.per_call, table.rest, table.verifier, False))
+    elif measured is not None and table is None:
+        save_new_table(folder, measured)
     return result
 
 
-_TABLES: dict[str, Any] = {}
-"""This worker's FLOP tables by key (``counted_run``), so each is read from scratch once."""
+def save_new_table(folder: Path, table: Any) -> None:
+    """Save ``table`` unless scratch already holds an inexact one for its key (another
+    worker's cross-check found it wrong: that verdict stands)."""
+    saved = compute.load_table(folder, table.key)
+    if saved is None or saved.exact:
+        compute.save_table(folder, table)
 
 
 def _effective(c: Candidate, study: StudySpec) -> dict[str, Any]:
