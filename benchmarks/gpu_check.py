@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pairflow.atomic import TMP_PREFIX  # noqa: E402  (after the path set-up above; imports without torch)
+from pairflow.telemetry import OBSERVERS_VAR  # noqa: E402
 
 RESERVE_S = 30
 """Seconds kept after the study for collecting its figures, writing the JSON and removing the copy."""
@@ -408,7 +409,9 @@ def _check(args: argparse.Namespace, deadline: float, result: dict[str, Any], ct
     cfg.setdefault("fleet", {})["nvml_interval_s"] = args.nvml_interval
     (project / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{snakemake.parent}{os.pathsep}{os.environ['PATH']}",
-           "CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"]}
+           "CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"],
+           # this process read the GPU's properties (a CUDA context): not another user of the device
+           OBSERVERS_VAR: str(os.getpid())}
     timeout = min(float(args.timeout), deadline - time.time() - RESERVE_S)
     result.update({"dtype": dtype, "nvml_interval_s": args.nvml_interval, "study_timeout_s": timeout,
                    "snakemake_log": str(ctx["log"])})

@@ -732,6 +732,23 @@ def test_the_fork_server_imports_without_asking_cuda_anything(tmp_path):
     assert out["hidden"] == {"calls": [], "visible": "3", "nvml_check": None}
 
 
+def test_what_imports_memoised_while_the_gpus_were_hidden_is_forgotten_for_the_workers():
+    """A probe memoised under ``gpus_hidden`` ("is CUDA available?": no) would tell every
+    forked worker the same: transformers' and diffusers' memoised answers are cleared."""
+    from diffusers.utils.torch_utils import get_device
+    from transformers.utils import import_utils
+
+    from pairflow.preload import gpus_hidden
+
+    with gpus_hidden():
+        import_utils.is_torch_cuda_available()
+        get_device()
+        assert import_utils.is_torch_cuda_available.cache_info().currsize == 1
+    assert import_utils.is_torch_cuda_available.cache_info().currsize == 0
+    from diffusers.utils.torch_utils import TorchDeviceBackend
+    assert TorchDeviceBackend._detect_device_type.cache_info().currsize == 0
+
+
 def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model, tmp_path):
     """What the fork server holds (pairflow.preload): every listed module and each library
     the model's ``model_index.json`` names; a missing model folder imports no pipeline module.

@@ -763,6 +763,8 @@ def test_a_video_is_moved_to_the_device_once_for_all_its_metrics() -> None:
     gc.collect()
     models.on_device(clip(4, 2, 8, 8), "meta")
     assert len(models._ON_DEVICE) <= models.ON_DEVICE_KEPT
+    models.release_frames()  # a score task's end: nothing stays on the device for the next task
+    assert models._ON_DEVICE == []
 
 
 CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (a GPU slot)")

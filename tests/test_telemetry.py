@@ -381,3 +381,17 @@ def test_throttle_watch_prefers_clock_event_reasons_and_says_not_watched_when_no
     flag = thermal_flag({"status": w.status, "polls": w.polls, "reasons": w.reasons}, 78.0)
     assert flag["flagged"] is None and flag["why"].startswith("not watched")
     assert thermal_flag({"status": "watched", "polls": 0, "reasons": []}, 78.0)["flagged"] is None
+
+
+def test_an_observer_s_own_cuda_context_is_not_another_process_on_the_device(fake_nvml, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """benchmarks/gpu_check.py reads the GPU's properties (a CUDA context of its own) and
+    then watches the study: it names itself in PAIRFLOW_OBSERVER_PIDS, so a timed run does
+    not report it as contention."""
+    import fake_pynvml
+
+    from pairflow.telemetry import OBSERVERS_VAR, gpu_state
+
+    fake_nvml()
+    assert [p["pid"] for p in gpu_state(fake_pynvml.GPU_UUID, 1)["other_processes"]] == [4242]
+    monkeypatch.setenv(OBSERVERS_VAR, "17, 4242,x")
+    assert gpu_state(fake_pynvml.GPU_UUID, 1)["other_processes"] == []

@@ -70,8 +70,8 @@ def gpus_hidden() -> Iterator[None]:
     accelerator is available when it is imported, and bitsandbytes (imported with pyiqa
     and diffusers' quantizers) asks for the device's capability when CUDA is visible,
     which initialises it. Under ``HIDDEN`` every such question is answered "no GPU"
-    without touching CUDA. What an import cached from that answer is cleared where it
-    is known (diffusers' device type); bitsandbytes keeps its CPU library, so a
+    without touching CUDA. What an import cached from that answer is cleared
+    (``forget_device_answers``); bitsandbytes keeps its CPU library, so a
     bitsandbytes-quantised checkpoint needs ``fleet.worker_start: spawn``. Should CUDA
     be initialised anyway, the server says so in the job's log: its workers could not
     use the GPU. This is why ``auto`` spawns on GPU jobs until a GPU run has shown it."""
@@ -85,14 +85,29 @@ def gpus_hidden() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        backend = getattr(sys.modules.get("diffusers.utils.torch_utils"), "TorchDeviceBackend", None)
-        detect = getattr(backend, "_detect_device_type", None)
-        if detect is not None and hasattr(detect, "cache_clear"):
-            detect.cache_clear()
+        forget_device_answers()
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             log.error("preload: the fork server's imports initialised CUDA; workers forked from it cannot use "
                       "the GPU. Set fleet.worker_start: spawn (or auto)")
+
+
+CACHED_ANSWERS = ("transformers.utils.import_utils", "diffusers.utils.import_utils", "diffusers.utils.torch_utils")
+"""Modules whose memoised probes (``functools.lru_cache``: is CUDA available, which
+accelerator, which device type) may have been asked while the GPUs were hidden."""
+
+
+def forget_device_answers() -> None:
+    """Clear every memoised probe of ``CACHED_ANSWERS`` (and diffusers' cached device type),
+    so a forked worker asks again with its own GPU visible. An install probe asked again
+    costs microseconds."""
+    for name in CACHED_ANSWERS:
+        module = sys.modules.get(name)
+        for value in list(vars(module).values()) if module is not None else []:
+            for probe in (value, getattr(value, "_detect_device_type", None)):
+                clear = getattr(probe, "cache_clear", None)
+                if callable(clear):
+                    clear()
 
 
 if os.environ.get(MANAGER_PID_VAR) == str(os.getppid()):  # the pool's fork server (not a test importing this)

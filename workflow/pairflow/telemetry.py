@@ -420,6 +420,17 @@ def clock_event_reasons(pynvml: Any, gpu: Any) -> int | None:
     return bits
 
 
+OBSERVERS_VAR = "PAIRFLOW_OBSERVER_PIDS"
+"""Comma-separated PIDs of processes that watch a run and may hold a CUDA context of their
+own (``benchmarks/gpu_check.py``, which read the GPU's properties): not counted as other
+processes on the device (``gpu_state``)."""
+
+
+def observers() -> set[int]:
+    """The PIDs ``OBSERVERS_VAR`` names (malformed entries ignored)."""
+    return {int(p) for p in os.environ.get(OBSERVERS_VAR, "").split(",") if p.strip().isdigit()}
+
+
 def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
     """One GPU's state through NVML, found by the UUID torch reports for the device this
     process uses (a whole GPU or a MIG instance, whose clocks, power, temperature and
@@ -451,7 +462,8 @@ def gpu_state(uuid: str | None, own_pid: int) -> dict[str, Any]:
                   "power_w": None if power is None else power / 1000.0,
                   "memory_used_mb": None if mem is None else mem.used / 2**20,
                   "other_processes": None if procs is None else [
-                      {"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20} for p in procs if p.pid != own_pid]}
+                      {"pid": p.pid, "used_mb": (p.usedGpuMemory or 0) / 2**20} for p in procs
+                      if p.pid != own_pid and p.pid not in observers()]}
     except pynvml.NVMLError as e:
         return {"unavailable": f"NVML: {e}"}
     missing = sorted(k for k, v in fields.items() if v is None)

@@ -246,8 +246,9 @@ _ON_DEVICE: list[tuple[weakref.ref[np.ndarray], str, Any]] = []
 def on_device(frames: np.ndarray, device: str) -> Any:
     """``frames`` as a uint8 tensor on ``device``, moved once while the array lives: the
     last ``ON_DEVICE_KEPT`` arrays moved are kept (by identity, held weakly, so a video
-    decoded again is moved again and a freed one frees its copy). The arrays scoring
-    passes are the decoded frames, which nothing writes to."""
+    decoded again is moved again). The arrays scoring passes are the decoded frames,
+    which nothing writes to. A freed array's copy goes at the next call, or when the
+    task ends (``release_frames``)."""
     import torch
 
     for ref, dev, tensor in _ON_DEVICE:
@@ -257,6 +258,12 @@ def on_device(frames: np.ndarray, device: str) -> Any:
     _ON_DEVICE[:] = [e for e in _ON_DEVICE if e[0]() is not None][-(ON_DEVICE_KEPT - 1):]
     _ON_DEVICE.append((weakref.ref(frames), device, tensor))
     return tensor
+
+
+def release_frames() -> None:
+    """Drop every video kept on the device (``on_device``): a score task calls it when it
+    ends, so the next task (a generation, in a combined job) has the memory."""
+    _ON_DEVICE.clear()
 
 
 def clip_input(x: Any, n_px: int = 224) -> Any:

@@ -36,7 +36,7 @@ from ..layout import Layout
 from ..locks import hold
 from ..metrics import ScoreContext, metric_spec, needed_weights, score, warm
 from ..metrics.dynamic_degree import is_dynamic, pair_motion
-from ..metrics.models import LOAD_COUNTS
+from ..metrics.models import LOAD_COUNTS, release_frames
 from ..provenance import arm_of
 from ..records import build_manifest, check_video, read_record, write_manifest, write_record
 from ..recordtypes import (
@@ -266,15 +266,18 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=g.fps, device=device,
                        clip_precision=clip_precision(study, device))
     digests = shared["weight_digests"]
-    scores: dict[str, ScoreEntry] = {
-        name: {"value": score(name, frames[decoding[name]], ref, ctx),
-               "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
-        for name in names}
-    if uses_static_filter(study):
-        seen = frames[metric_decoding(study, "temporal_flickering")]
-        pairs, n = pair_motion(seen, ctx)
-        # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
-        scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
+    try:
+        scores: dict[str, ScoreEntry] = {
+            name: {"value": score(name, frames[decoding[name]], ref, ctx),
+                   "spec": cast(MetricSpecFields, metric_spec(name).asdict(digests)), "decoded_with": decoding[name]}
+            for name in names}
+        if uses_static_filter(study):
+            seen = frames[metric_decoding(study, "temporal_flickering")]
+            pairs, n = pair_motion(seen, ctx)
+            # VBench's static filter: a video is static when its RAFT motion does not make it dynamic
+            scores["temporal_flickering"]["static"] = not is_dynamic(pairs, min(seen.shape[1:3]), n)
+    finally:
+        release_frames()  # the videos' device copies go with the task
     memory.stop("score")
     static = cast(StaticFilter, study.scoring.static_filter)  # an enum in the config schema
     record: ScoreRecord = {
