@@ -475,7 +475,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"{sum(a['counted_s'] for a in co['arms'].values()) / sum(a['plain_s'] for a in co['arms'].values()):.2f}x "
                       "for full counting. The hooks cost a fixed few microseconds per hooked module call (26 "
                       "per transformer call on the tiny model: its 4 blocks and 8 attention modules, entry and "
-                      "exit, and the transformer; a child module is hooked only where a cache wraps its parent), "
+                      "exit, and the transformer; a child module is hooked only where a cache wraps its parent or a "
+                      "block holds no attention module, and a full count hooks every child to confirm the signals), "
                       "so the arm with the cheapest generation per call shows the largest share; on a real "
                       "checkpoint a block call takes milliseconds and the share vanishes.", ""]
         if "study_bulk" in co:

@@ -89,6 +89,7 @@ def test_an_arm_names_its_keys_as_the_user_wrote_them() -> None:
     (ArmSpec("s", scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler_params={"shfit": 2}),
      ["arms/s/scheduler/params/shfit", "did you mean 'shift'"]),
     (ArmSpec("b", attention_backend="flash"), ["arms/b/attention_backend", "'flash'", "Usable here", "native"]),
+    (ArmSpec("b", attention_backend="flex"), ["arms/b/attention_backend", "'flex'", "FLOP counter", "native"]),
     (ArmSpec("v", search=SearchSpec(2, "psnr")), ["arms/v/search/verifier", "NR metric"]),
 ])
 def test_arm_kinds_are_checked_before_any_model_loads(tiny_model: Path, arm: ArmSpec, words: list) -> None:

@@ -2,7 +2,8 @@
 ``transformer.set_attention_backend``), set for one generation and reset in ``finally``.
 
 Checked before any model loads: the backend is one diffusers can use on this machine
-(``attention_backends``); hub kernels, downloaded at run time, are never offered.
+(``attention_backends``); hub kernels, downloaded at run time, are never offered, nor is
+a backend the FLOP counter cannot run under (``UNCOUNTABLE``: flex).
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from ...errors import ConfigError
 from ...specs import ArmSpec, ModelSpec
 from ..base import ArmKind
 
-CPU_BACKENDS = ("native", "_native_math", "flex")
+CPU_BACKENDS = ("native", "_native_math")
 """Attention backends usable without an accelerator (torch's own kernels)."""
+UNCOUNTABLE = {"flex": "it compiles flex_attention with torch.compile, which cannot run under the FLOP counter's "
+                       "dispatch mode (torch: 'non-infra torch dispatch mode present'), so the bulk pass, which "
+                       "counts every arm's compute, would fail on it"}
+"""Backends refused on every device, and why."""
 
 
 def attention_backends(device: str) -> list[str]:
@@ -28,7 +33,7 @@ def attention_backends(device: str) -> list[str]:
 
     out = []
     for b in AttentionBackendName:
-        if b.value.endswith("_hub") or (device != "cuda" and b.value not in CPU_BACKENDS):
+        if b.value.endswith("_hub") or b.value in UNCOUNTABLE or (device != "cuda" and b.value not in CPU_BACKENDS):
             continue
         if any(k in b.value for k in ("npu", "xla")):
             continue
@@ -46,6 +51,9 @@ def check_attention_backend(arm: ArmSpec, device: str) -> None:
     if arm.attention_backend is None:
         return
     usable = attention_backends(device)
+    if arm.attention_backend in UNCOUNTABLE:
+        raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/attention_backend' is {arm.attention_backend!r}: "
+                          f"{UNCOUNTABLE[arm.attention_backend]}. Usable here: {usable}")
     if arm.attention_backend not in usable:
         raise ConfigError(f"arm {arm.name!r}: key 'arms/{arm.name}/attention_backend' is {arm.attention_backend!r}, "
                           f"which diffusers cannot use on this {device} machine. Usable here: {usable}")
