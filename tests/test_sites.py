@@ -285,3 +285,25 @@ def test_without_slurm_job_start_time_the_start_is_scontrols(tmp_path: Path, mon
     fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
     start, why = allocation_start(alloc)
     assert start is None and "Invalid job id specified" in why and "no SLURM_JOB_START_TIME" in why
+
+
+def test_a_multi_node_job_counts_every_node_s_slots_even_one_that_never_ran_a_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of issue 25: the slots of a multi-node job came from the spans alone, so a
+    node whose pool never started added no slot time and the busy share read high. Slurm's
+    own hostlist expansion names every node; without scontrol, this node's slots."""
+    from pairflow.config import FleetSpec
+    from pairflow.fleet import _allocated_slots
+    from pairflow.sites import grant_from_env
+
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODELIST": "pf-node[1-2]",
+           "CUDA_VISIBLE_DEVICES": "0,1", "SLURMD_NODENAME": "pf-node1"}
+    grant = grant_from_env(env)
+    monkeypatch.setenv("SLURMD_NODENAME", "pf-node1")
+    fake = tmp_path / "scontrol"
+    fake.write_text('#!/bin/sh\n[ "$2" = hostnames ] && [ "$3" = "pf-node[1-2]" ] && printf "pf-node1\\npf-node2\\n"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert _allocated_slots(FleetSpec(1, 0), grant) == ["pf-node1/gpu0", "pf-node1/gpu1", "pf-node2/gpu0", "pf-node2/gpu1"]
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    assert _allocated_slots(FleetSpec(1, 0), grant) == ["pf-node1/gpu0", "pf-node1/gpu1"]

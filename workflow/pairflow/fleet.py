@@ -285,13 +285,18 @@ ADVICE = {
 
 
 def _allocated_slots(fleet: FleetSpec, grant: Grant, packing: Packing = ONE_PER_GPU) -> list[str]:
+    """Every slot the job was given, so one that never ran a task counts as idle: on each
+    node (every node of a multi-node allocation, as Slurm names them) each granted GPU
+    (named by the driver node's map, as the workers' spans are) or each CPU worker. Where
+    Slurm cannot expand the node list, this node's slots (the others come from spans)."""
+    hosts = [node_name(os.environ)]
     if grant.allocation is not None and grant.allocation.nodes > 1:
-        return []  # other nodes' names come from their spans
+        from .sites.slurm import node_names  # lazy: only a multi-node job asks Slurm
 
-    host = node_name(os.environ)
+        hosts = node_names(grant.allocation.nodelist) or hosts
     if grant.accelerators:  # workers sharing a GPU share its slot name (the physical device)
-        return [slot_name(host, grant.gpus.get(a, a)) for a in grant.accelerators]
-    return [slot_name(host, None, r) for r in range(packing.per_node(fleet, grant))]
+        return [slot_name(h, grant.gpus.get(a, a)) for h in hosts for a in grant.accelerators]
+    return [slot_name(h, None, r) for h in hosts for r in range(packing.per_node(fleet, grant))]
 
 
 TaskFn = Callable[[dict[str, Any]], dict[str, Any]]

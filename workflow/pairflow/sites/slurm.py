@@ -190,6 +190,20 @@ def allocation_start(alloc: AllocationInfo, timeout_s: float = 10.0) -> tuple[fl
         return None, f"no allocation start from Slurm (no SLURM_JOB_START_TIME; scontrol StartTime={text!r})"
 
 
+def node_names(nodelist: str, timeout_s: float = 10.0) -> list[str]:
+    """The node names of a Slurm hostlist expression (``pf-node[1-2]``), as
+    ``scontrol show hostnames`` expands it (Slurm's own grammar), or [] when it cannot
+    (no scontrol, an error, an empty list). Never raises: it sizes accounting only."""
+    if not nodelist:
+        return []
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True, capture_output=True,
+                             text=True, timeout=timeout_s).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return out.split()
+
+
 def exclusivity(alloc: AllocationInfo | None) -> dict[str, Any]:
     """Whether the job holds its node(s) alone, as Slurm reports it (for the timed
     pass's record). Outside Slurm: the local rule took every core (``local``)."""
