@@ -47,6 +47,7 @@ from .records import write_record
 from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites.base import node_name, slot_gpu
+from .sites.slurm import node_names
 from .sites.slurm import allocation_start
 from .startup import MARKS, mark
 from .telemetry import (
@@ -291,8 +292,6 @@ def _allocated_slots(fleet: FleetSpec, grant: Grant, packing: Packing = ONE_PER_
     Slurm cannot expand the node list, this node's slots (the others come from spans)."""
     hosts = [node_name(os.environ)]
     if grant.allocation is not None and grant.allocation.nodes > 1:
-        from .sites.slurm import node_names  # lazy: only a multi-node job asks Slurm
-
         hosts = node_names(grant.allocation.nodelist) or hosts
     if grant.accelerators:  # workers sharing a GPU share its slot name (the physical device)
         return [slot_name(h, grant.gpus.get(a, a)) for h in hosts for a in grant.accelerators]
