@@ -47,8 +47,7 @@ from .records import write_record
 from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites.base import node_name, slot_gpu
-from .sites.slurm import node_names
-from .sites.slurm import allocation_start
+from .sites.slurm import allocation_start, node_names
 from .startup import MARKS, mark
 from .telemetry import (
     Sampler,
