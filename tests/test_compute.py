@@ -193,6 +193,40 @@ def test_an_unknown_gpu_gets_no_mfu_rather_than_a_wrong_one() -> None:
     assert estimated_mfu(1e12, 0.0, "NVIDIA H100") is None
 
 
+def toy_transformer(*blocks):  # type: ignore[no-untyped-def]
+    """A transformer of ``blocks`` (a ``blocks`` ModuleList, run in order), for the
+    counting tests that need an attention module of a given behaviour."""
+    import torch
+
+    class Toy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(blocks)
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                hidden_states = b(hidden_states)
+            return hidden_states
+
+    return Toy()
+
+
+def toy_block(attn, ff: bool = False):  # type: ignore[no-untyped-def]
+    """A block holding the attention module ``attn`` (and a feed-forward Linear after it)."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = attn
+            self.ff = torch.nn.Linear(4, 4) if ff else torch.nn.Identity()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.ff(self.attn(x))
+
+    return Block()
+
+
 def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
     """Derived counting reads cheap signals (an unwrapped attention module computes; a
     block computed when its attention was called). An attention class whose own forward
@@ -215,26 +249,8 @@ def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
             q = self.to_q(x)
             return torch.nn.functional.scaled_dot_product_attention(q, q, q)
 
-    class Block(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.attn = SkippyAttention()
-            self.ff = torch.nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.ff(self.attn(x))
-
-    class Toy(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.blocks = torch.nn.ModuleList([Block(), Block()])
-
-        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-            for b in self.blocks:
-                hidden_states = b(hidden_states)
-            return hidden_states
-
-    toy, x = Toy(), torch.ones(1, 1, 2, 4)  # (batch, heads, tokens, features)
+    toy = toy_transformer(toy_block(SkippyAttention(), ff=True), toy_block(SkippyAttention(), ff=True))
+    x = torch.ones(1, 1, 2, 4)  # (batch, heads, tokens, features)
     with counting(toy) as count:
         toy(x)
         toy(x)
@@ -263,15 +279,7 @@ def test_a_fused_attention_kernel_on_cpu_counts_what_the_math_kernel_counts() ->
         def forward(self, q: torch.Tensor) -> torch.Tensor:
             return sdpa(q, q, q)
 
-    class Toy(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.blocks = torch.nn.ModuleList([Attention()])
-
-        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-            return self.blocks[0](hidden_states)
-
-    q, toy = torch.randn(1, 2, 16, 8), Toy()
+    q, toy = torch.randn(1, 2, 16, 8), toy_transformer(Attention())
     figures = {}
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
         with sdpa_kernel(backend), counting(toy) as count:
@@ -296,23 +304,7 @@ def test_attention_no_counted_kernel_computes_is_named_and_its_table_never_used(
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.to_q(x) * 2
 
-    class Block(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.attn = OpaqueAttention()
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.attn(x)
-
-    class Toy(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.blocks = torch.nn.ModuleList([Block()])
-
-        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-            return self.blocks[0](hidden_states)
-
-    toy = Toy()
+    toy = toy_transformer(toy_block(OpaqueAttention()))
     with counting(toy) as count:
         toy(torch.ones(2, 4))
         toy(torch.ones(2, 4))
