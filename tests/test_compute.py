@@ -315,8 +315,7 @@ def test_attention_no_counted_kernel_computes_is_named_and_its_table_never_used(
 def test_tables_merge_only_when_exact_and_agreeing_and_an_inexact_verdict_stands(tmp_path: Path) -> None:
     """A run whose table lacked a unit adds it (stages.generation.counted_run); another
     worker's exact table never overwrites one a cross-check found wrong."""
-    from pairflow.compute import FlopTable, load_table, merged
-    from pairflow.stages.generation import save_new_table
+    from pairflow.compute import FlopTable, load_table, merged, save_table
 
     a = FlopTable("k", {"outer": 5, "b0c": 7}, 1, 0, True)
     more = FlopTable("k", {"outer": 5, "b0s": 0}, 1, 0, True)
@@ -324,8 +323,8 @@ def test_tables_merge_only_when_exact_and_agreeing_and_an_inexact_verdict_stands
     assert merged(a, FlopTable("k", {"outer": 6, "b0s": 0}, 1, 0, True)) is None  # disagree on a shared unit
     assert merged(a, FlopTable("k", {"b0s": 0}, 2, 0, True)) is None  # other pipeline FLOPs
     assert merged(a, FlopTable("k", {"b0s": 0}, 1, 0, False)) is None
-    save_new_table(tmp_path, FlopTable("k", a.per_call, 1, 0, False))
-    save_new_table(tmp_path, a)
+    save_table(tmp_path, FlopTable("k", a.per_call, 1, 0, False))
+    save_table(tmp_path, a)
     assert load_table(tmp_path, "k").exact is False  # type: ignore[union-attr]
-    save_new_table(tmp_path, FlopTable("j", a.per_call, 1, 0, True))
+    save_table(tmp_path, FlopTable("j", a.per_call, 1, 0, True))
     assert load_table(tmp_path, "j").exact is True  # type: ignore[union-attr]

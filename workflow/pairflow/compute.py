@@ -197,8 +197,12 @@ def load_table(folder: Path, key: str) -> FlopTable | None:
 
 def save_table(folder: Path, table: FlopTable) -> Path:
     """Write ``table`` atomically under ``folder`` (two workers measuring the same key
-    write the same bytes)."""
+    write the same bytes), unless an exact table would replace an inexact one: a
+    cross-check found that key's table wrong (in any worker), and that verdict stands."""
     path = Path(folder) / f"{table.key}.json"
+    saved = load_table(folder, table.key) if table.exact else None
+    if saved is not None and not saved.exact:
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(table.asdict(), sort_keys=True, indent=1) + "\n")
     return path
@@ -289,7 +293,7 @@ def counting(transformer: Any, table: FlopTable | None = None, full: bool = True
     stack: list[list[int]] = []  # per open unit: [FLOPs at entry, of nested hooked units, attention cores at entry]
     opened = count._open  # id(module) -> computed so far, for every watched call in progress
     audit: dict[int, bool] | None = {} if full else None  # id(module) -> any child called (full counts)
-    cores = _attention_cores()
+    cores = _attention_cores() if full else set()  # only a full count looks for uncounted attention
 
     def core_flops() -> int:  # FLOPs counted so far in attention-core kernels (see ComputeCount.uncounted_attention)
         # looked up per call: entering FlopCounterMode clears its counts and starts new dicts

@@ -184,23 +184,16 @@ def counted_run(study: StudySpec, c: Candidate, pipe: Any, tokens: int | None, c
     if cross is not None and cross["derived_transformer_flops"] is None and table is not None and table.exact:
         merged = compute.merged(table, measured) if measured is not None else None
         if merged is not None:
-            save_new_table(folder, merged)
+            compute.save_table(folder, merged)
     elif cross is not None and not cross["equal"] and table is not None and table.exact:
         log.warning("FLOP table %s disagrees with full counting for %s (derived %s, counted %s); later runs of "
                     "this key are counted in full", key, c.key.candidate_id, cross["derived_transformer_flops"],
                     (result.compute or {}).get("transformer_flops"))
         compute.save_table(folder, compute.FlopTable(key, table.per_call, table.rest, table.verifier, False))
     elif measured is not None and table is None:
-        save_new_table(folder, measured)
+        compute.save_table(folder, measured)
     return result
 
-
-def save_new_table(folder: Path, table: Any) -> None:
-    """Save ``table`` unless scratch already holds an inexact one for its key (another
-    worker's cross-check found it wrong: that verdict stands)."""
-    saved = compute.load_table(folder, table.key)
-    if saved is None or saved.exact:
-        compute.save_table(folder, table)
 
 
 def _effective(c: Candidate, study: StudySpec) -> dict[str, Any]:
