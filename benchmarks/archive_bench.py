@@ -1,6 +1,6 @@
 """The ``archive`` section of ``benchmarks/run.py``: a packed snapshot against the
 unpacked layout (every file plain, as PairFlow archived before packs) on the same
-synthetic finished study (``run._write_evidence``, the ``plan`` section's factory).
+synthetic finished study (``sections.common.write_evidence``, the ``plan`` section's factory).
 
 Per point: files and bytes (apparent and allocated) per snapshot, bytes per candidate,
 promotion and full-verify wall time and peak RSS (each in its own process, under
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import run  # benchmarks/run.py: the synthetic study and the timed child process
+from sections.common import ROOT, scale_project, write_evidence  # the synthetic study (the plan section's)
 
-os.environ["PYTHONPATH"] = os.pathsep.join([str(run.ROOT / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 ARCHIVE_SIZES = {"31k": 500, "100k": 1613}
 """Panels of 31 prompts x 1 seed x 2 arms, as the ``plan`` section: 31,000 and 100,006 candidates."""
@@ -30,10 +30,10 @@ ARCHIVE_SIZES = {"31k": 500, "100k": 1613}
 PLAIN = """
 import json, shutil, sys
 from pathlib import Path
-from pairflow.archive import REGENERATE, evidence_files, make_read_only
+from pairflow.evidence.archive import REGENERATE, evidence_files, make_read_only
 from pairflow.atomic import atomic_path, write_text
 from pairflow.identity import digest_file, digest_obj
-from pairflow.records import build_manifest, write_manifest
+from pairflow.records.store import build_manifest, write_manifest
 # The promotion as PairFlow did it before packs: every file copied plain (temp, fsync,
 # rename), byte-verified, listed with the videos in archive.json.
 src, dest = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
@@ -54,8 +54,8 @@ write_manifest(snap / "archive.json", m)
 make_read_only(snap)
 write_text(dest / "latest.json", json.dumps({"snapshot": f"snapshots/{snap.name}", "root_digest": m["root_digest"]}))
 """
-PACKED = "import sys; from pathlib import Path; from pairflow.archive import promote; promote(Path(sys.argv[1]), Path(sys.argv[2]))"
-VERIFY = ("import sys; from pathlib import Path; from pairflow.archive import verify_archive; "
+PACKED = "import sys; from pathlib import Path; from pairflow.evidence.archive import promote; promote(Path(sys.argv[1]), Path(sys.argv[2]))"
+VERIFY = ("import sys; from pathlib import Path; from pairflow.evidence.archive import verify_archive; "
           "r = verify_archive(Path(sys.argv[1])); print(len(r.problems)); sys.exit(0 if r.ok else 1)")
 
 
@@ -74,7 +74,7 @@ def _tree(paths: list[Path]) -> dict[str, int]:
 def _snapshot_paths(work: Path, snap: Path) -> list[Path]:
     """The snapshot directory and, for a packed one, the packs it lists (the panels' and
     the chunk packs of its large study-level files)."""
-    from pairflow.archive import load_manifest, snapshot_files
+    from pairflow.evidence.archive import load_manifest, snapshot_files
 
     manifest = load_manifest(snap)
     return [snap, *(snapshot_files(snap, manifest)[0].values() if "packs" in manifest else []),
@@ -123,9 +123,9 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
     layout is not run (its fsync per file takes most of an hour at 100,000 candidates
     on a shared disk): its files and bytes are those of the evidence it would copy, and
     each re-promotion would add all of them again."""
-    proj = run._scale_project(panels, prompts)
+    proj = scale_project(panels, prompts)
     t = time.perf_counter()
-    run._write_evidence(proj)
+    write_evidence(proj)
     write_s = time.perf_counter() - t
     scratch, n = proj / "results" / "scratch", panels * prompts * 2
     src = _tree([scratch])
@@ -135,7 +135,7 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
     if plain:
         point["plain"] = _layout(PLAIN, scratch, tmp / "plain", n)
     else:  # counted, not run: one plain copy of every evidence file (archive.json not counted)
-        from pairflow.archive import evidence_files
+        from pairflow.evidence.archive import evidence_files
 
         ev = _tree(evidence_files(scratch))
         point["plain"] = {**ev, "counted_not_run": True, "bytes_per_candidate": ev["bytes"] / n,
@@ -145,7 +145,7 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
     # Rerun one panel: new prompt texts give it new candidates, records and manifests.
     sheet = proj / "config" / "panels" / "p000.tsv"
     sheet.write_text(sheet.read_text().replace("prompt 0 ", "prompt 0 rerun "))
-    run._write_evidence(proj)
+    write_evidence(proj)
     for name, code in (("plain", PLAIN), ("packed", PACKED))[0 if plain else 1:]:
         work = tmp / name
         before = _tree([work])
@@ -155,7 +155,7 @@ def archive_point(panels: int, prompts: int, plain: bool = True) -> dict[str, An
         point[name]["repromote_added_files"] = after["files"] - before["files"]
         point[name]["repromote_added_bytes"] = after["bytes"] - before["bytes"]
     snap = _latest(tmp / "packed")
-    from pairflow.archive import load_manifest, snapshot_files
+    from pairflow.evidence.archive import load_manifest, snapshot_files
 
     packing = snapshot_files(snap, load_manifest(snap))[0]
     panel_packs = [p for g, p in packing.items() if g.startswith("panels/p000/")]

@@ -14,8 +14,8 @@ import numpy as np
 import torch  # noqa: F401  prepare_frames imports it; keep its memory out of the figure
 
 sys.path.insert(0, sys.argv[1])
-from pairflow import video
-from pairflow.config import EncoderSpec
+from pairflow.media import video
+from pairflow.plan.config import EncoderSpec
 
 side = int(sys.argv[2])
 arr = np.random.default_rng(0).random((1, side, side, 3), dtype=np.float32)

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pairflow.candidates import candidates
-from pairflow.config import ModelSpec, load_study
-from pairflow.generate import generate, load_pipeline
+from pairflow.generation.generate import generate, load_pipeline
+from pairflow.generation.tinymodel import build_tiny_model
+from pairflow.media.video import encode, prepare_frames, read_video
 from pairflow.metrics.flicker import temporal_flickering
-from pairflow.tinymodel import build_tiny_model
-from pairflow.video import encode, prepare_frames, read_video
+from pairflow.plan.candidates import candidates
+from pairflow.plan.config import ModelSpec, load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 

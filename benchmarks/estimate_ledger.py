@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 from pairflow.atomic import write_text
-from pairflow.calibrate import calibrate
-from pairflow.config import load_study
-from pairflow.estimate import estimate
+from pairflow.budget.calibrate import calibrate
+from pairflow.budget.estimate import estimate
 from pairflow.layout import Layout
-from pairflow.steps import add_to_ledger
+from pairflow.plan.config import load_study
+from pairflow.stages.steps import add_to_ledger
 
 
 def main(project: Path) -> dict[str, float]:

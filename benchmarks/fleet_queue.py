@@ -26,8 +26,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, Task, noop, run_tasks
+from pairflow.fleet.pool import Grant, Task, noop, run_tasks
+from pairflow.plan.config import FleetSpec
 from pairflow.stages.study import WINDOW_PER_SLOT
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 ``fleet.worker_start: auto`` spawns workers on GPU jobs because a process forked after
 CUDA was initialised cannot use CUDA, and the fork server's imports (torch, diffusers,
 pyiqa) reach CUDA on a GPU node unless ``preload.gpus_hidden`` keeps them from it. This
-starts a multiprocessing fork server that preloads ``pairflow.preload`` as a pool's does
+starts a multiprocessing fork server that preloads ``pairflow.fleet.preload`` as a pool's does
 (``PAIRFLOW_PRELOAD=1``, the tiny model's folder in ``PAIRFLOW_PRELOAD_MODEL`` so its
 pipeline modules are imported too), forks one worker from it and, in that worker, puts
 a tensor on the GPU, asks what diffusers and transformers think the device is and loads
@@ -40,8 +40,8 @@ def worker(queue: Any) -> None:
         from transformers.utils import is_torch_cuda_available
 
         out["transformers_cuda"] = bool(is_torch_cuda_available())
-        from pairflow.config import ModelSpec
-        from pairflow.generate import load_pipeline
+        from pairflow.generation.generate import load_pipeline
+        from pairflow.plan.config import ModelSpec
 
         pipe = load_pipeline(ModelSpec("embedded-tiny", Path(os.environ["PAIRFLOW_PRELOAD_MODEL"])), "bfloat16", 1)
         out["pipeline_device"] = str(pipe.transformer.device)
@@ -55,7 +55,7 @@ def worker(queue: Any) -> None:
 def main() -> None:
     import tempfile
 
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else None
     if out is not None:  # a hang or a kill still leaves an answer
@@ -65,7 +65,7 @@ def main() -> None:
     os.environ["PAIRFLOW_PRELOAD"] = "1"
     os.environ["PAIRFLOW_PRELOAD_MODEL"] = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["pairflow.preload"])
+    ctx.set_forkserver_preload(["pairflow.fleet.preload"])
     queue = ctx.Queue()
     started = time.time()
     proc = ctx.Process(target=worker, args=(queue,))

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pairflow.atomic import TMP_PREFIX  # noqa: E402  (after the path set-up above; imports without torch)
-from pairflow.telemetry import OBSERVERS_VAR  # noqa: E402
+from pairflow.fleet.telemetry import OBSERVERS_VAR  # noqa: E402
 
 RESERVE_S = 30
 """Seconds kept after the study for collecting its figures, writing the JSON and removing the copy."""
@@ -68,7 +68,7 @@ def gpu_info() -> dict[str, Any]:
     import torch
 
     from pairflow.envinfo import environment
-    from pairflow.telemetry import gpu_state
+    from pairflow.fleet.telemetry import gpu_state
 
     props = torch.cuda.get_device_properties(0)
     env = environment()
@@ -228,8 +228,8 @@ def mfu_by_arm(scratch: Path, timing: dict[str, Any], device_name: str,
     bulk record over the timed median latency over the device's dense BF16 peak; none
     where FLOPs were not counted, ``stats._call_flops``, or the device is a MIG slice)
     and the peak device memory, beside the timed speedup against control."""
-    from pairflow.compute import MIG_SLICE, bf16_peak, estimated_mfu
-    from pairflow.stats import _call_flops  # the report's own rule: uncounted (-1) FLOPs give no MFU
+    from pairflow.analysis.stats import _call_flops  # the report's own rule: uncounted (-1) FLOPs give no MFU
+    from pairflow.generation.compute import MIG_SLICE, bf16_peak, estimated_mfu
 
     errors = {} if errors is None else errors
     flops: dict[str, list[float]] = {}
@@ -485,7 +485,7 @@ def _finish(result: dict[str, Any], ctx: dict[str, Any], out: Path) -> None:
     if errors:
         result["unreadable"] = errors
     if gpu.get("uuid"):
-        from pairflow.telemetry import gpu_state
+        from pairflow.fleet.telemetry import gpu_state
 
         gpu["state_after"] = gpu_state(gpu["uuid"], os.getpid())
     incomplete = [*([result["stopped"]] if result.get("stopped") else []),

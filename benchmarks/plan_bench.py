@@ -4,7 +4,7 @@ item 5): ``.venv/bin/python benchmarks/plan_bench.py --panels 1613 --before <rev
 For each code version (``--before``: a git revision, checked out into a temporary folder;
 the current tree is "after") it measures, on the same project and the same finished
 tree (``sections.plan._finish``: valid evidence written directly, with the vouchers a real run's
-jobs write beside their manifests, ``pairflow.vouch``):
+jobs write beside their manifests, ``pairflow.records.vouch``):
 
 * dry run over the empty tree (``snakemake -n``);
 * first plan after a finished run (a real ``snakemake`` over the finished tree, no
@@ -111,8 +111,8 @@ def memo_path(proj: Path) -> Path:
     """The plan-time memo of ``proj``'s study (removed before each first plan)."""
     import yaml
 
-    from pairflow.config import study_from_raw
     from pairflow.layout import Layout
+    from pairflow.plan.config import study_from_raw
 
     raw = yaml.safe_load((proj / "config" / "config.yaml").read_text())
     return Layout(study_from_raw(raw, proj, source="benchmark").scratch).evidence_memo

@@ -18,8 +18,8 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pairflow.config import EncoderSpec
-from pairflow.video import encode, read_video
+from pairflow.media.video import encode, read_video
+from pairflow.plan.config import EncoderSpec
 
 
 def frames(f: int, h: int, w: int) -> np.ndarray:

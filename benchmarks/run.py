@@ -28,8 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sections package
 
 from sections.archive import bench_archive
 from sections.common import ROOT, machine
-from sections.common import scale_project as _scale_project  # archive_bench.py's names
-from sections.common import write_evidence as _write_evidence
 from sections.compute import bench_compute
 from sections.e2e import bench_e2e
 from sections.hashing import bench_hash
@@ -44,7 +42,7 @@ from sections.slurm_study import bench_slurm_study
 from sections.stats import bench_stats
 from sections.video import bench_video
 
-__all__ = ["ROOT", "SECTIONS", "_scale_project", "_write_evidence", "main"]
+__all__ = ["ROOT", "SECTIONS", "main"]
 
 
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "payload": bench_payload,

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from pairflow.telemetry import honest_share
+from pairflow.fleet.telemetry import honest_share
 
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")

@@ -8,7 +8,7 @@ before the interpreter starts to the model loaded (not to the process's exit), t
 times (the median counts). A
 panel job's start-up is from its process's start (``/proc``) to the first real task
 starting on a slot (so a worker's imports and model load are in it), read with the
-phases between from the job's telemetry record (``pairflow.startup.timeline``). Run it
+phases between from the job's telemetry record (``pairflow.fleet.startup.timeline``). Run it
 right after the panel jobs, on the same machine, so both see the same load:
 
     snakemake --profile profiles/local && python benchmarks/utilisation_local.py [--label L] [SCRATCH]
@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from pairflow.startup import DRIVER_MARKS, WORKER_MARKS, timeline
-from pairflow.telemetry import utilisation
+from pairflow.fleet.startup import DRIVER_MARKS, WORKER_MARKS, timeline
+from pairflow.fleet.telemetry import utilisation
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = 6
@@ -43,8 +43,8 @@ import time, sys
 t0 = float(sys.argv[2])
 t = time.time()
 import torch, diffusers, pyiqa
-from pairflow.config import ModelSpec
-from pairflow.generate import load_pipeline, pipeline_imports
+from pairflow.plan.config import ModelSpec
+from pairflow.generation.generate import load_pipeline, pipeline_imports
 from pathlib import Path
 m = ModelSpec('embedded-tiny', Path(sys.argv[1]))
 pipeline_imports(m)
@@ -83,7 +83,7 @@ PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pa
           ("model_loaded", "worker loads the model"),
           ("scorers_imported", "worker imports pyiqa and the scorers"),
           ("scorers_loaded", "worker imports the study's metric modules and loads their models"))
-"""The start-up phases in order (``pairflow.startup`` marks), each ending at its mark."""
+"""The start-up phases in order (``pairflow.fleet.startup`` marks), each ending at its mark."""
 
 
 def startup_rows(runs: list[dict]) -> list[str]:

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 from read_speed import frames
 
-from pairflow.config import EncoderSpec
-from pairflow.video import OUTPUT_PLACEHOLDER, _argv, encode, ffmpeg_binary, prepare_frames
+from pairflow.media.video import OUTPUT_PLACEHOLDER, _argv, encode, ffmpeg_binary, prepare_frames
+from pairflow.plan.config import EncoderSpec
 
 
 def main() -> None:

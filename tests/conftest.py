@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from pairflow.arms import arms_check_key
-from pairflow.config import EncoderSpec, study_from_raw
+from pairflow.fleet.orphans import start_time  # re-exported: tests/test_study.py imports it from here
 from pairflow.layout import Layout
-from pairflow.orphans import start_time  # re-exported: tests/test_study.py imports it from here
+from pairflow.plan.config import EncoderSpec, study_from_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded tiny Wan pipeline, built once (shared with the default config if built)."""
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     out = tmp_path_factory.mktemp("model") / "tiny-wan"
     return build_tiny_model(out)
@@ -119,7 +119,7 @@ def copy_project(dest: Path) -> Path:
 def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
     """Live processes of a run, PID -> start time: descendants of ``root`` (while it lives)
     and the Parsl worker pools working for ``project`` (Parsl's ``process_worker_pool.py``,
-    or ``pairflow.workerpool`` under forkserver; reparented to init by Parsl's launcher)
+    or ``pairflow.fleet.workerpool`` under forkserver; reparented to init by Parsl's launcher)
     with theirs. A PID is alive as the same process while its start time holds."""
     parents = {}
     for d in Path("/proc").glob("[0-9]*"):
@@ -136,7 +136,7 @@ def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if (b"process_worker_pool" in cmd or b"pairflow.workerpool" in cmd) and str(project).encode() in cmd:
+        if (b"process_worker_pool" in cmd or b"pairflow.fleet.workerpool" in cmd) and str(project).encode() in cmd:
             tops.add(pid)
     out, frontier = set(), set(tops)
     while frontier:
@@ -149,7 +149,7 @@ def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
 def test_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A weight mirror with random-initialised weights for every declared architecture
     (the real layout and lock; built once per session, about 2 GB and 20 s)."""
-    from pairflow.weights import build_test_mirror
+    from pairflow.metrics.weights import build_test_mirror
 
     out = tmp_path_factory.mktemp("mirror")
     build_test_mirror(out)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import generation_record
 
-from pairflow import packs
-from pairflow.archive import (
+from pairflow.cli import main
+from pairflow.errors import ArchiveError, IntegrityError
+from pairflow.evidence.archive import (
     CHUNKED_OVER,
     evidence_files,
     load_manifest,
@@ -24,10 +25,9 @@ from pairflow.archive import (
     verify_archive,
     verify_tree,
 )
-from pairflow.cli import main
-from pairflow.errors import ArchiveError, IntegrityError
 from pairflow.identity import canonical_json, digest_bytes, digest_file
-from pairflow.records import build_manifest, read_record, write_record
+from pairflow.records import packs
+from pairflow.records.store import build_manifest, read_record, write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -245,7 +245,7 @@ def test_a_damaged_pack_is_kept_and_its_files_packed_again_after_retirement(tmp_
 KILL_PACKING = """
 import os, signal, sys
 from pathlib import Path
-from pairflow.archive import promote
+from pairflow.evidence.archive import promote
 
 fsync = os.fsync
 def stop_before_fsync_of_a_pack(fd):  # the kill lands with the pack's bytes written, before fsync and rename
@@ -391,7 +391,7 @@ def test_a_promotion_killed_mid_copy_leaves_no_temp_file_in_the_sealed_snapshot(
     import sys
 
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
-    killer = ("import os, signal, sys\nfrom pathlib import Path\nimport pairflow.archive as a\n"
+    killer = ("import os, signal, sys\nfrom pathlib import Path\nimport pairflow.evidence.archive as a\n"
               "def half(src, dst):\n    Path(dst).write_bytes(Path(src).read_bytes()[:3])\n"
               "    os.kill(os.getpid(), signal.SIGKILL)\n"
               "a.shutil.copyfile = half\na.promote(Path(sys.argv[1]), Path(sys.argv[2]))\n")
@@ -494,7 +494,7 @@ def test_verify_checks_the_reassembled_file_against_its_digest(tmp_path: Path) -
 
 def test_packs_checked_in_worker_processes_report_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Verify's process pool (used for many packs) finds what the serial check finds."""
-    from pairflow import archive
+    from pairflow.evidence import archive
 
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     for name in ("q", "r", "s"):
@@ -512,7 +512,7 @@ def test_a_long_pack_listing_is_stored_in_chunks_and_still_verifies(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Over CHUNKED_OVER the listing of packs (one line a pack, O(panels)) leaves
     archive.json for the chunk packs; the root digest, show and verify read it back."""
-    from pairflow import archive
+    from pairflow.evidence import archive
 
     monkeypatch.setattr(archive, "CHUNKED_OVER", 100)
     scratch, work = make_scratch(tmp_path), tmp_path / "work"

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from conftest import copy_project, small_config, write_config
 
-from pairflow.armrun import arm_pipeline, run_arm
 from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
 from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
-from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 from pairflow.errors import ConfigError
+from pairflow.generation.armrun import arm_pipeline, run_arm
 from pairflow.identity import digest_obj
+from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, study_from_raw
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control")
@@ -122,7 +122,7 @@ def student(teacher: Path, dest: Path, vae: dict | None = None, transformer: dic
     import diffusers
     import torch
 
-    from pairflow import tinymodel as t
+    from pairflow.generation import tinymodel as t
 
     configs = {"AutoencoderKLWan": t._VAE, "WanTransformer3DModel": t._TRANSFORMER,
                "AutoencoderKLCogVideoX": t._COGVIDEOX_VAE, "CogVideoXTransformer3DModel": t._COGVIDEOX}
@@ -146,7 +146,7 @@ def test_a_student_that_differs_only_in_widths_is_accepted_and_starts_from_the_p
     in channel widths passes the check, loads, and draws the control's latent shape from
     the pair's seed."""
     from pairflow.arms import latent_signature
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     path = tiny_model if family == "wan" else build_tiny_model(tmp_path / family, family)
     narrow = student(path, tmp_path / "student", vae=vae, transformer=transformer)
@@ -184,7 +184,7 @@ def test_a_student_with_other_latents_is_refused_naming_what_differs(tiny_model:
 
 
 def test_a_student_of_another_family_or_not_on_disk_is_refused(tiny_model: Path, tmp_path: Path) -> None:
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     cog = build_tiny_model(tmp_path / "cog", "cogvideox")
     with pytest.raises(ConfigError, match=r"pipeline class CogVideoXPipeline \(the study's model: WanPipeline\)"):
@@ -202,7 +202,7 @@ def test_the_latent_signature_reads_compression_as_each_pipeline_does(tmp_path: 
     from diffusers import DiffusionPipeline
 
     from pairflow.arms import latent_signature
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     path = build_tiny_model(tmp_path / family, family)
     sig = latent_signature(ModelSpec("local", path))
@@ -294,8 +294,8 @@ def test_search_seeds_start_at_the_pairs_stream_and_are_derived_from_it() -> Non
 
 def test_search_keeps_the_verifiers_best_and_every_candidates_evidence(tiny_model: Path) -> None:
     from pairflow.arms import Verifier
-    from pairflow.config import EncoderSpec
-    from pairflow.generate import generate, load_pipeline
+    from pairflow.generation.generate import generate, load_pipeline
+    from pairflow.plan.config import EncoderSpec
 
     pipe = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
     enc = EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p", gop=9, threads=1,
@@ -373,8 +373,8 @@ def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> N
     PRECISIONS' loadable list, and every key has a row in config/README.md naming its
     kind's module."""
     from pairflow.arms import KEYS, KINDS, LOADABLE, PRECISIONS
-    from pairflow.config import _schema
-    from pairflow.records import load_schema
+    from pairflow.plan.config import _schema
+    from pairflow.records.store import load_schema
 
     schema = _schema()["properties"]
     assert list(schema["arms"]["additionalProperties"]["properties"]) == list(KEYS)
@@ -384,7 +384,7 @@ def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> N
         LOADABLE)
     assert LOADABLE == ("float32", "float16", "bfloat16")
     assert {p.name for p in PRECISIONS if p.quantised} == {"int8", "fp8"}
-    assert [k.name for k in KINDS][:6] == ["cache", "overrides", "model", "dtype", "attention_backend", "search"]
+    assert {"cache", "overrides", "model", "dtype", "attention_backend", "search", "vae_dtype"} <= {k.name for k in KINDS}
     docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
     for k in KINDS:
         module = sys.modules[type(k).__module__].__file__

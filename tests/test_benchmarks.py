@@ -123,7 +123,7 @@ def test_a_render_keeps_the_sections_written_by_hand() -> None:
 
 def test_the_fork_probe_answers_with_the_worker_s_own_error_where_there_is_no_gpu(tmp_path: Path) -> None:
     """benchmarks/fork_cuda_probe.py (run by gpu_check.sh): a worker forked from a fork
-    server that preloaded pairflow.preload reports what it saw; without a GPU the answer is
+    server that preloaded pairflow.fleet.preload reports what it saw; without a GPU the answer is
     torch's own error, not a hang or a traceback."""
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "fork.json"

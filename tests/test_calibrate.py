@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import small_config
 
-from pairflow.calibrate import FORMAT, calibrate, key, load_table, packing, read_table, table_path, workers_for
-from pairflow.config import study_from_raw
+from pairflow.budget.calibrate import FORMAT, calibrate, key, load_table, packing, read_table, table_path, workers_for
 from pairflow.errors import CalibrationError
-from pairflow.fleet import TaskHooks, run_tasks
-from pairflow.sites import AllocationInfo, Grant
+from pairflow.fleet.pool import TaskHooks, run_tasks
+from pairflow.fleet.sites import AllocationInfo, Grant
+from pairflow.plan.config import study_from_raw
 
 PHASES = ("load", "denoise", "decode", "encode", "score:read", "score:temporal_flickering", "score:psnr")
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from conftest import generation_record, small_config, timing_record
 
-from pairflow.candidates import candidates, expected_scores, generation_stale, scores_stale
-from pairflow.config import StudySpec, study_from_raw
 from pairflow.metrics import metric_spec
-from pairflow.records import timing_frames_differ
+from pairflow.plan.candidates import candidates, expected_scores, generation_stale, scores_stale
+from pairflow.plan.config import StudySpec, study_from_raw
+from pairflow.records.store import timing_frames_differ
 
 
 def _study(tmp_path: Path, model: Path) -> StudySpec:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from conftest import ROOT, copy_project, generation_record
 
-from pairflow.archive import promote
 from pairflow.cli import main
-from pairflow.records import write_record
+from pairflow.evidence.archive import promote
+from pairflow.records.store import write_record
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PAIRFLOW = str(Path(sys.executable).with_name("pairflow"))
@@ -278,8 +278,8 @@ def test_estimate_reads_the_table_and_refuses_over_budget(tmp_path: Path, monkey
 
     from conftest import small_config, write_config
 
-    from pairflow.calibrate import FORMAT, device_kind, key, table_path
-    from pairflow.config import study_from_raw
+    from pairflow.budget.calibrate import FORMAT, device_kind, key, table_path
+    from pairflow.plan.config import study_from_raw
 
     cfg = small_config(tmp_path, tmp_path / "model", fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-6})
     write_config(tmp_path, cfg)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import small_config
 
-from pairflow.candidates import COMBINED, candidates, record_path, score_path, telemetry_path, video_path
-from pairflow.config import study_from_raw
-from pairflow.fleet import Grant
+from pairflow.fleet.pool import Grant
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
-from pairflow.records import read_record
+from pairflow.plan.candidates import COMBINED, candidates, record_path, score_path, telemetry_path, video_path
+from pairflow.plan.config import study_from_raw
+from pairflow.records.store import read_record
 from pairflow.stages.combined import run_panel
 
 

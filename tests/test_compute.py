@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pairflow.armrun import run_arm
+from pairflow.analysis.stats import _compute, no_effect_flags
 from pairflow.arms.registry import declared_kinds
-from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
-from pairflow.generate import generate, load_pipeline
-from pairflow.stats import _compute, no_effect_flags
+from pairflow.generation.armrun import run_arm
+from pairflow.generation.generate import generate, load_pipeline
+from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control")
@@ -70,7 +70,7 @@ def test_a_few_step_arm_costs_its_share_of_steps(pipe) -> None:  # type: ignore[
 
 def test_a_search_arm_of_n_costs_about_n(pipe) -> None:  # type: ignore[no-untyped-def]
     from pairflow.arms import Verifier
-    from pairflow.config import EncoderSpec
+    from pairflow.plan.config import EncoderSpec
 
     enc = EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p", gop=9, threads=1,
                       lossless=False, fail_on_flat=False)
@@ -95,7 +95,7 @@ PAB = ArmSpec("pab", "PyramidAttentionBroadcastConfig",
 
 def _verifier():  # type: ignore[no-untyped-def]
     from pairflow.arms import Verifier
-    from pairflow.config import EncoderSpec
+    from pairflow.plan.config import EncoderSpec
 
     enc = EncoderSpec(ffmpeg="", codec="libx264", crf=18, preset="medium", pix_fmt="yuv420p", gop=9, threads=1,
                       lossless=False, fail_on_flat=False)
@@ -114,8 +114,8 @@ def test_derived_flops_equal_full_counting_exactly(pipe, arm: ArmSpec, tmp_path:
     (caches, steps, search, dtype, attention backend, scheduler, another checkpoint)."""
     from dataclasses import replace
 
-    from pairflow.armrun import arm_pipeline
-    from pairflow.compute import load_table, save_table
+    from pairflow.generation.armrun import arm_pipeline
+    from pairflow.generation.compute import load_table, save_table
 
     if arm.model is not None:  # a student: here the tiny model's own files under another path
         import shutil
@@ -158,7 +158,7 @@ def test_a_table_missing_a_unit_is_never_guessed_from(pipe, tmp_path: Path) -> N
 
 
 def test_an_inexact_or_foreign_table_is_not_loaded_as_exact(tmp_path: Path) -> None:
-    from pairflow.compute import FlopTable, load_table, save_table
+    from pairflow.generation.compute import FlopTable, load_table, save_table
 
     save_table(tmp_path, FlopTable("a", {"outer": 5}, 1, 0, False))
     assert load_table(tmp_path, "a") is not None and not load_table(tmp_path, "a").exact  # type: ignore[union-attr]
@@ -176,7 +176,7 @@ def test_an_inexact_or_foreign_table_is_not_loaded_as_exact(tmp_path: Path) -> N
     ("NVIDIA H200 MIG 1g.18gb", None, None), ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", None, None)])
 def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, model: str | None,
                                                                   tflops: float | None) -> None:
-    from pairflow.compute import bf16_peak, estimated_mfu
+    from pairflow.generation.compute import bf16_peak, estimated_mfu
 
     if model is None or tflops is None:
         assert bf16_peak(name) is None and estimated_mfu(1e15, 1.0, name) is None
@@ -187,7 +187,7 @@ def test_the_peak_table_names_each_gpu_by_its_most_specific_entry(name: str, mod
 
 
 def test_an_unknown_gpu_gets_no_mfu_rather_than_a_wrong_one() -> None:
-    from pairflow.compute import estimated_mfu
+    from pairflow.generation.compute import estimated_mfu
 
     assert estimated_mfu(1e12, 1.0, "NVIDIA GeForce RTX 3090") is None
     assert estimated_mfu(1e12, 0.0, "NVIDIA H100") is None
@@ -234,7 +234,7 @@ def test_a_signal_a_full_count_contradicts_makes_the_table_inexact() -> None:
     child hooks see it, and the table it measures is never used to derive from."""
     import torch
 
-    from pairflow.compute import counting, measure
+    from pairflow.generation.compute import counting, measure
 
     class SkippyAttention(torch.nn.Module):
         def __init__(self) -> None:
@@ -273,7 +273,7 @@ def test_a_fused_attention_kernel_on_cpu_counts_what_the_math_kernel_counts() ->
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from pairflow.compute import counting
+    from pairflow.generation.compute import counting
 
     class Attention(torch.nn.Module):
         def forward(self, q: torch.Tensor) -> torch.Tensor:
@@ -294,7 +294,7 @@ def test_attention_no_counted_kernel_computes_is_named_and_its_table_never_used(
     attention-core kernel was counted, and the table it measures is inexact."""
     import torch
 
-    from pairflow.compute import counting, measure
+    from pairflow.generation.compute import counting, measure
 
     class OpaqueAttention(torch.nn.Module):  # stands for a kernel FlopCounterMode cannot see
         def __init__(self) -> None:
@@ -315,7 +315,7 @@ def test_attention_no_counted_kernel_computes_is_named_and_its_table_never_used(
 def test_tables_merge_only_when_exact_and_agreeing_and_an_inexact_verdict_stands(tmp_path: Path) -> None:
     """A run whose table lacked a unit adds it (stages.generation.counted_run); another
     worker's exact table never overwrites one a cross-check found wrong."""
-    from pairflow.compute import FlopTable, load_table, merged, save_table
+    from pairflow.generation.compute import FlopTable, load_table, merged, save_table
 
     a = FlopTable("k", {"outer": 5, "b0c": 7}, 1, 0, True)
     more = FlopTable("k", {"outer": 5, "b0s": 0}, 1, 0, True)

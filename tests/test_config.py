@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pairflow import config, specs
-from pairflow.config import load_study, load_yaml, read_sheet, study_from_raw
+from pairflow import specs
 from pairflow.errors import ConfigError
+from pairflow.plan import config
+from pairflow.plan.config import load_study, load_yaml, read_sheet, study_from_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -313,7 +314,7 @@ def test_an_unreadable_sheet_is_refused_with_its_path_line_and_fix(tmp_path: Pat
 
 
 def test_sheets_that_are_not_files_or_too_big_are_refused_before_reading(tmp_path: Path) -> None:
-    from pairflow.config import MAX_SHEET_BYTES
+    from pairflow.plan.config import MAX_SHEET_BYTES
 
     with pytest.raises(ConfigError, match=r"is not a regular file.*'panels/p/sheet'"):
         read_sheet(tmp_path, "p")
@@ -325,7 +326,7 @@ def test_sheets_that_are_not_files_or_too_big_are_refused_before_reading(tmp_pat
 
 
 def test_crlf_sheets_and_prompts_at_the_limit_read_as_written(tmp_path: Path) -> None:
-    from pairflow.config import MAX_PROMPT_BYTES
+    from pairflow.plan.config import MAX_PROMPT_BYTES
 
     sheet = tmp_path / "s.tsv"
     long = "\u00e9" * (MAX_PROMPT_BYTES // 2)  # two bytes each: exactly at the limit
@@ -369,10 +370,10 @@ def test_the_readme_wan21_single_gpu_config_is_valid(tmp_path: Path, tiny_model:
 
 def test_the_arm_specs_live_below_the_arms_and_config_re_exports_them() -> None:
     """``pairflow.specs`` (what an arm is made of) loads without ``pairflow.arms`` or
-    ``pairflow.config``, so the arm kinds can build on it while config builds on them;
+    ``pairflow.plan.config``, so the arm kinds can build on it while config builds on them;
     ``config`` hands out the very same classes."""
     code = ("import sys; import pairflow.specs; "
-            "print(sorted(m for m in sys.modules if m.startswith(('pairflow.arms', 'pairflow.config'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('pairflow.arms', 'pairflow.plan.config'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert (config.ArmSpec, config.ModelSpec, config.GenerationSpec, config.SearchSpec) == (

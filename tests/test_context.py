@@ -10,11 +10,11 @@ import dill
 import pytest
 from conftest import small_config
 
-from pairflow import context
-from pairflow.candidates import candidates, task_identity
-from pairflow.config import study_from_raw
-from pairflow.context import ContextRef, load_context, write_context
 from pairflow.errors import IntegrityError
+from pairflow.plan import context
+from pairflow.plan.candidates import candidates, task_identity
+from pairflow.plan.config import study_from_raw
+from pairflow.plan.context import ContextRef, load_context, write_context
 
 
 def _study(tmp: Path, prompts: int):  # type: ignore[no-untyped-def]

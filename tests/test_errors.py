@@ -23,17 +23,17 @@ NOT_PAIRFLOW = {
     # unreachable: argparse lets only known commands through.
     ("cli", "AssertionError"),
     # a caller's misuse of an internal API (no user input reaches it).
-    ("compute", "ValueError"),
+    ("generation.compute", "ValueError"),
     # the SPS parser's signal for "does not parse", caught in the same module.
-    ("h264", "ValueError"),
+    ("media.h264", "ValueError"),
     # zlib.error for a block that does not end where the index says: caught at once and
     # raised again as IntegrityError, as zlib's own errors are.
-    ("packs", "error"),
+    ("records.packs", "error"),
     # process control, not errors: Ctrl-C forwarded, and the module's command-line usage.
-    ("orphans", "KeyboardInterrupt"),
-    ("orphans", "SystemExit"),
-    ("fleet", "SystemExit"),
-    ("calibworker", "SystemExit"),  # the fresh calibration worker's exit status (python -m pairflow.calibworker)
+    ("fleet.orphans", "KeyboardInterrupt"),
+    ("fleet.orphans", "SystemExit"),
+    ("fleet.pool", "SystemExit"),
+    ("stages.calibworker", "SystemExit"),  # the fresh calibration worker's exit status (python -m pairflow.stages.calibworker)
 }
 
 
@@ -82,7 +82,7 @@ def test_the_docstring_tree_names_every_error_class() -> None:
 def test_a_component_of_the_wrong_class_is_a_model_build_error() -> None:
     """Issue 24: tinymodel raised a bare TypeError here."""
     from pairflow.errors import ModelBuildError
-    from pairflow.tinymodel import _checked
+    from pairflow.generation.tinymodel import _checked
 
     assert _checked(3, int) == 3
     with pytest.raises(ModelBuildError, match="diffusers gave a str where a int was expected.*rebuild the model"):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import small_config
 
-from pairflow.config import study_from_raw
+from pairflow.budget.estimate import check_budget, estimate, summary_lines
 from pairflow.errors import BudgetError
-from pairflow.estimate import check_budget, estimate, summary_lines
+from pairflow.plan.config import study_from_raw
 
 
 def _study(tmp: Path, **over: object):

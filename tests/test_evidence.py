@@ -18,7 +18,7 @@ import pytest
 from conftest import copy_project, small_config, write_config
 
 from pairflow.cli import main
-from pairflow.records import read_record, write_record
+from pairflow.records.store import read_record, write_record
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -267,9 +267,9 @@ def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path,
     """The recipe digest is the digest of the argv that runs: editing the filter graph
     makes every video written with the old graph stale (to be regenerated), and the
     generation job sees the same."""
-    from pairflow import video
-    from pairflow.candidates import candidates
-    from pairflow.config import load_study
+    from pairflow.media import video
+    from pairflow.plan.candidates import candidates
+    from pairflow.plan.config import load_study
     from pairflow.stages.generation import complete_record
 
     spec = load_study(study / "config/config.yaml")
@@ -289,9 +289,9 @@ def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path,
 
 def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> None:
     """Stats load score and timing records only when they name the current generation record."""
-    from pairflow.config import load_study
     from pairflow.errors import IntegrityError
-    from pairflow.steps import panel_records
+    from pairflow.plan.config import load_study
+    from pairflow.stages.steps import panel_records
 
     spec = load_study(study / "config/config.yaml")
     assert len(panel_records(spec, ["t"])[1]) == 4
@@ -310,8 +310,8 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     their videos' inode, size, mtime and ctime, and what the config implies for them) and
     skips them while nothing there changes; a record rewritten in place, even at the same
     size, is read and healed."""
-    from pairflow import healing, verification
-    from pairflow.config import load_study
+    from pairflow.evidence import healing, verification
+    from pairflow.plan.config import load_study
 
     s = load_study(study / "config/config.yaml")
     memo = s.scratch / "checks/evidence.json"
@@ -337,10 +337,10 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
 def test_the_first_plan_after_a_run_trusts_the_records_its_jobs_vouched_for(
         study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The panel and timing jobs vouch for the records they checked when they write their
-    manifests (pairflow.vouch): with no memo, the plan parses none of them in full. (The
+    manifests (pairflow.records.vouch): with no memo, the plan parses none of them in full. (The
     copy has new inodes, so its videos are re-hashed: a voucher signs them by stat.)"""
-    from pairflow import healing, verification
-    from pairflow.config import load_study
+    from pairflow.evidence import healing, verification
+    from pairflow.plan.config import load_study
 
     s = load_study(study / "config/config.yaml")
     vouched = sorted(os.listdir(s.scratch / "checks/vouched"))
@@ -397,12 +397,12 @@ def test_video_rot_under_an_unchanged_stat_is_the_documented_bound(
     old = video.read_bytes()
     _same_size_edit(video, 100, bytes([old[100] ^ 0x01]))
     # Simulate rot the kernel never saw: the memo's stat for this video is the new one.
-    from pairflow.vouch import stat_key as _stat_key
+    from pairflow.records.vouch import stat_key as _stat_key
 
     memo = json.loads(memo_path.read_text())
     memo["videos"]["t"]["videos/control/a1-s0.mp4"][0] = _stat_key(video.stat())
     sig = memo["panels"]["t"]["files"]
-    from pairflow.healing import PANEL_READS, _signature
+    from pairflow.evidence.healing import PANEL_READS, _signature
 
     pdir = scratch / "panels/t"
     memo["panels"]["t"]["files"] = _signature((pdir / "generation.json", pdir / "scores.json"),

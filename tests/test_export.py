@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import generation_record, metric_spec, score_record, small_config, timing_record, write_config
 
-from pairflow.candidates import candidates, record_path, score_path, timing_path
 from pairflow.cli import main
-from pairflow.config import StudySpec, study_from_raw
 from pairflow.errors import IntegrityError
-from pairflow.export import candidate_rows, export, summary_rows
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
-from pairflow.records import build_manifest, write_manifest, write_record
+from pairflow.plan.candidates import candidates, record_path, score_path, timing_path
+from pairflow.plan.config import StudySpec, study_from_raw
+from pairflow.records.store import build_manifest, write_manifest, write_record
+from pairflow.report.export import candidate_rows, export, summary_rows
 
 FLICKER = {("a1", "control"): 0.91, ("a1", "pab"): 0.85, ("a2", "control"): 0.90, ("a2", "pab"): 0.92}
 
@@ -28,7 +28,7 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
     """A recorded study (2 prompts x 1 seed, control + pab): sealed generation, score and
     timing records where the stages put them, a generation manifest recording the config
     (so `pairflow export <scratch>` finds the study) and a study stats.json."""
-    from pairflow.provenance import config_snapshot
+    from pairflow.generation.provenance import config_snapshot
 
     cfg = small_config(tmp_path, tiny_model)
     write_config(tmp_path, cfg)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, reuse_arms_check, run_processes, small_config, write_config
 
-from pairflow.archive import verify_tree
 from pairflow.errors import PairFlowError
+from pairflow.evidence.archive import verify_tree
 from pairflow.layout import Layout
-from pairflow.records import read_record
+from pairflow.records.store import read_record
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -169,10 +169,10 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
 
 
 def _payload(tmp: Path, tiny_model: Path) -> dict:
-    from pairflow.candidates import candidates
-    from pairflow.config import study_from_raw
-    from pairflow.context import write_context
-    from pairflow.provenance import provenance
+    from pairflow.generation.provenance import provenance
+    from pairflow.plan.candidates import candidates
+    from pairflow.plan.config import study_from_raw
+    from pairflow.plan.context import write_context
 
     cfg = small_config(tmp, tiny_model)
     study = study_from_raw(cfg, tmp)
@@ -191,9 +191,9 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
     or a retry racing a slow success). Atomic renames onto one deterministic name."""
     import multiprocessing as mp
 
-    from pairflow.candidates import record_path, video_path
-    from pairflow.context import load_context
-    from pairflow.records import check_video
+    from pairflow.plan.candidates import record_path, video_path
+    from pairflow.plan.context import load_context
+    from pairflow.records.store import check_video
 
     payload = _payload(tmp_path, tiny_model)
     ctx = mp.get_context("spawn")
@@ -213,7 +213,7 @@ def test_same_candidate_produced_twice_yields_one_record(tiny_model: Path, tmp_p
 def test_two_candidates_replaying_one_stream_are_rejected() -> None:
     """Injected: two records of different pairs that carry the same stream seed."""
     from pairflow.errors import IntegrityError
-    from pairflow.records import check_streams
+    from pairflow.records.store import check_streams
 
     def rec(prompt: str, seed: int, stream: int, arm: str = "control") -> dict:
         return {"candidate": {"panel": "p", "prompt_id": prompt, "seed": seed, "stream_seed": stream},
@@ -239,8 +239,8 @@ def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, enco
     import numpy as np
 
     from pairflow.errors import StorageError
-    from pairflow.records import write_record
-    from pairflow.video import encode
+    from pairflow.media.video import encode
+    from pairflow.records.store import write_record
 
     ballast = small_fs / "ballast"
     fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
@@ -360,8 +360,8 @@ def test_ffmpeg_failing_in_a_worker_fails_the_panel_job_with_its_message_in_the_
     """Injected: a bad ffmpeg binary (the real one, started with an option it does not know)
     for every encode inside the Parsl workers. ffmpeg-python's error cannot be unpickled by
     the driver, which used to wait forever; the job must fail with ffmpeg's words in its log."""
-    from pairflow.config import EncoderSpec
-    from pairflow.video import ffmpeg_binary
+    from pairflow.media.video import ffmpeg_binary
+    from pairflow.plan.config import EncoderSpec
 
     real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
     bad = tmp_path / "bad-ffmpeg"
@@ -496,8 +496,8 @@ def test_a_hung_encoder_fails_the_job_within_the_stall_timeout_and_a_slow_start_
     stall_timeout_s 10, below the workers' start-up (pool, torch, diffusers, scorers), the
     slow start must not fail the job; the hang must, within 10 s plus the driver's poll and
     cleanup."""
-    from pairflow.config import EncoderSpec
-    from pairflow.video import ffmpeg_binary
+    from pairflow.media.video import ffmpeg_binary
+    from pairflow.plan.config import EncoderSpec
 
     real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
     hung = tmp_path / "hung-ffmpeg"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pairflow.config import FleetSpec
 from pairflow.errors import TaskFailedError
-from pairflow.fleet import Grant, TaskHooks, classify_failure, make_config, run_tasks
-from pairflow.sites import Packing, grant_from_env
-from pairflow.startup import timeline, worker_marks
+from pairflow.fleet.pool import Grant, TaskHooks, classify_failure, make_config, run_tasks
+from pairflow.fleet.sites import Packing, grant_from_env
+from pairflow.fleet.startup import timeline, worker_marks
+from pairflow.plan.config import FleetSpec
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +68,8 @@ def encode_task(p: dict) -> dict:
     """A real encode with a real ffmpeg failure (an x264 preset that does not exist)."""
     import numpy as np
 
-    from pairflow.config import EncoderSpec
-    from pairflow.video import encode
+    from pairflow.media.video import encode
+    from pairflow.plan.config import EncoderSpec
 
     spec = EncoderSpec(ffmpeg=p.get("ffmpeg", ""), codec="libx264", crf=18, preset=p["preset"],
                        pix_fmt="yuv420p", gop=9, threads=1, lossless=False, fail_on_flat=False)
@@ -112,7 +112,7 @@ def test_portable_errors_pickle_and_keep_class_message_and_traceback():
     import pickle
 
     from pairflow.errors import EncodeError, TaskError
-    from pairflow.fleet import portable
+    from pairflow.fleet.pool import portable
 
     try:
         try:
@@ -214,7 +214,7 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
         prepared.append(time.time())
         return [{"i": i} for i in range(4)]
 
-    with caplog.at_level("INFO", logger="pairflow.sites"):
+    with caplog.at_level("INFO", logger="pairflow.fleet.sites"):
         out = run_tasks(report_warm, prepare, tmp_path / "run", FleetSpec(1, 0), Grant(), "warm",
                         TaskHooks(tmp_path / "tel.json", warm=(warm_up, {}), start_early=True))
     assert [r["warmed"] for r in out] == [True] * 4 and len({r["pid"] for r in out}) == 1
@@ -246,7 +246,7 @@ def test_the_job_window_closes_after_the_pools_cleanup(tmp_path, monkeypatch):
     """Audit of issue 25, defect 4: the job's end was taken before Parsl's cleanup, so the
     pool's shutdown was no one's slot time. The telemetry record is written after the
     cleanup, and its job ends after it."""
-    from pairflow import fleet
+    from pairflow.fleet import pool as fleet
 
     cleaned: list[float] = []
     real = fleet._cleanup
@@ -305,7 +305,7 @@ def test_a_killed_block_is_classed_host_oom_or_killed():
     from parsl.executors.errors import BadStateException
     from parsl.jobs.errors import TooManyJobFailuresError
 
-    from pairflow.fleet import ADVICE, make_config
+    from pairflow.fleet.pool import ADVICE, make_config
 
     executor = make_config(Path("/nonexistent"), FleetSpec(1, 0), Grant()).executors[0]
     for code in (137, -9):
@@ -406,8 +406,8 @@ def test_idle_block_is_released(tmp_path):
 DRIVER = """
 import sys
 from pathlib import Path
-from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, run_tasks
+from pairflow.plan.config import FleetSpec
+from pairflow.fleet.pool import Grant, run_tasks
 from test_fleet import pid_then_sleep
 d = Path(sys.argv[1])
 run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600}] * 2, d / "run", FleetSpec(2, 0), Grant(), "long")
@@ -452,8 +452,8 @@ def _alive(pid: int) -> bool:
 STALL_DRIVER = """
 import sys
 from pathlib import Path
-from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, run_tasks
+from pairflow.plan.config import FleetSpec
+from pairflow.fleet.pool import Grant, run_tasks
 from test_fleet import pid_then_sleep
 d = Path(sys.argv[1])
 run_tasks(pid_then_sleep, [{"dir": str(d), "s": 1}] * 400, d / "run",
@@ -478,7 +478,7 @@ def _pool_of(tmp_path: Path) -> int:
             text = cmd.read_bytes()
         except OSError:
             continue
-        if (b"process_worker_pool" in text or b"pairflow.workerpool" in text) and str(tmp_path).encode() in text:
+        if (b"process_worker_pool" in text or b"pairflow.fleet.workerpool" in text) and str(tmp_path).encode() in text:
             return int(cmd.parent.name)
     raise AssertionError("no worker pool found")
 
@@ -535,8 +535,8 @@ def _manager_server(pool: int, workers: set[int]) -> int:
 KILL_DRIVER = """
 import sys
 from pathlib import Path
-from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, TaskHooks, run_tasks
+from pairflow.plan.config import FleetSpec
+from pairflow.fleet.pool import Grant, TaskHooks, run_tasks
 from test_fleet import pid_then_sleep
 d, start, s = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 out = run_tasks(pid_then_sleep, [{"dir": str(d), "s": s, "i": i} for i in range(3)], d / "run",
@@ -647,8 +647,8 @@ def test_killed_pool_manager_fails_the_job_as_stalled_and_tears_the_pool_down(tm
 LOST_DRIVER = """
 import sys
 from pathlib import Path
-from pairflow.config import FleetSpec
-from pairflow.fleet import Grant, TaskHooks, run_tasks
+from pairflow.plan.config import FleetSpec
+from pairflow.fleet.pool import Grant, TaskHooks, run_tasks
 from test_fleet import pid_then_sleep
 d = Path(sys.argv[1])
 run_tasks(pid_then_sleep, [{"dir": str(d), "s": 600, "i": i} for i in range(3)], d / "run",
@@ -707,7 +707,7 @@ for owner, name in ((torch._C, "_cuda_getDeviceCount"), (torch.cuda, "_lazy_init
     setattr(owner, name, probe)
 os.environ["CUDA_VISIBLE_DEVICES"] = "3"
 if sys.argv[1] == "hidden":
-    from pairflow.preload import gpus_hidden
+    from pairflow.fleet.preload import gpus_hidden
     with gpus_hidden():
         import diffusers, pyiqa, pairflow.metrics, pairflow.stages.combined
 else:
@@ -738,7 +738,7 @@ def test_what_imports_memoised_while_the_gpus_were_hidden_is_forgotten_for_the_w
     from diffusers.utils.torch_utils import get_device
     from transformers.utils import import_utils
 
-    from pairflow.preload import gpus_hidden
+    from pairflow.fleet.preload import gpus_hidden
 
     with gpus_hidden():
         import_utils.is_torch_cuda_available()
@@ -750,10 +750,10 @@ def test_what_imports_memoised_while_the_gpus_were_hidden_is_forgotten_for_the_w
 
 
 def test_preload_imports_the_warm_ups_modules_and_the_models_pipeline_modules(tiny_model, tmp_path):
-    """What the fork server holds (pairflow.preload): every listed module and each library
+    """What the fork server holds (pairflow.fleet.preload): every listed module and each library
     the model's ``model_index.json`` names; a missing model folder imports no pipeline module.
     Its phase goes to the job's phases folder, where the driver's PhaseWatch logs it."""
-    from pairflow import preload, telemetry, workerpool
+    from pairflow.fleet import preload, telemetry, workerpool
 
     # A pool whose tasks do not warm up (no PAIRFLOW_PRELOAD) imports nothing and says nothing.
     assert preload.preload({workerpool.PRELOAD_PHASES_VAR: str(tmp_path / "phases")}) == []

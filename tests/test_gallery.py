@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, generation_record, metric_spec, score_record, small_config, timing_record, write_config
 
-from pairflow import gallery
-from pairflow.config import EncoderSpec, StudySpec, study_from_raw
 from pairflow.layout import Layout
-from pairflow.video import encode
+from pairflow.media.video import encode
+from pairflow.plan.config import EncoderSpec, StudySpec, study_from_raw
+from pairflow.report import gallery
 
 # temporal_flickering (NR, higher is better) per (prompt, arm); psnr (FR) per prompt.
 FLICKER = {("a1", "control"): 0.91, ("a1", "pab"): 0.85, ("a2", "control"): 0.90, ("a2", "pab"): 0.92}

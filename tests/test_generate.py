@@ -9,10 +9,10 @@ import pytest
 
 from pairflow.arms import check_arms
 from pairflow.arms.kinds.cache import cache_config
-from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
 from pairflow.errors import ConfigError
-from pairflow.generate import LOAD_COUNTS, generate, load_pipeline
+from pairflow.generation.generate import LOAD_COUNTS, generate, load_pipeline
 from pairflow.layout import Layout
+from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec
 
 GEN = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)
 CONTROL = ArmSpec("control", None)
@@ -126,8 +126,8 @@ def test_a_transformer_that_cannot_take_a_cache_is_refused(tmp_path: Path) -> No
 
 
 def test_tiny_model_build_is_byte_reproducible(tiny_model: Path, tmp_path: Path) -> None:
+    from pairflow.generation.tinymodel import build_tiny_model
     from pairflow.identity import digest_tree
-    from pairflow.tinymodel import build_tiny_model
 
     again = build_tiny_model(tmp_path / "again")
     assert digest_tree(again) == digest_tree(tiny_model)
@@ -143,8 +143,8 @@ def test_other_families_load_from_pretrained_and_generate_with_a_cache(tmp_path:
     16 tokens (its pipeline's default is 226, which used to fail with a tensor-size mismatch)."""
     from dataclasses import replace
 
-    from pairflow.generate import pipeline_info, text_tokens
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.generate import pipeline_info, text_tokens
+    from pairflow.generation.tinymodel import build_tiny_model
 
     model = ModelSpec("local", build_tiny_model(tmp_path / family, family))
     gen = replace(GEN, frames=9)
@@ -178,14 +178,14 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     ``stream_seed + 1``) fails here. The statistics then flag the arm as having no effect."""
     from conftest import score_record, small_config, timing_record
 
-    from pairflow.candidates import candidates, record_path, video_path
-    from pairflow.config import StatsSpec, study_from_raw
-    from pairflow.context import write_context
-    from pairflow.provenance import provenance
-    from pairflow.records import read_record
+    from pairflow.analysis.stats import analyse
+    from pairflow.generation.provenance import provenance
+    from pairflow.media.video import prepare_frames, read_video
+    from pairflow.plan.candidates import candidates, record_path, video_path
+    from pairflow.plan.config import StatsSpec, study_from_raw
+    from pairflow.plan.context import write_context
+    from pairflow.records.store import read_record
     from pairflow.stages.generation import generate_task
-    from pairflow.stats import analyse
-    from pairflow.video import prepare_frames, read_video
 
     cfg = small_config(tmp_path, tiny_model, encoder={"lossless": True},
                        arms={"control": {"cache": None},
@@ -210,7 +210,7 @@ def test_a_cache_that_never_fires_reproduces_control_bit_for_bit_and_is_flagged(
     scores = [score_record(r, gen[0], {}) for r in gen]  # gen[0]: control
     res = analyse(gen, scores, timing, ["never"], StatsSpec(200, 0.95, 0))
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
-    from pairflow.table import table
+    from pairflow.report.table import table
 
     assert table(res)[1][0][0] == "never (this arm changed nothing)"
 
@@ -222,12 +222,12 @@ def test_the_bulk_pass_measures_a_flop_table_once_then_derives_and_cross_checks(
     the seeded cross-check candidate is counted in full and agrees with the derivation."""
     from conftest import small_config
 
-    from pairflow.candidates import candidates, record_path
-    from pairflow.config import study_from_raw
-    from pairflow.context import write_context
+    from pairflow.generation.provenance import provenance
     from pairflow.layout import Layout
-    from pairflow.provenance import provenance
-    from pairflow.records import read_record
+    from pairflow.plan.candidates import candidates, record_path
+    from pairflow.plan.config import study_from_raw
+    from pairflow.plan.context import write_context
+    from pairflow.records.store import read_record
     from pairflow.stages import generation as stage
 
     cfg = small_config(tmp_path, tiny_model, arms={"control": {"cache": None},
@@ -276,8 +276,8 @@ def test_warm_up_books_the_pipelines_lazy_imports_as_imports_not_load(tiny_model
     code = f"""
 import sys
 from pathlib import Path
-from pairflow.config import ModelSpec
-from pairflow.generate import load_pipeline, pipeline_imports
+from pairflow.plan.config import ModelSpec
+from pairflow.generation.generate import load_pipeline, pipeline_imports
 m = ModelSpec('embedded-tiny', Path({str(tiny_model)!r}))
 assert 'diffusers.pipelines.wan.pipeline_wan' not in sys.modules
 took = pipeline_imports(m)

@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 
-from pairflow.h264 import CHROMA_LOCATIONS, UNSET, chroma_location, sps_chroma_location
-from pairflow.video import encode, ffmpeg_binary, prepare_frames
+from pairflow.media.h264 import CHROMA_LOCATIONS, UNSET, chroma_location, sps_chroma_location
+from pairflow.media.video import encode, ffmpeg_binary, prepare_frames
 
 
 def declared(path: Path) -> str:

@@ -7,11 +7,11 @@ import os
 import time
 from pathlib import Path
 
-from pairflow.candidates import candidates
-from pairflow.config import study_from_raw
-from pairflow.healing import _signature
+from pairflow.evidence.healing import _signature
+from pairflow.evidence.verification import named
 from pairflow.layout import Layout
-from pairflow.verification import named
+from pairflow.plan.candidates import candidates
+from pairflow.plan.config import study_from_raw
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:

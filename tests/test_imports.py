@@ -130,6 +130,59 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+FOUNDATION = ("errors", "identity", "layout", "specs", "atomic", "locks", "jobenv", "envinfo", "progress", "nvml")
+"""The ground floor: flat modules that import no wing."""
+WINGS = ("foundation", "metrics", "arms", "plan", "records", "media", "fleet", "generation", "budget", "analysis",
+         "report", "evidence", "stages", "cli")
+"""The floors, from the ground up: a module may import its own floor and the ones below,
+never one above. The one table of the house (the package's docstring lists it)."""
+
+
+def _wing(name: str) -> str:
+    """The floor of module ``name``: its wing (first subpackage), ``foundation`` for a
+    flat module of ``FOUNDATION``, ``cli`` for the command on top; a flat module not in
+    the table has no floor (the test below names it)."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "foundation"  # the package's own __init__
+    if len(parts) > 2 or MODULES[name].name == "__init__.py":
+        return parts[1]
+    return "foundation" if parts[1] in FOUNDATION else parts[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module on a higher floor, as 'importer -> imported (wing -> wing)'."""
+    floor = {w: i for i, w in enumerate(WINGS)}
+    return [f"{a} -> {b} ({_wing(a)} -> {_wing(b)})" for a, deps in sorted(graph.items()) for b in sorted(deps)
+            if floor[_wing(b)] > floor[_wing(a)]]
+
+
+def test_every_module_has_a_floor() -> None:
+    """A new subpackage or flat module is placed in the table (``WINGS``, ``FOUNDATION``)."""
+    unplaced = sorted(n for n in MODULES if _wing(n) not in WINGS)
+    assert not unplaced, f"modules on no floor; add their wing to WINGS (or a flat module to FOUNDATION): {unplaced}"
+
+
+def test_no_wing_imports_a_wing_above_it() -> None:
+    upward = _upward(_graph())
+    assert not upward, "imports of a higher floor (move the module, or the code it needs, down):\n" + "\n".join(upward)
+
+
+def test_the_floor_check_sees_an_upward_import() -> None:
+    """The check above is not vacuous: the foundation importing the report is found."""
+    graph = {"pairflow.layout": {"pairflow.report.table"}, "pairflow.report.table": {"pairflow.layout"}}
+    assert _upward(graph) == ["pairflow.layout -> pairflow.report.table (foundation -> report)"]
+
+
+def test_the_package_docstring_lists_the_floors_in_order() -> None:
+    """The floor plan a reader sees (``pairflow/__init__.py``) is the table above."""
+    doc = (PACKAGE / "__init__.py").read_text()
+    named = re.findall(r"^- (?:the foundation|``(\w+)/?``)", doc, re.M)
+    assert [n or "foundation" for n in named] == list(WINGS)
+    for module in FOUNDATION:
+        assert f"``{module}``" in doc
+
+
 def _unit(name: str) -> str:
     """The layer a module belongs to: its subpackage (``pairflow.stages``), else itself."""
     parts = name.split(".")
@@ -156,12 +209,12 @@ def test_the_cycle_check_sees_a_cycle() -> None:
 
 def test_the_lazy_rule_sees_an_unexplained_import() -> None:
     """A function-level import of the package is found, and a ``# lazy:`` comment excuses it."""
-    source = ("def f():\n    from .candidates import candidates\n\n"
-              "def g():\n    # lazy: numpy\n    from .video import recipe\n    from .layout import Layout\n")
+    source = ("def f():\n    from ..plan.candidates import candidates\n\n"
+              "def g():\n    # lazy: numpy\n    from ..media.video import recipe\n    from ..layout import Layout\n")
     tree = ast.parse(source)
     lines = source.splitlines()
     found = [(node.lineno, _reason(lines, node)) for node in _function_imports(tree)
-             if _targets("pairflow.healing", node)]
+             if _targets("pairflow.evidence.healing", node)]
     assert found == [(2, False), (6, True), (7, True)]
 
 
@@ -172,7 +225,7 @@ def test_planning_imports_neither_torch_nor_scipy() -> None:
     calibration key bring it."""
     imports = sorted({m for smk in (ROOT / "workflow" / "rules").glob("*.smk")
                       for m in re.findall(r"^from (pairflow[\w.]*) import", smk.read_text(), re.M)})
-    assert "pairflow.healing" in imports and "pairflow.config" in imports
+    assert "pairflow.evidence.healing" in imports and "pairflow.plan.config" in imports
     heavy = ("torch", "diffusers", "parsl", "scipy", "av", "pyiqa", "matplotlib")
     code = (f"import sys\nfor m in {imports!r}: __import__(m)\n"
             f"print(sorted(h for h in {heavy!r} if h in sys.modules))")

@@ -24,7 +24,7 @@ def lognormal_diffs(rng: np.random.Generator, reps: int, n: int, skew: float, si
 
 def rejection_rate(x: np.ndarray, mu: float, level: float = 0.95) -> float:
     """Share of studies whose union test rejects ``mean = mu`` (= 1 - coverage of its interval)."""
-    from pairflow.inference import signflip_signs, union_p
+    from pairflow.analysis.inference import signflip_signs, union_p
 
     return float(np.mean(union_p(x, mu, signflip_signs(x.shape[1], 2000, 0)) < 1 - level))
 
@@ -50,7 +50,7 @@ def test_union_test_is_never_bolder_than_each_of_its_parts() -> None:
     values), and the interval is every mean the test accepts."""
     from scipy.stats import permutation_test, ttest_1samp
 
-    from pairflow.inference import Cell, signflip_signs
+    from pairflow.analysis.inference import Cell, signflip_signs
 
     rng = np.random.default_rng(3)
     for n in (3, 6, 9):
@@ -78,7 +78,7 @@ def test_union_test_is_never_bolder_than_each_of_its_parts() -> None:
 
 
 def test_family_levels_agree_with_adjusted_p() -> None:
-    from pairflow.inference import family_levels
+    from pairflow.analysis.inference import family_levels
 
     rng = np.random.default_rng(0)
     for method in ("holm", "bh"):
@@ -93,7 +93,7 @@ def test_sd_upper_bound_is_the_chi_square_bound() -> None:
     estimate (chi-square, 6 df), so the prompts needed grow accordingly."""
     from scipy.stats import chi2
 
-    from pairflow.inference import sd_upper
+    from pairflow.analysis.inference import sd_upper
 
     assert sd_upper(1.0, 7) == pytest.approx(math.sqrt(6 / chi2.ppf(0.2, 6)))
     assert 1.39 < sd_upper(1.0, 7) < 1.41

@@ -12,9 +12,9 @@ from pathlib import Path
 from conftest import small_config
 
 from pairflow.atomic import TMP_PREFIX
-from pairflow.candidates import candidates, failure_path
-from pairflow.config import study_from_raw
 from pairflow.layout import Layout
+from pairflow.plan.candidates import candidates, failure_path
+from pairflow.plan.config import study_from_raw
 from pairflow.stages.jobs import clear_failures, describe, sweep_panel, timed_imports
 
 

@@ -48,7 +48,7 @@ def test_the_package_and_the_snakefile_ask_the_layout() -> None:
 def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_path: Path) -> None:
     from conftest import small_config
 
-    from pairflow.candidates import (
+    from pairflow.plan.candidates import (
         candidates,
         failure_path,
         record_path,
@@ -57,7 +57,7 @@ def test_candidate_paths_of_the_package_are_the_layouts(tiny_model: Path, tmp_pa
         timing_path,
         video_path,
     )
-    from pairflow.config import study_from_raw
+    from pairflow.plan.config import study_from_raw
 
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     at = Layout(study.scratch)

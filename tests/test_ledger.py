@@ -11,11 +11,11 @@ import pytest
 from conftest import small_config
 
 from pairflow.atomic import write_text
-from pairflow.candidates import telemetry_path
-from pairflow.config import study_from_raw
+from pairflow.budget.ledger import KINDS, fanout_job, job_key, markdown, timed_pass_job, update
+from pairflow.fleet.telemetry import honest_share
 from pairflow.layout import Layout
-from pairflow.ledger import KINDS, fanout_job, job_key, markdown, timed_pass_job, update
-from pairflow.telemetry import honest_share
+from pairflow.plan.candidates import telemetry_path
+from pairflow.plan.config import study_from_raw
 
 
 def span(rank: int, started: float, finished: float, **kw: object) -> dict:

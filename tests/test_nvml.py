@@ -7,7 +7,7 @@ import fake_pynvml
 import pytest
 
 from pairflow import envinfo, nvml
-from pairflow.telemetry import ThrottleWatch, gpu_state, nvml_reader
+from pairflow.fleet.telemetry import ThrottleWatch, gpu_state, nvml_reader
 
 
 def test_nvml_is_initialised_once_per_process_for_telemetry_and_envinfo(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from pairflow.orphans import alive, start_time
+from pairflow.fleet.orphans import alive, start_time
 
 CHILD = """
 import sys, time
-from pairflow.orphans import snakemake_ancestors, watch_ancestors
+from pairflow.fleet.orphans import snakemake_ancestors, watch_ancestors
 watched = snakemake_ancestors()
 watch_ancestors(watched)
 print(len(watched), flush=True)

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib
 import pytest
 
-from pairflow import plots
+from pairflow.report import plots
 
 matplotlib.use("Agg")
 

@@ -1,7 +1,7 @@
 """README: what it says of the code's shape is checked against the code. The Layout
 table names every module and package of ``workflow/pairflow`` and nothing that is not
 there; every module has its test file (``tests/test_<module>.py``, or the file named in
-``COVERED_BY``); every rule script calls into ``pairflow.steps`` only; the Snakefile's
+``COVERED_BY``); every rule script calls into ``pairflow.stages.steps`` only; the Snakefile's
 header names every rule."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ README = (ROOT / "README.md").read_text()
 
 COVERED_BY = {
     # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
-    "packs": ("test_archive.py", "from pairflow import packs"),
-    "workerpool": ("test_fleet.py", "pairflow.workerpool"),
-    "preload": ("test_fleet.py", "pairflow.preload"),
-    "sites/executor": ("test_sites.py", "pairflow.sites.executor"),
-    "provenance": ("test_generate.py", "pairflow.provenance"),
-    "recordtypes": ("test_records.py", "recordtypes"),
-    "armrun": ("test_arms.py", "pairflow.armrun"),
+    "records/packs": ("test_archive.py", "from pairflow.records import packs"),
+    "fleet/workerpool": ("test_fleet.py", "pairflow.fleet.workerpool"),
+    "fleet/preload": ("test_fleet.py", "pairflow.fleet.preload"),
+    "fleet/sites/executor": ("test_sites.py", "pairflow.fleet.sites.executor"),
+    "generation/provenance": ("test_generate.py", "pairflow.generation.provenance"),
+    "records/types": ("test_records.py", "recordtypes"),
+    "generation/armrun": ("test_arms.py", "pairflow.generation.armrun"),
     "specs": ("test_config.py", "pairflow.specs"),
-    "tinymodel": ("test_generate.py", "pairflow.tinymodel"),
+    "generation/tinymodel": ("test_generate.py", "pairflow.generation.tinymodel"),
     # the metric registry and one module per metric: scored through the registry by name
     "metrics/__init__": ("test_scoring.py", "pairflow.metrics"),
     "metrics/aesthetic_quality": ("test_scoring.py", "aesthetic_quality"),
@@ -48,16 +48,19 @@ COVERED_BY = {
     "arms/kinds/precision": ("test_arms.py", "precision"),
     "arms/kinds/search": ("test_arms.py", "search_seeds"),
     "arms/kinds/student": ("test_arms.py", "student"),
-    # sites/: one module per place the work runs, tested together through the site seam
-    "sites/accelerators": ("test_sites.py", "pairflow.sites.accelerators"),
-    "sites/base": ("test_sites.py", "pairflow.sites.base"),
-    "sites/local": ("test_sites.py", "SingleNodeLauncher"),
+    # fleet/sites/: one module per place the work runs, tested together through the site seam
+    "fleet/sites/accelerators": ("test_sites.py", "pairflow.fleet.sites.accelerators"),
+    "fleet/sites/base": ("test_sites.py", "pairflow.fleet.sites.base"),
+    "fleet/sites/local": ("test_sites.py", "SingleNodeLauncher"),
     # verify and heal: one test file for the evidence both read (test_evidence)
-    "verification": ("test_evidence.py", "verification.check_results"),
+    "evidence/verification": ("test_evidence.py", "verification.check_results"),
     # the calibration worker: run for real by test_calibrate's calibrate() (a fresh process)
-    "calibworker": ("test_calibrate.py", "calibrate("),
+    "stages/calibworker": ("test_calibrate.py", "calibrate("),
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
+    # a wing's module named by its concern, tested in the file of the concern
+    "fleet/pool": ("test_fleet.py", "pairflow.fleet.pool"),
+    "records/store": ("test_records.py", "pairflow.records.store"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),
     "stages/timing": ("test_timing.py", "pairflow.stages.timing"),
     "stages/combined": ("test_combined.py", "pairflow.stages.combined"),
@@ -127,14 +130,14 @@ def test_every_module_has_its_test_file() -> None:
 
 
 def test_every_rule_script_calls_into_steps_only() -> None:
-    """The README: `steps` is the one layer every rule script calls."""
-    assert "`steps` (the one layer every rule script calls)" in README
+    """The README: `stages/steps` is the one layer every rule script calls."""
+    assert "`stages/steps` (the one layer every rule script calls)" in README
     for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
         imported = {node.module for node in ast.walk(ast.parse(script.read_text()))
                     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pairflow")}
         imported |= {a.name for node in ast.walk(ast.parse(script.read_text())) if isinstance(node, ast.Import)
                      for a in node.names if a.name.startswith("pairflow")}
-        assert imported == {"pairflow.steps"}, f"{script.name} imports {sorted(imported)}; call pairflow.steps"
+        assert imported == {"pairflow.stages.steps"}, f"{script.name} imports {sorted(imported)}; call pairflow.stages.steps"
 
 
 def test_the_snakefile_header_names_every_rule() -> None:

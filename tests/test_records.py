@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import generation_record, metric_spec, score_record, timing_record
 
-from pairflow import recordtypes
 from pairflow.arms import KINDS, LOADABLE
 from pairflow.errors import IntegrityError, RecordSchemaError
 from pairflow.identity import digest_obj
-from pairflow.records import (
+from pairflow.records import types as recordtypes
+from pairflow.records.store import (
     build_manifest,
     check_schema,
     load_schema,
@@ -269,7 +269,7 @@ def test_the_compiled_validator_and_jsonschema_agree(case: str) -> None:
     from fastjsonschema import JsonSchemaValueException
     from jsonschema import Draft202012Validator
 
-    from pairflow.records import validator
+    from pairflow.records.store import validator
 
     kind, mutate = MUTATIONS[case]
     record = seal(complete_records()[kind])
@@ -283,7 +283,7 @@ def test_the_compiled_validator_and_jsonschema_agree(case: str) -> None:
 
 
 def test_stale_link_names_both_digests_or_none_when_bound() -> None:
-    from pairflow.records import stale_link
+    from pairflow.records.store import stale_link
 
     gen = {"record_digest": "xxh3_128:aa"}
     assert stale_link({"generation_record_digest": "xxh3_128:aa"}, gen) is None

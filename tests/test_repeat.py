@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, copy_project, generation_record, metric_spec, score_record, small_config, timing_record
 
-from pairflow.config import study_from_raw
+from pairflow.analysis.repeat import markdown, noise_report, replicate_study, write
+from pairflow.analysis.stats import noise_flags
 from pairflow.errors import PairingError
 from pairflow.layout import Layout
-from pairflow.repeat import markdown, noise_report, replicate_study, write
-from pairflow.stats import noise_flags
+from pairflow.plan.config import study_from_raw
 
 SPEC = metric_spec("aesthetic_quality")
 

@@ -198,8 +198,8 @@ def test_fidelity_refuses_frames_too_small_for_ms_ssim() -> None:
 def test_registry_matches_schema_and_pyiqa_table() -> None:
     import yaml
 
-    from pairflow.config import SCHEMA_PATH
     from pairflow.metrics import METRICS
+    from pairflow.plan.config import SCHEMA_PATH
 
     enum = yaml.safe_load(SCHEMA_PATH.read_text())["properties"]["scorers"]["items"]["enum"]
     assert sorted(enum) == sorted(METRICS)
@@ -303,8 +303,8 @@ def score_arrays_task(payload: dict[str, Any]) -> dict[str, Any]:
 def test_scores_do_not_depend_on_worker_count_or_task_order(tmp_path, test_mirror, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The estimand is per video: the same videos scored through Parsl with 1 worker and
     with 3 workers (tasks in reverse order) give identical numbers."""
-    from pairflow.config import FleetSpec
-    from pairflow.fleet import Grant, run_tasks
+    from pairflow.fleet.pool import Grant, run_tasks
+    from pairflow.plan.config import FleetSpec
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                                      os.environ.get("PYTHONPATH")])))
@@ -330,15 +330,15 @@ def test_score_record_says_what_scored_it_and_on_which_frames(tmp_path, test_mir
     lossless encode the FR metrics see the generated frames bit for bit."""
     from conftest import small_config
 
-    from pairflow.candidates import candidates, panel_dir, video_path
-    from pairflow.config import study_from_raw
-    from pairflow.context import write_context
-    from pairflow.provenance import arm_record
-    from pairflow.records import read_record
+    from pairflow.generation.provenance import arm_record
+    from pairflow.media.video import encode
+    from pairflow.metrics.weights import verify
+    from pairflow.plan.candidates import candidates, panel_dir, video_path
+    from pairflow.plan.config import study_from_raw
+    from pairflow.plan.context import write_context
+    from pairflow.records.store import read_record
     from pairflow.stages.generation import candidate_fields
     from pairflow.stages.scoring import score_task, scorer_build, study_weights
-    from pairflow.video import encode
-    from pairflow.weights import verify
 
     cfg = small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)}, encoder={"lossless": True},
                        scorers=["temporal_flickering", "motion_smoothness_proxy", "psnr", "lpips"])
@@ -386,7 +386,7 @@ def bt601_flicker_from_planes(path, spec, f: int, h: int, w: int) -> float:  # t
     B = 1.164(Y-16) + 2.017(U-128); rounded, clipped), then (255 - mean |diff|) / 255."""
     import subprocess
 
-    from pairflow.video import ffmpeg_binary
+    from pairflow.media.video import ffmpeg_binary
 
     raw = subprocess.run([ffmpeg_binary(spec), "-hide_banner", "-loglevel", "error", "-i", str(path), "-f", "rawvideo",
                           "-pix_fmt", "yuv444p", "pipe:"], capture_output=True, check=True).stdout
@@ -406,14 +406,14 @@ def test_vbench_decoding_makes_temporal_flickering_equal_vbench_s(tmp_path) -> N
     FR metrics stay on BT.709 either way, and every score says how it was decoded."""
     from conftest import small_config
 
-    from pairflow.candidates import candidates, panel_dir, video_path
-    from pairflow.config import study_from_raw
-    from pairflow.context import write_context
-    from pairflow.provenance import arm_record
-    from pairflow.records import read_record
+    from pairflow.generation.provenance import arm_record
+    from pairflow.media.video import encode
+    from pairflow.plan.candidates import candidates, panel_dir, video_path
+    from pairflow.plan.config import study_from_raw
+    from pairflow.plan.context import write_context
+    from pairflow.records.store import read_record
     from pairflow.stages.generation import candidate_fields
     from pairflow.stages.scoring import score_task, scorer_build
-    from pairflow.video import encode
 
     values = {}
     for mode in ("bt709", "vbench"):
@@ -495,9 +495,9 @@ def test_vbench_mode_gives_each_dimension_the_frames_vbench_s_reader_gives(tmp_p
     (the declared matrix), so only the OpenCV dimensions differ from VBench."""
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
+    from pairflow.media.video import read_video
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import metric_decoding
-    from pairflow.video import read_video
 
     expected = np.load(DECODE_DATA / "expected.npz")
     reference = {"decord": expected["decord_0_6_0"], "opencv": expected["opencv_4_10_0"]}
@@ -512,7 +512,7 @@ def test_vbench_mode_gives_each_dimension_the_frames_vbench_s_reader_gives(tmp_p
 
 def test_live_readers_match_when_installed(encoder_spec) -> None:  # type: ignore[no-untyped-def]
     """The same check against OpenCV 4.x / decord themselves, where installed."""
-    from pairflow.video import read_video
+    from pairflow.media.video import read_video
 
     checked = 0
     try:
@@ -603,9 +603,9 @@ def test_clip_precision_is_selectable_and_enters_the_scorer_build(tmp_path: Path
     import torch
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
     from pairflow.errors import ConfigError
     from pairflow.metrics import models
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import clip_precision, scorer_build
 
     half = models.load("clip_b32", str(test_mirror), "fp16")
@@ -637,8 +637,8 @@ def test_a_gpu_slot_scores_on_cuda_and_the_device_enters_the_build(tmp_path: Pat
     and one build covers both arms of every pair of the job."""
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
-    from pairflow.fleet import Grant
+    from pairflow.fleet.pool import Grant
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import scorer_build, scoring_device
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)},
@@ -663,9 +663,9 @@ def test_a_score_jobs_warm_up_pins_cuda_settings_on_a_cuda_slot(tmp_path: Path, 
     replaced, never torch."""
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
-    from pairflow.fleet import Grant
-    from pairflow.generate import CUDA_SETTINGS
+    from pairflow.fleet.pool import Grant
+    from pairflow.generation.generate import CUDA_SETTINGS
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages import scoring
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", scorers=["temporal_flickering", "psnr"]),
@@ -695,9 +695,9 @@ def test_the_scoring_warm_up_loads_the_studys_scorer_models_so_the_first_task_do
     tasks read; weight-free metrics load nothing; a missing weight raises as scoring does."""
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
     from pairflow.errors import WeightsError
     from pairflow.metrics import ScoreContext, models, warm
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages import scoring
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", weights={"mirror": str(test_mirror)},

@@ -18,12 +18,12 @@ from parsl.addresses import address_by_hostname
 from parsl.launchers import SingleNodeLauncher, SrunLauncher
 from parsl.providers import LocalProvider
 
-from pairflow import sites
-from pairflow.config import SCHEMA_PATH, FleetSpec
 from pairflow.errors import AcceleratorError, ConfigError, SchedulerError
-from pairflow.sites.accelerators import discover, torch_device_count
-from pairflow.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, Packing, node_name, slot_gpu
-from pairflow.sites.slurm import allocation
+from pairflow.fleet import sites
+from pairflow.fleet.sites.accelerators import discover, torch_device_count
+from pairflow.fleet.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, Packing, node_name, slot_gpu
+from pairflow.fleet.sites.slurm import allocation
+from pairflow.plan.config import SCHEMA_PATH, FleetSpec
 
 SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}
 """A single-node Slurm job's environment (what sbatch sets), without its GPUs."""
@@ -97,7 +97,7 @@ def test_discovery_against_this_process_torch(caplog):
         with pytest.raises(AcceleratorError, match=f"device_count\\(\\) is {count}"):
             sites.grant_from_env(two_more)
     else:
-        with caplog.at_level(logging.WARNING, logger="pairflow.sites"):
+        with caplog.at_level(logging.WARNING, logger="pairflow.fleet.sites"):
             assert sites.grant_from_env(two_more).accelerators == ("0", "1")
         assert "torch sees no CUDA device" in caplog.text
 
@@ -135,14 +135,14 @@ def test_grant_maps_visible_devices_to_physical_gpus():
 # --- the Parsl config each site composes ------------------------------------------------------
 
 def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="pairflow.sites"):
+    with caplog.at_level(logging.INFO, logger="pairflow.fleet.sites"):
         config = sites.make_config(tmp_path, FleetSpec(3, 1), Grant())
     ex = config.executors[0]
     assert isinstance(ex.provider, LocalProvider) and isinstance(ex.provider.launcher, SingleNodeLauncher)
     assert ex.provider.nodes_per_block == 1 and (ex.provider.init_blocks, ex.provider.max_blocks) == (1, 1)
     assert ex.max_workers_per_node == 3 and ex.available_accelerators == [] and ex.cpu_affinity == "block"
     assert ex.address == "127.0.0.1" and config.retries == 1
-    assert "pairflow.orphans watch" in ex.provider.worker_init  # the pool ends with its driver
+    assert "pairflow.fleet.orphans watch" in ex.provider.worker_init  # the pool ends with its driver
     assert f"site local: Parsl config {config!r}" in caplog.text  # verbatim, in the job log
     gpu = sites.make_config(tmp_path, FleetSpec(3, 1), sites.grant({"NVIDIA_VISIBLE_DEVICES": "2,3"})).executors[0]
     assert gpu.max_workers_per_node == 2 and gpu.available_accelerators == ["0", "1"] and gpu.cpu_affinity == "none"
@@ -155,7 +155,7 @@ def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_
     auto = FleetSpec(1, 0)
     assert auto.worker_start == "auto"  # the default: forkserver without a GPU, spawn with one
     forked = sites.make_config(tmp_path, auto, Grant()).executors[0].launch_cmd
-    assert forked == f"{sys.executable} -m pairflow.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
+    assert forked == f"{sys.executable} -m pairflow.fleet.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
     assert "{{block_id}}" in forked and "{max_workers_per_node}" in forked  # Parsl fills every placeholder
     spawned = sites.make_config(tmp_path, FleetSpec(1, 0, worker_start="spawn"), Grant()).executors[0].launch_cmd
     assert spawned == DEFAULT_LAUNCH_CMD  # spawn: Parsl's own process_worker_pool.py
@@ -169,7 +169,7 @@ def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_
 def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):
     """sites.executor: the launch command names the worker port, so it is chosen up front
     (free on the interchange's address now) and the executor refuses to start without one."""
-    from pairflow.sites.executor import EarlyPoolExecutor, free_port
+    from pairflow.fleet.sites.executor import EarlyPoolExecutor, free_port
 
     ex = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0]
     assert isinstance(ex, EarlyPoolExecutor) and ex.address == "127.0.0.1"
@@ -202,7 +202,7 @@ def test_slurm_site_starts_one_pool_per_node_with_a_worker_per_gpu(tmp_path):
     ex = one.executors[0]
     assert isinstance(ex.provider.launcher, SrunLauncher) and "--overlap" in ex.provider.launcher.overrides
     assert ex.provider.nodes_per_block == 1 and ex.address == "127.0.0.1"
-    assert "pairflow.orphans watch" in ex.provider.worker_init
+    assert "pairflow.fleet.orphans watch" in ex.provider.worker_init
     two = {**SLURM, "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "CUDA_VISIBLE_DEVICES": "0,1",
            "SLURM_JOB_GPUS": "2,3"}
     ex = sites.make_config(tmp_path, FleetSpec(1, 0), sites.grant(two)).executors[0]
@@ -227,7 +227,7 @@ def test_gpus_slurm_granted_that_no_variable_names_are_refused():
 
 def test_a_multi_node_job_whose_first_node_sees_other_gpu_names_is_warned_about(caplog):
     env = {**SLURM, "SLURM_JOB_NUM_NODES": "2", "CUDA_VISIBLE_DEVICES": "2,3"}
-    with caplog.at_level(logging.WARNING, logger="pairflow.sites"):
+    with caplog.at_level(logging.WARNING, logger="pairflow.fleet.sites"):
         assert sites.grant(env).accelerators == ("2", "3")
     assert "spans 2 nodes" in caplog.text and "ConstrainDevices=yes" in caplog.text
 
@@ -256,13 +256,6 @@ def test_each_site_reports_its_exclusivity_outside_a_scheduler():
     assert local["scheduler"] == "local" and local["exclusive"] is None
 
 
-def test_the_slurm_module_keeps_its_names_for_old_importers():
-    from pairflow import slurm
-    from pairflow.sites import slurm as site
-
-    assert slurm.allocation is site.allocation and slurm.cluster_unavailable is site.cluster_unavailable
-
-
 def test_without_slurm_job_start_time_the_start_is_scontrols(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Audit of issue 25, defect 4: Slurm before 23.02 sets no SLURM_JOB_START_TIME, and the
     job window opened at the job process's start (15 s into the allocation, measured).
@@ -270,7 +263,7 @@ def test_without_slurm_job_start_time_the_start_is_scontrols(tmp_path: Path, mon
     source it used; where scontrol does not answer, the process start, saying why."""
     from datetime import datetime
 
-    from pairflow.sites.slurm import allocation_start
+    from pairflow.fleet.sites.slurm import allocation_start
 
     fake = tmp_path / "scontrol"
     fake.write_text("#!/bin/sh\necho 'JobId=7 JobName=x StartTime=2026-12-02T12:00:05 EndTime=Unknown NumNodes=1'\n")
@@ -292,9 +285,9 @@ def test_a_multi_node_job_counts_every_node_s_slots_even_one_that_never_ran_a_ta
     """Review of issue 25: the slots of a multi-node job came from the spans alone, so a
     node whose pool never started added no slot time and the busy share read high. Slurm's
     own hostlist expansion names every node; without scontrol, this node's slots."""
-    from pairflow.config import FleetSpec
-    from pairflow.fleet import _allocated_slots
-    from pairflow.sites import grant_from_env
+    from pairflow.fleet.pool import _allocated_slots
+    from pairflow.fleet.sites import grant_from_env
+    from pairflow.plan.config import FleetSpec
 
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODELIST": "pf-node[1-2]",
            "CUDA_VISIBLE_DEVICES": "0,1", "SLURMD_NODENAME": "pf-node1"}

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import ROOT, copy_project
 
-from pairflow.slurm import cluster_unavailable
+from pairflow.fleet.sites.slurm import cluster_unavailable
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -153,7 +153,7 @@ def test_a_client_with_no_cluster_behind_it_is_a_reason_to_skip(tmp_path: Path, 
 def test_the_allocation_start_is_read_for_whole_job_accounting() -> None:
     """Issue 25 item 3: under Slurm the busy share's job window opens at the allocation's
     start (SLURM_JOB_START_TIME), not when the job's Python started."""
-    from pairflow.slurm import allocation
+    from pairflow.fleet.sites.slurm import allocation
 
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_START_TIME": "1700000000"}
     assert allocation(env).start == 1700000000.0  # type: ignore[union-attr]
@@ -316,7 +316,7 @@ def test_a_step_of_a_multi_node_job_asks_slurm_for_the_job_s_nodes_only_inside_a
     node; ``whole_job`` reads the job's node count from scontrol only there. In a batch
     script (SLURM_JOB_NUM_NODES set) or outside a step it returns what the environment says,
     without calling Slurm (these environments name a job no controller knows)."""
-    from pairflow.slurm import allocation, whole_job
+    from pairflow.fleet.sites.slurm import allocation, whole_job
 
     batch = {"SLURM_JOB_ID": "999999", "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_ID": "0"}
     assert whole_job(allocation(batch), batch).nodes == 2  # type: ignore[union-attr]

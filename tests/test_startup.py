@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pairflow.startup import DRIVER_MARKS, MARKS, WORKER_MARKS, mark, timeline, worker_marks
-from pairflow.telemetry import process_start
+from pairflow.fleet.startup import DRIVER_MARKS, MARKS, WORKER_MARKS, mark, timeline, worker_marks
+from pairflow.fleet.telemetry import process_start
 
 
 def _span(rank: int, started: float, finished: float, **extra: object) -> dict:

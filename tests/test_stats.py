@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import generation_record, metric_spec, score_record, timing_record
 
-from pairflow.config import StatsSpec
+from pairflow.analysis.stats import analyse, holm
 from pairflow.errors import PairingError, StatsError
-from pairflow.stats import analyse, holm
+from pairflow.plan.config import StatsSpec
 
 S = StatsSpec(resamples=2000, level=0.95, seed=0)
 NR = metric_spec("q")
@@ -84,7 +84,7 @@ def test_known_latency_ratio_is_recovered_as_speedup() -> None:
 
 def test_bitwise_identical_arm_is_flagged_no_effect() -> None:
     gen, scores, timings = records(same_video=True)
-    from pairflow.table import table
+    from pairflow.report.table import table
 
     res = analyse(gen, scores, timings, ["treat"], S)
     assert "this arm changed nothing: every video is bit-identical to control's" in res["comparisons"][0]["flags"]
@@ -181,7 +181,7 @@ def simulate(n_prompts: int, reps: int, effect: float, rng: np.random.Generator,
 def test_zero_spread_never_gives_p_zero_or_a_zero_width_interval() -> None:
     """Regression (issue 23): two prompts both +0.01 gave [0.01, 0.01], p = 0, "treatment
     better"; a 0/1 metric at 3 prompts all 0 -> 1 gave [1, 1], p = 0."""
-    from pairflow.inference import Cell, signflip_signs
+    from pairflow.analysis.inference import Cell, signflip_signs
 
     two = Cell(np.array([0.01, 0.01]), signflip_signs(2, 2000, 0))
     assert two.p(0.0) == 0.5 and two.interval(0.95)[:2] == (None, None)
@@ -204,7 +204,7 @@ def test_zero_spread_never_gives_p_zero_or_a_zero_width_interval() -> None:
 
 
 def test_small_prompt_count_gives_an_unbounded_interval_and_says_why() -> None:
-    from pairflow.table import table
+    from pairflow.report.table import table
 
     gen, scores, timings = records(effect=0.3, prompts=4, seeds=2, noise=0.02)
     res = analyse(gen, scores, timings, ["treat"], S)
@@ -221,7 +221,7 @@ def test_small_prompt_count_gives_an_unbounded_interval_and_says_why() -> None:
 
 
 def test_one_prompt_has_no_interval_and_says_so() -> None:
-    from pairflow.table import markdown
+    from pairflow.report.table import markdown
 
     res = analyse(*records(effect=0.1, prompts=1), ["treat"], S)
     m = metric(res, "q")
@@ -235,7 +235,7 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
     p-values are all below 0.05 except one; after Holm one of them is not significant."""
     from scipy.stats import ttest_1samp
 
-    from pairflow.table import table
+    from pairflow.report.table import table
 
     diffs = {"a": [0.30, 0.32, 0.29, 0.31, 0.30, 0.33], "b": [0.05, 0.11, -0.01, 0.09, 0.07, 0.02],
              "c": [0.02, 0.09, 0.01, 0.08, 0.06, 0.03], "d": [0.1, -0.1, 0.05, -0.02, 0.0, 0.01]}
@@ -263,8 +263,8 @@ def test_holm_is_applied_and_changes_the_answer() -> None:
 
 def test_lower_is_better_metric_wins_when_the_treatment_lowers_it() -> None:
     """Regression (issue 15): win rate inverted for lower-is-better metrics."""
-    from pairflow.plots import forest_title
-    from pairflow.table import table
+    from pairflow.report.plots import forest_title
+    from pairflow.report.table import table
 
     gen, scores, timings = records(effect=-0.1)
     for r in scores:
@@ -300,7 +300,7 @@ def test_latency_columns_divide_to_the_speedup() -> None:
 def test_required_prompts_matches_the_textbook_value() -> None:
     """Paired t-test, two-sided alpha 0.05, power 0.8, effect 0.5 sd: 34 pairs (Cohen;
     G*Power gives 34). The detectable effect at n inverts it."""
-    from pairflow.stats import detectable_effect, required_prompts
+    from pairflow.analysis.stats import detectable_effect, required_prompts
 
     assert required_prompts(1.0, 0.5, 0.95, 0.8) == 34
     assert required_prompts(0.2, -0.1, 0.95, 0.8) == 34  # sign does not matter; scale does not either
@@ -311,8 +311,8 @@ def test_required_prompts_matches_the_textbook_value() -> None:
 
 
 def test_sample_size_section_from_a_pilot() -> None:
-    from pairflow.stats import required_prompts
-    from pairflow.table import markdown
+    from pairflow.analysis.stats import required_prompts
+    from pairflow.report.table import markdown
 
     gen, scores, timings = records(effect=0.02, prompts=4)
     s = StatsSpec(2000, 0.95, 0, margins={"q": 0.01})
@@ -363,8 +363,8 @@ def with_compute(gen: list[dict], ratio: float, kinds: list[str], skipped: int =
 
 
 def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from pairflow.plots import pareto as pareto_plot
-    from pairflow.table import markdown, pareto, table
+    from pairflow.report.plots import pareto as pareto_plot
+    from pairflow.report.table import markdown, pareto, table
 
     gen, scores, timings = records(effect=0.1, ratio=1.5)
     res = analyse(with_compute(gen, 0.25, ["overrides"]), scores, timings, ["treat"], S)
@@ -390,7 +390,7 @@ def test_compute_ratio_is_paired_over_prompts_and_shown_beside_the_speedup(tmp_p
 
 
 def test_a_cache_arm_that_skipped_nothing_is_flagged_even_when_its_pixels_differ() -> None:
-    from pairflow.table import table
+    from pairflow.report.table import table
 
     gen, scores, timings = records(effect=0.1)
     res = analyse(with_compute(gen, 1.0, ["cache"]), scores, timings, ["treat"], S)
@@ -472,8 +472,8 @@ def test_holm_across_arms_flips_a_verdict_and_bh_is_an_option() -> None:
     """Regression (issue 23): multiplicity was controlled only within one arm's metrics.
     Alone, arm a is better; beside a second arm with the same evidence, Holm across the
     study's family makes neither significant, and the verdict follows the adjusted p."""
-    from pairflow.stats import compare, index
-    from pairflow.table import markdown
+    from pairflow.analysis.stats import compare, index
+    from pairflow.report.table import markdown
 
     one = analyse(*with_metric("q", {"a": DIFFS}), ["a"], S)
     assert metric(one, "q")["verdict"] == "better" and one["family_size"] == 1
@@ -495,7 +495,7 @@ def test_holm_across_arms_flips_a_verdict_and_bh_is_an_option() -> None:
 
 
 def test_a_skewed_metric_is_flagged() -> None:
-    from pairflow.table import markdown
+    from pairflow.report.table import markdown
 
     d = [0.01, 0.02, 0.0, 0.015, 0.005, 0.01, 0.025, -0.005, 0.012, 0.9]  # one prompt moves a lot
     res = analyse(*with_metric("q", {"treat": d}), ["treat"], S)
@@ -591,8 +591,8 @@ def test_statistics_fit_their_schema_and_their_types() -> None:
     TypedDicts mypy checks name the same fields, and every scenario above fits."""
     import typing
 
-    from pairflow.records import check_schema, load_schema
-    from pairflow.recordtypes import ArmEfficiency, Comparison, MetricResult, Planning, StudyStats
+    from pairflow.records.store import check_schema, load_schema
+    from pairflow.records.types import ArmEfficiency, Comparison, MetricResult, Planning, StudyStats
 
     schema = load_schema("stats")
     comparison = schema["properties"]["comparisons"]["items"]
@@ -635,8 +635,8 @@ def gpu_records(gpu: str | None) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def test_estimated_mfu_and_peak_memory_per_arm_on_a_known_gpu() -> None:
-    from pairflow.records import check_schema
-    from pairflow.table import answer, markdown, table
+    from pairflow.records.store import check_schema
+    from pairflow.report.table import answer, markdown, table
 
     gen, scores, timings = gpu_records("NVIDIA H100 80GB HBM3")
     res = analyse(gen, scores, timings, ["treat"], S)
@@ -661,7 +661,7 @@ def test_estimated_mfu_and_peak_memory_per_arm_on_a_known_gpu() -> None:
                                           ("NVIDIA GeForce GTX 1080", "is not in compute.BF16_DENSE_PEAK_TFLOPS"),
                                           ("NVIDIA H200 MIG 1g.18gb", "is a MIG slice")])
 def test_no_mfu_on_cpu_or_an_unknown_gpu_and_one_note_says_why(gpu: str | None, why: str) -> None:
-    from pairflow.table import answer, markdown, table
+    from pairflow.report.table import answer, markdown, table
 
     res = analyse(*gpu_records(gpu), ["treat"], S)
     e = res["comparisons"][0]["efficiency"]

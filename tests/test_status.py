@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import small_config, write_config
 
-from pairflow.candidates import (
+from pairflow.cli import main
+from pairflow.layout import Layout
+from pairflow.plan.candidates import (
     candidates,
     failure_path,
     panel_dir,
@@ -19,10 +21,8 @@ from pairflow.candidates import (
     telemetry_path,
     timing_path,
 )
-from pairflow.cli import main
-from pairflow.config import study_from_raw
-from pairflow.layout import Layout
-from pairflow.status import study_status
+from pairflow.plan.config import study_from_raw
+from pairflow.report.status import study_status
 
 
 def _touch(path: Path, mtime: float, text: str = "{}") -> None:
@@ -71,7 +71,7 @@ def test_one_job_per_panel_reports_its_slots_and_busy_share_for_both_stages(tmp_
                                                                          tiny_model: Path) -> None:
     """Under ``fleet.panel_jobs: combined`` both stages run in one job: its heartbeats and
     its telemetry record are what both rows report."""
-    from pairflow.candidates import COMBINED
+    from pairflow.plan.candidates import COMBINED
 
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     now = time.time()

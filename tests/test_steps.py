@@ -12,15 +12,15 @@ import pytest
 import yaml
 from conftest import ROOT, copy_project, small_config
 
-from pairflow.config import study_from_raw
 from pairflow.errors import ConfigError
 from pairflow.layout import Layout
-from pairflow.steps import PANEL_RULES, check_panel_rules, generation_rule, study_manifests
+from pairflow.plan.config import study_from_raw
+from pairflow.stages.steps import PANEL_RULES, check_panel_rules, generation_rule, study_manifests
 
 SCRIPT = """
 import sys
 from pathlib import Path
-from pairflow.steps import log_to
+from pairflow.stages.steps import log_to
 log_to(Path(sys.argv[1]))
 def deep():
     raise ValueError("the sheet has 3 columns")

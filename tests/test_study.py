@@ -23,12 +23,12 @@ import pytest
 import yaml
 from conftest import ROOT, copy_project, run_processes, small_config, start_time
 
-from pairflow.archive import verify_tree
-from pairflow.candidates import candidates
-from pairflow.config import study_from_raw
-from pairflow.fleet import Grant
+from pairflow.evidence.archive import verify_tree
+from pairflow.fleet.pool import Grant
+from pairflow.fleet.sites.slurm import cluster_unavailable
 from pairflow.identity import digest_file
-from pairflow.slurm import cluster_unavailable
+from pairflow.plan.candidates import candidates
+from pairflow.plan.config import study_from_raw
 from pairflow.stages.scoring import scoring_context
 from pairflow.stages.study import _Panel, _StudyQueue
 

@@ -8,8 +8,8 @@ import re
 
 from test_stats import S, records, with_compute
 
-from pairflow.stats import analyse
-from pairflow.table import _notes, answer, html, markdown
+from pairflow.analysis.stats import analyse
+from pairflow.report.table import _notes, answer, html, markdown
 
 
 def _stats() -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pairflow.telemetry import NVML_FIELDS, Sampler, busy_share, nvml_reader, utilisation, write_telemetry
+from pairflow.fleet.telemetry import NVML_FIELDS, Sampler, busy_share, nvml_reader, utilisation, write_telemetry
 
 
 def span(rank: int, started: float, finished: float, host: str = "n1", gpu: str | None = None) -> dict:
@@ -83,7 +83,7 @@ def test_utilisation_is_task_work_over_whole_job_slot_seconds():
     """Issue 25 item 3: the study's busy share is task work over slot time from the job's
     start to its end; warm-up, start-up, idle and failed time are beside it, never in it.
     The Parsl-window share (warm-up busy, start-up outside) is kept, named as such."""
-    from pairflow.telemetry import honest_share
+    from pairflow.fleet.telemetry import honest_share
 
     spans = [{**span(0, 4.0, 6.0), "kind": "warm-up"}, span(0, 6.0, 14.0), span(1, 5.0, 9.0),
              {**span(1, 9.0, 10.0), "failure": "other"}]
@@ -105,7 +105,7 @@ def test_packed_workers_on_one_gpu_never_make_a_share_above_one() -> None:
     concurrent 10 s task spans there read busy_share 2.0. A slot's busy time is the union
     of its task spans ("the device had work"); the summed worker-seconds are kept beside
     it under their own name; warm-up and failed time stay out and are each counted once."""
-    from pairflow.telemetry import honest_share
+    from pairflow.fleet.telemetry import honest_share
 
     gpu = [{**span(0, 0.0, 10.0, gpu="0")}, {**span(1, 0.0, 10.0, gpu="0")}]
     whole = honest_share(gpu, (0.0, 10.0), ["n1/gpu0"])
@@ -131,7 +131,7 @@ def test_packed_workers_on_one_gpu_never_make_a_share_above_one() -> None:
 def test_job_window_is_the_slurm_allocation_or_this_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import time
 
-    from pairflow.telemetry import job_window, process_start
+    from pairflow.fleet.telemetry import job_window, process_start
 
     start = process_start()
     assert 0 < time.time() - start < 3600  # this test process started within the hour
@@ -146,7 +146,7 @@ def test_a_stage_closes_the_job_after_its_manifests(tmp_path) -> None:  # type: 
     """Audit of issue 25, defect 4: the manifests' read-back after the fan-out is the
     job's time too: ``close_job`` moves the end and recomputes the accounting, and never
     touches a record an earlier job wrote."""
-    from pairflow.telemetry import close_job
+    from pairflow.fleet.telemetry import close_job
 
     out = tmp_path / "tel.json"
     spans = [span(0, 2.0, 6.0)]
@@ -163,7 +163,7 @@ def test_a_stage_closes_the_job_after_its_manifests(tmp_path) -> None:  # type: 
 
 
 def test_progress_line_gives_done_rate_and_time_left() -> None:
-    from pairflow.telemetry import progress_line
+    from pairflow.fleet.telemetry import progress_line
 
     assert progress_line("generate smoke", 3, 12, 6.0) == "generate smoke: 3/12 done (25%), 30.0/min, ~18s left"
     assert progress_line("generate smoke", 1, 400, 30.0) == "generate smoke: 1/400 done (0%), 2.0/min, ~3h19m left"
@@ -173,7 +173,7 @@ def test_progress_line_gives_done_rate_and_time_left() -> None:
 def test_rate_counts_work_only_not_warm_up() -> None:
     """Regression (issue 26): the first ETA read '~11295s left' because the rate's clock
     started before 5 min 43 s of warm-up; it now starts with the first task's work."""
-    from pairflow.telemetry import progress_line, work_elapsed
+    from pairflow.fleet.telemetry import progress_line, work_elapsed
 
     job_start, warm_end = 1000.0, 1343.0
     spans = [{"kind": "warm-up", "started": 1001.0, "finished": warm_end},
@@ -186,10 +186,10 @@ def test_rate_counts_work_only_not_warm_up() -> None:
 
 def test_phase_watch_logs_each_workers_start_up_phase_and_ready(tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    from pairflow.telemetry import PhaseWatch, write_phase
+    from pairflow.fleet.telemetry import PhaseWatch, write_phase
 
     folder = tmp_path / "phases"
-    with caplog.at_level(logging.INFO, logger="pairflow.telemetry"):
+    with caplog.at_level(logging.INFO, logger="pairflow.fleet.telemetry"):
         with PhaseWatch(folder, "generate and score smoke", 1, period_s=0.05) as watch:
             assert "starting 1 worker(s)" in caplog.text  # the job's first second already says something
             write_phase(folder, "importing torch and diffusers")
@@ -206,7 +206,7 @@ def test_phase_memory_resets_the_host_peak_per_phase() -> None:
     allocation in one phase shows in that phase and not in the next."""
     import mmap
 
-    from pairflow.telemetry import PhaseMemory
+    from pairflow.fleet.telemetry import PhaseMemory
 
     mem = PhaseMemory(cuda=False)
     mem.start("big")
@@ -224,7 +224,7 @@ def test_phase_memory_resets_the_host_peak_per_phase() -> None:
 
 
 def test_gpu_idle_is_never_reported_as_throttling_and_mig_uuids_are_tried() -> None:
-    from pairflow.telemetry import ThrottleWatch, throttled_during, uuid_names
+    from pairflow.fleet.telemetry import ThrottleWatch, throttled_during, uuid_names
 
     assert throttled_during([{"throttle_reasons": ["gpu_idle"]}, {"throttle_reasons": ["sw_power_cap", "gpu_idle"]},
                              {"unavailable": "no NVML"}]) == ["sw_power_cap"]
@@ -238,7 +238,7 @@ def test_gpu_idle_is_never_reported_as_throttling_and_mig_uuids_are_tried() -> N
 def test_a_timed_run_above_the_temperature_limit_or_throttled_is_flagged():
     """Issue 28 item 5: a timed run taken hot (above timing/max_temperature_c) or while the
     GPU throttled is flagged; nothing watched (CPU, no NVML) is not a clean bill of health."""
-    from pairflow.telemetry import thermal_flag
+    from pairflow.fleet.telemetry import thermal_flag
 
     watched = {"status": "watched", "reasons": [], "polls": 20}
     assert thermal_flag({**watched, "max_temperature_c": 70.0}, 78.0)["flagged"] is False
@@ -290,7 +290,7 @@ def test_a_mig_gpu_is_sampled_per_mig_device_keyed_by_its_mig_uuid(fake_nvml) ->
     the GPU's power and temperature; utilisation is None and the status says why."""
     import fake_pynvml
 
-    from pairflow.telemetry import gpu_state, uuid_names
+    from pairflow.fleet.telemetry import gpu_state, uuid_names
 
     fake_nvml(mig=True)
     read, status = nvml_reader()
@@ -317,7 +317,7 @@ def test_one_unsupported_nvml_field_is_none_and_the_rest_is_kept(fake_nvml) -> N
     blank the whole sample (the sampler stopped) or the whole gpu_state."""
     import fake_pynvml
 
-    from pairflow.telemetry import gpu_state
+    from pairflow.fleet.telemetry import gpu_state
 
     fake_nvml(unsupported=frozenset({"GetPowerUsage", "GetMaxClockInfo", "GetComputeRunningProcesses"}))
     read, status = nvml_reader()
@@ -367,7 +367,7 @@ def test_throttle_watch_prefers_clock_event_reasons_and_says_not_watched_when_no
     throttle call where the driver or binding lacks it, and 0 polls is 'not watched'."""
     import fake_pynvml
 
-    from pairflow.telemetry import ThrottleWatch, thermal_flag
+    from pairflow.fleet.telemetry import ThrottleWatch, thermal_flag
 
     fake_nvml(absent=frozenset({"GetCurrentClocksEventReasons"}), reasons=0x1 | 0x20)
     with ThrottleWatch(fake_pynvml.GPU_UUID, interval_s=0.01) as w:
@@ -389,7 +389,7 @@ def test_an_observer_s_own_cuda_context_is_not_another_process_on_the_device(fak
     not report it as contention."""
     import fake_pynvml
 
-    from pairflow.telemetry import OBSERVERS_VAR, gpu_state
+    from pairflow.fleet.telemetry import OBSERVERS_VAR, gpu_state
 
     fake_nvml()
     assert [p["pid"] for p in gpu_state(fake_pynvml.GPU_UUID, 1)["other_processes"]] == [4242]

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from conftest import score_record, small_config
 
-from pairflow.candidates import candidates, panel_dir, record_path, task_identity, timing_path
-from pairflow.config import StatsSpec, study_from_raw
-from pairflow.context import write_context
+from pairflow.analysis.stats import analyse
+from pairflow.generation.provenance import provenance
 from pairflow.layout import Layout
-from pairflow.provenance import provenance
-from pairflow.records import read_record
+from pairflow.plan.candidates import candidates, panel_dir, record_path, task_identity, timing_path
+from pairflow.plan.config import StatsSpec, study_from_raw
+from pairflow.plan.context import write_context
+from pairflow.records.store import read_record
 from pairflow.stages.generation import generate_task
 from pairflow.stages.timing import cv, run_order, run_timed_pass, sampled_pairs
-from pairflow.stats import analyse
 
 
 def _study(tmp: Path, model: Path, **timing: object):  # type: ignore[no-untyped-def]
@@ -115,7 +115,7 @@ def test_on_cuda_events_time_the_run_settings_are_pinned_and_the_device_is_read(
                                                                                  tmp_path: Path) -> None:
     import torch
 
-    from pairflow.generate import CUDA_SETTINGS
+    from pairflow.generation.generate import CUDA_SETTINGS
 
     study = _study(tmp_path, tiny_model)
     _bulk(study)

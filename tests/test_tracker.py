@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import small_config, write_config
 
-from pairflow.config import StudySpec, study_from_raw
 from pairflow.errors import ConfigError, IntegrityError
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
-from pairflow.records import build_manifest, write_manifest
-from pairflow.tracker import headline, log_study, require
+from pairflow.plan.config import StudySpec, study_from_raw
+from pairflow.records.store import build_manifest, write_manifest
+from pairflow.report.tracker import headline, log_study, require
 
 STATS = {"level": 0.95, "comparisons": [{
     "treatment": "pab", "n_prompts": 2, "n_pairs": 2, "speedup": {"geomean": 1.23, "ci": [1.1, 1.4]},

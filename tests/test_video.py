@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pairflow import errors as E
-from pairflow.video import FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video
+from pairflow.media.video import FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video
 
 F, H, W, FPS = 9, 64, 64, 8
 
@@ -37,7 +37,7 @@ def test_float_frames_are_scaled_not_cast(encoder_spec) -> None:  # type: ignore
 @pytest.mark.parametrize("layout", ["FHWC", "FCHW"])
 def test_chunked_conversion_equals_the_whole_array_formula(encoder_spec, monkeypatch, layout: str) -> None:  # type: ignore[no-untyped-def]
     """Chunks that split frames mid-row-block give exactly rint(x * 255) clipped, computed whole."""
-    from pairflow import video
+    from pairflow.media import video
 
     rng = np.random.default_rng(3)
     arr = rng.uniform(-FLOAT_TOLERANCE, 1 + FLOAT_TOLERANCE, (3, 10, 6, 3)).astype(np.float32)
@@ -57,7 +57,7 @@ def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: igno
     conversion (float64 copies of the whole video). Now: its uint8 output plus one chunk."""
     import tracemalloc
 
-    from pairflow import video
+    from pairflow.media import video
 
     arr = np.random.default_rng(0).random((4, 1024, 1536, 3), dtype=np.float32)  # 72 MiB
     prepare_frames(smooth(), encoder_spec)  # its first call imports torch: not the conversion's memory
@@ -184,7 +184,7 @@ def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_
     import os
     import time
 
-    from pairflow import video
+    from pairflow.media import video
 
     spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
     assert video.tool_timeout(F, H, W) == video.TOOL_TIMEOUT_FLOOR_S + F * H * W * video.TOOL_TIMEOUT_S_PER_PIXEL
@@ -211,7 +211,7 @@ def test_without_a_pidfd_a_write_succeeds_and_a_hung_encoder_is_still_killed(enc
     import os
     import time
 
-    from pairflow import video
+    from pairflow.media import video
 
     monkeypatch.setattr(video, "_pidfd", lambda pid: -1)
     u8, _ = prepare_frames(smooth(), encoder_spec)
@@ -319,7 +319,7 @@ def test_a_write_reads_the_file_once_while_ffmpeg_ends_and_fsyncs_it_once(encode
     import os
     import stat
 
-    from pairflow import video
+    from pairflow.media import video
 
     real_check, real_run, real_fsync = video._check_output, video.run_tool, os.fsync
     seen: list[str] = []
@@ -426,8 +426,8 @@ def test_size_and_rate_must_match_the_record(encoder_spec, tmp_path: Path) -> No
 
 
 def test_tiny_pipeline_float_output_encodes_to_matching_mean(tiny_model: Path, encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
-    from pairflow.generate import generate, load_pipeline
+    from pairflow.generation.generate import generate, load_pipeline
+    from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec
 
     pipe = load_pipeline(ModelSpec("embedded-tiny", tiny_model), "float32", 1)
     gen = GenerationSpec(frames=F, height=H, width=W, steps=3, guidance=5.0, fps=FPS, dtype="float32", threads=1)
@@ -595,7 +595,7 @@ def test_decoding_is_in_process_exact_and_reproducible(encoder_spec, recipe_vide
 def test_the_recipe_declares_exactly_what_the_reader_allows(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The allow-list is what the recipe writes: both the lossy and the lossless recipe's
     videos pass every declared property, with nothing unexplained."""
-    from pairflow.video import recipe_declaration
+    from pairflow.media.video import recipe_declaration
 
     lossless = dataclasses.replace(encoder_spec, lossless=True)
     u8, _ = prepare_frames(smooth(), lossless)

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pairflow import healing, verification, vouch
-from pairflow.config import StudySpec, study_from_raw
+from pairflow.evidence import healing, verification
 from pairflow.identity import digest_obj
 from pairflow.layout import Layout
+from pairflow.plan.config import StudySpec, study_from_raw
+from pairflow.records import vouch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def tree(monkeypatch: pytest.MonkeyPatch) -> Iterator[StudySpec]:
     """A finished study of 2 panels x 3 prompts x 1 seed x 2 arms, vouched for."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import run  # benchmarks/run.py: the plan section's project and tree factories
+    from sections.common import scale_project, write_evidence  # benchmarks/: the plan section's factories
 
-    proj = run._scale_project(2, 3)
+    proj = scale_project(2, 3)
     monkeypatch.chdir(proj)
-    run._write_evidence(proj)
+    write_evidence(proj)
     yield study_from_raw(yaml.safe_load((proj / "config/config.yaml").read_text()), proj, source="test")
     shutil.rmtree(proj)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pairflow.errors import IntegrityError, WeightDigestError, WeightsError
-from pairflow.weights import LOCK_NAME, WEIGHTS, build_test_mirror, read_lock, verify
+from pairflow.metrics.weights import LOCK_NAME, WEIGHTS, build_test_mirror, read_lock, verify
 
 
 def small_mirror(dest: Path) -> Path:
@@ -74,8 +74,8 @@ def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> N
     """run_scoring checks the weights before reading records or starting Parsl."""
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
-    from pairflow.fleet import Grant
+    from pairflow.fleet.pool import Grant
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import run_scoring
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model",
@@ -88,8 +88,8 @@ def test_scoring_job_without_mirror_fails_before_any_worker(tmp_path: Path) -> N
 def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) -> None:
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
-    from pairflow.fleet import Grant
+    from pairflow.fleet.pool import Grant
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import run_scoring
 
     mirror = small_mirror(tmp_path / "mirror")
@@ -107,7 +107,7 @@ def test_scoring_job_with_altered_mirror_names_file_and_digests(tmp_path: Path) 
 def test_scorer_build_names_code_weights_device_and_layout(tmp_path: Path, test_mirror: Path) -> None:
     from conftest import small_config
 
-    from pairflow.config import study_from_raw
+    from pairflow.plan.config import study_from_raw
     from pairflow.stages.scoring import compared_frames, scorer_build
 
     study = study_from_raw(small_config(tmp_path, tmp_path / "model", scorers=["psnr", "lpips"],

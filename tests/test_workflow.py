@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, reuse_arms_check, small_config, write_config
 
-from pairflow.archive import load_manifest, snapshot_files, verify_tree
+from pairflow.evidence.archive import load_manifest, snapshot_files, verify_tree
 from pairflow.identity import digest_file
-from pairflow.packs import Pack
+from pairflow.records.packs import Pack
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def test_full_study_produces_every_artifact(study_run) -> None:  # type: ignore[
 def test_every_record_and_manifest_the_study_writes_fits_its_schema(study_run) -> None:  # type: ignore[no-untyped-def]
     """The real run's records (scratch and the archived snapshot) are read through the
     schema check of their kind, and every manifest through the manifest schema."""
-    from pairflow.records import check_schema, parse_record
+    from pairflow.records.store import check_schema, parse_record
 
     _, cfg, _ = study_run
     kinds: dict[str, int] = {}
@@ -231,7 +231,7 @@ def test_families_run_the_default_workflow_with_a_cache_arm_and_a_few_step_arm(t
     checkpoints through the whole default workflow (generate, score, time, stats, plots,
     archive) with a cache arm and a few-step arm. Records name the pipeline class and
     family; the few-step arm's compute ratio is exactly its share of the steps."""
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation.tinymodel import build_tiny_model
 
     model = build_tiny_model(tmp_path / f"tiny-{family}", family)
     project = copy_project(tmp_path / "proj")

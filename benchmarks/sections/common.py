@@ -95,16 +95,16 @@ def write_evidence(proj: Path) -> int:
     score record per expected metric and a timing record, each naming its generation
     record; the panel, timing and study manifests over them, and the statistics'
     provenance, and the vouchers a panel or timing job writes beside its manifests
-    (``pairflow.vouch``). Written directly (no fsync).
+    (``pairflow.records.vouch``). Written directly (no fsync).
     Returns the files written."""
     import yaml
 
-    from pairflow.candidates import candidates, expected_scores, record_path, score_path, timing_path, video_path
-    from pairflow.config import study_from_raw
     from pairflow.layout import Layout
-    from pairflow.records import build_manifest, seal
-    from pairflow.video import recipe_digest
-    from pairflow.vouch import vouch
+    from pairflow.media.video import recipe_digest
+    from pairflow.plan.candidates import candidates, expected_scores, record_path, score_path, timing_path, video_path
+    from pairflow.plan.config import study_from_raw
+    from pairflow.records.store import build_manifest, seal
+    from pairflow.records.vouch import vouch
 
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import generation_record, metric_spec, score_record, timing_record
@@ -175,11 +175,11 @@ def write_evidence(proj: Path) -> int:
 
 
 def no_cluster() -> str | None:
-    """Why the Slurm sections cannot run here (``pairflow.slurm.cluster_unavailable``:
+    """Why the Slurm sections cannot run here (``pairflow.fleet.sites.slurm.cluster_unavailable``:
     also where sbatch is installed but no cluster answers), None when they can. Raises
     RuntimeError under ``PAIRFLOW_REQUIRE_SLURM=1`` (CI), where a skip would hide a
     cluster that failed to start."""
-    from pairflow.slurm import cluster_unavailable
+    from pairflow.fleet.sites.slurm import cluster_unavailable
 
     why = cluster_unavailable()
     if why is not None and os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":

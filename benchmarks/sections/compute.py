@@ -22,11 +22,11 @@ def bench_compute(runs: int, quick: bool = False) -> dict[str, Any]:
     and each default arm's exact compute ratio beside its measured speedup. Plain and
     derived alternate run by run (the overhead goal is 5%, under the shared machine's
     noise otherwise); derived FLOPs are checked equal to full counting's."""
-    from pairflow import generate as g
-    from pairflow.armrun import run_arm
     from pairflow.arms import Verifier
-    from pairflow.config import ArmSpec, EncoderSpec, GenerationSpec, ModelSpec, SearchSpec
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation import generate as g
+    from pairflow.generation.armrun import run_arm
+    from pairflow.generation.tinymodel import build_tiny_model
+    from pairflow.plan.config import ArmSpec, EncoderSpec, GenerationSpec, ModelSpec, SearchSpec
 
     model = ModelSpec("embedded-tiny", build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     gen = GenerationSpec(5, 32, 32, 3, 5.0, 8, "float32", 1) if quick else GenerationSpec(9, 64, 64, 6, 5.0, 8,
@@ -100,7 +100,7 @@ def bulk_pass_mix(arms: dict[str, Any]) -> dict[str, Any]:
     one seeded cross-check per arm per panel (``stages.generation.flop_checks``). The
     overhead over plain generation of all of them; the derived figure above is the
     per-candidate cost once the table exists."""
-    from pairflow.config import load_study
+    from pairflow.plan.config import load_study
 
     from .common import ROOT
 

@@ -14,9 +14,9 @@ from .common import (
 
 def bench_loads(runs: int, quick: bool = False) -> dict[str, Any]:
     """Load once per worker vs once per candidate, on the tiny model (8 candidates)."""
-    from pairflow import generate as g
-    from pairflow.config import ArmSpec, GenerationSpec, ModelSpec
-    from pairflow.tinymodel import build_tiny_model
+    from pairflow.generation import generate as g
+    from pairflow.generation.tinymodel import build_tiny_model
+    from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec
 
     model = ModelSpec("embedded-tiny", build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     gen = GenerationSpec(5, 32, 32, 3, 5.0, 8, "float32", 1) if quick else GenerationSpec(9, 64, 64, 6, 5.0, 8,

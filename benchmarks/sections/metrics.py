@@ -23,8 +23,7 @@ def bench_metrics(runs: int, quick: bool = False, mirror: Path | None = None) ->
     frames per second, the cold load of its scorer (weight verification included), and
     load time against scoring one video. Weighted metrics use ``mirror`` or a
     random-initialised test mirror (same architectures, so the same cost)."""
-    from pairflow import weights
-    from pairflow.metrics import METRICS, ScoreContext, metric_spec, models, score
+    from pairflow.metrics import METRICS, ScoreContext, metric_spec, models, score, weights
     from pairflow.metrics import fidelity as fid
 
     tmp = None

@@ -16,7 +16,7 @@ from .common import (
 def _payload_study(panels: int, prompts: int) -> Any:
     """A typed study of ``panels`` x ``prompts`` x 1 seed x 2 arms, without files on disk
     beyond its panel sheets."""
-    from pairflow.config import study_from_raw
+    from pairflow.plan.config import study_from_raw
 
     proj = scale_project(panels, prompts)
     import yaml
@@ -31,9 +31,9 @@ def bench_payload(runs: int, quick: bool = False) -> dict[str, Any]:
     (the candidate and a reference to the job's context file)."""
     import dill
 
-    from pairflow.candidates import candidates, task_identity
-    from pairflow.context import write_context
-    from pairflow.provenance import provenance
+    from pairflow.generation.provenance import provenance
+    from pairflow.plan.candidates import candidates, task_identity
+    from pairflow.plan.context import write_context
 
     sizes = {"100": (2, 25), "1k": (16, 31)} if quick else {"1k": (16, 31), "31k": (500, 31), "100k": (1613, 31)}
     out = {}

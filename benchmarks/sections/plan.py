@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pairflow.calibrate import FORMAT
+from pairflow.budget.calibrate import FORMAT
 
 from .common import (
     scale_project,

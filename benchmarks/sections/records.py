@@ -58,7 +58,7 @@ def bench_records(runs: int, quick: bool = False) -> dict[str, Any]:
     """Per-candidate cost of sealing, validating (the kind's JSON Schema) and writing a
     generation record, of reading and verifying it, and of a 62-record manifest; the
     schema check's own share is measured alone."""
-    from pairflow.records import build_manifest, check_schema, read_record, write_record
+    from pairflow.records.store import build_manifest, check_schema, read_record, write_record
 
     found = sorted((ROOT / "results" / "scratch").glob("panels/*/records/*/*.json"))
     sample = json.loads(found[0].read_text()) if found else _sample_record()

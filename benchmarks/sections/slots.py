@@ -23,9 +23,9 @@ def _sleep_task(payload: dict[str, Any]) -> dict[str, Any]:
 def bench_slots(runs: int, quick: bool = False) -> dict[str, Any]:
     """Share of slot time spent running tasks on a heterogeneous synthetic workload, and
     no-op task throughput, through the project's own fleet config and its telemetry."""
-    from pairflow.config import FleetSpec
-    from pairflow.fleet import Grant, TaskHooks, noop, run_tasks
-    from pairflow.telemetry import slot_key
+    from pairflow.fleet.pool import Grant, TaskHooks, noop, run_tasks
+    from pairflow.fleet.telemetry import slot_key
+    from pairflow.plan.config import FleetSpec
 
     requested = 4
     rng = np.random.default_rng(0)

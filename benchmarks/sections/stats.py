@@ -64,8 +64,8 @@ def bench_stats(runs: int, quick: bool = False) -> dict[str, Any]:
     (``reps`` synthetic studies per cell). Coverage: the true mean is accepted (studies
     drawn with their true mean); false positive: a null study (shifted to mean 0) is
     rejected; power: a study shifted by 0.8 sd (normal) is rejected."""
-    from pairflow.inference import signflip_min_p, signflip_signs, union_p
-    from pairflow.stats import t_procedure
+    from pairflow.analysis.inference import signflip_min_p, signflip_signs, union_p
+    from pairflow.analysis.stats import t_procedure
 
     reps = 300 if quick else 6000
     rng = np.random.default_rng(20261201)

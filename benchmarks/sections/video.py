@@ -20,8 +20,8 @@ from .common import (
 def bench_video(runs: int, quick: bool = False) -> dict[str, Any]:
     """Writer (guards + encode + probe + digest + fsync + rename) vs the bare ffmpeg CLI on
     the same raw frames and recipe, alternated in one run; decode throughput likewise."""
-    from pairflow.config import EncoderSpec
-    from pairflow.video import _output_args, encode, ffmpeg_binary, prepare_frames, read_video
+    from pairflow.media.video import _output_args, encode, ffmpeg_binary, prepare_frames, read_video
+    from pairflow.plan.config import EncoderSpec
 
     spec = EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False)
     u8 = frames(9, 64, 64) if quick else frames(33, 480, 832)  # Wan2.1's 480p frame size

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
-from pairflow.candidates import candidates
-from pairflow.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, load_study
+from pairflow.generation.provenance import arm_record
 from pairflow.identity import digest_bytes
-from pairflow.provenance import arm_record
+from pairflow.plan.candidates import candidates
+from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, load_study
 
 VARIANTS = [ArmSpec("control"), ArmSpec("fb", "FirstBlockCacheConfig", {"threshold": 0.2}),
             ArmSpec("few", steps=2), ArmSpec("g", guidance=1.0),
@@ -49,9 +49,9 @@ def identities(root: Path) -> dict[str, Any]:
 def frames(root: Path, model: Path, arms: list[ArmSpec] = GENERATED) -> dict[str, Any]:
     """Digest of the frames the tiny model at ``model`` generates for each of ``arms``
     (5 frames of 32x32, 3 steps, one prompt, stream seed 1234), with a search's candidates."""
-    from pairflow.armrun import arm_pipeline, run_arm
     from pairflow.arms import verifier_for
-    from pairflow.generate import effective_generation, text_tokens
+    from pairflow.generation.armrun import arm_pipeline, run_arm
+    from pairflow.generation.generate import effective_generation, text_tokens
 
     study = load_study(root / "config" / "config.yaml", root)
     gen = GenerationSpec(frames=5, height=32, width=32, steps=3, guidance=5.0, fps=8, dtype="float32", threads=1)

@@ -31,25 +31,25 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .archive import ARCHIVE_MANIFEST, retire, show, verify_archive, verify_tree
 from .arms import check_arms
 from .atomic import write_text
-from .calibrate import calibrate, read_table, table_path
-from .candidates import panel_dir
-from .config import FleetSpec, load_study
+from .budget.calibrate import calibrate, read_table, table_path
+from .budget.estimate import check_budget, estimate, summary_lines
 from .errors import ConfigError, PairFlowError
-from .estimate import check_budget, estimate, summary_lines
-from .export import export
-from .fleet import TaskHooks, noop, run_tasks
-from .healing import drop_memo
+from .evidence.archive import ARCHIVE_MANIFEST, retire, show, verify_archive, verify_tree
+from .evidence.healing import drop_memo
+from .evidence.verification import Report, check_results, recorded_study, temp_files, write_verify_json
+from .fleet.pool import TaskHooks, noop, run_tasks
+from .fleet.sites import grant_from_env
+from .generation.tinymodel import build_tiny_model
 from .layout import CANDIDATE_KINDS, Layout, as_named
 from .locks import hold
-from .sites import grant_from_env
-from .status import as_dict, render, study_status
-from .tinymodel import build_tiny_model
-from .tracker import require as require_tracker
-from .verification import Report, check_results, recorded_study, temp_files, write_verify_json
-from .weights import build_test_mirror, fetch
+from .metrics.weights import build_test_mirror, fetch
+from .plan.candidates import panel_dir
+from .plan.config import FleetSpec, load_study
+from .report.export import export
+from .report.status import as_dict, render, study_status
+from .report.tracker import require as require_tracker
 
 # Lazy on purpose: rich is imported inside the live display: optional, never a dependency.
 

@@ -1,4 +1,4 @@
-# Validate the config against the schema (filling defaults; pairflow.config, not
+# Validate the config against the schema (filling defaults; pairflow.plan.config, not
 # snakemake.utils.validate: see below), type it once, and name every output path. Paths come from the config's storage roots.
 import os
 import sys
@@ -14,23 +14,23 @@ sys.path.insert(0, str(HOME / "workflow"))
 # envs/pairflow.yaml installs this checkout (`-e ${PAIRFLOW_HOME}`) when Snakemake
 # creates it (`--software-deployment-method conda`); pip expands the variable.
 os.environ.setdefault("PAIRFLOW_HOME", str(HOME))
-from pairflow.config import check_config_files, study_from_raw  # noqa: E402
+from pairflow.plan.config import check_config_files, study_from_raw  # noqa: E402
 from pairflow.errors import PairFlowError  # noqa: E402
-from pairflow.healing import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
+from pairflow.evidence.healing import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
-from pairflow.calibrate import device_kind, load_table  # noqa: E402
-from pairflow.calibrate import key as calibration_key  # noqa: E402
-from pairflow.estimate import check_budget, drivers, estimate, summary_lines  # noqa: E402
-from pairflow.orphans import stop_jobs_on_signal  # noqa: E402
-from pairflow.steps import check_panel_rules  # noqa: E402
-from pairflow.tracker import require as require_tracker  # noqa: E402
+from pairflow.budget.calibrate import device_kind, load_table  # noqa: E402
+from pairflow.budget.calibrate import key as calibration_key  # noqa: E402
+from pairflow.budget.estimate import check_budget, drivers, estimate, summary_lines  # noqa: E402
+from pairflow.fleet.orphans import stop_jobs_on_signal  # noqa: E402
+from pairflow.stages.steps import check_panel_rules  # noqa: E402
+from pairflow.report.tracker import require as require_tracker  # noqa: E402
 
 
 # After a failed run the jobs' telemetry (failed and retried attempts included) goes
 # into the ledger before a rerun overwrites it; a successful run's rule utilisation adds it.
 onerror:
-    from pairflow.steps import add_to_ledger
+    from pairflow.stages.steps import add_to_ledger
 
     try:
         add_to_ledger(STUDY)
@@ -44,7 +44,7 @@ onstart:
     stop_jobs_on_signal()
 
 
-# pairflow.config validates against workflow/schemas/config.schema.yaml, with the arm
+# pairflow.plan.config validates against workflow/schemas/config.schema.yaml, with the arm
 # kinds' keys filled in from pairflow.arms (filling its defaults, as snakemake.utils.validate would) and turns each error into one line naming
 # the key, the value and a close match; validate() would print jsonschema's dump instead.
 # The whole config is checked here, before any job starts: the same checks as

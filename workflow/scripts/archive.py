@@ -1,7 +1,7 @@
 """Rule adapter: promote compact evidence to work storage and verify it."""
 from pathlib import Path
 
-from pairflow.steps import archive, study_for_rule
+from pairflow.stages.steps import archive, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -1,7 +1,7 @@
 """Rule adapter: the frozen calibration table (one representative candidate per arm)."""
 from pathlib import Path
 
-from pairflow.steps import calibrate_study, study_for_rule
+from pairflow.stages.steps import calibrate_study, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -1,7 +1,7 @@
 """Rule adapter: check every arm against the model, before any model loads."""
 from pathlib import Path
 
-from pairflow.steps import check_arms, study_for_rule
+from pairflow.stages.steps import check_arms, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

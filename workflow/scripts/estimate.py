@@ -1,7 +1,7 @@
 """Rule adapter: the study's cost estimate from the calibration table, and the budget guard."""
 from pathlib import Path
 
-from pairflow.steps import estimate_study, study_for_rule
+from pairflow.stages.steps import estimate_study, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -1,7 +1,7 @@
 """Rule adapter: generate and score every panel of the study in one job (fleet.allocation: study)."""
 from pathlib import Path
 
-from pairflow.steps import fleet_study, study_for_rule
+from pairflow.stages.steps import fleet_study, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -1,7 +1,7 @@
 """Rule adapter: the report's figures."""
 from pathlib import Path
 
-from pairflow.steps import plots, study_for_rule
+from pairflow.stages.steps import plots, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

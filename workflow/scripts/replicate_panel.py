@@ -1,7 +1,7 @@
 """Rule adapter: one repeatability replicate of one panel."""
 from pathlib import Path
 
-from pairflow.steps import replicate_panel, study_for_rule
+from pairflow.stages.steps import replicate_panel, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

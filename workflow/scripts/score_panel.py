@@ -1,7 +1,7 @@
 """Rule adapter: score one panel's videos through Parsl."""
 from pathlib import Path
 
-from pairflow.steps import score_panel, study_for_rule
+from pairflow.stages.steps import score_panel, study_for_rule
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

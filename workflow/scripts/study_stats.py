@@ -1,7 +1,7 @@
 """Rule adapter: paired statistics for the whole study and the study manifest."""
 from pathlib import Path
 
-from pairflow.steps import study_for_rule, study_manifests, study_stats
+from pairflow.stages.steps import study_for_rule, study_manifests, study_stats
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

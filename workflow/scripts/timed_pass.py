@@ -1,7 +1,7 @@
 """Rule adapter: the exclusive timed pass over the whole study."""
 from pathlib import Path
 
-from pairflow.steps import study_for_rule, timed_pass
+from pairflow.stages.steps import study_for_rule, timed_pass
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -1,7 +1,7 @@
 """Rule adapter: log the study table, headline numbers and gallery to report/tracker."""
 from pathlib import Path
 
-from pairflow.steps import study_for_rule, track
+from pairflow.stages.steps import study_for_rule, track
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 study = study_for_rule(sm)

@@ -13,7 +13,7 @@ an arm's keys, kinds and digest (``registry.declared_keys``, ``declared_kinds``,
 ``arms.check`` runs every kind's check (rule ``check_arms``). This package builds on
 ``pairflow.specs`` only (``config`` builds on it) and, with its kinds, imports neither torch
 nor diffusers at import time (planning reads it). Running an arm for one pair (its
-pipeline, a search's N candidates) is ``pairflow.armrun``, above ``generate``, imported by
+pipeline, a search's N candidates) is ``pairflow.generation.armrun``, above ``generate``, imported by
 workers only.
 """
 

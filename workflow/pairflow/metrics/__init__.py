@@ -33,8 +33,8 @@ import numpy as np
 
 from .. import progress
 from ..errors import ConfigError, PairingError, ScoringError
-from ..weights import WEIGHTS
 from . import models
+from .weights import WEIGHTS
 
 # Lazy on purpose: torch and pyiqa are imported inside the functions that score: the registry (names, specs,
 # weights) imports without them.

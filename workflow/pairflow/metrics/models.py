@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, WeightsError
-from ..weights import WEIGHTS, verify
+from .weights import WEIGHTS, verify
 
 # Lazy on purpose: torch, torchvision, timm, pyiqa and clip are imported inside the loaders: only a scoring
 # worker needs them.

@@ -25,8 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import job_start
-from ..calibrate import workers_for
-from ..candidates import (
+from ..budget.calibrate import workers_for
+from ..fleet.pool import Grant, Task, TaskHooks, _slot_count, run_tasks
+from ..fleet.startup import worker_marks
+from ..fleet.telemetry import PHASES_DIR, PhaseWatch, close_job, write_phase
+from ..layout import Layout
+from ..locks import hold
+from ..plan.candidates import (
     COMBINED,
     Candidate,
     candidates,
@@ -36,14 +41,9 @@ from ..candidates import (
     score_path,
     telemetry_path,
 )
-from ..config import StudySpec
-from ..context import write_context
-from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
-from ..layout import Layout
-from ..locks import hold
-from ..recordtypes import GenerationRecord, ScorerBuild
-from ..startup import worker_marks
-from ..telemetry import PHASES_DIR, PhaseWatch, close_job, write_phase
+from ..plan.config import StudySpec
+from ..plan.context import write_context
+from ..records.types import GenerationRecord, ScorerBuild
 from .generation import (
     checks_last,
     finish_generation,

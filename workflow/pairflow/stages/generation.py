@@ -14,14 +14,22 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from .. import compute
-from .. import generate as g
-from ..armrun import arm_pipeline, run_arm
 from ..arms import arm_model, record_sections, verifier_for
 from ..arms import device as run_device
 from ..atomic import job_start
-from ..calibrate import workers_for
-from ..candidates import (
+from ..budget.calibrate import workers_for
+from ..errors import PairFlowError
+from ..fleet.pool import Grant, TaskHooks, run_tasks, worker_identity
+from ..fleet.telemetry import PhaseMemory, close_job
+from ..generation import compute
+from ..generation import generate as g
+from ..generation.armrun import arm_pipeline, run_arm
+from ..generation.provenance import arm_record, config_snapshot, provenance
+from ..identity import digest_obj
+from ..layout import Layout
+from ..locks import hold
+from ..media.video import encode, prepare_frames, recipe_digest
+from ..plan.candidates import (
     Candidate,
     candidates,
     failure_path,
@@ -32,16 +40,18 @@ from ..candidates import (
     telemetry_path,
     video_path,
 )
-from ..config import GenerationSpec, StudySpec
-from ..context import load_context, write_context
-from ..errors import PairFlowError
-from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
-from ..identity import digest_obj
-from ..layout import Layout
-from ..locks import hold
-from ..provenance import arm_record, config_snapshot, provenance
-from ..records import build_manifest, check_streams, check_video, read_record, stable_root, write_manifest, write_record
-from ..recordtypes import (
+from ..plan.config import GenerationSpec, StudySpec
+from ..plan.context import load_context, write_context
+from ..records.store import (
+    build_manifest,
+    check_streams,
+    check_video,
+    read_record,
+    stable_root,
+    write_manifest,
+    write_record,
+)
+from ..records.types import (
     CandidateFields,
     ComputeFields,
     GenerationRecord,
@@ -50,9 +60,7 @@ from ..recordtypes import (
     Provenance,
     VideoFields,
 )
-from ..telemetry import PhaseMemory, close_job
-from ..video import encode, prepare_frames, recipe_digest
-from ..vouch import vouch
+from ..records.vouch import vouch
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -326,5 +334,5 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
                                "config": config_snapshot(study)})
     write_manifest(manifest_out, manifest)
     # Every record it lists was checked in this job: the first plan after it need not
-    # check them again, nor re-hash the videos (pairflow.vouch).
+    # check them again, nor re-hash the videos (pairflow.records.vouch).
     vouch(study.scratch, manifest_out, manifest, {p: records[p] for p in files if p in records})

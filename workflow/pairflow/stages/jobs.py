@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from ..atomic import sweep_temps
-from ..candidates import Candidate, failure_path
-from ..config import StudySpec
 from ..layout import Layout
+from ..plan.candidates import Candidate, failure_path
+from ..plan.config import StudySpec
 
 log = logging.getLogger(__name__)
 

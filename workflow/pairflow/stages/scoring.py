@@ -10,10 +10,23 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, cast
 
-from .. import weights
 from ..atomic import job_start
-from ..calibrate import workers_for
-from ..candidates import (
+from ..budget.calibrate import workers_for
+from ..envinfo import package_version
+from ..errors import IntegrityError
+from ..fleet.pool import Grant, TaskHooks, run_tasks, worker_identity
+from ..fleet.telemetry import PhaseMemory, close_job
+from ..generation.generate import CUDA_SETTINGS, pin_cuda
+from ..generation.provenance import arm_of
+from ..identity import digest_obj, digest_tree
+from ..layout import Layout
+from ..locks import hold
+from ..media.video import read_video
+from ..metrics import ScoreContext, metric_spec, needed_weights, score, warm, weights
+from ..metrics.dynamic_degree import is_dynamic, pair_motion
+from ..metrics.models import LOAD_COUNTS, release_frames
+from ..metrics.weights import verify
+from ..plan.candidates import (
     Candidate,
     candidates,
     expected_scores,
@@ -25,21 +38,10 @@ from ..candidates import (
     task_identity,
     telemetry_path,
 )
-from ..config import StudySpec
-from ..context import load_context, write_context
-from ..envinfo import package_version
-from ..errors import IntegrityError
-from ..fleet import Grant, TaskHooks, run_tasks, worker_identity
-from ..generate import CUDA_SETTINGS, pin_cuda
-from ..identity import digest_file, digest_obj, digest_tree
-from ..layout import Layout
-from ..locks import hold
-from ..metrics import ScoreContext, metric_spec, needed_weights, score, warm
-from ..metrics.dynamic_degree import is_dynamic, pair_motion
-from ..metrics.models import LOAD_COUNTS, release_frames
-from ..provenance import arm_of
-from ..records import build_manifest, check_video, read_record, write_manifest, write_record
-from ..recordtypes import (
+from ..plan.config import StudySpec
+from ..plan.context import load_context, write_context
+from ..records.store import build_manifest, check_video, read_record, write_manifest, write_record
+from ..records.types import (
     Decoding,
     GenerationRecord,
     MetricSpecFields,
@@ -49,10 +51,7 @@ from ..recordtypes import (
     ScoreRecord,
     StaticFilter,
 )
-from ..telemetry import PhaseMemory, close_job
-from ..video import read_video
-from ..vouch import vouch
-from ..weights import verify
+from ..records.vouch import vouch
 from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
 
 # Lazy on purpose: torch is imported inside the functions that run in a worker: the driver and rule scripts
@@ -74,7 +73,7 @@ def uses_static_filter(study: StudySpec) -> bool:
 
 def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None = None) -> ScorerBuild:
     """What computed the scores, the same for both arms of every pair of a run: the
-    scoring code's digest (``pairflow/metrics`` and ``weights.py``), library versions, the
+    scoring code's digest (the ``pairflow/metrics`` wing, ``weights.py`` included), library versions, the
     weight mirror's lock digest and origin, device type, precision, threads and process
     layout; on CUDA also the cuDNN and TF32 settings every scoring worker pins
     (``generate.CUDA_SETTINGS``: no TF32, deterministic cuDNN, no autotuning), so a score
@@ -90,9 +89,9 @@ def scorer_build(study: StudySpec, grant: Grant | None = None, cuda: bool | None
     keys = study_weights(study)
     weights.verify(study.weights.mirror, keys, needed_by=f"scorers {', '.join(study.scorers)}")
     lock = weights.read_lock(study.weights.mirror) if keys else None
-    here = Path(__file__).resolve().parent.parent  # the pairflow package
-    code = {**{f"metrics/{k}": v for k, v in digest_tree(here / "metrics").items() if k.endswith(".py")},
-            "weights.py": digest_file(here / "weights.py")}
+    # the metrics wing: every scorer module and the weight mirror's code (metrics/weights.py)
+    here = Path(__file__).resolve().parent.parent / "metrics"
+    code = {f"metrics/{k}": v for k, v in digest_tree(here).items() if k.endswith(".py")}
 
     build: dict[str, Any] = {
         "code_digest": digest_obj(code),
@@ -170,7 +169,7 @@ def _task_view(record: GenerationRecord) -> dict[str, Any]:
     return {k: record[k] for k in ("candidate", "arm", "video", "record_digest")}
 
 
-SCORER_MODULES = ("pyiqa", "pairflow.metrics", "pairflow.video")
+SCORER_MODULES = ("pyiqa", "pairflow.metrics", "pairflow.media.video")
 """What every scoring worker imports in its warm-up (besides torch); the study's metric
 modules and their models' libraries follow (``warm_scorers``)."""
 

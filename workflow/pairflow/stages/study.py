@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import job_start
-from ..calibrate import workers_for
-from ..candidates import Candidate, candidates, failure_path, panel_dir, record_path, score_path
-from ..config import StudySpec
-from ..context import write_context
+from ..budget.calibrate import workers_for
 from ..errors import PairFlowError
-from ..fleet import Grant, Task, TaskHooks, _slot_count, run_tasks
+from ..fleet.pool import Grant, Task, TaskHooks, _slot_count, run_tasks
+from ..fleet.telemetry import PHASES_DIR, PhaseWatch
 from ..layout import Layout
 from ..locks import hold
-from ..recordtypes import GenerationRecord
-from ..telemetry import PHASES_DIR, PhaseWatch
+from ..plan.candidates import Candidate, candidates, failure_path, panel_dir, record_path, score_path
+from ..plan.config import StudySpec
+from ..plan.context import write_context
+from ..records.types import GenerationRecord
 from .combined import _console, panel_warm_payload, warm_panel
 from .generation import (
     checks_last,

@@ -33,24 +33,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import generate as g
-from ..armrun import arm_pipeline, run_arm
 from ..arms import verifier_for
 from ..atomic import job_start, sweep_temps, write_text
-from ..candidates import candidates, panel_dir, record_path, timing_path
-from ..config import StudySpec
 from ..errors import PairFlowError
-from ..fleet import worker_identity
+from ..fleet.pool import worker_identity
+from ..fleet.sites.base import AllocationInfo
+from ..fleet.sites.slurm import exclusivity
+from ..fleet.telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
+from ..generation import generate as g
+from ..generation.armrun import arm_pipeline, run_arm
 from ..identity import digest_bytes
 from ..layout import Layout
 from ..locks import hold
-from ..records import build_manifest, read_record, stale_link, timing_frames_differ, write_manifest, write_record
-from ..recordtypes import GenerationRecord, Manifest, TimingRecord
-from ..sites.base import AllocationInfo
-from ..sites.slurm import exclusivity
-from ..telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
-from ..video import prepare_frames
-from ..vouch import vouch
+from ..media.video import prepare_frames
+from ..plan.candidates import candidates, panel_dir, record_path, timing_path
+from ..plan.config import StudySpec
+from ..records.store import build_manifest, read_record, stale_link, timing_frames_differ, write_manifest, write_record
+from ..records.types import GenerationRecord, Manifest, TimingRecord
+from ..records.vouch import vouch
 
 # Lazy on purpose: torch is imported inside the functions that time on the device: the driver imports this
 # module without it.

@@ -1,0 +1,423 @@
+"""One cell's inference: a test of "mean = mu" for any mu, the interval that inverts it,
+multiplicity across a study's family of cells, and the verdict read from both.
+
+A cell is one (arm, metric): its per-prompt values ``x`` (treatment - control, or an FR
+metric's value against control), one per prompt.
+
+The test (``Cell.p``) is the max-p union of Student's t and Hall's (1992) skew-corrected t
+(``g(T) = T + a T^2 + a^2 T^3 / 3 + a / 2``, ``a = 1.5 G1 / (3 sqrt(n))``, G1 the
+bias-adjusted sample skewness; ``g`` is monotone, so it inverts in closed form), joined by
+the exact sign-flip permutation test (Monte Carlo beyond ``resamples`` sign vectors, the
+observed one counted) when the values are quantised (zero spread, or half the prompts or
+more on one value) or there are at most 5 prompts. Its p is the largest of its parts, so
+it rejects only when all of them do: its false-positive rate is at most the smallest of
+theirs. t holds for roughly normal and heavy-tailed values; Hall's t for skewed ones
+(factor 1.5 on G1: from 7-30 values G1 averages 0.8-1.4 for a population skewness of 2, so
+the plain estimate under-corrects); the sign-flip test is exact for symmetric values at any
+n and never lets p fall below 2 / 2^n, so zero or quantised spread never reads as proof. At
+5 prompts or fewer no shape can be checked from the data, so only what the sign-flip test
+allows is claimed. The interval (``Cell.interval``) is every mu the test does not reject:
+the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
+stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
+
+Zero spread gives no interval (an interval needs spread; the exact sign-flip p says only
+that the sign is consistent), and where the sign-flip test is part of the union but cannot
+reach the level at this n the interval is unbounded (``None`` bounds, with the reason).
+
+Imports without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import StatsError
+
+PROCEDURE = ("max-p union of Student t and Hall's skew-corrected t, joined by the exact sign-flip permutation test "
+             "for quantised values or at most 5 prompts (p = the largest; interval = every mean none rejects)")
+SKEW_FACTOR = 1.5
+"""Hall's correction uses SKEW_FACTOR * G1: G1 from few values underestimates a skewed
+population's skewness (benchmarks; config/README.md)."""
+SIGNFLIP_ALWAYS_UP_TO = 5
+"""At this many prompts or fewer the sign-flip test is always part of the union."""
+SKEW_CHECKED = 2.0
+"""|skewness| up to which the procedure's coverage and false-positive rate were measured
+to hold at 7-30 prompts (BENCHMARKS.md); a cell beyond it is flagged."""
+SD_UPPER_CONFIDENCE = 0.8
+"""One-sided confidence of the pilot SD's upper bound used for planning (Browne 1995)."""
+Multiplicity = Literal["holm", "bh"]
+MULTIPLICITY_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+
+
+def signflip_signs(n: int, resamples: int, seed: int) -> np.ndarray:
+    """Sign vectors (k, n) of the sign-flip test: all 2^n while 2^n <= ``resamples``
+    (exact), else the observed all-plus vector and ``resamples`` seeded random ones."""
+    if n <= 30 and 2 ** n <= resamples:
+        return (1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    return np.vstack([np.ones((1, n)), rng.choice([-1.0, 1.0], (resamples, n))])
+
+
+def signflip_min_p(n: int) -> float:
+    """Smallest two-sided p an exact sign-flip test can reach with ``n`` prompts: 2 / 2^n."""
+    return min(1.0, math.ldexp(1.0, 1 - n))  # 2 * 2^-n, exact
+
+
+def skewness(x: np.ndarray) -> float | None:
+    """Bias-adjusted sample skewness G1 (None below 3 values or at zero spread)."""
+    n = len(x)
+    if n < 3:
+        return None
+    m2 = float(np.mean((x - x.mean()) ** 2))
+    if m2 <= 0:
+        return None
+    g1 = float(np.mean((x - x.mean()) ** 3)) / m2 ** 1.5
+    return float(g1 * math.sqrt(n * (n - 1)) / (n - 2))
+
+
+@dataclass
+class Cell:
+    """The test and interval of one cell's per-prompt values ``x`` (1-D)."""
+
+    x: np.ndarray
+    signs: np.ndarray
+    n: int = field(init=False)
+    mean: float = field(init=False)
+    sd: float = field(init=False)
+    skew: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.x = np.asarray(self.x, dtype=np.float64)
+        self.n = len(self.x)
+        self.mean = float(self.x.mean()) if self.n else math.nan
+        self.sd = float(self.x.std(ddof=1)) if self.n > 1 else math.nan
+        self.skew = skewness(self.x)
+
+    @property
+    def flat(self) -> bool:
+        """Zero spread: every value equal (to rounding)."""
+        return self.n > 1 and self.sd <= 1e-12 * max(1.0, abs(self.mean))
+
+    @property
+    def quantised(self) -> bool:
+        """Half the prompts or more share one value (a 0/1 metric, identical videos)."""
+        return self.n >= 2 and bool(quantised(self.x[None, :])[0])
+
+    @property
+    def uses_signflip(self) -> bool:
+        """Whether the sign-flip test is part of this cell's union."""
+        return self.n <= SIGNFLIP_ALWAYS_UP_TO or self.flat or self.quantised
+
+    def _a(self) -> float:
+        return SKEW_FACTOR * (self.skew or 0.0) / (3 * math.sqrt(self.n))
+
+    def p_signflip(self, mu: float) -> float:
+        """Two-sided sign-flip p of "symmetric about mu" (exact or Monte Carlo)."""
+        y = self.x - mu
+        null = np.abs(self.signs @ y)
+        obs = abs(float(y.sum()))
+        return float(np.mean(null >= obs - 1e-9 * float(np.abs(y).sum())))
+
+    def p(self, mu: float) -> float | None:
+        """Two-sided p of "mean = mu" (None below 2 values)."""
+        if self.n < 2:
+            return None
+        return float(union_p(self.x[None, :], mu, self.signs)[0])
+
+    def bounded(self, level: float) -> bool:
+        """Whether the sign-flip test can reject far from the data at ``level``."""
+        far = float(self.x.min() - (np.ptp(self.x) + 1.0))
+        return self.p_signflip(far) < 1 - level
+
+    def interval(self, level: float) -> tuple[float | None, float | None, str | None]:
+        """(low, high, why) at confidence ``level``: every mu the test does not reject.
+        Bounds are None, and ``why`` says so, below 2 values, at zero spread, or where the
+        sign-flip test cannot reject at this n (the interval is then unbounded)."""
+        # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+        from scipy.stats import t as student
+
+        if self.n < 2:
+            return None, None, "no interval: fewer than 2 prompts"
+        if self.flat:
+            return None, None, (f"no interval: every prompt's value is {self.mean:.6g} (zero spread); the exact "
+                                "sign-flip p says only that the sign is consistent")
+        if self.uses_signflip and not self.bounded(level):
+            why = "quantised values" if self.quantised else f"at most {SIGNFLIP_ALWAYS_UP_TO} prompts"
+            return None, None, (f"no bounded interval: with n={self.n} prompts ({why}: the exact sign-flip test "
+                                f"decides) no test can reach p < {1 - level:.3g} (smallest p "
+                                f"{signflip_min_p(self.n):.3g}); add prompts")
+        half = float(student.ppf(1 - (1 - level) / 2, self.n - 1))
+        se = self.sd / math.sqrt(self.n)
+        a = self._a()
+        if abs(a) < 1e-12:
+            hall = (self.mean - half * se, self.mean + half * se)
+        else:
+            def ginv(y: float) -> float:
+                return float((np.cbrt(1 + 3 * a * (y - a / 2)) - 1) / a)
+            hall = (self.mean - ginv(half) * se, self.mean - ginv(-half) * se)
+        lo, hi = min(self.mean - half * se, hall[0]), max(self.mean + half * se, hall[1])
+        if self.uses_signflip:
+            lo = min(lo, self._signflip_edge(float(self.x.min()) - 1e-9 * max(1.0, np.ptp(self.x)), level))
+            hi = max(hi, self._signflip_edge(float(self.x.max()) + 1e-9 * max(1.0, np.ptp(self.x)), level))
+        return lo, hi, None
+
+    def _signflip_edge(self, out: float, level: float) -> float:
+        """Bisection between a rejected ``out`` (beyond the data) and the mean (p = 1) for
+        the outermost mu the sign-flip test still accepts."""
+        inside = self.mean
+        if self.p_signflip(out) >= 1 - level:
+            return out
+        for _ in range(60):
+            mid = (inside + out) / 2
+            if self.p_signflip(mid) >= 1 - level:
+                inside = mid
+            else:
+                out = mid
+        return inside
+
+
+def quantised(x: np.ndarray) -> np.ndarray:
+    """Per row of ``x`` (studies, n): whether half the values or more share one value."""
+    n = x.shape[1]
+    tol = 1e-12 * np.maximum(1.0, np.abs(x).max(axis=1, keepdims=True))
+    most = np.max(np.stack([np.sum(np.abs(x - x[:, [j]]) <= tol, axis=1) for j in range(n)]), axis=0)
+    return np.asarray(2 * most >= n)
+
+
+def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """The union test's two-sided p of "mean = mu" for each row of ``x`` (studies, n >= 2
+    prompts), vectorised (the benchmark runs thousands of studies through it): max(t p,
+    Hall p), and the sign-flip p too for quantised rows or n <= 5; the sign-flip p alone
+    for a row with zero spread."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import t as student
+
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[1]
+    y = x - np.asarray(mu, dtype=np.float64).reshape(-1, 1)
+    obs = np.abs(y.sum(axis=1))
+    p_sf = np.mean(np.abs(y @ signs.T) >= (obs - 1e-9 * np.abs(y).sum(axis=1))[:, None], axis=1)
+    mean, sd = x.mean(axis=1), x.std(axis=1, ddof=1)
+    flat = sd <= 1e-12 * np.maximum(1.0, np.abs(mean))
+    m2 = np.mean((x - mean[:, None]) ** 2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g1 = np.where(m2 > 0, np.mean((x - mean[:, None]) ** 3, axis=1) / m2 ** 1.5, 0.0)
+        skew = g1 * math.sqrt(n * (n - 1)) / (n - 2) if n >= 3 else np.zeros_like(g1)
+        t = np.where(flat, 0.0, math.sqrt(n) * y.mean(axis=1) / sd)  # y's mean is mean - mu
+    a = SKEW_FACTOR * skew / (3 * math.sqrt(n))
+    g = t + a * t * t + a * a * t ** 3 / 3 + a / 2
+    p = np.maximum(2 * student.sf(np.abs(t), n - 1), 2 * student.sf(np.abs(g), n - 1))
+    with_sf = np.maximum(p, p_sf)
+    if n > SIGNFLIP_ALWAYS_UP_TO:
+        with_sf = np.where(quantised(x), with_sf, p)
+    return np.asarray(np.where(flat, p_sf, with_sf), dtype=np.float64)
+
+
+def family_levels(pvalues: list[float], alpha: float, method: Multiplicity) -> tuple[list[float], list[float]]:
+    """Adjusted p-values and each cell's adjusted significance level, so that a cell's
+    adjusted p < ``alpha`` exactly when its raw p < its level, and its interval at
+    confidence 1 - level excludes the null value exactly then.
+
+    Holm (step-down, family-wise error): a rejected cell of rank r gets alpha / (m - r + 1);
+    the others get the level at which the procedure stopped. Benjamini-Hochberg (false
+    discovery rate): every cell gets R alpha / m, R the number rejected (at least 1), the
+    false-coverage-rate intervals of Benjamini and Yekutieli (2005)."""
+    m = len(pvalues)
+    if m == 0:
+        return [], []
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    if method == "holm":
+        running = 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (m - rank) * pvalues[i]))
+            adjusted[i] = running
+        rank_of = {i: rank for rank, i in enumerate(order)}
+        stop = next((rank for rank, i in enumerate(order) if adjusted[i] >= alpha), m)  # first not rejected
+        return adjusted, [alpha / (m - min(rank_of[i], stop)) for i in range(m)]
+    if method == "bh":
+        running = 1.0
+        for rank in range(m - 1, -1, -1):
+            i = order[rank]
+            running = min(running, pvalues[i] * m / (rank + 1))
+            adjusted[i] = min(1.0, running)
+        rejected = sum(p < alpha for p in adjusted)
+        return adjusted, [max(rejected, 1) * alpha / m] * m
+    raise StatsError(f"unknown multiplicity procedure {method!r}; stats/multiplicity is holm or bh")
+
+
+def sd_upper(sd: float, n: int, confidence: float = SD_UPPER_CONFIDENCE) -> float:
+    """One-sided upper confidence bound of a standard deviation estimated from ``n`` values
+    (chi-square with n - 1 df): the true SD is below it with probability ``confidence``."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import chi2
+
+    return sd * math.sqrt((n - 1) / float(chi2.ppf(1 - confidence, n - 1)))
+
+
+def variance_split(values: dict[tuple[str, int], float]) -> tuple[float | None, float | None, float]:
+    """Split the variance of a per-prompt mean into prompts and seeds (one-way random
+    effects, method of moments): (prompt variance, seed variance of a per-prompt mean over
+    its seeds, mean seeds per prompt). None where it cannot be split (one seed per prompt,
+    or fewer than 2 prompts)."""
+    by: dict[str, list[float]] = {}
+    for (prompt, _seed), v in sorted(values.items()):
+        by.setdefault(prompt, []).append(v)
+    k = float(np.mean([len(v) for v in by.values()]))
+    within = [np.var(v, ddof=1) for v in by.values() if len(v) > 1]
+    if len(by) < 2 or not within:
+        return None, None, k
+    seed_var = float(np.mean(within)) / k
+    between = float(np.var([np.mean(v) for v in by.values()], ddof=1))
+    return max(0.0, between - seed_var), seed_var, k
+
+
+def _power(crit: Any, df: Any, nc: Any) -> Any:
+    """Two-sided t-test power, P(|T| > crit) for T noncentral t(df, nc >= 0). The lower
+    tail is below 1e-9 wherever scipy's nct.cdf returns NaN (far into it), so NaN reads 0."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import nct
+
+    return nct.sf(crit, df, nc) + np.nan_to_num(nct.cdf(-crit, df, nc), nan=0.0)
+
+
+def required_prompts(sd: float, effect: float, level: float, power: float, limit: int = 100_000) -> int | None:
+    """Prompts a two-sided paired t-test at ``1 - level`` needs to detect a true mean
+    difference ``effect`` with probability ``power``, given a per-prompt standard
+    deviation ``sd`` (exact, from the noncentral t distribution). None beyond ``limit``.
+    The union test (``Cell``) rejects only when its t test does, so it needs at least this."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import t as student
+
+    if effect == 0:
+        raise StatsError("an effect of 0 cannot be detected; give the smallest difference that matters "
+                         "(stats/margins in the config)")
+    if sd == 0:
+        return 2
+    start = 2
+    while start <= limit:  # power rises with n: search in growing blocks, not all of 2..limit at once
+        n = np.arange(start, min(limit, 4 * start + 256) + 1)
+        crit = student.ppf(1 - (1 - level) / 2, n - 1)
+        hit = np.nonzero(_power(crit, n - 1, abs(effect) / sd * np.sqrt(n)) >= power)[0]
+        if hit.size:
+            return int(n[hit[0]])
+        start = int(n[-1]) + 1
+    return None
+
+
+def detectable_effect(sd: float, n: int, level: float, power: float) -> float | None:
+    """Smallest true |mean difference| the paired t-test detects with probability
+    ``power`` at ``n`` prompts and per-prompt standard deviation ``sd``."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.optimize import brentq
+    from scipy.stats import t as student
+
+    if n < 2:
+        return None
+    if sd == 0:
+        return 0.0
+    crit = student.ppf(1 - (1 - level) / 2, n - 1)
+
+    def gap(d: float) -> float:
+        nc = d / sd * math.sqrt(n)
+        return float(_power(crit, n - 1, nc)) - power
+
+    hi = sd * (crit + 1.0) / math.sqrt(n)
+    while gap(hi) < 0:  # power rises with the effect; widen until the bracket holds it
+        hi *= 2
+    return float(brentq(gap, 0.0, hi))
+
+
+def min_prompts(alpha: float, quantised: bool) -> int:
+    """Fewest prompts at which the union test can reject at ``alpha`` at all: where the
+    sign-flip test is part of it (quantised values, or up to 5 prompts), 2 / 2^n < alpha."""
+    n = 2
+    while signflip_min_p(n) >= alpha and (quantised or n <= SIGNFLIP_ALWAYS_UP_TO):
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a cell asks, in the metric's direction (``sign`` +1: higher is better).
+    ``difference``: is the mean difference 0? ``margin``: is the loss inside ``margin``
+    (non-inferior), both bounds inside +-margin (equivalent), or beyond it (inferior)?
+    ``floor``: does an FR metric's value clear ``floor`` (a minimum for higher-is-better
+    metrics, a maximum otherwise)?"""
+
+    kind: Literal["difference", "margin", "floor"]
+    sign: int
+    margin: float = 0.0
+    floor: float = 0.0
+
+    @property
+    def null(self) -> float:
+        """The value the cell's primary hypothesis (the one in the family) tests."""
+        return {"difference": 0.0, "margin": -self.sign * self.margin, "floor": self.floor}[self.kind]
+
+    @property
+    def hypothesis(self) -> str:
+        return {"difference": "mean difference = 0",
+                "margin": f"loss = margin {self.margin:g} (non-inferiority)",
+                "floor": f"mean value = floor {self.floor:g}"}[self.kind]
+
+
+def _decide_in(cell: Cell, distance: float, alpha: float, power: float) -> str:
+    """How many prompts would likely settle an inconclusive cell."""
+    if distance == 0 or not cell.sd > 0:
+        return "the estimate sits on the boundary; no prompt count is likely to decide it"
+    need = required_prompts(cell.sd, distance, 1 - alpha, power)
+    if need is not None:
+        need = max(need, min_prompts(alpha, cell.quantised))
+    return (f"about {need} prompts would decide it ({power:.0%} power if the true value is the estimate)"
+            if need is not None else "over 100000 prompts would be needed; the estimate sits near the boundary")
+
+
+def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, str, list[float]]:
+    """(word, detail, rests on) for one cell at its family-adjusted significance
+    ``alpha``, read from the union test (so from the interval at 1 - alpha, which is every
+    mu it accepts); "rests on" lists the null values whose tests decided the word (the p
+    printed beside it is the largest of their adjusted p-values)."""
+    if cell.n < 2:
+        return "no test", "fewer than 2 prompts: no interval and no test; add prompts", []
+
+    def rejects(mu: float) -> bool:
+        p = cell.p(mu)
+        return p is not None and p < alpha
+
+    e = q.sign * (cell.mean - (q.floor if q.kind == "floor" else 0.0))  # estimate, better-direction units
+    flat = (f"every prompt's value is {cell.mean:.4g} (zero spread): an interval needs spread, and the sign-flip "
+            "test says only that the sign is consistent")
+    if q.kind == "difference":
+        if rejects(0.0):
+            word = "better" if e > 0 else "worse"
+            return word, f"treatment {word} than control" + (f"; {flat}" if cell.flat else ""), [0.0]
+        if cell.flat:
+            return "no detectable difference", f"no detectable difference at n={cell.n}; {flat}", [0.0]
+        d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
+        return "no detectable difference", (f"no detectable difference at n={cell.n}; the smallest detectable "
+                                            f"difference is {d:.3g} ({power:.0%} power); this is not equivalence"),\
+            [0.0]
+    if cell.flat:
+        return "inconclusive", flat, [q.null]
+    if q.kind == "floor":
+        if rejects(q.floor):
+            return ("meets floor" if e > 0 else "misses floor"), (
+                f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}"), [q.floor]
+        return "inconclusive", _decide_in(cell, abs(e), alpha, power), [q.floor]
+    d, loss, gain = q.margin, -q.sign * q.margin, q.sign * q.margin
+    if rejects(loss) and e > -d:
+        if rejects(gain) and e < d:
+            return "equivalent", f"both bounds inside +-{d:g}", [loss, gain]
+        if rejects(0.0) and e > 0:
+            return "superior", f"better than control, and the loss bound is inside the margin {d:g}", [loss, 0.0]
+        return "non-inferior", f"any loss is inside the margin {d:g}", [loss]
+    if rejects(loss):
+        return "inferior", f"the loss exceeds the margin {d:g}", [loss]
+    if rejects(0.0) and e < 0:
+        return "inferior", f"worse than control, and a loss beyond the margin {d:g} is not excluded", [0.0]
+    return "inconclusive", _decide_in(cell, abs(e + d), alpha, power), [loss]

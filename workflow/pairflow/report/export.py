@@ -1,0 +1,150 @@
+"""Tidy export of a results tree: one row per candidate, one per (arm, metric) summary.
+
+``pairflow export results/scratch --format csv|parquet`` writes two tables a researcher
+opens in pandas without reading JSON records:
+
+* ``candidates.<ext>``: one row per candidate (study, panel, prompt id, prompt, seed, arm,
+  candidate id), every metric's value, the timed-pass latency (seconds; empty where the
+  pair was not sampled), the exact compute (``work_flops``: transformer and verifier
+  FLOPs; transformer blocks computed and skipped), and the digests of the generation,
+  score and timing records the row was read from (``xxh3_128:<hex>``);
+* ``summary.<ext>``: one row per (arm, metric) from the study statistics, plus one
+  ``speedup`` and one ``compute_ratio`` row per arm, each with the digest of the
+  ``stats.json`` it came from.
+
+Records are read through ``records.read_record`` (self-digest and schema checked), so an
+altered record is refused rather than exported. Parquet needs pyarrow (optional, not a
+dependency); without it the command names the package to install. Imports without torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from ..atomic import write_bytes, write_text
+from ..errors import ConfigError
+from ..identity import digest_file
+from ..layout import Layout
+from ..plan.candidates import candidates, record_path, score_path, timing_path
+from ..plan.config import StudySpec
+from ..records.store import read_record
+
+Format = Literal["csv", "parquet"]
+CANDIDATE_ID_COLUMNS = ("study", "panel", "prompt_id", "seed", "arm", "candidate_id")
+
+
+def candidate_rows(study: StudySpec) -> list[dict[str, Any]]:
+    """One dict per candidate with a generation record, in the study's candidate order.
+    Metric columns are named by the metric; a candidate not scored (or not timed) has
+    empty cells there. Raises RecordError (from ``read_record``) on an altered record."""
+    layout = Layout(study.scratch)
+    rows = []
+    for panel in study.panels:
+        for c in candidates(study, panel):
+            gpath = record_path(layout, c)
+            if not gpath.is_file():
+                continue
+            gen = read_record(gpath, "generation")
+            compute = gen.get("compute") or {}
+            row: dict[str, Any] = {
+                "study": study.study, "panel": panel.name, "prompt_id": c.key.prompt_id, "seed": c.key.seed,
+                "arm": c.arm.name, "candidate_id": c.key.candidate_id, "prompt": c.prompt.text,
+                "video": gen["video"]["path"],
+                "work_flops": compute.get("work_flops"), "blocks_computed": compute.get("blocks_computed"),
+                "blocks_skipped": compute.get("blocks_skipped"),
+                "generation_record_digest": gen.get("record_digest")}
+            spath = score_path(layout, c)
+            if spath.is_file():
+                sc = read_record(spath, "score")
+                row.update({name: entry["value"] for name, entry in sorted(sc["scores"].items())})
+                row["score_record_digest"] = sc.get("record_digest")
+            tpath = timing_path(layout, c)
+            if tpath.is_file():
+                tm = read_record(tpath, "timing")
+                row["latency_s"] = tm["timing"].get("latency_s")
+                row["timing_record_digest"] = tm.get("record_digest")
+            rows.append(row)
+    return rows
+
+
+def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
+    """One dict per (arm, metric) of ``stats.json``, plus each arm's speedup and compute
+    ratio, each carrying the file's digest. Empty when the statistics are not written yet."""
+    if not stats_path.is_file():
+        return []
+    stats = json.loads(stats_path.read_text())
+    digest = digest_file(stats_path)
+    rows: list[dict[str, Any]] = []
+    for c in stats["comparisons"]:
+        base = {"arm": c["treatment"], "n_prompts": c["n_prompts"], "n_pairs": c["n_pairs"],
+                "level": stats["level"], "stats_digest": digest}
+        sp = c["speedup"]
+        rows.append({**base, "metric": "speedup", "estimate": sp["geomean"], "ci_low": sp["ci"][0],
+                     "ci_high": sp["ci"][1]})
+        if c.get("compute"):
+            cp = c["compute"]
+            rows.append({**base, "metric": "compute_ratio", "estimate": cp["ratio"], "ci_low": cp["ci"][0],
+                         "ci_high": cp["ci"][1]})
+        for m in c["metrics"]:
+            point = m["diff"] if m.get("diff") is not None else m.get("treatment_mean")
+            rows.append({**base, "metric": m["metric"], "kind": m["kind"], "higher_is_better": m["higher_is_better"],
+                         "estimate": point, "ci_low": m["ci"][0], "ci_high": m["ci"][1],
+                         "control_mean": m.get("control_mean"), "treatment_mean": m.get("treatment_mean"),
+                         "p_value": m.get("p_value"), "p_adjusted": m.get("p_adjusted"),
+                         "verdict": m.get("verdict"), "verdict_detail": m.get("verdict_detail"),
+                         "p_verdict": m.get("p_verdict"), "wins": m.get("wins"), "ties": m.get("ties"),
+                         "losses": m.get("losses")})
+    return rows
+
+
+def _columns(rows: Sequence[dict[str, Any]], first: Sequence[str]) -> list[str]:
+    seen = list(first)
+    for r in rows:
+        seen += [k for k in r if k not in seen]
+    return seen
+
+
+def _csv(rows: Sequence[dict[str, Any]], columns: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r[k]) for k in columns})
+    return buf.getvalue()
+
+
+def _parquet(rows: Sequence[dict[str, Any]], columns: list[str]) -> bytes:
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]  # optional: only --format parquet needs it
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError as e:
+        raise ConfigError("--format parquet needs the pyarrow package, which is not installed here; install it "
+                          "(pip install pyarrow) or export with --format csv") from e
+    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in rows])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def export(study: StudySpec, out: Path, fmt: Format) -> list[Path]:
+    """Write ``candidates.<fmt>`` and ``summary.<fmt>`` under ``out`` (atomically);
+    returns their paths. Raises ConfigError when ``fmt`` is parquet and pyarrow is missing,
+    before anything is written."""
+    cand = candidate_rows(study)
+    summ = summary_rows(Layout(study.scratch).study_stats)
+    tables = {"candidates": (cand, _columns(cand, CANDIDATE_ID_COLUMNS)),
+              "summary": (summ, _columns(summ, ("arm", "metric")))}
+    encoded: dict[Path, str | bytes] = {}
+    for name, (rows, cols) in tables.items():
+        encoded[out / f"{name}.{fmt}"] = _csv(rows, cols) if fmt == "csv" else _parquet(rows, cols)
+    for path, data in encoded.items():
+        if isinstance(data, str):
+            write_text(path, data)
+        else:
+            write_bytes(path, data)
+    return list(encoded)

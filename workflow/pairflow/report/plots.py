@@ -1,0 +1,351 @@
+"""Report figures, drawn with matplotlib's Agg backend (no display needed).
+
+Each figure is made from the statistics JSON and the records it was computed from, and
+carries a caption line naming the statistics file and its xxh3 digest (that file lists
+the manifest roots of every record behind it), so a figure resolves to its evidence.
+Tick labels that would overlap are thinned before saving (``_thin_tick_labels``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..atomic import atomic_path
+from ..records.types import ScoreRecord, StudyStats, TimingRecord
+from .table import UNITS, direction
+
+# Lazy on purpose: matplotlib is imported inside the functions that draw (about a second): only the plot rule
+# needs it.
+
+
+def _agg() -> None:
+    """Select the Agg backend (no display needed) before pyplot is imported."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    return bool(a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
+
+
+def _thin_tick_labels(fig: Any) -> None:
+    """Hide tick labels that would overlap a label already kept on the same axis (major
+    labels first, then minor ones, each in axis order), so ticks never collide whatever
+    the data's range. Matplotlib has no such option; its locators only estimate spacing."""
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            kept: list[Any] = []
+            for labels in (axis.get_majorticklabels(), axis.get_minorticklabels()):
+                shown = [lb for lb in labels if lb.get_visible() and lb.get_text()]
+                for lb in shown:
+                    box = lb.get_window_extent(renderer)
+                    if any(_overlaps(box, k) for k in kept):
+                        lb.set_visible(False)
+                    else:
+                        kept.append(box)
+
+
+def _save(fig: Any, out: Path, caption: str = "") -> None:
+    if caption:
+        fig.text(0.0, 0.0, caption, fontsize=6, color="dimgrey", ha="left", va="top")
+    _thin_tick_labels(fig)
+    with atomic_path(Path(out)) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    _agg()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _err(point: float, ci: list[float | None]) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bar around ``point`` for interval ``ci`` (None: no interval)."""
+    lo, hi = ci
+    return None if lo is None or hi is None else [[point - lo], [hi - point]]
+
+
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255", "#999933")
+"""Okabe-Ito's colour-blind-safe colours (then two of Tol's), one per treatment arm in order."""
+CONTROL_COLOUR = "#444444"
+
+
+def arm_colours(arms: Sequence[str]) -> dict[str, str]:
+    """One colour per arm, the same in every figure and in the gallery: control dark grey,
+    the treatments in name order through ``PALETTE`` (repeating past eight), so the colour
+    does not depend on where the arm list came from (config or a recorded snapshot)."""
+    treatments = sorted(a for a in arms if a != "control")
+    return {"control": CONTROL_COLOUR, **{a: PALETTE[i % len(PALETTE)] for i, a in enumerate(treatments)}}
+
+
+def _colours(arms: Sequence[str], given: dict[str, str] | None) -> dict[str, str]:
+    return {**arm_colours(arms), **(given or {})}
+
+
+def unit(name: str) -> str:
+    """`` (dB)`` for a metric with a unit (``table.UNITS``), else empty."""
+    return f" ({UNITS[name]})" if name in UNITS else ""
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    """Log-axis ticks written as plain numbers (0.5, 1, 2), never ``2x10^0``: majors at
+    1, 2 and 5 per decade, no minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def forest_title(stats: StudyStats, name: str) -> str:
+    """A forest panel's title: what is plotted and which way is better (a lower-is-better
+    metric improves to the left of 0)."""
+    ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
+    better = direction(ms[0]["higher_is_better"])
+    if any(m["kind"] == "NR" for m in ms):
+        side = "right" if ms[0]["higher_is_better"] else "left"
+        return f"{name}: treatment − control\n({better}: better to the {side} of 0)"
+    return f"{name} vs control (value; {better})"
+
+
+def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
+    """Speedup with its interval (first panel, log scale), then each metric's paired
+    difference (NR metrics) or value (FR metrics) with its interval at the cell's
+    family-adjusted level, the verdict beside each point, and the declared margin (dotted,
+    ±) or floor (dotted) the verdict was read against; one row and one colour per arm."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    comps = stats["comparisons"]
+    col = _colours([c["treatment"] for c in comps], colours)
+    names = sorted({m["metric"] for c in comps for m in c["metrics"]})
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(3.6 * (len(names) + 1), 1.6 + 0.5 * len(comps)),
+                             squeeze=False)
+    ax = axes[0][0]
+    for i, c in enumerate(comps):
+        sp = c["speedup"]
+        ax.errorbar([sp["geomean"]], [i], xerr=_err(sp["geomean"], sp["ci"]), fmt="o", capsize=4,
+                    color=col[c["treatment"]])
+    ax.axvline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
+    ax.set_title("speedup (control / treatment latency)\n(higher is faster: right of 1)", fontsize=9)
+    ax.set_xlabel("speedup (×, log scale)", fontsize=8)
+    ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
+    for ax, name in zip(axes[0][1:], names, strict=True):
+        ms = [m for c in comps for m in c["metrics"] if m["metric"] == name]
+        kind = ms[0]["kind"] if ms else "NR"
+        for i, c in enumerate(comps):
+            m = next((m for m in c["metrics"] if m["metric"] == name), None)
+            point = None if m is None else m["diff"] if m["diff"] is not None else m["treatment_mean"]
+            if m is None or point is None:
+                continue
+            ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
+            ax.annotate(m.get("verdict") or "", (point, i), fontsize=6, xytext=(0, 5), textcoords="offset points",
+                        ha="center", color=col[c["treatment"]])
+        ax.set_title(forest_title(stats, name), fontsize=9)
+        if any(m["kind"] == "NR" for m in ms):
+            ax.axvline(0, color="grey", lw=0.8, ls="--")
+        margin = next((m["margin"] for m in ms if m.get("margin")), None)
+        floor = next((m["floor"] for m in ms if m.get("floor") is not None), None)
+        for x in ([-margin, margin] if margin else []) + ([floor] if floor is not None else []):
+            ax.axvline(x, color="tab:red", lw=0.8, ls=":")
+        ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=8)
+        ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
+    for ax in axes[0]:
+        ax.set_ylim(-0.6, len(comps) - 0.2)  # room above the top row for its verdict label
+        for lb in ax.get_yticklabels():
+            lb.set_color(col.get(lb.get_text(), "black"))
+    fig.suptitle("Paired estimates per arm; intervals at each cell's family-adjusted level; dotted: margin or floor",
+                 fontsize=10, y=1.04)
+    fig.tight_layout()
+    _save(fig, out, caption)
+
+
+def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = "",
+            colours: dict[str, str] | None = None) -> None:
+    """Paired latency: per treatment, one line per (panel, prompt, seed) joining the control
+    video's timed latency to the treatment's (log scale, so equal ratios look equal), with
+    each arm's median marked. The pairing is what the speedup is computed over."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    lat: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
+    for r in timing_records:
+        c = r["candidate"]
+        seconds = r["timing"]["latency_s"]
+        if seconds is None:  # a pair outside the timing/pairs sample
+            continue
+        lat[r["arm"]["name"]][(c["panel"], c["prompt_id"], int(c["seed"]))] = seconds
+    treatments = sorted(a for a in lat if a != "control")
+    col = _colours(treatments, colours)
+    fig, axes = plt.subplots(1, max(1, len(treatments)), figsize=(2.6 * max(1, len(treatments)) + 0.6, 3.4),
+                             squeeze=False, sharey=True)
+    for ax, arm in zip(axes[0], treatments, strict=False):
+        pairs = sorted(k for k in lat[arm] if k in lat["control"])
+        ctrl = np.array([lat["control"][k] for k in pairs])
+        treat = np.array([lat[arm][k] for k in pairs])
+        for a, b in zip(ctrl, treat, strict=True):
+            ax.plot([0, 1], [a, b], color=col[arm], alpha=0.55, lw=0.9, marker="o", ms=3, ls="-" if b < a else ":")
+        if pairs:
+            ax.plot([0, 1], [np.median(ctrl), np.median(treat)], color="black", lw=2.2, marker="D", ms=6,
+                    label="median")
+            ratio = float(np.exp(np.mean(np.log(ctrl / treat))))
+            ax.set_title(f"control → {arm}\n{len(pairs)} pairs, geo-mean speedup {ratio:.2f}x", fontsize=9)
+        ax.set_xticks([0, 1], ["control", arm])
+        ax.set_xlim(-0.3, 1.3)
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
+        ax.get_xticklabels()[1].set_color(col[arm])
+    axes[0][0].set_ylabel("timed latency per video (s, log scale)")
+    fig.suptitle("Paired latency from the exclusive timed pass (solid: treatment faster, dotted: slower)",
+                 fontsize=10, y=1.02)
+    fig.tight_layout()
+    _save(fig, out, caption)
+
+
+def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
+            colours: dict[str, str] | None = None) -> None:
+    """Control value against treatment value, per no-reference metric and pair."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    table: dict[str, dict[tuple[str, str, int], dict[str, float]]] = defaultdict(dict)
+    kinds: dict[str, str] = {}
+    better: dict[str, bool] = {}
+    for r in score_records:
+        key = (r["candidate"]["panel"], r["candidate"]["prompt_id"], int(r["candidate"]["seed"]))
+        for name, s in r["scores"].items():
+            kinds[name] = s["spec"]["kind"]
+            better[name] = s["spec"]["higher_is_better"]
+            table[name].setdefault(key, {})[r["arm"]["name"]] = s["value"]
+    names = sorted(n for n, k in kinds.items() if k == "NR")
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(3.4 * max(1, len(names)), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
+        rows = table[name].values()
+        arms = sorted({a for row in rows for a in row if a != "control"})
+        for arm in arms:
+            pts = [(row["control"], row[arm]) for row in rows if "control" in row and arm in row]
+            ax.scatter(*zip(*pts, strict=True), s=12, label=arm, color=_colours(arms, colours)[arm])
+        lo, hi = ax.get_xlim()
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
+        ax.set_xlabel(f"control{unit(name)}")
+        ax.set_ylabel(f"treatment{unit(name)}")
+        ax.set_title(f"{name} ({'above' if better[name] else 'below'} the diagonal: treatment better)", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # never over points
+    _save(fig, out, caption)
+
+
+def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
+               colours: dict[str, str] | None = None) -> None:
+    """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
+    per-prompt value for FR metrics."""
+    _agg()
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    vals: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    control: dict[tuple[str, str, str, int], float] = {}
+    kinds: dict[str, str] = {}
+    better: dict[str, bool] = {}
+    for r in score_records:
+        c = r["candidate"]
+        for name, s in r["scores"].items():
+            kinds[name] = s["spec"]["kind"]
+            better[name] = s["spec"]["higher_is_better"]
+            if r["arm"]["name"] == "control":
+                control[(name, c["panel"], c["prompt_id"], int(c["seed"]))] = s["value"]
+    for r in score_records:
+        c, arm = r["candidate"], r["arm"]["name"]
+        if arm == "control":
+            continue
+        for name, s in r["scores"].items():
+            base = 0.0 if kinds[name] == "FR" else control[(name, c["panel"], c["prompt_id"], int(c["seed"]))]
+            vals[name][arm][f"{c['panel']}/{c['prompt_id']}"]["v"].append(s["value"] - base)
+    names = sorted(vals)
+    prompts = sorted({p for n in names for a in vals[n] for p in vals[n][a]})
+    # One shared prompt axis, labelled once at the bottom, vertically: its width grows
+    # with the prompts (about 0.28 in each) and its height with the longest label, so
+    # labels never overlap each other or the bars.
+    label_in = 0.075 * max((len(p) for p in prompts), default=0)
+    fig, axes = plt.subplots(len(names), 1, figsize=(max(8.0, 0.28 * len(prompts) + 2.5),
+                                                     2.2 * len(names) + label_in), squeeze=False, sharex=True)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        arms = sorted(vals[name])
+        width = 0.8 / max(1, len(arms))
+        for j, arm in enumerate(arms):
+            ys = [float(np.mean(vals[name][arm][p]["v"])) if p in vals[name][arm] else np.nan for p in prompts]
+            ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm, color=_colours(arms, colours)[arm])
+        ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=90, fontsize=7)
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        what = 'value' if kinds[name] == 'FR' else 'treatment − control'
+        ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better)", fontsize=9)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel(("Δ" if kinds[name] == "NR" else "value") + unit(name), fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar
+    fig.tight_layout()
+    _save(fig, out, caption)
+
+
+def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
+    """Quality against cost per arm: for each metric, the paired difference [CI] (FR
+    metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
+    measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
+    Arms without compute counts are left out of the top row."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    names = sorted({m["metric"] for c in stats["comparisons"] for m in c["metrics"]}) or ["(no metric)"]
+    col = _colours([c["treatment"] for c in stats["comparisons"]], colours)
+    fig, axes = plt.subplots(2, len(names), figsize=(3.8 * len(names), 6.4), squeeze=False)
+    for j, name in enumerate(names):
+        for row, what in enumerate(("compute", "speedup")):
+            ax = axes[row][j]
+            nr = False
+            for c in stats["comparisons"]:
+                m = next((m for m in c["metrics"] if m["metric"] == name), None)
+                compute = c["compute"]
+                x = ((compute["ratio"], compute["ci"]) if compute else None) if what == "compute" else (
+                    c["speedup"]["geomean"], c["speedup"]["ci"])
+                if m is None or x is None:
+                    continue
+                nr = nr or m["kind"] == "NR"
+                point = m["diff"] if m["diff"] is not None else m["treatment_mean"]
+                if point is None:  # an FR metric whose every pair is identical to control
+                    continue
+                xv, xci = x
+                ax.errorbar([xv], [point], xerr=_err(xv, xci), yerr=_err(point, m["ci"]), fmt="o", capsize=3,
+                            color=col[c["treatment"]])
+                ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                            color=col[c["treatment"]])
+            if nr:
+                ax.scatter([1.0], [0.0], marker="s", color="black")
+                ax.annotate("control", (1.0, 0.0), fontsize=7, xytext=(3, -9), textcoords="offset points")
+                ax.axhline(0, color="grey", lw=0.8, ls="--")
+            ax.set_xscale("log")
+            _plain_log_ticks(ax.xaxis)
+            ax.tick_params(axis="x", which="both", labelsize=7)
+            ax.set_xlabel("compute ratio (× control FLOPs, log scale)" if what == "compute"
+                          else "measured speedup (×, log scale)", fontsize=8)
+            ax.set_ylabel(("Δ " if nr else "value ") + name + unit(name), fontsize=8)
+            ax.set_title(_pareto_title(stats, name, nr), fontsize=8)
+    fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
+    fig.tight_layout()
+    _save(fig, out, caption)
+
+
+def _pareto_title(stats: StudyStats, name: str, nr: bool) -> str:
+    """A Pareto panel's title: the metric, what its axis shows and which way is better."""
+    ms = [m for c in stats["comparisons"] for m in c["metrics"] if m["metric"] == name]
+    if not ms:
+        return name
+    better = direction(ms[0]["higher_is_better"])
+    if nr:
+        return f"{name}: treatment − control\n({better}: better {'above' if ms[0]['higher_is_better'] else 'below'} 0)"
+    return f"{name} vs control (value; {better})"

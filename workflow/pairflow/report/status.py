@@ -1,0 +1,158 @@
+"""``pairflow status``: how far a study has got, read from the files its jobs write.
+
+Read-only and lock-free, so it is safe beside running jobs on a cluster's shared file
+system: it lists files and reads small JSON ones, never takes a panel lock and never
+deep-verifies (that is ``pairflow verify``). Per panel and stage it reports:
+
+* done/total: outputs present under their final names (an interrupted write's ``.tmp-*``
+  never counts) against what the config implies;
+* rate and time left: from the modification times of the outputs finished in the last
+  ``RATE_WINDOW_S`` seconds (none recent: the stage is idle, no estimate);
+* failures: failure records left by tasks that failed after their retries;
+* slots: workers whose heartbeat (rewritten as their task reports progress) moved in the
+  last ``fleet.ACTIVE_S`` seconds (a job is running now), and the busy share of the
+  stage's last finished job (its telemetry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..fleet.pool import ACTIVE_S
+from ..layout import Layout
+from ..plan.candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path, timing_path
+from ..plan.config import StudySpec
+
+RATE_WINDOW_S = 600.0
+"""Outputs finished within this many seconds of the newest one set the rate."""
+STAGES = ("generate", "score", "timing")
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    """One panel's progress in one stage (times in seconds, rate in outputs per second)."""
+
+    panel: str
+    stage: str
+    done: int
+    total: int
+    failures: int
+    rate_per_s: float | None
+    left_s: float | None
+    active_slots: int
+    busy_share: float | None
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+
+def _mtimes(paths: Iterable[Path]) -> list[float]:
+    out = []
+    for p in paths:
+        try:
+            out.append(p.stat().st_mtime)
+        except OSError:  # not written yet, or being replaced right now
+            continue
+    return sorted(out)
+
+
+def _rate(mtimes: list[float], now: float) -> float | None:
+    """Outputs per second over the recent ones; None when fewer than two finished in the
+    last ``RATE_WINDOW_S`` seconds (idle, or too early to say)."""
+    recent = [t for t in mtimes if t >= now - RATE_WINDOW_S]
+    if len(recent) < 2 or recent[-1] <= recent[0]:
+        return None
+    return (len(recent) - 1) / (recent[-1] - recent[0])
+
+
+def _active_slots(beat_dir: Path, now: float) -> int:
+    return sum(1 for t in _mtimes(p for p in beat_dir.glob("*.json") if not p.name.startswith("."))
+               if now - t <= ACTIVE_S)
+
+
+def _busy_share(path: Path) -> float | None:
+    try:
+        slots = json.loads(path.read_text())["slots"]
+    except (OSError, ValueError, KeyError):
+        return None
+    window = sum(v["window_s"] for v in slots.values())
+    return sum(v["busy_s"] for v in slots.values()) / window if window else None
+
+
+def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus]:
+    """Progress of every panel and stage of ``study``, in config order."""
+    now = time.time() if now is None else now
+    out = []
+    for panel in study.panels:
+        cands = candidates(study, panel)
+        layout = Layout(study.scratch)
+        outputs = {"generate": [record_path(layout, c) for c in cands],
+                   "score": [score_path(layout, c) for c in cands],
+                   "timing": [timing_path(layout, c) for c in cands]}
+        for stage in STAGES:
+            paths = outputs[stage]
+            beat_dir, telemetry = _job_files(study, panel.name, stage)
+            mtimes = _mtimes(paths)
+            rate = _rate(mtimes, now)
+            left = len(paths) - len(mtimes)
+            failures = sum(1 for c in cands if failure_path(layout, c, stage).exists())
+            out.append(StageStatus(
+                panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
+                rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
+                active_slots=_active_slots(beat_dir, now), busy_share=_busy_share(telemetry)))
+    return out
+
+
+def _job_files(study: StudySpec, panel: str, stage: str) -> tuple[Path, Path]:
+    """The heartbeat folder and telemetry record of the job that runs ``panel``'s ``stage``:
+    under ``fleet.panel_jobs: combined`` both stages report their one job's slots; under
+    ``fleet.allocation: study`` every panel reports the study-wide job's."""
+    layout = Layout(study.scratch)
+    if study.fleet.allocation == "study" and stage != "timing":
+        return layout.fleet_run_dir / "heartbeats", layout.fleet_telemetry
+    return (layout.run_dir(panel, job_stage(study, stage)) / "heartbeats",
+            telemetry_path(layout, panel, job_stage(study, stage)))
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def render(rows: list[StageStatus], study: StudySpec) -> str:
+    """A fixed-width table, one line per panel and stage, and a summary line."""
+    head = f"{'panel':<16} {'stage':<9} {'done/total':>11} {'rate/min':>9} {'left':>8} {'failed':>6} " \
+           f"{'slots':>5} {'busy':>6}"
+    lines = [f"study {study.study} ({study.scratch})", head]
+    for r in rows:
+        lines.append(
+            f"{r.panel:<16} {r.stage:<9} {f'{r.done}/{r.total}':>11} "
+            f"{(f'{r.rate_per_s * 60:.1f}' if r.rate_per_s and not r.finished else '-'):>9} "
+            f"{('done' if r.finished else _duration(r.left_s)):>8} "
+            f"{r.failures:>6} {r.active_slots:>5} {(f'{r.busy_share:.0%}' if r.busy_share is not None else '-'):>6}")
+    done, total = sum(r.done for r in rows), sum(r.total for r in rows)
+    failed = sum(r.failures for r in rows)
+    lines.append(f"{done}/{total} outputs ({done / total:.0%})" if total else "nothing to do")
+    if failed:
+        lines.append(f"{failed} failure record(s): see {study.scratch}/panels/<panel>/failures/; "
+                     "a rerun retries them")
+    return "\n".join(lines)
+
+
+def as_dict(rows: list[StageStatus], study: StudySpec, now: float | None = None) -> dict[str, Any]:
+    """``pairflow status --json``: the study, the time read (Unix seconds), one object per
+    panel and stage (``StageStatus``'s fields plus ``finished``) and the totals."""
+    done, total = sum(r.done for r in rows), sum(r.total for r in rows)
+    return {"study": study.study, "scratch": str(study.scratch), "time": time.time() if now is None else now,
+            "stages": [{**dataclasses.asdict(r), "finished": r.finished} for r in rows],
+            "done": done, "total": total, "failures": sum(r.failures for r in rows),
+            "finished": all(r.finished for r in rows)}

@@ -1,0 +1,404 @@
+"""The pipeline's steps as typed functions: the one entry layer every rule script calls
+(each script is a thin adapter: type the config, call one function here).
+
+Map: build model → generate and score panel (per-stage: generate panel, then score panel)
+→ timed pass → study stats → plots → utilisation → archive; replicate panel → repeatability. The heavy stages live in
+``pairflow.stages``; these functions only bind them to the job (its grant, its paths).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..analysis import repeat
+from ..analysis.repeat import replicate_study
+from ..analysis.stats import analyse, noise_flags
+from ..arms import write_arms_check
+from ..atomic import job_start, sweep_temps, write_text
+from ..budget import ledger
+from ..budget.calibrate import calibrate
+from ..budget.estimate import write_estimate
+from ..errors import ConfigError, IntegrityError
+from ..evidence.archive import promote, verify_tree
+from ..fleet.orphans import watch_ancestors
+from ..fleet.sites import grant_from_env
+from ..fleet.sites.slurm import allocation
+from ..fleet.startup import mark
+from ..fleet.telemetry import utilisation as summarise
+from ..fleet.telemetry import utilisation_markdown
+from ..generation.provenance import config_snapshot
+from ..generation.tinymodel import build_tiny_model
+from ..identity import digest_file, digest_obj
+from ..jobenv import cache_env
+from ..layout import Layout
+from ..locks import hold
+from ..plan.candidates import (
+    COMBINED,
+    candidates,
+    job_stage,
+    panel_dir,
+    record_path,
+    score_path,
+    telemetry_path,
+    timing_path,
+)
+from ..plan.config import StudySpec, study_from_raw
+from ..records.store import build_manifest, check_schema, read_record, stale_link, write_manifest
+from ..records.types import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
+from ..report import plots as P
+from ..report.gallery import write_gallery
+from ..report.table import html, markdown
+from ..report.tracker import log_study
+from .combined import run_panel
+from .generation import run_generation
+from .scoring import run_scoring
+from .study import run_study
+from .timing import run_timed_pass
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+
+def log_to(path: Path) -> None:
+    """Send this process's log records to ``path`` (for rule scripts: the rule's log)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("parsl").setLevel(logging.WARNING)  # its INFO lines drown our progress lines
+    _log_uncaught()
+
+
+def _log_uncaught() -> None:
+    """Write an uncaught exception (type, message, traceback) to the log before Python
+    prints it: Snakemake points the user at the rule's log, which must say why."""
+    previous = sys.excepthook
+    if getattr(previous, "pairflow", False):
+        return
+    sys.excepthook = _LoggingHook(previous)
+
+
+class _LoggingHook:
+    """sys.excepthook that logs, then calls the hook it replaced; ``pairflow`` marks it
+    so that a second install is a no-op."""
+
+    pairflow = True
+
+    def __init__(self, previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any]) -> None:
+        self.previous = previous
+
+    def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.previous(kind, exc, tb)
+
+
+Records = tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]
+
+
+def panel_records(study: StudySpec, panels: list[str]) -> Records:
+    """(generation, score, timing) records of the named panels, each self-digest checked
+    and each score and timing record bound to its candidate's current generation record.
+
+    Raises IntegrityError naming the record whose ``generation_record_digest`` is not
+    the current one (it was computed from another generation of the candidate)."""
+    layout = Layout(study.scratch)
+    cs = [c for p in panels for c in candidates(study, study.panel(p))]
+    gen = [read_record(record_path(layout, c), "generation") for c in cs]
+    scores = [read_record(score_path(layout, c), "score") for c in cs]
+    timings = [read_record(timing_path(layout, c), "timing") for c in cs]
+    for where, recs in ((score_path, scores), (timing_path, timings)):
+        for c, g, r in zip(cs, gen, recs, strict=True):
+            why = stale_link(r, g)
+            if why:
+                raise IntegrityError(
+                    f"{where(layout, c)}: {why} ({record_path(layout, c)}); it was computed from another generation "
+                    "of the candidate. Rerun the workflow (snakemake --profile profiles/local): it recomputes "
+                    "records whose generation record changed")
+    return gen, scores, timings
+
+
+def _write_stats(stats: StudyStats, out_json: Path, out_md: Path, title: str,
+                 provenance: dict[str, str]) -> None:
+    """Statistics as JSON, the table as Markdown, and the same table as HTML beside it."""
+    stats = {**stats, "provenance": provenance}
+    check_schema(stats, out_json, "write", name="stats")  # workflow/schemas/stats.schema.yaml
+    write_text(out_json, json.dumps(stats, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    write_text(out_md, markdown(stats, title, provenance))
+    write_text(Path(out_md).with_suffix(".html"), html(stats, title, provenance))
+
+
+def _roots(paths: dict[str, Path]) -> dict[str, str]:
+    return {name: json.loads(Path(p).read_text())["root_digest"] for name, p in paths.items()}
+
+
+def study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
+                out_manifest: Path) -> None:
+    """Statistics over every panel (prompts pooled across panels) and for each panel
+    (``panels/<panel>/stats.json`` and ``table.md``), plus the study manifest binding the
+    panel roots, the statistics and the tables. One job for all panels: a job per panel
+    would add hundreds of Snakemake jobs to a large study's plan for milliseconds of work."""
+    layout = Layout(study.scratch)
+    with hold(Path(out_json).parent, "study statistics"):
+        sweep_temps([Path(out_json).parent, Path(out_manifest).parent]
+                    + [panel_dir(layout, p.name) for p in study.panels], job_start())
+        _study_stats(study, manifests, out_json, out_md, out_manifest)
+
+
+def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, out_md: Path,
+                 out_manifest: Path) -> None:
+    layout = Layout(study.scratch)
+    treatments = [t.name for t in study.treatments]
+    roots = _roots(manifests)
+    by_panel = {p.name: panel_records(study, [p.name]) for p in study.panels}
+    files = []
+    for name, recs in by_panel.items():
+        pdir = panel_dir(layout, name)
+        # A panel's numbers are bound to its own manifests and its own timing records, so
+        # re-timing another panel leaves this panel's statistics byte-identical.
+        prov = {k: v for k, v in roots.items() if k.endswith(f":{name}")}
+        prov[f"timing:{name}"] = digest_obj(sorted(str(r.get("record_digest")) for r in recs[2]))
+        _write_stats(analyse(*recs, treatments, study.stats), pdir / "stats.json", pdir / "table.md",
+                     f"{study.study} / panel {name}", prov)
+        files += [pdir / "stats.json", pdir / "table.md", pdir / "table.html"]
+    pooled: Records = ([g for r in by_panel.values() for g in r[0]], [s for r in by_panel.values() for s in r[1]],
+                       [t for r in by_panel.values() for t in r[2]])
+    _write_stats(analyse(*pooled, treatments, study.stats), out_json, out_md, f"{study.study}: study table",
+                 roots)
+    manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
+                                                       *files],
+                              {"study": study.study, "panel_roots": roots, "config": config_snapshot(study)},
+                              base=os.path.relpath(study.scratch, Path(out_manifest).parent))
+    write_manifest(out_manifest, manifest)
+
+
+def study_manifests(study: StudySpec, timing_manifest: Path) -> dict[str, Path]:
+    """The manifests the study statistics bind (``study_stats``'s ``manifests``): every
+    panel's generation and score manifest (``generation:<panel>``, ``scores:<panel>``)
+    and the timed pass's (``timing``)."""
+    layout = Layout(study.scratch)
+    manifests = {f"{kind}:{p.name}": path(p.name) for kind, path in (("generation", layout.generation_manifest),
+                                                                      ("scores", layout.score_manifest))
+                 for p in study.panels}
+    manifests["timing"] = Path(timing_manifest)
+    return manifests
+
+
+def check_arms(study: StudySpec, out: Path) -> None:
+    """Check every arm against the study's model before any model loads (cache class and
+    params, scheduler, attention backend, a student's latents, a search verifier) and
+    write the check's record ``out``; raises ConfigError naming the arm and the fix."""
+    write_arms_check(study.arms, study.model, out)
+
+
+def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
+    """Rule calibrate: measure one representative candidate per arm in a fresh worker and
+    write the frozen calibration table ``out`` (``calibrate.calibrate``)."""
+    calibrate(study, out, force=True, planned_key=planned_key)
+
+
+def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
+    """Rule estimate: the study's cost from the calibration table ``table``, written to
+    ``out``; raises BudgetError above ``fleet/budget_gpu_hours`` (``estimate``)."""
+    write_estimate(study, table, out, configfiles)
+
+
+def build_model(model_dir: Path) -> None:
+    """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
+    build_tiny_model(model_dir)
+
+
+def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
+    """Generate a panel's incomplete candidates with what this job was granted, then
+    write its generation manifest ``out``."""
+    run_generation(study, panel, out, Layout(study.scratch).run_dir(panel, "generate"),
+                   grant_from_env(os.environ, study.fleet.site))
+
+
+def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path) -> None:
+    """Generate a panel's incomplete candidates and score what is missing or stale in one
+    job (``fleet.panel_jobs: combined``), then write its generation manifest ``gen_out``
+    and score manifest ``score_out``."""
+    run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
+              grant_from_env(os.environ, study.fleet.site))
+
+
+def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
+    """Generate and score every panel in ``outputs`` (panel → (generation manifest, score
+    manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
+    written as it completes."""
+    run_study(study, outputs, grant_from_env(os.environ, study.fleet.site))  # the whole job: sites.slurm.whole_job
+
+
+def generation_rule(study: StudySpec) -> str:
+    """The Snakemake rule that generates a panel (``--forcerun`` it to regenerate)."""
+    if study.fleet.allocation == "study":
+        return "fleet_study"
+    return "generate_score_panel" if study.fleet.panel_jobs == "combined" else "generate_panel"
+
+
+PANEL_RULES = {"combined": ("generate_score_panel",), "per-stage": ("generate_panel", "score_panel")}
+"""The rules that write a panel's generation and score manifests under each
+``fleet.panel_jobs`` setting; the Snakefile defines only the current setting's."""
+
+
+def check_panel_rules(study: StudySpec, names: Iterable[str], source: str) -> None:
+    """Refuse a rule name the user gave (``--forcerun``, ``--until``, ``--omit-from``,
+    ``--allowed-rules``, a target) that exists only under the other ``fleet.panel_jobs``
+    setting. Snakemake itself would say "No rule to produce score_panel", or ignore the
+    name (``--omit-from``, ``--allowed-rules``) and run something else than was asked.
+    Raises ConfigError naming the rule, the setting, where it came from and the rule to use."""
+    mode = study.fleet.panel_jobs
+    for name in names:
+        for other, rules in PANEL_RULES.items():
+            if other != mode and name in rules:
+                instead = ("name generate_score_panel instead (one job per panel generates and scores)"
+                           if mode == "combined" else
+                           "name generate_panel (generation) or score_panel (scoring) instead, one job each per panel")
+                raise ConfigError(f"rule {name} does not exist under fleet.panel_jobs: {mode} ({source}), only "
+                                  f"under fleet.panel_jobs: {other}; {instead}, or set fleet.panel_jobs: {other}")
+
+
+def score_panel(study: StudySpec, panel: str, out: Path) -> None:
+    """Score a panel's videos whose scores are missing or stale, then write its score
+    manifest ``out``."""
+    run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"),
+                grant_from_env(os.environ, study.fleet.site))
+
+
+def timed_pass(study: StudySpec, out: Path) -> None:
+    """The exclusive timed pass over every panel of the study, in this job's allocation."""
+    run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
+
+
+def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
+    """Generate, score and time one panel again under ``replicates/<rep>`` with what this
+    job was granted (``sites.grant_from_env``)."""
+    grant = grant_from_env(os.environ, study.fleet.site)
+    r = replicate_study(study, rep)
+    at = Layout(r.scratch)
+    if r.fleet.panel_jobs == "combined":
+        run_panel(r, panel, at.generation_manifest(panel), at.score_manifest(panel), at.run_dir(panel, COMBINED),
+                  grant)
+    else:
+        run_generation(r, panel, at.generation_manifest(panel), at.run_dir(panel, "generate"), grant)
+        run_scoring(r, panel, at.score_manifest(panel), at.run_dir(panel, "score"), grant)
+    run_timed_pass(r, [panel], Path(out), grant.allocation)
+
+
+def repeatability(study: StudySpec, stats_json: Path, out_json: Path, out_md: Path) -> None:
+    """The repeatability report over original and replicate runs, with noise-floor flags
+    on the study's paired differences."""
+    panels = list(study.repeatability.panels)
+    runs = {"original": panel_records(study, panels)}
+    for n in range(1, study.repeatability.replicates + 1):
+        runs[f"r{n}"] = panel_records(repeat.replicate_study(study, f"r{n}"), panels)
+    report = repeat.noise_report(runs)
+    flags = noise_flags(json.loads(Path(stats_json).read_text()), report["noise_floor"])
+    repeat.write(report, flags, out_json, out_md)
+
+
+def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
+    """The report's figures for the whole study."""
+    gen, scores, timings = panel_records(study, [p.name for p in study.panels])
+    stats = json.loads(Path(stats_json).read_text())
+    where = Path(os.path.relpath(Path(stats_json).resolve(), Path(study.scratch).resolve())).as_posix()
+    caption = (f"{study.study}: from scratch/{where} ({digest_file(Path(stats_json))}), whose provenance lists "
+               "the manifest roots of every record behind this figure")
+    colours = P.arm_colours([a.name for a in study.arms])  # one colour per arm in every figure and the gallery
+    P.forest(stats, out["forest"], caption, colours)
+    P.pareto(stats, out["pareto"], caption, colours)
+    P.latency(timings, out["latency"], caption, colours)
+    P.scatter(scores, out["scatter"], caption, colours)
+    P.per_prompt(scores, out["per_prompt"], caption, colours)
+
+
+def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
+    """The report's video gallery (``gallery.py``): control beside each treatment per pair."""
+    gen, scores, timings = panel_records(study, [p.name for p in study.panels])
+    used = write_gallery(study, gen, scores, timings, out, Path(stats_json))
+    log.info("gallery: %d pairs, %d with filmstrips, %.2f MiB of images", used["pairs"], used["shown"],
+             used["bytes"] / 2**20)
+
+
+def track(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path, manifest: Path, out: Path) -> None:
+    """Log the study table, headline numbers and gallery to the tracker ``report/tracker``
+    names (``track.py``), tagged with the study manifest's root digest."""
+    run = log_study(study, stats_json, table_md, gallery, manifest, out)
+    log.info("tracker: %s run %s in experiment %s at %s", run["tracker"], run["run_id"], run["experiment_id"],
+             run["tracking_uri"])
+
+
+def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
+    """Per-slot busy share of every panel's generation and scoring job (from their
+    telemetry records; one job per panel under ``fleet.panel_jobs: combined``), the timed
+    pass's window, and the digests of the records used."""
+    layout = Layout(study.scratch)
+    paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(layout, p.name, job_stage(study, stage))
+             for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
+    if study.fleet.allocation == "study":  # one job for every panel: its one record
+        paths = {"fleet:study": Layout(study.scratch).fleet_telemetry}
+    paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
+    u = summarise({k: json.loads(v.read_text()) for k, v in paths.items()})
+    timed = Layout(study.scratch).timed_pass_telemetry
+    u["timed_pass"] = json.loads(timed.read_text()) if timed.exists() else None
+    prov = {k: digest_file(v) for k, v in paths.items()}
+    write_text(out_json, json.dumps({**u, "provenance": prov}, indent=1, sort_keys=True) + "\n")
+    write_text(out_md, utilisation_markdown(u, prov))
+    add_to_ledger(study)
+
+
+def add_to_ledger(study: StudySpec) -> dict[str, Any]:
+    """Add this run's jobs to ``study/ledger.json`` (never replacing earlier runs' entries)
+    beside the newest estimate (``study/estimate.json``, when rule estimate wrote one),
+    and write ``study/ledger.md``. Called by rule utilisation and after a failed run."""
+    lay = Layout(study.scratch)
+    est = json.loads(lay.estimate.read_text()) if lay.estimate.is_file() else None
+    book = ledger.update(study, lay.ledger(), est)
+    write_text(lay.ledger(".md"), ledger.markdown(book))
+    return book
+
+
+def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:
+    """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
+    verify the snapshot, and record where it went in ``out``. ``configfiles`` are the
+    config file(s) the run used; the snapshot's regenerate command names them."""
+    dest = study.work / study.study
+    command = ["snakemake", "--configfile", *configfiles, "--forcerun", generation_rule(study)]
+    manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
+                                             "regenerate_command": shlex.join(command)})
+    pointer = json.loads((dest / "latest.json").read_text())
+    problems = verify_tree(dest / pointer["snapshot"])
+    if problems:
+        raise IntegrityError("archive did not verify:\n" + "\n".join(problems))
+    write_text(out, json.dumps({"archive": str(dest / pointer["snapshot"]),
+                                "root_digest": manifest["root_digest"]}, indent=1) + "\n")
+
+
+def study_for_rule(sm: Any) -> StudySpec:
+    """What every rule script does first, given Snakemake's ``snakemake`` object: log to
+    the rule's log, end this process when Snakemake dies (``orphans``), type the config,
+    and set this job's cache environment (which Parsl workers inherit). Relative paths in
+    the config resolve against the working directory Snakemake runs the job in (the
+    project), as when the run was planned (``common.smk``).
+    """
+    mark("driver_imported")  # the script's imports (Snakemake's job object, this package) are done
+    log_to(Path(sm.log[0]))
+    watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
+    study = study_from_raw(copy.deepcopy(dict(sm.config)), Path.cwd(), source="config")
+    job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])
+    os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1)), study.weights.mirror))
+    return study
