@@ -1,12 +1,27 @@
-"""What the arms refactor must keep (see arms_before.md): ``snapshot(root, model)`` is
-compared with ``arms_before.json`` by tests/test_arms.py; run as a script it rewrites it:
+"""What the arms refactor must keep (see arms_before.md): ``identities(root)`` and
+``frames(root, model)`` are compared with ``arms_before.json`` by tests/test_arms.py.
 
-    python tests/data/arms_before.py <project> tests/data/arms_before.json <tiny model dir>
+The identities (ids, digests, records) are pure functions of the code and the config: one
+recording for every machine. The frames' digests are bit-for-bit outputs of a numeric stack
+(torch build, its CPU kernels, thread count, numpy, diffusers, transformers): they are kept
+per stack, side by side under ``tiny_frames``, keyed by ``stack_key(stack())``, and compared
+only where the current stack is a recorded one. Run as a script:
+
+    python tests/data/arms_before.py --record        # add or replace this stack's frame digests
+    python tests/data/arms_before.py --identities    # rewrite the identities (an intended change)
+
+(``--model DIR`` uses that tiny model instead of building one; ``--json PATH`` writes elsewhere.)
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import platform
+import subprocess
 import sys
+import tempfile
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +86,77 @@ def frames(root: Path, model: Path, arms: list[ArmSpec] = GENERATED) -> dict[str
     return out
 
 
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16")
+"""CPU features that choose oneDNN/brgemm kernels beyond torch's capability level (bf16 matmul
+and attention take AMX or AVX512-BF16 paths where the CPU has them)."""
+
+
+def stack() -> dict[str, Any]:
+    """The numeric stack the frames are a function of, besides the code: torch's build, the
+    CPU kernels it dispatches to, its intra-op threads (read after ``frames``, which sets them
+    from the generation settings), the CPU's kernel-choosing features, and the numeric libraries."""
+    import torch
+
+    flags: list[str] = []
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        words = set(cpuinfo.read_text().split())
+        flags = [f for f in CPU_FLAGS if f in words]
+    return {"torch": torch.__version__, "torch_git": torch.version.git_version[:12],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "cpu_flags": flags, "numpy": np.__version__,
+            "diffusers": version("diffusers"), "transformers": version("transformers")}
+
+
+def stack_key(s: dict[str, Any]) -> str:
+    return (f"torch {s['torch']} ({s['torch_git']}) {s['machine']} {s['cpu_capability']} "
+            f"[{' '.join(s['cpu_flags'])}] threads={s['threads']} numpy {s['numpy']} "
+            f"diffusers {s['diffusers']} transformers {s['transformers']}")
+
+
+def stack_independent(frames_: dict[str, Any]) -> dict[str, Any]:
+    """What of ``frames`` is a property of the code alone: the arms, their effective generation
+    settings, and a search's candidate indices and seeds (not digests, scores or the choice)."""
+    return {name: {"effective_generation": a["effective_generation"],
+                   "candidates": [{"index": c["index"], "seed": c["seed"]} for c in a["candidates"]]}
+            for name, a in frames_.items()}
+
+
+def _commit(root: Path) -> str | None:
+    res = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    return res.stdout.strip() or None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Record what tests/test_arms.py compares with.")
+    parser.add_argument("--record", action="store_true", help="add or replace this stack's frame digests")
+    parser.add_argument("--identities", action="store_true", help="rewrite the identities (an intended change)")
+    parser.add_argument("--model", type=Path, help="the embedded tiny model's folder (default: build one)")
+    parser.add_argument("--json", type=Path, default=Path(__file__).with_suffix(".json"))
+    args = parser.parse_args(argv)
+    if not (args.record or args.identities):
+        parser.error("say what to write: --record and/or --identities")
+    root = Path(__file__).resolve().parents[2]
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"tiny_frames": {}}
+    if args.identities:
+        data.update(identities(root))
+    if args.record:
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.model is None:
+                from pairflow.tinymodel import build_tiny_model
+
+                args.model = build_tiny_model(Path(tmp) / "tiny-wan")
+            now = frames(root, args.model)
+        s = stack()
+        key = stack_key(s)
+        data["tiny_frames"][key] = {"stack": s, "commit": _commit(root),
+                                    "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
+                                    "frames": json.loads(json.dumps(now))}
+        print(f"recorded {key}")
+    args.json.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 if __name__ == "__main__":
-    root, out, model = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    out.write_text(json.dumps({**identities(root), "tiny_frames": frames(root, model)}, indent=1, sort_keys=True)
-                   + "\n")
+    sys.exit(main(sys.argv[1:]))
