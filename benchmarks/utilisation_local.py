@@ -73,7 +73,7 @@ PHASES = (("driver_imported", "rule script's imports (Snakemake's job object, pa
           ("driver_ready", "driver prepares (config, lock, contexts, packing)"),
           ("parsl_imported", "driver imports Parsl"),
           ("manager_started", "pool manager process starts (its block is launched as the interchange starts: "
-                              "`sites.executor`)"),
+                              "`fleet.executor`)"),
           ("pool_loaded", "`parsl.load` returns: the interchange process has started and bound"),
           ("worker_started", "worker process starts (spawn: after the manager's Parsl import and Manager server; "
                              "forkserver: forked once the fork server's imports are done)"),

@@ -231,7 +231,7 @@ def test_warm_up_runs_while_the_driver_prepares_and_tasks_find_the_worker_warm(t
     m = t["startup_marks"]
     assert m["driver_ready"] <= m["parsl_imported"] <= m["pool_loaded"] <= m["tasks_prepared"]
     assert m["parsl_imported"] <= m["interchange_started"] + 0.05 <= m["pool_loaded"] + 0.05  # /proc ticks: 10 ms
-    # The pool was launched while the interchange started, not after parsl.load (sites.executor).
+    # The pool was launched while the interchange started, not after parsl.load (fleet.executor).
     assert warm[0]["warm_up"]["marks"]["manager_started"] < m["pool_loaded"]
     tl = timeline(t)
     assert tl["first_task_s"] >= warm[0]["finished"] - t["job"]["start"] and tl["slots"] == 1

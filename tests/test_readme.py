@@ -19,7 +19,7 @@ COVERED_BY = {
     "records/packs": ("test_archive.py", "from pairflow.records import packs"),
     "fleet/workerpool": ("test_fleet.py", "pairflow.fleet.workerpool"),
     "fleet/preload": ("test_fleet.py", "pairflow.fleet.preload"),
-    "fleet/sites/executor": ("test_sites.py", "pairflow.fleet.sites.executor"),
+    "fleet/executor": ("test_sites.py", "pairflow.fleet.executor"),
     "generation/provenance": ("test_generate.py", "pairflow.generation.provenance"),
     "records/types": ("test_records.py", "recordtypes"),
     "generation/armrun": ("test_arms.py", "pairflow.generation.armrun"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -199,10 +200,12 @@ def test_registry_matches_schema_and_pyiqa_table() -> None:
     import yaml
 
     from pairflow.metrics import METRICS
-    from pairflow.plan.config import SCHEMA_PATH
+    from pairflow.plan.config import SCHEMA_PATH, _schema
 
-    enum = yaml.safe_load(SCHEMA_PATH.read_text())["properties"]["scorers"]["items"]["enum"]
-    assert sorted(enum) == sorted(METRICS)
+    # the schema file holds no copy of the list: the config's schema takes it from the registry
+    assert "enum" not in yaml.safe_load(SCHEMA_PATH.read_text())["properties"]["scorers"]["items"]
+    assert _schema()["properties"]["scorers"]["items"]["enum"] == list(METRICS)
+    assert len(METRICS) >= 11 and list(METRICS) == sorted(METRICS)
     for name in METRICS:
         s = metric_spec(name)
         assert s.kind in ("NR", "FR", "prompt") and s.range and s.source and s.version
@@ -226,24 +229,67 @@ WEIGHTED = {  # metric: frames (F, H, W) small enough for CI; dynamic_degree's R
 
 
 def test_every_metric_registers_itself_with_the_decorator() -> None:
-    """Each name in METRICS is registered by ``@metric`` in the module ``_MODULES`` names,
-    and its spec says that name."""
+    """Each name in METRICS is registered by ``@metric`` in a module of the metrics
+    package, found by the registry, and its spec says that name."""
     from pairflow.metrics import _REGISTERED, METRICS
 
     for name in METRICS:
         assert metric_spec(name).name == name
+        assert _REGISTERED[name][1].__module__.startswith("pairflow.metrics.")
     assert sorted(_REGISTERED) == sorted(METRICS)
 
 
-def test_a_metric_registered_outside_its_module_is_refused() -> None:
+def test_a_new_metric_module_is_found_by_the_registry(tmp_path: Path) -> None:
+    """Extension by discovery: a module dropped into the metrics package (here a copy of the
+    package with one more module, in a fresh interpreter) is registered, listed in METRICS
+    and accepted by the config schema, with no table edited."""
+    import shutil
+    import subprocess
+    import sys
+
+    workflow = Path(__file__).resolve().parents[1] / "workflow"
+    copy = tmp_path / "pairflow"
+    shutil.copytree(workflow / "pairflow", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(workflow / "schemas", tmp_path / "schemas")
+    (copy / "metrics" / "brightness.py").write_text(
+        "import numpy as np\n"
+        "from . import MetricSpec, metric\n"
+        "SPEC = MetricSpec(name='brightness', version='1', kind='NR', higher_is_better=True, range='0, 1',\n"
+        "                  source='test')\n"
+        "@metric('brightness', spec=SPEC)\n"
+        "def brightness(name, frames, reference, ctx):\n"
+        "    return float(np.mean(frames) / 255)\n")
+    code = ("from pairflow.metrics import METRICS, score; from pairflow.plan.config import _schema; import numpy as np; "
+            "print('brightness' in METRICS, 'brightness' in _schema()['properties']['scorers']['items']['enum'], "
+            "score('brightness', np.full((2, 8, 8, 3), 51, np.uint8)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert out.stdout.split() == ["True", "True", "0.2"], out.stderr[-3000:]
+
+
+def test_a_metric_registered_outside_the_package_or_twice_is_refused() -> None:
     from pairflow.errors import ConfigError
     from pairflow.metrics import metric
 
     def elsewhere(name: str, frames: np.ndarray, reference: np.ndarray | None, ctx: object) -> float:
         return 0.0
 
-    with pytest.raises(ConfigError, match=r"'psnr' is registered in tests?\.?.*_MODULES"):
+    with pytest.raises(ConfigError, match=r"'psnr' is registered in tests?\.?.*outside pairflow\.metrics"):
         metric("psnr", spec=metric_spec("psnr"))(elsewhere)  # type: ignore[arg-type]
+    elsewhere.__module__ = "pairflow.metrics.other"
+    with pytest.raises(ConfigError, match=r"'psnr' is registered twice: in pairflow\.metrics\.fidelity and in "
+                                          r"pairflow\.metrics\.other"):
+        metric("psnr", spec=metric_spec("psnr"))(elsewhere)  # type: ignore[arg-type]
+
+
+def test_every_metric_has_its_row_in_the_config_docs_and_no_row_is_stale() -> None:
+    """config/README.md's Scorers table has one row per registered metric, and none more."""
+    from pairflow.metrics import METRICS
+
+    docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
+    table = docs.split("\n## Scorers\n", 1)[1].split("\n## ", 1)[0].split("| name | kind |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    assert sorted(rows) == sorted(METRICS)
 
 
 def test_fr_metric_refuses_videos_of_different_shapes() -> None:

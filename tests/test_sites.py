@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from pairflow.fleet.sites.accelerators import discover, torch_device_count
 from pairflow.fleet.sites.base import GPU_MAP_HOST_VAR, GPU_MAP_VAR, Grant, Packing, node_name, slot_gpu
 from pairflow.fleet.sites.slurm import allocation
 from pairflow.plan.config import SCHEMA_PATH, FleetSpec
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu07", "SLURM_CPUS_ON_NODE": "16"}
 """A single-node Slurm job's environment (what sbatch sets), without its GPUs."""
@@ -111,8 +114,34 @@ def test_auto_picks_slurm_inside_a_slurm_job_and_local_elsewhere():
     assert inside.site == "local" and inside.allocation is None and inside.accelerators == ("0",)
     with pytest.raises(SchedulerError, match="fleet/site is slurm but this job has no SLURM_JOB_ID"):
         sites.grant({"CUDA_VISIBLE_DEVICES": "0"}, "slurm")
-    with pytest.raises(SchedulerError, match="'pbs', which is no site; known: auto, slurm, local"):
-        sites.select({}, "pbs")
+    # a name no site can ever have (a would-be site such as 'pbs' may be one tomorrow)
+    known = ", ".join([sites.AUTO, *sites.SITES])
+    with pytest.raises(SchedulerError, match=f"'no such site!', which is no site; known: {known}"):
+        sites.select({}, "no such site!")
+
+
+def test_sites_are_found_by_the_registry_and_auto_tries_the_fallback_last():
+    """Every module of the sites package that defines SITE is a site; none is listed by
+    hand. auto's order is by priority, so the site that applies everywhere is last."""
+    import importlib
+    import pkgutil
+
+    modules = [importlib.import_module(f"pairflow.fleet.sites.{m.name}") for m in pkgutil.iter_modules(sites.__path__)]
+    assert sorted(sites.SITES) == sorted(m.SITE.name for m in modules if hasattr(m, "SITE"))
+    assert {"local", "slurm"} <= set(sites.SITES)
+    order = list(sites.SITES.values())
+    assert [s.priority for s in order] == sorted((s.priority for s in order), reverse=True)
+    assert order[-1].applies({}) and not any(s.applies({}) for s in order[:-1])
+
+
+def test_every_site_has_its_profile_and_its_docs_row():
+    """A site is its module, its test, its profile (``profiles/<name>``) and its row in
+    the README's site table: the table names exactly the registered sites."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("\n## A new site\n", 1)[1].split("| site | provider |", 1)[1].split("\n\n", 1)[0]
+    assert sorted(re.findall(r"^\| `([\w-]+)` \|", table, re.M)) == sorted(sites.SITES)
+    for name in sites.SITES:
+        assert (ROOT / "profiles" / name).is_dir(), f"site {name!r} has no Snakemake profile profiles/{name}"
 
 
 def test_the_schema_offers_exactly_the_registered_sites():
@@ -167,9 +196,9 @@ def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_
 
 
 def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):
-    """sites.executor: the launch command names the worker port, so it is chosen up front
+    """fleet.executor: the launch command names the worker port, so it is chosen up front
     (free on the interchange's address now) and the executor refuses to start without one."""
-    from pairflow.fleet.sites.executor import EarlyPoolExecutor, free_port
+    from pairflow.fleet.executor import EarlyPoolExecutor, free_port
 
     ex = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0]
     assert isinstance(ex, EarlyPoolExecutor) and ex.address == "127.0.0.1"

@@ -10,16 +10,21 @@ take their FR/NR mode, direction and range from pyiqa's own table
 
 One module per VBench dimension (VBench's decomposition); models are loaded once per
 worker process (``models.load``; a scoring worker's warm-up loads them before its first
-task: ``warm``) and frames go through them in batches. A module
-registers its scorer with the ``@metric(name, ..., spec=...)`` decorator; ``_MODULES``
-says which module to import for a name, so a driver that only needs specs never
-imports torch-heavy modules it does not use.
+task: ``warm``) and frames go through them in batches. A module registers its scorer
+with the ``@metric(name, ..., spec=...)`` decorator, and the registry finds it: every
+module of this package is imported once, when the package is (as ``arms.registry`` finds
+arm kinds). A new metric is its module, its test and its row in config/README.md; the
+config schema's ``scorers`` enum is filled in from ``METRICS``. Metric modules import only
+numpy and this package at module level (torch, pyiqa and the models inside the functions
+that score), so finding them all costs milliseconds and a driver that only needs specs
+never imports torch.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 import sys
 import time
 from collections.abc import Callable
@@ -39,21 +44,6 @@ from .weights import WEIGHTS
 # Lazy on purpose: torch and pyiqa are imported inside the functions that score: the registry (names, specs,
 # weights) imports without them.
 
-_MODULES = {
-    "temporal_flickering": "flicker",
-    "subject_consistency": "subject_consistency",
-    "background_consistency": "background_consistency",
-    "aesthetic_quality": "aesthetic_quality",
-    "imaging_quality": "imaging_quality",
-    "dynamic_degree": "dynamic_degree",
-    "motion_smoothness_proxy": "motion_smoothness",
-    "psnr": "fidelity",
-    "ssim": "structural",
-    "ms_ssim": "structural",
-    "lpips": "fidelity",
-}
-METRICS = tuple(_MODULES)
-"""Every registered metric name (the schema's ``scorers`` enum is kept equal to this by a test)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +137,12 @@ def metric(*names: str, spec: MetricSpec | Callable[[str], MetricSpec]) -> Calla
 
     def register(fn: Scorer) -> Scorer:
         for name in names:
-            if _MODULES.get(name) != fn.__module__.rpartition(".")[2]:
-                raise ConfigError(f"metric {name!r} is registered in {fn.__module__}, but _MODULES says "
-                                  f"{_MODULES.get(name)!r}; add it to pairflow.metrics._MODULES")
+            if not fn.__module__.startswith(f"{__name__}."):
+                raise ConfigError(f"metric {name!r} is registered in {fn.__module__}, outside {__name__}: the "
+                                  f"registry finds only the modules of workflow/pairflow/metrics/; put it in one")
+            if name in _REGISTERED and _REGISTERED[name][1] is not fn:
+                raise ConfigError(f"metric {name!r} is registered twice: in {_REGISTERED[name][1].__module__} and "
+                                  f"in {fn.__module__}; rename one")
             _REGISTERED[name] = (spec, fn)
         return fn
 
@@ -157,9 +150,8 @@ def metric(*names: str, spec: MetricSpec | Callable[[str], MetricSpec]) -> Calla
 
 
 def _registered(name: str) -> tuple[MetricSpec | Callable[[str], MetricSpec], Scorer]:
-    if name not in _MODULES:
+    if name not in _REGISTERED:
         raise ConfigError(f"scorer {name!r} is not registered; known: {', '.join(METRICS)}")
-    importlib.import_module(f".{_MODULES[name]}", __name__)  # registers its metrics
     return _REGISTERED[name]
 
 
@@ -234,3 +226,15 @@ def warm(names: list[str] | tuple[str, ...], ctx: ScoreContext,
     for m in built:
         models.load(m, mirror, ctx.clip_precision if m in models.CLIP_MODELS else "fp32", ctx.device)
     return {"import_s": imported - started, "load_s": time.perf_counter() - imported}
+
+
+def _discover() -> tuple[str, ...]:
+    """Import every module of this package (each registers its metrics with ``@metric``)
+    and return the registered names, sorted."""
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f".{info.name}", __name__)
+    return tuple(sorted(_REGISTERED))
+
+
+METRICS = _discover()
+"""Every registered metric name, sorted (the config schema's ``scorers`` enum)."""

@@ -32,6 +32,7 @@ from ..arms import registry as arm_registry
 from ..arms.base import ParseContext
 from ..errors import ConfigError
 from ..identity import digest_bytes, digest_obj
+from ..metrics import METRICS
 from ..specs import ArmSpec as ArmSpec
 from ..specs import GenerationSpec as GenerationSpec
 from ..specs import ModelSpec as ModelSpec
@@ -265,8 +266,10 @@ class StudySpec:
 
 def _schema() -> dict[str, Any]:
     """The config schema: ``config.schema.yaml`` with every arm kind's keys and the
-    precision enum filled in from ``pairflow.arms`` (the one declaration of each)."""
+    precision enum filled in from ``pairflow.arms``, and the scorers' enum from
+    ``pairflow.metrics`` (the one declaration of each)."""
     schema: dict[str, Any] = arm_registry.config_schema(yaml.safe_load(SCHEMA_PATH.read_text()))
+    schema["properties"]["scorers"]["items"]["enum"] = list(METRICS)
     return schema
 
 

@@ -7,13 +7,18 @@ launcher; ``base.parsl_config`` adds the executor every site shares.
 
 ``fleet/site`` names one (``auto``, the default, picks the first in ``SITES`` whose
 ``applies`` says the job runs there: Slurm when ``SLURM_JOB_ID`` is set, else local). A
-new site (PBS, Kubernetes) is one module implementing ``base.Site`` added to ``SITES``,
-plus a Snakemake profile (see the README's "A new site").
+new site (PBS, Kubernetes) is one module of this package defining ``SITE``, an instance
+of a class implementing ``base.Site``; the registry finds it (as the arm kinds and the
+metrics are found). With it come its test, its Snakemake profile (``profiles/<name>``)
+and its row in the README's site table; tests hold the config schema's ``fleet.site``
+enum, the profiles and the table to ``SITES``.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +27,6 @@ from ...errors import SchedulerError
 from ...plan.config import FleetSpec
 from .accelerators import ALL, CUDA_VAR, NVIDIA_VAR, parse_cuda, parse_nvidia, torch_device_count
 from .base import ONE_PER_GPU, AllocationInfo, Grant, Packing, Site, parsl_config, worker_init
-from .local import LocalSite
-from .slurm import SlurmSite
 
 if TYPE_CHECKING:
     from parsl.config import Config
@@ -33,8 +36,22 @@ log = logging.getLogger(__name__)
 __all__ = ["ONE_PER_GPU", "SITES", "AllocationInfo", "Grant", "Packing", "Site", "grant", "grant_from_env",
            "make_config", "select"]
 
-SITES: dict[str, Site] = {"slurm": SlurmSite(), "local": LocalSite()}
-"""Every site, in the order ``auto`` tries them (local applies everywhere: last)."""
+
+
+def _discover() -> dict[str, Site]:
+    """Every module of this package that defines ``SITE``, by the site's name, in the
+    order ``auto`` tries them: highest ``priority`` first (local, which applies
+    everywhere, has the lowest), then by name."""
+    found: list[Site] = []
+    for info in pkgutil.iter_modules(__path__):
+        site = getattr(importlib.import_module(f".{info.name}", __name__), "SITE", None)
+        if site is not None:
+            found.append(site)
+    return {s.name: s for s in sorted(found, key=lambda s: (-s.priority, s.name))}
+
+
+SITES: dict[str, Site] = _discover()
+"""Every site, in the order ``auto`` tries them."""
 AUTO = "auto"
 
 

@@ -152,10 +152,3 @@ def torch_device_count(import_torch: bool = False) -> int | None:
     if torch is None:
         return None
     return int(torch.cuda.device_count())
-
-
-def discover_here(environ: Mapping[str, str]) -> Accelerators:
-    """``discover`` for this process: torch's count where torch is imported (imported
-    for ``NVIDIA_VISIBLE_DEVICES=all`` with no ``CUDA_VISIBLE_DEVICES``)."""
-    count_all = parse_cuda(environ.get(CUDA_VAR)) is None and parse_nvidia(environ.get(NVIDIA_VAR)) == ALL
-    return discover(environ, torch_device_count(import_torch=count_all))

@@ -90,12 +90,19 @@ class Grant:
 
 
 class Site(Protocol):
-    """One place the work runs. A new site is one module implementing this, registered
-    in ``sites.SITES``, plus a Snakemake profile."""
+    """One place the work runs. A new site is one module of ``sites`` whose ``SITE`` is an
+    instance of a class implementing this (found by ``sites.SITES``), plus its test, a
+    Snakemake profile and its docs row."""
 
     @property
     def name(self) -> str:
         """The site's name, as ``fleet/site`` and the telemetry record give it."""
+        ...
+
+    @property
+    def priority(self) -> int:
+        """Where ``fleet/site: auto`` tries this site: higher first; a site that applies
+        everywhere (local) is lowest."""
         ...
 
     def applies(self, environ: Mapping[str, str]) -> bool:
@@ -209,7 +216,7 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
     from parsl.addresses import address_by_hostname
     from parsl.config import Config
 
-    from .executor import EarlyPoolExecutor, free_port
+    from ..executor import EarlyPoolExecutor, free_port
 
     acc = packing.accelerators(grant)
     bindir = Path(sys.executable).parent

@@ -23,6 +23,7 @@ class LocalSite:
     """This machine; always applies (the last site ``auto`` tries)."""
 
     name: str = "local"
+    priority: int = 0  # applies everywhere: the last site auto tries
 
     def applies(self, environ: Mapping[str, str]) -> bool:
         return True
@@ -51,3 +52,7 @@ def local_exclusivity() -> dict[str, Any]:
     """The local rule took every core of this machine (``exclusivity`` outside a scheduler)."""
     return {"scheduler": "local", "exclusive": None,
             "how": "the rule takes every core of this machine, so Snakemake runs nothing beside it"}
+
+
+SITE = LocalSite()
+"""This module's site (``sites.SITES`` finds it)."""

@@ -95,6 +95,7 @@ class SlurmSite:
     """A Slurm job (``SLURM_JOB_ID`` set): the allocation's nodes, one pool on each via srun."""
 
     name: str = "slurm"
+    priority: int = 10  # a Slurm job is tried before the local fallback
 
     def applies(self, environ: Mapping[str, str]) -> bool:
         return allocation(environ) is not None
@@ -234,3 +235,7 @@ def cluster_unavailable(timeout_s: float = 15.0) -> str | None:
     if not any(s in out.stdout for s in ("idle", "mix", "alloc")):
         return f"Slurm answers but shows no usable node (states: {' '.join(out.stdout.split()) or 'none'})"
     return None
+
+
+SITE = SlurmSite()
+"""This module's site (``sites.SITES`` finds it)."""

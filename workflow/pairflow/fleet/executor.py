@@ -21,7 +21,7 @@ import socket
 
 from parsl.executors import HighThroughputExecutor
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 
 def free_port(address: str) -> int:
@@ -46,7 +46,7 @@ class EarlyPoolExecutor(HighThroughputExecutor):
         if not self.worker_port:
             raise ConfigError(f"EarlyPoolExecutor {self.label!r} has worker_port={self.worker_port!r}: the pool's "
                               "launch command names the port before the interchange starts; build the executor "
-                              "with sites.make_config, which fixes a free one (sites.executor.free_port)")
+                              "with sites.make_config, which fixes a free one (fleet.executor.free_port)")
         self.initialize_scaling()  # every value of the launch command is known: the port is fixed
         provider = self.provider
         if provider is not None and provider.init_blocks:
