@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from read_speed import frames
 
-from pairflow.media.video import OUTPUT_PLACEHOLDER, _argv, encode, ffmpeg_binary, prepare_frames
+from pairflow.media.recipe import _argv
+from pairflow.media.video import OUTPUT_PLACEHOLDER, encode, ffmpeg_binary, prepare_frames
 from pairflow.plan.config import EncoderSpec
 
 

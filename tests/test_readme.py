@@ -59,6 +59,10 @@ COVERED_BY = {
     # the stages: each tested in the file of its stage
     "stages/generation": ("test_generate.py", "pairflow.stages.generation"),
     # a wing's module named by its concern, tested in the file of the concern
+    "media/frames": ("test_video.py", "prepare_frames"),
+    "media/recipe": ("test_video.py", "ffmpeg_binary"),
+    "media/probe": ("test_video.py", "recipe_declaration"),
+    "media/tools": ("test_video.py", "tool_timeout"),
     "fleet/pool": ("test_fleet.py", "pairflow.fleet.pool"),
     "records/store": ("test_records.py", "pairflow.records.store"),
     "stages/scoring": ("test_scoring.py", "pairflow.stages.scoring"),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pairflow import errors as E
+from pairflow.media import frames, tools
 from pairflow.media.video import FLOAT_TOLERANCE, encode, ffmpeg_binary, prepare_frames, probe, read_video
 
 F, H, W, FPS = 9, 64, 64, 8
@@ -37,13 +38,12 @@ def test_float_frames_are_scaled_not_cast(encoder_spec) -> None:  # type: ignore
 @pytest.mark.parametrize("layout", ["FHWC", "FCHW"])
 def test_chunked_conversion_equals_the_whole_array_formula(encoder_spec, monkeypatch, layout: str) -> None:  # type: ignore[no-untyped-def]
     """Chunks that split frames mid-row-block give exactly rint(x * 255) clipped, computed whole."""
-    from pairflow.media import video
 
     rng = np.random.default_rng(3)
     arr = rng.uniform(-FLOAT_TOLERANCE, 1 + FLOAT_TOLERANCE, (3, 10, 6, 3)).astype(np.float32)
     arr[0, 0, 0] = [0.5 / 255, 1.5 / 255, 2.5 / 255]  # ties round to even, as np.rint does
     want = np.clip(np.rint(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
-    monkeypatch.setattr(video, "CONVERT_CHUNK_ELEMENTS", 37)  # 2 rows of 18 values per chunk
+    monkeypatch.setattr(frames, "CONVERT_CHUNK_ELEMENTS", 37)  # 2 rows of 18 values per chunk
     got, _ = prepare_frames(arr if layout == "FHWC" else arr.transpose(0, 3, 1, 2), encoder_spec)
     assert np.array_equal(got, want)
     bad = arr.copy()
@@ -57,7 +57,6 @@ def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: igno
     conversion (float64 copies of the whole video). Now: its uint8 output plus one chunk."""
     import tracemalloc
 
-    from pairflow.media import video
 
     arr = np.random.default_rng(0).random((4, 1024, 1536, 3), dtype=np.float32)  # 72 MiB
     prepare_frames(smooth(), encoder_spec)  # its first call imports torch: not the conversion's memory
@@ -67,7 +66,7 @@ def test_float_conversion_memory_is_bounded(encoder_spec) -> None:  # type: igno
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    chunk = video.CONVERT_CHUNK_ELEMENTS * 8  # one float64 block
+    chunk = frames.CONVERT_CHUNK_ELEMENTS * 8  # one float64 block
     assert peak < out.nbytes + 2 * chunk, (peak, out.nbytes, chunk)
     assert peak < arr.nbytes  # before: about 4x arr.nbytes
 
@@ -184,11 +183,10 @@ def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_
     import os
     import time
 
-    from pairflow.media import video
 
     spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
-    assert video.tool_timeout(F, H, W) == video.TOOL_TIMEOUT_FLOOR_S + F * H * W * video.TOOL_TIMEOUT_S_PER_PIXEL
-    monkeypatch.setattr(video, "TOOL_TIMEOUT_FLOOR_S", 2.0)
+    assert tools.tool_timeout(F, H, W) == tools.TOOL_TIMEOUT_FLOOR_S + F * H * W * tools.TOOL_TIMEOUT_S_PER_PIXEL
+    monkeypatch.setattr(tools, "TOOL_TIMEOUT_FLOOR_S", 2.0)
     u8, _ = prepare_frames(smooth(), spec)
     started = time.monotonic()
     with pytest.raises(E.ToolTimeoutError) as e:
@@ -211,14 +209,13 @@ def test_without_a_pidfd_a_write_succeeds_and_a_hung_encoder_is_still_killed(enc
     import os
     import time
 
-    from pairflow.media import video
 
-    monkeypatch.setattr(video, "_pidfd", lambda pid: -1)
+    monkeypatch.setattr(tools, "_pidfd", lambda pid: -1)
     u8, _ = prepare_frames(smooth(), encoder_spec)
     info = encode(u8, tmp_path / "ok.mp4", encoder_spec, FPS)
     assert info.frames == F and (tmp_path / "ok.mp4").is_file()
     spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
-    monkeypatch.setattr(video, "TOOL_TIMEOUT_FLOOR_S", 2.0)
+    monkeypatch.setattr(tools, "TOOL_TIMEOUT_FLOOR_S", 2.0)
     started = time.monotonic()
     with pytest.raises(E.ToolTimeoutError):
         encode(u8, tmp_path / "v.mp4", spec, FPS)

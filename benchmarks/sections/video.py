@@ -20,7 +20,8 @@ from .common import (
 def bench_video(runs: int, quick: bool = False) -> dict[str, Any]:
     """Writer (guards + encode + probe + digest + fsync + rename) vs the bare ffmpeg CLI on
     the same raw frames and recipe, alternated in one run; decode throughput likewise."""
-    from pairflow.media.video import _output_args, encode, ffmpeg_binary, prepare_frames, read_video
+    from pairflow.media.recipe import _output_args
+    from pairflow.media.video import encode, ffmpeg_binary, prepare_frames, read_video
     from pairflow.plan.config import EncoderSpec
 
     spec = EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False)

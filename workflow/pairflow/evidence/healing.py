@@ -206,7 +206,7 @@ def plan_check(study: StudySpec, write: bool = True) -> Report:
     finds clean now (see the module docstring). Problems only, no notes."""
     # lazy: the check imports numpy (video, metrics); planning imports this module for its
     # stamps and a study with no results tree never runs the check.
-    from ..media.video import recipe_digest
+    from ..media.recipe import recipe_digest
     from ..plan.candidates import expected_scores
     from .verification import check_results
 

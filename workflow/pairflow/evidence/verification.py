@@ -38,7 +38,7 @@ from ..errors import ConfigError, PairFlowError
 from ..generation.provenance import study_from_snapshot
 from ..identity import digest_bytes, digest_file, digest_obj
 from ..layout import Layout
-from ..media.video import recipe_digest
+from ..media.recipe import recipe_digest
 from ..plan.candidates import (
     Candidate,
     candidates,

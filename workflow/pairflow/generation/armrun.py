@@ -18,7 +18,7 @@ from ..arms.kinds.student import arm_model, check_same_latents
 from ..arms.registry import load_dtype
 from ..errors import ConfigError
 from ..identity import digest_bytes
-from ..media.video import prepare_frames
+from ..media.frames import prepare_frames
 from ..specs import ArmSpec, GenerationSpec, ModelSpec
 from .compute import ComputeCount, measure
 from .generate import generate, load_pipeline

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from ..arms.registry import arm_digest, arm_fields, declared_kinds
 from ..envinfo import code_version, environment
-from ..media.video import encoder_fingerprint, recipe, recipe_digest
+from ..media.recipe import encoder_fingerprint, recipe, recipe_digest
 from ..plan.config import ArmSpec, Prompt, StudySpec, study_from_raw
 from ..records.types import ArmFields, CodeFields, ModelFields, Provenance
 from .generate import model_digests

@@ -34,7 +34,7 @@ from ..atomic import write_text
 from ..errors import VideoReadError
 from ..identity import digest_file
 from ..layout import Layout
-from ..media.video import ffmpeg_binary
+from ..media.recipe import ffmpeg_binary
 from ..plan.config import StudySpec
 from ..records.types import GenerationRecord, ScoreRecord, TimingRecord
 from .plots import arm_colours

@@ -57,7 +57,8 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
     from ..arms import verifier_for
     from ..generation import generate as g
     from ..generation.armrun import arm_pipeline, run_arm
-    from ..media.video import encode, prepare_frames, read_video
+    from ..media.frames import prepare_frames
+    from ..media.video import encode, read_video
     from ..metrics import ScoreContext, score
 
     device = g._device()

@@ -28,7 +28,9 @@ from ..generation.provenance import arm_record, config_snapshot, provenance
 from ..identity import digest_obj
 from ..layout import Layout
 from ..locks import hold
-from ..media.video import encode, prepare_frames, recipe_digest
+from ..media.frames import prepare_frames
+from ..media.recipe import recipe_digest
+from ..media.video import encode
 from ..plan.candidates import (
     Candidate,
     candidates,

@@ -45,7 +45,7 @@ from ..generation.armrun import arm_pipeline, run_arm
 from ..identity import digest_bytes
 from ..layout import Layout
 from ..locks import hold
-from ..media.video import prepare_frames
+from ..media.frames import prepare_frames
 from ..plan.candidates import candidates, panel_dir, record_path, timing_path
 from ..plan.config import StudySpec
 from ..records.store import build_manifest, read_record, stale_link, timing_frames_differ, write_manifest, write_record
