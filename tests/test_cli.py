@@ -35,12 +35,17 @@ def project_with(tmp_path: Path, mutate) -> tuple[Path, Path]:  # type: ignore[n
     return project, path
 
 
-def test_check_config_and_snakemake_give_the_same_one_line_answer(tmp_path: Path) -> None:
+def test_check_config_and_snakemake_give_the_same_one_line_answer(tmp_path: Path, tiny_model: Path) -> None:
     """A cache parameter of the wrong type used to pass check-config and fail after the
     model loaded with a bare TypeError; now check-config refuses it up front, and a run
     refuses it in its arms' check (rule check_arms, a job of its own so that planning
-    never imports diffusers) before any generation starts, naming arm and key."""
-    project, path = project_with(tmp_path, lambda c: c["arms"]["fbcache"]["cache"]["params"].update(threshold="high"))
+    never imports diffusers) before any generation starts, naming arm and key. (The
+    session's tiny model stands in for the default's, which the run would build first.)"""
+    def bad_threshold(c: dict) -> None:
+        c["arms"]["fbcache"]["cache"]["params"].update(threshold="high")
+        c["model"]["path"] = str(tiny_model)
+
+    project, path = project_with(tmp_path, bad_threshold)
     check = subprocess.run([PAIRFLOW, "check-config", str(path)], capture_output=True, text=True, timeout=120,
                            check=False)
     run = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile", "config/one.yaml"], cwd=project,
