@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,25 +73,41 @@ SLOWER = {"frames": 9, "height": 64, "width": 64, "steps": 24}
 in the second a kill takes to reach every process."""
 
 
-def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
+def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None, relative: bool = False,
          **over: object) -> tuple[Path, dict]:
     """A project copy with panel ``t``: 3 prompts x ``seeds`` (default [0, 1]) x 2 arms,
-    its arms already checked (the faults here strike the panel job)."""
+    its arms already checked (the faults here strike the panel job). ``relative``: storage
+    and sheet named relative to the project, so a copy of the project folder is a study of
+    its own (``copy_study``)."""
     project = copy_project(tmp / name)
     cfg = small_config(project, tiny_model, **over)
     (project / "config" / "panels").mkdir(parents=True, exist_ok=True)
     sheet = project / "config" / "panels" / "t.tsv"
     sheet.write_text("prompt_id\tprompt\na1\ta red fox\na2\twaves\na3\ta paper boat\n")
-    cfg["panels"]["t"] = {"sheet": str(sheet), "seeds": seeds or [0, 1]}
+    cfg["panels"]["t"] = {"sheet": "config/panels/t.tsv" if relative else str(sheet), "seeds": seeds or [0, 1]}
+    if relative:
+        cfg["storage"] = {"scratch": "results/scratch", "work": "results/work"}
     write_config(project, cfg)
     reuse_arms_check(project, cfg)
     return project, cfg
 
 
+def scratch_of(project: Path, cfg: dict) -> Path:
+    return project / cfg["storage"]["scratch"]  # an absolute scratch stays itself
+
+
+def copy_study(src: Path, dest: Path) -> Path:
+    """A copy of a finished project (relative storage: ``make(relative=True)``): links kept
+    as links, mtimes kept (``copy2``), so Snakemake finds its outputs as up to date as
+    in ``src`` and nothing of ``src`` is touched."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
 GENERATION = "results/scratch/panels/t/generation.json"
-"""The faults here all strike generation, so runs stop at its manifest (the panel's one
-job, generate_score_panel, also scores): timing and statistics over the same records are
-exercised by test_workflow."""
+"""The faults here all strike generation, so runs stop at its manifest (under the default
+``fleet.panel_jobs: combined`` the panel's one job, generate_score_panel, also scores):
+timing and statistics over the same records are exercised by test_workflow."""
 NOTE = {"kind": "retirement", "snapshot": "s", "why": "", "archive_root_digest": None, "found": [], "by": "me",
         "at": "2026-12-01T00:00:00+00:00"}
 """A small complete record (an archive retirement note)."""
@@ -109,7 +126,41 @@ def candidates_view(scratch: Path) -> dict:
     return out
 
 
-def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tmp_path: Path) -> None:
+SHARED = {"generation": SLOWER, "seeds": [0, 1, 2]}
+"""What enters the shared panel's records (with small_config's model, arms and encoder): a
+run with these settings has the same candidates and bytes, whatever its fleet."""
+
+
+@pytest.fixture(scope="module")
+def generated_panel(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One finished, undisturbed run of panel ``t`` at ``SHARED`` settings (18 candidates),
+    shared by the fault cases that need a generated panel: a reference for bytes, or a
+    study to copy (``copy_study``) and damage. It runs the per-stage rule generate_panel
+    (``fleet.panel_jobs: per-stage``) with 2 workers, so a test comparing with it shows
+    too that neither job shape nor worker count changes what is computed. Read-only."""
+    project, cfg = make(tmp_path_factory.mktemp("shared"), tiny_model, "panel", relative=True,
+                        fleet={"cpu_workers": 2, "retries": 1, "panel_jobs": "per-stage"}, **SHARED)
+    res = run(project)
+    assert res.returncode == 0, res.stderr[-5000:]
+    assert "rule generate_panel" in res.stderr and "rule generate_score_panel" not in res.stderr, res.stderr[-3000:]
+    assert len(complete_records(scratch_of(project, cfg))) == 18
+    return project, cfg
+
+
+def same_computation(cfg: dict, shared: dict, seeds: bool = True) -> None:
+    """``cfg`` and the shared panel's config differ at most in where things are kept and how
+    the work is spread (storage, sheet path, fleet): every setting a record's digests
+    depend on (study, model, arms, generation, encoder, prompts; ``seeds``: seeds too,
+    else ``cfg``'s are a subset) is the same. make() writes every project the same sheet."""
+    def computed(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k not in ("storage", "fleet", "panels")}
+    assert computed(cfg) == computed(shared)
+    mine, theirs = cfg["panels"]["t"]["seeds"], shared["panels"]["t"]["seeds"]
+    assert mine == theirs if seeds else set(mine) <= set(theirs)
+
+
+def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tmp_path: Path,
+                                                            generated_panel: tuple[Path, dict]) -> None:
     """Injected: SIGKILL to the snakemake driver process alone, once at least 3 of 18
     candidates have records. Its job process, Parsl interchange and worker pool (with
     multiprocessing's helpers) must end by themselves within seconds, releasing the panel
@@ -118,8 +169,9 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     Regression (CI, stop 19): at 32x32x5 frames and 3 steps a candidate takes about 65 ms,
     so the ~1 s the orphans need to notice the kill finished all 12 candidates and left
     nothing to resume. Candidates here are ~5x slower (~0.35 s) and there are 18 of them: about
-    5 s of work remains after the third record."""
-    project, cfg = make(tmp_path, tiny_model, "killed", generation=SLOWER, seeds=[0, 1, 2])
+    5 s of work remains after the third record. The resumed run's bytes are compared with
+    the shared undisturbed run (``generated_panel``)."""
+    project, cfg = make(tmp_path, tiny_model, "killed", **SHARED)
     scratch = Path(cfg["storage"]["scratch"])
     proc = subprocess.Popen([SNAKEMAKE, GENERATION, "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project,
@@ -158,12 +210,14 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
     assert f"generate t: 18 candidates, {done_at_kill} complete, {18 - done_at_kill} to run" in log
     assert len(complete_records(scratch)) == 18
     assert verify_tree(scratch) == []
-    # Same bytes as an uninterrupted run of the same study.
-    other, cfg2 = make(tmp_path, tiny_model, "clean", generation=SLOWER, seeds=[0, 1, 2])
-    assert run(other).returncode == 0
-    assert candidates_view(scratch) == candidates_view(Path(cfg2["storage"]["scratch"]))
+    # Same bytes as an uninterrupted run of the same study (the shared one: per-stage jobs,
+    # 2 workers; this one: the combined job, 1 worker), and the same records but for where
+    # and when they were made (stable_root: config digest, compute, video fields ...).
+    other, cfg2 = generated_panel
+    same_computation(cfg, cfg2)
+    assert candidates_view(scratch) == candidates_view(scratch_of(other, cfg2))
     gen1 = json.loads((scratch / "panels" / "t" / "generation.json").read_text())
-    gen2 = json.loads((Path(cfg2["storage"]["scratch"]) / "panels" / "t" / "generation.json").read_text())
+    gen2 = json.loads((scratch_of(other, cfg2) / "panels" / "t" / "generation.json").read_text())
     assert gen1["stable_root"] == gen2["stable_root"]
     print(f"\nFAULT whole-run-kill: done at kill {done_at_kill}/18, recovery {recovery_s:.1f}s")
 
@@ -280,12 +334,14 @@ def _worker_running_a_task(scratch: Path) -> tuple[int, str] | None:
     return None
 
 
-def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Path, tmp_path: Path) -> None:
+def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Path, tmp_path: Path,
+                                                                  generated_panel: tuple[Path, dict]) -> None:
     """Injected: SIGKILL to one Parsl worker process while it runs a task (found by role:
     its heartbeat names the task; under the default ``fleet.worker_start: forkserver`` it
     is a child of the pool's fork server, not of the pool manager) while the panel is
     being generated. Parsl reports the task lost, retries it (retries: 1) and forks a
-    replacement; no process of the run is left once Snakemake ends."""
+    replacement; no process of the run is left once Snakemake ends, and its candidates
+    (the lost one retried) are bit-identical to the shared undisturbed run's."""
     project, cfg = make(tmp_path, tiny_model, "worker", fleet={"cpu_workers": 2, "retries": 1},
                         generation=SLOWER)  # so the panel is still running when the kill lands
     scratch = Path(cfg["storage"]["scratch"])
@@ -304,7 +360,10 @@ def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Pat
         killed, parent = found[0]
         os.kill(killed, signal.SIGKILL)
         out, _ = proc.communicate(timeout=900)
-        time.sleep(1)
+        try:  # polled, not a fixed second: on a loaded machine the pool may take a few to go
+            wait_for(lambda: not run_processes(project, proc.pid), 20, "the run's processes to end")
+        except AssertionError:
+            pass  # reported below, by PID
         left = run_processes(project, proc.pid)
     finally:
         if proc.poll() is None:
@@ -315,17 +374,25 @@ def test_worker_killed_mid_task_is_retried_once_and_counted_once(tiny_model: Pat
     assert len(records) == 12 and len(complete_records(scratch)) == 12  # nothing lost, nothing twice
     assert not list((scratch / "panels").rglob(".tmp-*"))
     assert verify_tree(scratch) == []
+    shared, shared_cfg = generated_panel
+    same_computation(cfg, shared_cfg, seeds=False)
+    view = candidates_view(scratch)
+    assert view.items() <= candidates_view(scratch_of(shared, shared_cfg)).items()
     print(f"\nFAULT worker-kill: killed worker pid {killed} (parent: {parent[:80]}); 12/12 records, no temp files left")
 
 
-def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tmp_path: Path) -> None:
-    """Injected after a finished run: a truncated video, a flipped byte in a record, a video
+def test_corruption_is_detected_and_regeneration_repairs_it(generated_panel: tuple[Path, dict],
+                                                            tmp_path: Path) -> None:
+    """Injected after a finished run (a copy of the shared one, ``generated_panel``, whose
+    panel jobs are per-stage): a truncated video, a flipped byte in a record, a video
     replaced by other bytes, a deleted record. `pairflow verify` names each; the documented
-    recovery (`--forcerun generate_score_panel`) regenerates exactly those candidates."""
-    project, cfg = make(tmp_path, tiny_model, "corrupt")
-    scratch = Path(cfg["storage"]["scratch"])
-    assert run(project).returncode == 0
+    recovery (`--forcerun generate_panel`; `generate_score_panel` under the default
+    ``fleet.panel_jobs: combined``) regenerates exactly those candidates."""
+    shared, cfg = generated_panel
+    project = copy_study(shared, tmp_path / "corrupt")
+    scratch = scratch_of(project, cfg)
     before = candidates_view(scratch)
+    assert len(before) == 18
     panel = scratch / "panels" / "t"
     video = panel / "videos" / "pab" / "a1-s0.mp4"
     video.write_bytes(video.read_bytes()[: video.stat().st_size // 2])  # truncated
@@ -341,10 +408,10 @@ def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tm
     for name in ("a1-s0.json", "a2-s1.json", "a3-s0.json", "a2-s0.json"):
         assert name in v.stdout, (name, v.stdout)
     started = time.monotonic()
-    res = run(project, "--forcerun", "generate_score_panel")
+    res = run(project, "--forcerun", "generate_panel")
     assert res.returncode == 0, res.stderr[-5000:]
-    log = (scratch / "logs" / "generate-score" / "t.log").read_text()
-    assert "generate t: 12 candidates, 8 complete, 4 to run" in log
+    log = (scratch / "logs" / "generate" / "t.log").read_text()
+    assert "generate t: 18 candidates, 14 complete, 4 to run" in log
     assert candidates_view(scratch) == before  # regenerated bit for bit
     # The run stops at the panel's manifests, so verify (which proves the whole study
     # complete) still lists the later stages as missing; nothing of generation is wrong.
@@ -352,6 +419,7 @@ def test_corruption_is_detected_and_regeneration_repairs_it(tiny_model: Path, tm
     generation = [p for p in after["problems"] if "/records/" in p["file"] or "/videos/" in p["file"]
                   or p["file"].endswith("generation.json")]
     assert generation == [] and {p["kind"] for p in after["problems"]} == {"missing"}
+    assert candidates_view(scratch_of(shared, cfg)) == before  # the shared run untouched
     print(f"\nFAULT corruption: 4 damaged candidates detected and regenerated in {time.monotonic() - started:.1f}s")
 
 
