@@ -116,6 +116,63 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+SHARED_ARMS = {
+    "mix": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.2}}, "steps": 2,
+            "attention_backend": "_native_math"},
+    "best2": {"search": {"n": 2, "verifier": "temporal_flickering"}},
+    "vae16": {"vae_dtype": "float16"},
+}
+"""The shared study's arms besides control, pab (``small_config``) and the student: one of
+every kind (a cache with overrides and an attention backend, a search, a VAE precision)."""
+
+
+def run_snakemake(project: Path, *args: str, timeout: float = 1500) -> str:
+    """``snakemake --profile profiles/local`` in ``project``; its output, or AssertionError."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--profile", "profiles/local",
+                           "--configfile", "config/config.yaml", *args], cwd=project, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def finished_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's one finished study, built once through the real Snakemake, Parsl,
+    diffusers, ffmpeg and pyiqa: an arm of every kind (control, pab, ``SHARED_ARMS`` and a
+    student, a byte copy of the tiny model run in bfloat16), two panels (t: a1, a2 x seeds
+    0, 1; u: b1 x seed 3), calibration on, one worker, per-panel combined jobs, one timed
+    run per candidate. Storage paths are relative, so a copy of the project directory
+    (``copy_study``) is a complete study of its own. Returns the project; tests that run
+    anything in it (Snakemake, ``pairflow verify``, a rerun) work on a copy, the others
+    only read it (its config: ``yaml.safe_load(project / "config/config.yaml")``)."""
+    root = tmp_path_factory.mktemp("shared")
+    student = Path(shutil.copytree(tiny_model, root / "student"))
+    project = copy_project(root / "proj")
+    cfg = small_config(project, tiny_model)
+    cfg["arms"].update(SHARED_ARMS, student={"model": {"path": str(student)}, "dtype": "bfloat16"})
+    (project / "config" / "panels" / "u.tsv").write_text("prompt_id\tprompt\nb1\ta lighthouse at night\n")
+    cfg["storage"] = {"scratch": "results/scratch", "work": "results/work"}  # relative: a copy is a study
+    cfg["panels"] = {"t": {"sheet": "config/panels/t.tsv", "seeds": [0, 1]},
+                     "u": {"sheet": "config/panels/u.tsv", "seeds": [3]}}
+    cfg["fleet"]["calibrate"] = True  # the study that checks calibration, estimate and ledger
+    cfg["timing"] = {"repeats": 1}  # one timed run per candidate (not 3): latencies are read, not compared
+    write_config(project, cfg)
+    run_snakemake(project)
+    return project
+
+
+def copy_study(finished: Path, dest: Path) -> Path:
+    """A private copy of the finished study ``finished`` at ``dest`` (mtimes kept, so
+    Snakemake finds it as finished as the original)."""
+    return Path(shutil.copytree(finished, dest, symlinks=True))
+
+
+def study_config(project: Path) -> dict:
+    """The config a study project was run with."""
+    return yaml.safe_load((project / "config" / "config.yaml").read_text())
+
+
 def run_processes(project: Path, root: int | None = None) -> dict[int, int]:
     """Live processes of a run, PID -> start time: descendants of ``root`` (while it lives)
     and the Parsl worker pools working for ``project`` (Parsl's ``process_worker_pool.py``,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import copy_project, small_config, write_config
+from conftest import SHARED_ARMS, copy_project, copy_study, small_config, study_config, write_config
 
 from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
 from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
@@ -486,31 +486,19 @@ def test_an_arm_that_fails_to_apply_leaves_the_shared_pipeline_as_it_was() -> No
 
 
 @pytest.mark.slow
-def test_every_kind_runs_end_to_end_and_its_record_sections_verify(tiny_model: Path, tmp_path: Path) -> None:
+def test_every_kind_runs_end_to_end_and_its_record_sections_verify(finished_study: Path, tmp_path: Path) -> None:
     """One study with an arm of every kind (a cache, overrides, a student, a dtype, an
-    attention backend, a search, a VAE-decode precision) runs through Snakemake; each
-    record carries its kinds' fields and sections, fits its schema (checked on write and
-    by verify), and the study verifies."""
-    project = copy_project(tmp_path / "proj")
-    student = tmp_path / "student"
-    shutil.copytree(tiny_model, student)
-    arms = {"control": {"cache": None},
-            "mix": {"cache": {"class": "FirstBlockCacheConfig", "params": {"threshold": 0.2}}, "steps": 2,
-                    "attention_backend": "_native_math"},
-            "student": {"model": {"path": str(student)}, "dtype": "bfloat16"},
-            "best2": {"search": {"n": 2, "verifier": "temporal_flickering"}},
-            "vae16": {"vae_dtype": "float16"}}
-    cfg = small_config(project, tiny_model, arms=arms, scorers=["temporal_flickering", "psnr"])
-    cfg["panels"]["t"]["seeds"] = [0]
-    cfg["timing"] = {"repeats": 1}  # one timed run per candidate (not 3): no latency is read here
-    write_config(project, cfg)
-    exe = Path(sys.executable).with_name("snakemake")
-    proc = subprocess.run([str(exe), "--cores", "2", "--configfile", "config/config.yaml"], cwd=project,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    scratch = Path(cfg["storage"]["scratch"])
+    attention backend, a search, a VAE-decode precision: the session's shared finished
+    study, run through Snakemake); each record carries its kinds' fields and sections,
+    fits its schema (checked on write and by verify), and the study verifies."""
+    project = copy_study(finished_study, tmp_path / "proj")  # verify may write its memo
+    cfg = study_config(project)
+    assert {"control", "mix", "student", "best2", "vae16"} <= set(cfg["arms"])
+    assert cfg["arms"]["student"]["dtype"] == "bfloat16" and cfg["arms"]["mix"] == SHARED_ARMS["mix"]
+    scratch = project / cfg["storage"]["scratch"]
     recs = {json.loads(p.read_text())["arm"]["name"]: json.loads(p.read_text())
             for p in (scratch / "panels" / "t" / "records").glob("*/a1-s0.json")}
+    assert recs.keys() == cfg["arms"].keys()
     assert recs["mix"]["arm"]["kinds"] == ["cache", "overrides", "attention_backend"]
     assert recs["mix"]["effective_generation"]["steps"] == 2
     assert recs["student"]["arm"]["kinds"] == ["model", "dtype"] and recs["student"]["arm_model"]["weights"]

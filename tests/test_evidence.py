@@ -1,6 +1,6 @@
-"""Evidence that proves itself: real faults injected into copies of one finished tiny
-study (built once per module through the real Snakemake, Parsl, diffusers, ffmpeg and
-pyiqa). Each test asserts the exact ``pairflow verify`` lines and exit code, then that a
+"""Evidence that proves itself: real faults injected into copies of the session's one
+finished tiny study (``conftest.finished_study``, built once through the real Snakemake,
+Parsl, diffusers, ffmpeg and pyiqa: an arm of every kind, panels t and u). Each test asserts the exact ``pairflow verify`` lines and exit code, then that a
 plain ``snakemake --profile profiles/local`` restores a tree that verifies."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, small_config, write_config
+from conftest import copy_study, study_config
 
 from pairflow.cli import main
 from pairflow.records.store import read_record, write_record
@@ -38,26 +38,28 @@ def verify(path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[
     return rc, capsys.readouterr().out.splitlines()
 
 
-@pytest.fixture(scope="module")
-def finished(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One finished study (1 panel, 2 prompts x 1 seed, control + pab) with relative
-    storage paths, so a copy of the project directory is a complete study of its own."""
-    project = copy_project(tmp_path_factory.mktemp("evidence") / "proj")
-    cfg = small_config(project, tiny_model)
-    cfg["storage"] = {"scratch": SCRATCH, "work": "results/work"}
-    cfg["panels"]["t"]["sheet"] = "config/panels/t.tsv"
-    write_config(project, cfg)
-    snakemake(project)
-    return project
-
-
 @pytest.fixture
-def study(finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private copy of the finished study; the test runs from inside it."""
-    project = tmp_path / "proj"
-    shutil.copytree(finished, project, symlinks=True)
+def study(finished_study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the finished study (relative storage paths: a complete study of
+    its own); the test runs from inside it."""
+    project = copy_study(finished_study, tmp_path / "proj")
+    assert study_config(project)["storage"]["scratch"] == SCRATCH
     monkeypatch.chdir(project)
     return project
+
+
+def count(project: Path, panel: str | None = None) -> int:
+    """Candidates the study's config implies, of ``panel`` or of every panel."""
+    from pairflow.plan.candidates import candidates
+    from pairflow.plan.config import load_study
+
+    spec = load_study(project / "config/config.yaml", project)
+    return sum(len(candidates(spec, p)) for p in spec.panels if panel in (None, p.name))
+
+
+def pairs(project: Path) -> int:
+    """(panel, prompt, seed) pairs of every panel: what the timed pass samples (timing.pairs: all)."""
+    return count(project) // len(study_config(project)["arms"])
 
 
 def test_finished_study_verifies_and_a_rerun_does_nothing(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,7 +100,7 @@ def test_deleted_score_record_edited_study_manifest_and_temp_file(study: Path,
     assert rc == 1 and not report["ok"] and [p["kind"] for p in report["problems"]] == ["missing", "altered", "root"]
     log = snakemake(study)
     assert "Nothing to be done" not in log
-    assert "score t: 4 candidates, 1 to score" in (scratch / "logs/generate-score/t.log").read_text()
+    assert f"score t: {count(study, 't')} candidates, 1 to score" in (scratch / "logs/generate-score/t.log").read_text()
     assert not temp.exists()  # swept by the scoring job
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
@@ -119,7 +121,8 @@ def test_deleted_panel_manifest_is_rebuilt(study: Path, capsys: pytest.CaptureFi
          "is None"),
         f"verify {scratch}: 4 problem(s)"]
     snakemake(study)
-    assert "generate t: 4 candidates, 4 complete, 0 to run" in (scratch / "logs/generate-score/t.log").read_text()
+    n = count(study, "t")
+    assert f"generate t: {n} candidates, {n} complete, 0 to run" in (scratch / "logs/generate-score/t.log").read_text()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
 
@@ -156,9 +159,11 @@ def test_stale_links_missing_record_and_failure_record_heal(study: Path, capsys:
         "seed 0, slot node1, attempts 2): worker lost"),
         f"verify {scratch}: 5 problem(s)"])
     snakemake(study)
-    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
-    assert "score t: 4 candidates, 2 to score" in (scratch / "logs/generate-score/t.log").read_text()
-    assert "timed pass: 4 candidates (2 pairs sampled), 2 already timed, 2 to time" in (scratch / "logs/timing.log").read_text()
+    n, total = count(study, "t"), count(study)
+    assert f"generate t: {n} candidates, {n - 1} complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
+    assert f"score t: {n} candidates, 2 to score" in (scratch / "logs/generate-score/t.log").read_text()
+    assert (f"timed pass: {total} candidates ({pairs(study)} pairs sampled), {total - 2} already timed, 2 to time"
+            in (scratch / "logs/timing.log").read_text())
     assert not failure.exists()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
@@ -178,7 +183,9 @@ def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: 
         f"frames: {path}: the timed run computed other frames than the bulk run; its latency is not reported",
         f"verify {scratch}: 2 problem(s)"])
     snakemake(study)
-    assert "timed pass: 4 candidates (2 pairs sampled), 3 already timed, 1 to time" in (scratch / "logs/timing.log").read_text()
+    total = count(study)
+    assert (f"timed pass: {total} candidates ({pairs(study)} pairs sampled), {total - 1} already timed, 1 to time"
+            in (scratch / "logs/timing.log").read_text())
     assert read_record(path)["matches_bulk_frames"] is True
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
@@ -186,7 +193,10 @@ def test_timed_run_with_other_frames_is_listed_and_retimed(study: Path, capsys: 
 def test_damaged_snapshot_is_retired_and_a_new_one_promoted(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
     work = study / "results/work/test"
     snap = work / json.loads((work / "latest.json").read_text())["snapshot"]
-    table = snap / "study/table.md"
+    # A loose file of the snapshot (one over archive.CHUNKED_OVER is stored in chunks, not
+    # as itself): the study table where it is small enough, else the utilisation report.
+    rel = next(r for r in ("study/table.md", "study/utilisation.md") if (snap / r).is_file())
+    table = snap / rel
     assert not table.stat().st_mode & 0o222 and not snap.stat().st_mode & 0o222  # promoted snapshots: read-only
     os.chmod(table.parent, 0o755)
     os.chmod(table, 0o644)
@@ -195,13 +205,12 @@ def test_damaged_snapshot_is_retired_and_a_new_one_promoted(study: Path, capsys:
     from pairflow.identity import digest_file
 
     retire_hint = f"(snapshot {snap.name}; retire it with pairflow archive retire {snap.name} --why \"...\")"
-    listed = json.loads((snap / "archive.json").read_text())["files"]["study/table.md"]
+    listed = json.loads((snap / "archive.json").read_text())["files"][rel]
+    listers = [snap / "archive.json"] + [snap / "study/manifest.json" for _ in range(
+        rel in json.loads((snap / "study/manifest.json").read_text())["files"])]
     assert (rc, out) == (1, [
-        f"altered: {table}: digest {digest_file(table)} differs from {listed} listed in {snap / 'archive.json'} "
-        + retire_hint,
-        f"altered: {table}: digest {digest_file(table)} differs from {listed} listed in {snap / 'study/manifest.json'} "
-        + retire_hint,
-        f"verify {work}: 2 problem(s)"])
+        f"altered: {table}: digest {digest_file(table)} differs from {listed} listed in {m} " + retire_hint
+        for m in listers] + [f"verify {work}: {len(listers)} problem(s)"])
     assert main(["archive", "retire", snap.name, "--why", "table.md edited by hand"]) == 0
     capsys.readouterr()
     note = read_record(work / "retired" / f"{snap.name}.json")
@@ -267,24 +276,25 @@ def test_changed_filter_chain_makes_exactly_the_lossy_records_stale(study: Path,
     """The recipe digest is the digest of the argv that runs: editing the filter graph
     makes every video written with the old graph stale (to be regenerated), and the
     generation job sees the same."""
-    from pairflow.media import video
+    from pairflow.media import recipe
     from pairflow.plan.candidates import candidates
     from pairflow.plan.config import load_study
     from pairflow.stages.generation import complete_record
 
     spec = load_study(study / "config/config.yaml")
-    old = video.recipe_digest(spec.encoder, spec.generation.fps)
-    monkeypatch.setattr(video, "COLOUR_FILTER", video.COLOUR_FILTER.replace("range=tv", "range=pc"))
-    new = video.recipe_digest(spec.encoder, spec.generation.fps)
-    assert new != old and "range=pc" in " ".join(video.recipe(spec.encoder, spec.generation.fps)["argv"])
+    old = recipe.recipe_digest(spec.encoder, spec.generation.fps)
+    monkeypatch.setattr(recipe, "COLOUR_FILTER", recipe.COLOUR_FILTER.replace("range=tv", "range=pc"))
+    new = recipe.recipe_digest(spec.encoder, spec.generation.fps)
+    assert new != old and "range=pc" in " ".join(recipe.recipe(spec.encoder, spec.generation.fps)["argv"])
     scratch = study / SCRATCH
     rc, out = verify(scratch, capsys)
     recs = sorted((scratch / "panels/t/records").rglob("*.json"))
-    assert rc == 1 and len(recs) == 4
+    assert rc == 1 and len(recs) == count(study, "t") > 0
     for r in recs:
         assert f"stale: {r}: written with encoder recipe {old}, the recipe that runs now is {new}" in out
-    assert all(complete_record(spec, c, new) is None for c in candidates(spec, spec.panels[0]))
-    assert all(complete_record(spec, c, old) is not None for c in candidates(spec, spec.panels[0]))
+    for panel in spec.panels:
+        assert all(complete_record(spec, c, new) is None for c in candidates(spec, panel))
+        assert all(complete_record(spec, c, old) is not None for c in candidates(spec, panel))
 
 
 def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> None:
@@ -294,7 +304,7 @@ def test_statistics_refuse_a_score_record_of_another_generation(study: Path) -> 
     from pairflow.stages.steps import panel_records
 
     spec = load_study(study / "config/config.yaml")
-    assert len(panel_records(spec, ["t"])[1]) == 4
+    assert len(panel_records(spec, ["t"])[1]) == count(study, "t")
     path = study / SCRATCH / "panels/t/records/control/a2-s0.json"
     body = {k: v for k, v in read_record(path).items() if k != "record_digest"}
     body["worker"] = {**body["worker"], "pid": -1}
@@ -316,7 +326,7 @@ def test_the_plan_time_check_rereads_only_panels_changed_since_it_found_them_cle
     s = load_study(study / "config/config.yaml")
     memo = s.scratch / "checks/evidence.json"
     assert healing.heal_targets(s) == {} and memo.is_file()
-    assert set(json.loads(memo.read_text())["panels"]) == {"t"}
+    assert set(json.loads(memo.read_text())["panels"]) == set(study_config(study)["panels"])
     reads: list[Path] = []
     real_parse = verification.parse_record  # what checks a record's self-digest and schema
     monkeypatch.setattr(verification, "parse_record", lambda data, p: reads.append(Path(p)) or real_parse(data, p))
@@ -344,7 +354,8 @@ def test_the_first_plan_after_a_run_trusts_the_records_its_jobs_vouched_for(
 
     s = load_study(study / "config/config.yaml")
     vouched = sorted(os.listdir(s.scratch / "checks/vouched"))
-    assert vouched == ["panels--t--generation.json", "panels--t--scores.json", "study--timing.json"]
+    assert vouched == sorted([*(f"panels--{p}--{m}.json" for p in study_config(study)["panels"]
+                                for m in ("generation", "scores")), "study--timing.json"])
     (s.scratch / "checks/evidence.json").unlink(missing_ok=True)  # none yet: the run planned an empty tree
     reads: list[str] = []
     real_parse = verification.parse_record
@@ -430,7 +441,8 @@ def test_arms_check_rerun_with_missing_evidence_runs_the_panel_in_the_same_run(
     (scratch / "panels/t/records/control/a1-s0.json").unlink()
     log = snakemake(study)
     assert "rule check_arms:" in log and "rule generate_score_panel:" in log
-    assert "generate t: 4 candidates, 3 complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
+    n = count(study, "t")
+    assert f"generate t: {n} candidates, {n - 1} complete, 1 to run" in (scratch / "logs/generate-score/t.log").read_text()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
     assert "Nothing to be done" in snakemake(study)
 
@@ -490,20 +502,24 @@ def test_symlinks_in_the_results_tree_are_refused_and_the_record_healed(
 def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A prompt removed from the sheet: after the rerun its records, videos, scores and
-    timing records (both arms) are listed as extra, each with the command removing it."""
+    timing records (every arm) are listed as extra, each with the command removing it."""
     scratch = study / SCRATCH
     sheet = study / "config/panels/t.tsv"
     sheet.write_text("".join(line for line in sheet.read_text().splitlines(keepends=True) if not line.startswith("a2")))
     log = snakemake(study)
     rc, out = verify(scratch, capsys)
     pdir = scratch / "panels/t"
-    gone = sorted(pdir / kind / arm / f"a2-s0.{'mp4' if kind == 'videos' else 'json'}"
-                  for kind in ("records", "videos", "scores", "timing") for arm in ("control", "pab"))
+    cfg = study_config(study)
+    gone = sorted(pdir / kind / arm / f"a2-s{seed}.{'mp4' if kind == 'videos' else 'json'}"
+                  for kind in ("records", "videos", "scores", "timing") for arm in cfg["arms"]
+                  for seed in cfg["panels"]["t"]["seeds"])
     assert rc == 1 and out == [
         f"extra: {f}: not implied by the config (no current candidate is named so); remove it: rm {f}"
-        for f in gone] + [f"verify {scratch}: 8 problem(s)"], out
-    assert all(f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {line}" in log
-               for line in out[:-1])  # the plain run names them too
+        for f in gone] + [f"verify {scratch}: {len(gone)} problem(s)"], out
+    # the plain run names them too (the first ones, and counts the rest)
+    named = [line for line in out[:-1] if f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: "
+             f"{line}" in log]
+    assert named and (len(named) == len(gone) or f"PairFlow: {len(gone) - len(named)} more such problem(s)" in log)
     for f in gone:
         f.unlink()
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])

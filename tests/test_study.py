@@ -1,10 +1,12 @@
-"""``fleet.allocation: study`` (``stages/study``): the default study through one job
-(rule ``fleet_study``) with the real Snakemake, Parsl, tiny model, ffmpeg and scorers.
+"""``fleet.allocation: study`` (``stages/study``): a study through one job (rule
+``fleet_study``) with the real Snakemake, Parsl, tiny model, ffmpeg and scorers.
 
-Killed mid-run (SIGKILL to Snakemake, its job and so the driver) and resumed, it must
-finish every panel, keep the candidates finished before the kill, and give the same
-candidate ids, video digests and statistics as per-panel jobs under the same seeds; a
-panel rerun in study mode reruns that panel only; on a Slurm cluster the study is one
+The session's shared finished study (``conftest.finished_study``: per-panel jobs, one
+worker), made again from its calibration in study mode with two workers, killed mid-run
+(SIGKILL to Snakemake, its job and so the driver) and resumed, must finish every panel,
+keep the candidates finished before the kill, and give the same candidate ids, video
+digests and statistics as the per-panel jobs under the same seeds; a panel rerun in
+study mode reruns that panel only; on a Slurm cluster the default study is one
 allocation spanning its nodes (skipped, with the reason, where no cluster answers)."""
 
 from __future__ import annotations
@@ -21,19 +23,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project, run_processes, small_config, start_time
+from conftest import ROOT, copy_project, copy_study, run_processes, small_config, start_time, study_config
 
 from pairflow.evidence.archive import verify_tree
 from pairflow.fleet.pool import Grant
 from pairflow.fleet.sites.slurm import cluster_unavailable
 from pairflow.identity import digest_file
+from pairflow.layout import Layout
 from pairflow.plan.candidates import candidates
 from pairflow.plan.config import study_from_raw
 from pairflow.stages.scoring import scoring_context
 from pairflow.stages.study import _Panel, _StudyQueue
 
 BIN = Path(sys.executable).parent
-PANELS = ("smoke", "motion")
+PANELS = ("t", "u")  # the shared study's
 
 
 def _project(dest: Path, model: Path, **fleet: object) -> Path:
@@ -69,37 +72,57 @@ def _numbers(project: Path) -> list:
             for c in stats["comparisons"]]
 
 
-@pytest.fixture(scope="module")
-def per_panel(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default study in per-panel jobs. Both local runs here skip calibration (~17 s
-    each; it does not change the worker count on this machine, nor any number compared);
-    test_workflow's study and the Slurm allocation test below calibrate."""
-    project = _project(tmp_path_factory.mktemp("per-panel") / "p", tiny_model, calibrate=False)
-    out = _snakemake(project)
-    assert "rule generate_score_panel" in out and "fleet_study" not in out
-    return project
+def _counts(project: Path) -> dict[str, int]:
+    """Candidates per panel, as the project's config implies them."""
+    spec = study_from_raw(study_config(project), project)
+    return {p.name: len(candidates(spec, p)) for p in spec.panels}
 
 
 @pytest.fixture(scope="module")
-def study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[Path, int], str]:
-    """Study mode, SIGKILLed once some candidates are complete, then resumed. Returns the
-    project, the records complete at the kill (path → mtime) and the resumed run's output."""
-    project = _project(tmp_path_factory.mktemp("study") / "p", tiny_model, allocation="study", calibrate=False)
-    records = project / "results/scratch/panels"
+def per_panel(finished_study: Path) -> Path:
+    """The shared finished study: per-panel jobs (``fleet.panel_jobs: combined``), one worker."""
+    cfg = study_config(finished_study)
+    assert cfg["fleet"].get("allocation", "panel") != "study" and cfg["fleet"]["cpu_workers"] == 1
+    assert tuple(cfg["panels"]) == PANELS
+    return finished_study
+
+
+@pytest.fixture(scope="module")
+def study(per_panel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[Path, int], str]:
+    """A copy of the shared study with its results gone but for the calibration table and
+    the arms' check (so neither runs again), in study mode with two workers, SIGKILLed
+    once some candidates are complete, then resumed. Returns the project, the records
+    complete at the kill (path → mtime) and the resumed run's output."""
+    project = copy_study(per_panel, tmp_path_factory.mktemp("study") / "p")
+    cfg = study_config(project)
+    scratch = project / cfg["storage"]["scratch"]
+    keep = {scratch / "calibration", Layout(scratch).checks}
+    for p in [*scratch.iterdir(), *Layout(scratch).checks.iterdir()]:
+        if p not in keep and p != Layout(scratch).arms_check:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    work = project / cfg["storage"]["work"]
+    for p in work.rglob("*"):  # promoted snapshots are read-only
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+    shutil.rmtree(work)
+    cfg["fleet"].update(allocation="study", cpu_workers=2)
+    (project / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    total = sum(_counts(project).values())
+    records = scratch / "panels"
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config/config.yaml"],
                             cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     running: dict[int, int] = {}
     try:
         deadline = time.time() + 1800
-        while len(list(records.glob("*/records/*/*.json"))) < 6:
+        while len(list(records.glob("*/records/*/*.json"))) < 3:
             assert proc.poll() is None and time.time() < deadline, "the study job ended or stalled before the kill"
-            time.sleep(1)
+            time.sleep(0.1)
         running = run_processes(project, proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     kept = {p: p.stat().st_mtime_ns for p in records.glob("*/records/*/*.json")}
-    assert 6 <= len(kept) < 56
+    assert 3 <= len(kept) < total
     # The pool's watchdog ends the orphaned workers (orphans: SIGTERM, SIGKILL 10 s later)
     # before the rerun: wait for every process of the killed run, not a fixed 25 s.
     deadline = time.time() + 60
@@ -119,7 +142,7 @@ def test_study_mode_is_one_job_and_gives_per_panel_modes_numbers(per_panel: Path
     for p in PANELS:
         assert (scratch / "panels" / p / "generation.json").exists() and (scratch / "panels" / p / "scores.json").exists()
     a, b = _records(per_panel), _records(project)
-    assert len(a) == 56 and a.keys() == b.keys()
+    assert len(a) == sum(_counts(project).values()) and a.keys() == b.keys()
     assert {k: r["video"]["digest"] for k, r in a.items()} == {k: r["video"]["digest"] for k, r in b.items()}
     sa, sb = _records(per_panel, "scores"), _records(project, "scores")
     assert sa.keys() == sb.keys() == a.keys()
@@ -154,7 +177,7 @@ def test_status_reads_the_study_job(study) -> None:  # type: ignore[no-untyped-d
                           cwd=project, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     st = json.loads(proc.stdout)
-    assert st["finished"] and st["done"] == st["total"] == 3 * 56
+    assert st["finished"] and st["done"] == st["total"] == 3 * sum(_counts(project).values())
     busy = {s["busy_share"] for s in st["stages"] if s["stage"] != "timing"}
     assert len(busy) == 1 and 0 < busy.pop() <= 1  # every panel reports the one job's busy share
 
@@ -163,14 +186,15 @@ def test_status_reads_the_study_job(study) -> None:  # type: ignore[no-untyped-d
 def test_rerun_panel_in_study_mode_reruns_that_panel_only(study) -> None:  # type: ignore[no-untyped-def]
     project, _, _ = study
     scratch = project / "results/scratch"
-    other = {p: digest_file(p) for p in (scratch / "panels" / "smoke").rglob("*")
+    other = {p: digest_file(p) for p in (scratch / "panels" / "t").rglob("*")
              if p.is_file() and p.suffix in (".json", ".mp4") and p.parent.parent.name in ("records", "videos", "scores")}
-    proc = subprocess.run([str(BIN / "pairflow"), "rerun-panel", "motion", "--configfile", "config/config.yaml", "--",
+    proc = subprocess.run([str(BIN / "pairflow"), "rerun-panel", "u", "--configfile", "config/config.yaml", "--",
                            "--cores", "2"], cwd=project, capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     log = (scratch / "logs/fleet/study.log").read_text()  # this job's (Snakemake clears it)
-    assert "generate smoke: 32 candidates, 32 complete, 0 to run" in log
-    assert "generate motion: 24 candidates, 0 complete, 24 to run" in log
+    n = _counts(project)
+    assert f"generate t: {n['t']} candidates, {n['t']} complete, 0 to run" in log
+    assert f"generate u: {n['u']} candidates, 0 complete, {n['u']} to run" in log
     assert other and all(digest_file(p) == d for p, d in other.items())
     assert verify_tree(scratch) == []
 
