@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, reuse_arms_check, run_processes, small_config, write_config
+from conftest import copy_project, copy_study, reuse_arms_check, run_processes, small_config, write_config
 
 from pairflow.errors import PairFlowError
 from pairflow.evidence.archive import verify_tree
@@ -94,14 +93,6 @@ def make(tmp: Path, tiny_model: Path, name: str, seeds: list[int] | None = None,
 
 def scratch_of(project: Path, cfg: dict) -> Path:
     return project / cfg["storage"]["scratch"]  # an absolute scratch stays itself
-
-
-def copy_study(src: Path, dest: Path) -> Path:
-    """A copy of a finished project (relative storage: ``make(relative=True)``): links kept
-    as links, mtimes kept (``copy2``), so Snakemake finds its outputs as up to date as
-    in ``src`` and nothing of ``src`` is touched."""
-    shutil.copytree(src, dest, symlinks=True)
-    return dest
 
 
 GENERATION = "results/scratch/panels/t/generation.json"
