@@ -12,8 +12,6 @@ lock=envs/requirements.lock
 .venv/bin/pip install -q --upgrade pip
 # torch first, pinned: on this workplace's machines both come from local disk; a cluster
 # user with their own CUDA build can skip this line (pyproject accepts torch>=2.4).
-# --no-compile: Python compiles a module's bytecode when it is first imported (and caches
-# it), so setup does not spend a minute compiling every file of torch and the rest.
-.venv/bin/pip install -q --no-compile -c "$lock" torch==2.14.1 torchvision==0.29.1
-.venv/bin/pip install -q --no-compile -c "$lock" -e ".${extra}"
+.venv/bin/pip install -q -c "$lock" torch==2.14.1 torchvision==0.29.1
+.venv/bin/pip install -q -c "$lock" -e ".${extra}"
 .venv/bin/python -c "import torch; print('pairflow setup: torch', torch.__version__)"
