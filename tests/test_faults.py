@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -541,7 +542,10 @@ def test_interrupting_snakemake_ends_the_run_visibly_within_10s(tiny_model: Path
     assert took < 10, out[-3000:]
     assert proc.returncode != 0
     name = signal.Signals(sig).name
-    assert f"pairflow: {name} received: stopping 1 running job process(es)" in out  # Snakemake's, visible
+    # Snakemake's, visible. A SIGINT to the group reaches the job process too, which may have
+    # ended (exit 130) before Snakemake's handler counts its running jobs: 1 or 0 then.
+    assert re.search(rf"pairflow: {name} received: stopping [{'01' if sig == signal.SIGINT else '1'}] running job "
+                     r"process\(es\)", out), out[-3000:]
     assert "received: stopping this job and its Parsl worker pool" in out  # the job's own, on stderr
     log = (scratch / "logs" / "generate-score" / "t.log").read_text()
     assert "received: stopping this job and its Parsl worker pool" in log
