@@ -3,7 +3,6 @@ rather than repaired; floats mapped to uint8 by one stated rule; flat and dark f
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +12,6 @@ from ..errors import (
     FrameError,
 )
 from ..plan.config import EncoderSpec
-
-log = logging.getLogger(__name__)
 
 FLOAT_TOLERANCE = 1e-3
 """Float frames may overshoot [0, 1] by this much (resampling ringing); larger is an error."""

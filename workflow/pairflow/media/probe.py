@@ -4,7 +4,6 @@ that changes its pixels has the value the recipe writes, or it is refused by nam
 from __future__ import annotations
 
 import io
-import logging
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -29,7 +28,6 @@ from ..errors import (
 )
 from .h264 import UNSET, chroma_location
 
-log = logging.getLogger(__name__)
 _HDR_TRC = {"smpte2084": "PQ (SMPTE ST 2084)", "arib-std-b67": "HLG (ARIB STD-B67)"}
 _BT2020 = ("bt2020", "bt2020nc", "bt2020c")
 

@@ -4,7 +4,6 @@ argv every video is written with, and the pixel format it declares."""
 from __future__ import annotations
 
 import functools
-import logging
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,6 @@ from ..errors import (
 from ..identity import digest_file, digest_obj
 from ..plan.config import EncoderSpec
 from .tools import TOOL_TIMEOUT_FLOOR_S
-
-log = logging.getLogger(__name__)
-
 
 # ---------------------------------------------------------------------------- encoder identity
 

@@ -3,7 +3,6 @@ stdin fed without a deadlock, a hung tool killed and named."""
 
 from __future__ import annotations
 
-import logging
 import os
 import selectors
 import subprocess
@@ -16,9 +15,6 @@ from .. import progress
 from ..errors import (
     ToolTimeoutError,
 )
-
-log = logging.getLogger(__name__)
-
 
 TOOL_TIMEOUT_FLOOR_S = 120.0
 """Every ffmpeg run may take at least this long, however little its work (start-up on a

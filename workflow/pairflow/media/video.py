@@ -25,7 +25,6 @@ This module writes and reads; the concerns it composes are modules of their own:
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,7 +60,6 @@ __all__ = [  # the media wing's surface: this module's writer and reader, and it
     "recipe_declaration", "recipe_digest", "run_tool", "tool_timeout",
 ]
 
-log = logging.getLogger(__name__)
 STDERR_LINES, STDERR_CHARS = 20, 4000
 """How much of ffmpeg's stderr (its tail) an EncodeError carries."""
 

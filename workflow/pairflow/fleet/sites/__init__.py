@@ -37,7 +37,6 @@ __all__ = ["ONE_PER_GPU", "SITES", "AllocationInfo", "Grant", "Packing", "Site",
            "make_config", "select"]
 
 
-
 def _discover() -> dict[str, Site]:
     """Every module of this package that defines ``SITE``, by the site's name, in the
     order ``auto`` tries them: highest ``priority`` first (local, which applies
