@@ -47,13 +47,18 @@ def test_slot_seconds_per_stage_and_arm(tmp_path):
 
 
 def test_a_sampled_timing_pass_costs_less(tmp_path):
-    full = estimate(_study(tmp_path), TABLE)["stage_slot_s"]["timing"]
+    full = estimate(_study(tmp_path, timing={"pairs": "all"}), TABLE)["stage_slot_s"]["timing"]
     one = estimate(_study(tmp_path, timing={"pairs": 1}), TABLE)["stage_slot_s"]["timing"]
     assert one < full
+    # sequential (auto): at most timing.max_prompts prompts, every seed of each
+    assert estimate(_study(tmp_path), TABLE)["stage_slot_s"]["timing"] == full
+    assert estimate(_study(tmp_path, timing={"max_prompts": 3, "pilot_prompts": 3}),
+                    TABLE)["stage_slot_s"]["timing"] == full  # 2 prompts: the ceiling does not bind
 
 
 def test_the_budget_guard_names_estimate_budget_and_drivers(tmp_path):
-    study = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 0.01})
+    study = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 0.01},
+                   timing={"repeats": 3, "pairs": "all"})
     est = estimate(study, TABLE)
     with pytest.raises(BudgetError) as e:
         check_budget(study, est, "config/x.yaml")

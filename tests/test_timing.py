@@ -6,11 +6,15 @@ real generation task, called in-process (the same function Parsl workers run).""
 from __future__ import annotations
 
 import copy
+import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import score_record, small_config
 
+from pairflow.analysis import sequential
 from pairflow.analysis.stats import analyse
 from pairflow.generation.provenance import provenance
 from pairflow.layout import Layout
@@ -53,7 +57,7 @@ def test_cv_is_sample_sd_over_mean() -> None:
 
 
 def test_pair_sample_is_per_panel_seeded_and_all_by_default(tiny_model: Path, tmp_path: Path) -> None:
-    assert len(sampled_pairs(_study(tmp_path, tiny_model), ["t"])) == 2
+    assert len(sampled_pairs(_study(tmp_path, tiny_model, pairs="all"), ["t"])) == 2
     one = sampled_pairs(_study(tmp_path, tiny_model, pairs=1), ["t"])
     assert len(one) == 1 and one == sampled_pairs(_study(tmp_path, tiny_model, pairs=1), ["t"])
     seeds = {frozenset(sampled_pairs(_study(tmp_path, tiny_model, pairs=1, seed=s), ["t"])) for s in range(8)}
@@ -92,7 +96,7 @@ def test_timed_pass_samples_pairs_splits_phases_and_reports_cv(tiny_model: Path,
     before = {k: r["record_digest"] for k, r in recs.items()}
     run_timed_pass(study, ["t"], out)  # nothing to time: every record kept
     assert {(c.arm.name, c.key.prompt_id): read_record(timing_path(Layout(study.scratch), c))["record_digest"] for c in cs} == before
-    every = _study(tmp_path, tiny_model)  # timing/pairs: all now: only the two unsampled candidates run
+    every = _study(tmp_path, tiny_model, pairs="all")  # only the two unsampled candidates run
     run_timed_pass(every, ["t"], out)
     after = {(c.arm.name, c.key.prompt_id): read_record(timing_path(Layout(every.scratch), c)) for c in cs}
     assert all(r["sampled"] for r in after.values())
@@ -154,3 +158,63 @@ def test_latency_is_the_median_of_the_repeats_not_the_mean(tiny_model: Path, tmp
     assert t["latency_s"] == 1.2 and t["seconds"] == seconds and t["rounds"] == [0, 1, 2]
     assert t["phases_s"]["total"] == 1.2 and t["phases_s"]["denoise"] == pytest.approx(0.96)
     assert t["cv"] == pytest.approx(cv(seconds)) and t["over_max_cv"] is True
+
+
+def _six_prompts(tmp: Path, model: Path, **timing: object):  # type: ignore[no-untyped-def]
+    sheet = tmp / "config" / "panels" / "six.tsv"
+    sheet.parent.mkdir(parents=True, exist_ok=True)
+    sheet.write_text("prompt_id\tprompt\n" + "".join(f"s{i}\tprompt number {i}\n" for i in range(6)))
+    cfg = small_config(tmp, model, panels={"six": {"sheet": str(sheet), "seeds": [0]}},
+                       timing={"warmup": 0, "repeats": 1, "pilot_prompts": 3, **timing})
+    return study_from_raw(copy.deepcopy(cfg), tmp, source="test")
+
+
+def test_sequential_timing_stops_after_the_pilot_when_it_is_tight_and_at_the_ceiling_when_not(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """timing.pairs: auto (the default): a 3-prompt pilot, then as many prompts as the pilot's
+    spread asks for. A loose precision stops after the pilot; an impossible one stops at
+    timing.max_prompts. Untimed candidates say why; the stats apply Stein's interval."""
+    loose = _six_prompts(tmp_path, tiny_model, precision=0.9)
+    _bulk(loose)
+    out = loose.scratch / "study" / "timing.json"
+    run_timed_pass(loose, ["six"], out)
+    cs = candidates(loose, loose.panels[0])
+    recs = {c.key.candidate_id: read_record(timing_path(Layout(loose.scratch), c)) for c in cs}
+    timed = [r for r in recs.values() if r["sampled"]]
+    assert len(timed) == 6  # 3 pilot prompts x 2 arms
+    assert all(r["timing"]["sequential"] == {"design": "stein-two-stage", "pilot": True, "pilot_prompts": 3,
+                                             "precision": 0.9, "max_prompts": 64, "level": 0.95} for r in timed)
+    assert all(r["matches_bulk_frames"] is True for r in timed)  # the free repeatability check
+    assert {r["timing"].get("stopped") for r in recs.values() if not r["sampled"]} == {"precision"}
+    order = sequential.order([("six", f"s{i}") for i in range(6)], 0)
+    assert {r["candidate"]["prompt_id"] for r in timed} == {p for _panel, p in order[:3]}
+    tele = json.loads(Layout(loose.scratch).timed_pass_telemetry.read_text())
+    assert tele["sequential"]["arms"]["pab"]["stopped"] == "precision" and tele["frames_match_bulk"] == {
+        "compared": 6, "identical": 6}
+    gen = [read_record(record_path(Layout(loose.scratch), c)) for c in cs]
+    control = {g["candidate"]["prompt_id"]: g for g in gen if g["arm"]["name"] == "control"}
+    scores = [score_record(g, control[g["candidate"]["prompt_id"]], {}) for g in gen]
+    comp = analyse(gen, scores, list(recs.values()), ["pab"], StatsSpec(200, 0.95, 0))["comparisons"][0]
+    lat, sp = comp["latency"], comp["speedup"]
+    assert lat["n_pairs"] == 3 and lat["timed_prompts"] == 3 and lat["repeats"] == [1]
+    assert lat["design"]["design"] == "stein-two-stage" and lat["design"]["stopped"] == ["precision"]
+    assert lat["design"]["half_width"] is not None and sp["ci"][0] < sp["geomean"] < sp["ci"][1]
+    by = {(r["arm"]["name"], r["candidate"]["prompt_id"]): r["timing"]["latency_s"] for r in timed}
+    logs = np.array([math.log(by["control", p] / by["pab", p]) for _a, p in by if _a == "pab"])
+    stein = 4.302652729749464 * logs.std(ddof=1) / math.sqrt(3)  # t(2): the pilot is the whole sample here
+    t_half = 4.302652729749464 * logs.std(ddof=1) / math.sqrt(3)
+    assert lat["design"]["half_width"] == pytest.approx(stein)
+    assert math.log(sp["ci"][1] / sp["geomean"]) == pytest.approx(max(stein, t_half))
+    assert any("sequential timing" in n for n in comp["notes"])
+    before = {k: r["record_digest"] for k, r in recs.items()}
+    run_timed_pass(loose, ["six"], out)  # nothing to time: every record kept
+    assert {c.key.candidate_id: read_record(timing_path(Layout(loose.scratch), c))["record_digest"]
+            for c in cs} == before
+
+    strict = _six_prompts(tmp_path, tiny_model, precision=1e-6, max_prompts=5)
+    run_timed_pass(strict, ["six"], out)  # same bulk records; a new design: re-timed
+    recs = {c.key.candidate_id: read_record(timing_path(Layout(strict.scratch), c)) for c in cs}
+    assert sum(r["sampled"] for r in recs.values()) == 10  # 5 prompts (the ceiling) x 2 arms
+    assert {r["timing"].get("stopped") for r in recs.values() if not r["sampled"]} == {"ceiling"}
+    pilot = [r for r in recs.values() if r["sampled"] and r["timing"]["sequential"]["pilot"]]
+    assert len(pilot) == 6

@@ -65,6 +65,7 @@ from ..records.types import (
     StudyStats,
     TimingRecord,
 )
+from . import sequential
 from .inference import (
     PROCEDURE,
     SD_UPPER_CONFIDENCE,
@@ -272,6 +273,12 @@ def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Ke
                      f"({timings['control'][timed[0]]['timing'].get('max_cv')}); a noisy machine or too few repeats")
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
     lo, hi, _p = _interval(log_ratio, s.level)
+    design = _sequential_design(timings, treatment, keys, timed, lat_c, lat_t, log_ratio, s, notes)
+    if design.get("half_width") is not None and lo is not None and hi is not None:
+        # Stein's interval: valid whatever N the pilot chose; the wider of it and the t-interval.
+        mid = float(log_ratio.mean())
+        half = max(hi - mid, mid - lo, design["half_width"])
+        lo, hi = mid - half, mid + half
     # Geometric means over the speedup's own units (per prompt, over seeds; then over
     # prompts): control / treatment equals the speedup exactly. Medians kept for reference.
     latency: LatencySummary = {
@@ -284,10 +291,47 @@ def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Ke
         "control_cv_median": _median_or_none(cvs["control"]),
         "treatment_cv_median": _median_or_none(cvs[treatment]),
         "control_median_s": float(np.median(list(lat_c.values()))),
-        "treatment_median_s": float(np.median(list(lat_t.values())))}
+        "treatment_median_s": float(np.median(list(lat_t.values()))),
+        # what was timed: prompts, repeats per candidate, and the design that chose them
+        "timed_prompts": len(log_ratio),
+        "repeats": sorted({len(timings[a][k]["timing"].get("seconds") or [0]) for a in ("control", treatment)
+                           for k in timed}),
+        "design": design}
     speedup: RatioSummary = {"geomean": float(math.exp(log_ratio.mean())),
                              "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]}
     return timed, latency, speedup
+
+
+def _sequential_design(timings: Index[TimingRecord], treatment: str, keys: list[Key], timed: list[Key],
+                       lat_c: dict[Key, float], lat_t: dict[Key, float], log_ratio: np.ndarray, s: StatsSpec,
+                       notes: list[str]) -> dict[str, Any]:
+    """How the timed pairs were chosen, and (``timing.pairs: auto``, with the whole pilot
+    in view) Stein's half-width on the log scale (``analysis.sequential``). A panel's
+    comparison sees only its part of the study's pilot: its interval is the t-interval
+    over the prompts the study-level design timed there, said so in a note."""
+    seq = [x for a in ("control", treatment) for k in timed
+           if (x := timings[a][k]["timing"].get("sequential")) is not None]
+    if not seq or len(seq) < 2 * len(timed):
+        return {"design": "fixed", "pairs": sorted({str(timings["control"][k]["timing"]["pairs"]) for k in keys})}
+    n0 = seq[0]["pilot_prompts"]
+    pilot_keys = {k for k in keys if all((timings[a][k]["timing"].get("sequential") or {}).get("pilot")
+                                        for a in ("control", treatment))}
+    pilot = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed if k in pilot_keys})
+    stopped = sorted({timings[treatment][k]["timing"]["stopped"] for k in keys
+                      if not timings[treatment][k]["sampled"] and "stopped" in timings[treatment][k]["timing"]})
+    out: dict[str, Any] = {"design": sequential.DESIGN, "pilot_prompts": n0, "precision": seq[0]["precision"],
+                           "max_prompts": seq[0]["max_prompts"], "stopped": stopped or ["exhausted"],
+                           "half_width": None}
+    if len({p for p, _seed in pilot_keys}) < n0:
+        notes.append(f"latency: timed by the study's sequential design (timing/pairs: auto); this view holds "
+                     f"{len({p for p, _seed in pilot_keys})} of its {n0} pilot prompts, so its interval is the "
+                     "t-interval over the prompts timed here")
+        return out
+    out["half_width"] = sequential.stein_half_width(pilot, len(log_ratio), s.level)
+    notes.append(f"latency: sequential timing ({sequential.DESIGN}, timing/pairs: auto): a pilot of {n0} prompts, "
+                 f"then {len(log_ratio)} prompts in all for {treatment} (stopped: {', '.join(out['stopped'])}; "
+                 f"target ±{100 * seq[0]['precision']:g}%); the interval is the wider of Stein's and the t-interval")
+    return out
 
 
 MFU_CONVENTION = ("estimated MFU: the counted forward FLOPs of the candidate's bulk-pass call (everything the "

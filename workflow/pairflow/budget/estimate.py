@@ -10,7 +10,8 @@ slot-seconds / 3600 on GPUs) per stage and arm:
 - ``warm-up``: every slot of every fan-out job imports and loads once (``import`` +
   the arms' ``load``), shared by the arms (split by their work, as the ledger does);
 - ``timing``: the exclusive timed pass: per arm ``timing/warmup`` untimed runs, then
-  ``timing/repeats`` runs of every timed pair (``timing/pairs`` per panel, or all),
+  ``timing/repeats`` runs of every timed pair (``timing/pairs`` per panel, or all; under
+  ``auto``, the sequential design, at most ``timing/max_prompts`` prompts: an upper bound),
   each the arm's uncounted generation seconds (``timed_s``).
 
 Wall time: the fan-out jobs at ``nodes x slots_per_node`` slots, one panel job after
@@ -41,6 +42,9 @@ STAGES = ("generate", "score", "warm-up", "timing")
 def _timed_pairs(study: StudySpec) -> int:
     """Pairs the timed pass times, over every panel."""
     pairs = study.timing.pairs
+    if pairs == "auto":  # sequential: at most timing.max_prompts prompts (every seed of each); an upper bound
+        units = sorted((len(p.seeds) for p in study.panels for _prompt in p.prompts), reverse=True)
+        return sum(units[:study.timing.max_prompts])
     return sum(len(p.prompts) * len(p.seeds) if pairs == "all" else min(int(pairs), len(p.prompts) * len(p.seeds))
                for p in study.panels)
 

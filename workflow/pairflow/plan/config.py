@@ -120,8 +120,14 @@ class StatsSpec:
 class TimingSpec:
     warmup: int
     repeats: int
-    pairs: int | str = "all"  # "all" or pairs timed per panel (a seeded sample)
+    pairs: int | str = "auto"  # "auto" (sequential), "all", or pairs timed per panel (a seeded sample)
     seed: int = 0
+    precision: float = 0.02
+    """``pairs: auto``: the relative half-width each arm's speedup interval is timed to."""
+    pilot_prompts: int = 5
+    """``pairs: auto``: prompts timed first, whose spread decides how many more are timed."""
+    max_prompts: int = 64
+    """``pairs: auto``: the most prompts timed for any arm (the ceiling)."""
     max_cv: float = 0.05
     max_temperature_c: float = 78.0
     """A timed run on a GPU above this temperature (C), or while it throttled, is flagged."""

@@ -160,9 +160,11 @@ class ComputeFields(TypedDict, total=False):
 
 BulkTiming = TypedDict("BulkTiming", {
     "pass": Literal["bulk"], "import_s": float, "load_s": float, "generate_s": float, "encode_s": float,
-    "peak_rss_mb": float | None})
+    "peak_rss_mb": float | None, "generate_cpu_s": NotRequired[float | None]})
 """Seconds the bulk pass spent (recorded, never reported as latency); "pass" is a keyword,
-hence the functional form."""
+hence the functional form. ``generate_cpu_s``: the worker process's CPU time (every
+thread, ``time.process_time``) over the interval ``generate_s`` is the wall time of: the
+generation's cost, which other processes on the same cores do not inflate."""
 
 
 class EncoderFingerprint(TypedDict):
@@ -299,7 +301,7 @@ class ScoreRecord(_Sealed):
 TimedTiming = TypedDict("TimedTiming", {
     "pass": Literal["timed"],
     "latency_s": float | None,  # None exactly when the pair was not sampled
-    "pairs": int | str,  # a count, or "all" (the schema allows only those)
+    "pairs": int | str,  # a count, "all" or "auto" (the schema allows only those)
     "seed": int,
     "seconds": NotRequired[list[float]],
     "rounds": NotRequired[list[int]],
@@ -318,6 +320,8 @@ TimedTiming = TypedDict("TimedTiming", {
     "gpu_name": NotRequired[str | None],
     "cuda_settings": NotRequired[dict[str, Any] | None],
     "peak_device_mb": NotRequired[float | None],
+    "sequential": NotRequired[dict[str, Any]],  # timing.pairs: auto: the design (analysis.sequential)
+    "stopped": NotRequired[str],  # not timed: where the sequential design stopped (precision, ceiling, exhausted)
     "covers": NotRequired[str],
 })
 """A timed-pass timing: the measurement keys are present exactly when ``sampled`` is true."""
@@ -460,7 +464,10 @@ LatencySummary = TypedDict("LatencySummary", {
     "pass": list[str], "control_geomean_s": float, "treatment_geomean_s": float, "n_pairs": int,
     "dropped_frames_differ": int, "sampled_pairs": int, "pairs_over_max_cv": int,
     "control_cv_median": float | None, "treatment_cv_median": float | None,
-    "control_median_s": float, "treatment_median_s": float})
+    "control_median_s": float, "treatment_median_s": float,
+    # what was timed: prompts, repeats per candidate, and the design that chose the pairs
+    # ("fixed", or timing.pairs: auto's sequential design with its pilot and stop reasons)
+    "timed_prompts": int, "repeats": list[int], "design": dict[str, Any]})
 """Latency of a comparison from the timed pass ("pass": the passes it came from)."""
 
 

@@ -84,7 +84,8 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     hib = {m["metric"]: m["higher_is_better"] for c in stats["comparisons"] for m in c["metrics"]}
     kinds = {m["metric"]: m["kind"] for c in stats["comparisons"] for m in c["metrics"]}
     head = ["arm", "pairs", "latency ctrl / treat (s, geometric mean)", "speedup [CI], higher is faster",
-            "compute ratio [CI], lower is cheaper", "repeat CV ctrl / treat (median; pairs over max)"] + [
+            "compute ratio [CI], lower is cheaper",
+            "timed pairs × repeats (design); repeat CV ctrl / treat (median; pairs over max)"] + [
         metric_header(n, kinds[n], hib[n]) for n in metric_names]
     # Estimated MFU and peak memory only where some arm has them; otherwise a note says why.
     eff = any(_has_efficiency(c) for c in stats["comparisons"])
@@ -102,8 +103,8 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
         cells = [c["treatment"] + (f" ({NO_EFFECT})" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
                  ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute")),
-                 (f"{_pct(lat.get('control_cv_median'))} / {_pct(lat.get('treatment_cv_median'))}; "
-                  f"{lat.get('pairs_over_max_cv', 0)}")]
+                 (f"{timed_cell(lat)}; {_pct(lat.get('control_cv_median'))} / "
+                  f"{_pct(lat.get('treatment_cv_median'))}; {lat.get('pairs_over_max_cv', 0)}")]
         if eff:
             e = c["efficiency"]
             cells.insert(5, f"{_mfu(e['control']['mfu_median'])} / {_mfu(e['treatment']['mfu_median'])}; "
@@ -113,6 +114,20 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
             cells.append("" if m is None else cell(m, stats["level"], decimals[n], stats["multiplicity"]))
         rows.append(cells)
     return head, rows
+
+
+def timed_cell(lat: dict[str, Any] | Any) -> str:
+    """What the timed pass timed for a comparison: pairs × repeats per candidate, and the
+    design (sequential: where it stopped; a sample; or every pair)."""
+    reps = "/".join(str(r) for r in lat.get("repeats", [])) or "?"
+    d = lat.get("design") or {}
+    if d.get("design") == "stein-two-stage":
+        how = f"sequential, {d.get('pilot_prompts')}-prompt pilot, stopped: {', '.join(d.get('stopped', []))}"
+    elif lat.get("sampled_pairs", lat.get("n_pairs")) != lat.get("n_pairs") or d.get("pairs", ["all"]) != ["all"]:
+        how = f"sample: timing/pairs {', '.join(d.get('pairs', []))}"
+    else:
+        how = "every pair"
+    return f"{lat.get('n_pairs')} × {reps} ({how})"
 
 
 def _has_efficiency(c: Comparison) -> bool:
@@ -355,7 +370,11 @@ def _notes(stats: StudyStats) -> list[str]:
     metrics = {m["metric"] for c in stats["comparisons"] for m in c["metrics"]}
     latency = (f"Latency pass: {passes} (each video's latency is the median of its repeated batch-one runs in the "
                "exclusive timed pass, after warm-up, arms in a seeded random order within each repeat round; bulk "
-               "generation times are never reported). 'repeat CV' is the median over videos of each video's "
+               "generation times are never reported). 'timed pairs × repeats' says what was timed: under "
+               "timing/pairs: auto a pilot of prompts, then as many as each arm's speedup interval needs to reach "
+               "timing/precision (Stein's two-stage design; the interval is the wider of Stein's and the "
+               "t-interval, valid whatever the pilot chose). 'repeat CV' (blank with one repeat) is the median over "
+               "videos of each video's "
                "coefficient of variation across its repeats, then the count of pairs above timing/max_cv. The "
                "latency columns are geometric means over prompts of the per-prompt geometric mean over seeds, "
                "the units of the speedup, so control / treatment equals the speedup.")

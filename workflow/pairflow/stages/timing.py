@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import statistics
@@ -33,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..analysis import sequential
 from ..arms import verifier_for
 from ..atomic import job_start, sweep_temps, write_text
 from ..errors import PairFlowError
@@ -99,7 +103,7 @@ def sampled_pairs(study: StudySpec, panels: list[str]) -> set[tuple[str, str, in
     for p in panels:
         keys = sorted({(c.key.panel, c.key.prompt_id, c.key.seed) for c in candidates(study, study.panel(p))})
         n = study.timing.pairs
-        out |= set(keys if n == "all" or int(n) >= len(keys)
+        out |= set(keys if n in ("all", "auto") or int(n) >= len(keys)
                    else random.Random(f"{study.timing.seed}:{p}").sample(keys, int(n)))
     return out
 
@@ -227,6 +231,113 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     return result, measured
 
 
+class _Timer:
+    """Times candidates in this process and writes their records: one pipeline per arm,
+    loaded when the arm is first timed, after its ``timing.warmup`` untimed runs. Pairs
+    go in blocks of ``BLOCK_PAIRS``, each repeat round in ``run_order``'s seeded order."""
+
+    def __init__(self, study: StudySpec, bulk: dict[str, GenerationRecord], alloc: AllocationInfo | None) -> None:
+        self.study, self.bulk, self.alloc = study, bulk, alloc
+        self.layout = Layout(study.scratch)
+        self.pipes: dict[str, Any] = {}
+        self.tokens: dict[str, Any] = {}
+        self.settings: dict[str, Any] | None = None
+        self.uuid: str | None = None
+        self.node: Any = None
+        self.cuda = self.ready = False
+        self.per_arm: dict[str, dict[str, Any]] = {}
+        self.verifiers = {a.name: verifier_for(a, study) for a in study.arms}
+        self.timed, self.done, self.started = 0, 0, time.monotonic()
+        self.same_as_bulk = {"compared": 0, "identical": 0}
+
+    def _call(self, c: Any) -> Any:
+        # A search arm's latency is its whole search: N generations and N scorings.
+        return run_arm(self.pipes[c.arm.name], c.prompt.text, c.key.stream_seed, c.arm, self.study.generation,
+                       self.tokens[c.arm.name], verifier=self.verifiers[c.arm.name])
+
+    def _prepare(self, arms: list[Any], first: dict[str, Any]) -> None:
+        if not self.ready:
+            self.node = exclusivity(self.alloc)
+            self.settings = g.pin_cuda()
+            self.cuda = self.settings is not None
+            if self.cuda:
+                import torch
+
+                self.uuid = str(torch.cuda.get_device_properties(0).uuid)  # the device this process times on
+            self.ready = True
+        for arm in arms:
+            if arm.name in self.pipes:
+                continue
+            self.pipes[arm.name] = arm_pipeline(arm, self.study.model, self.study.generation)
+            self.tokens[arm.name] = g.text_tokens(self.pipes[arm.name], self.study.generation)
+            for _ in range(self.study.timing.warmup):  # untimed: kernels, allocator, caches of each arm
+                self._call(first[arm.name])
+
+    def time(self, run: list[Any], total: int, sequential: dict[str, dict[str, Any]] | None = None) -> None:
+        """Time ``run`` (candidates) and write their records; ``total``: candidates this pass
+        times in all (progress); ``sequential``: each candidate's design fields."""
+        if not run:
+            return
+        first: dict[str, Any] = {}
+        for c in run:
+            first.setdefault(c.arm.name, c)
+        self._prepare([a for a in self.study.arms if a.name in first], first)
+        reps = self.study.timing.repeats
+        by_pair: dict[tuple[str, str, int], list[Any]] = {}
+        for c in sorted(run, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed, c.arm.name)):
+            by_pair.setdefault((c.key.panel, c.key.prompt_id, c.key.seed), []).append(c)
+        pairs = list(by_pair.values())
+        for b0 in range(0, len(pairs), BLOCK_PAIRS):
+            block = pairs[b0:b0 + BLOCK_PAIRS]
+            runs: dict[str, list[dict[str, Any]]] = {c.key.candidate_id: [] for p in block for c in p}
+            same: dict[str, bool] = dict.fromkeys(runs, True)
+            device = threads = None
+            for r in range(reps):
+                for c in run_order(block, self.study.timing.seed, (self.timed + b0) * reps + r):
+                    result, measured = _timed_run(self.pipes[c.arm.name], lambda c=c: self._call(c), self.cuda,
+                                                  self.uuid)
+                    runs[c.key.candidate_id].append({"round": r, **measured})
+                    same[c.key.candidate_id] &= _same_frames(result, self.bulk[c.key.candidate_id], self.study)
+                    device, threads = result.device, result.threads
+            for c in (c for p in block for c in p):
+                self.done += 1
+                cid = c.key.candidate_id
+                _write_timing(self.study, c, self.bulk[cid], runs[cid], same[cid], device, threads, self.settings,
+                              self.node, (sequential or {}).get(cid))
+                # The timed run repeats the bulk run (same seed, same arm): a free repeatability check.
+                self.same_as_bulk["compared"] += 1
+                self.same_as_bulk["identical"] += bool(same[cid])
+                self._count(c, runs[cid])
+            log.info("%s", progress_line("timed pass", self.done, total, time.monotonic() - self.started))
+        self.timed += len(pairs)
+
+    def _count(self, c: Any, rs: list[dict[str, Any]]) -> None:
+        a = self.per_arm.setdefault(c.arm.name, {"runs": 0, "candidates": 0, "peak_device_mb": None,
+                                                 "over_max_cv": 0})
+        a["runs"] += len(rs)
+        a["candidates"] += 1
+        if self.cuda:
+            a["peak_device_mb"] = max([a["peak_device_mb"] or 0.0, *(x["peak_device_mb"] for x in rs)])
+        v = cv([x["seconds"] for x in rs])
+        a["over_max_cv"] += bool(v is not None and v > self.study.timing.max_cv)
+        a["thermal_flagged"] = a.get("thermal_flagged", 0) + sum(
+            bool(thermal_flag(x.get("throttled"), self.study.timing.max_temperature_c)["flagged"]) for x in rs)
+
+
+def _not_sampled(study: StudySpec, c: Any, b: GenerationRecord, stopped: str | None = None) -> None:
+    """A record saying the pair was not timed: outside the ``timing.pairs: N`` sample, or
+    (``stopped``) beyond where the sequential design stopped for this arm."""
+    timing: dict[str, Any] = {"pass": "timed", "latency_s": None, "pairs": study.timing.pairs,
+                              "seed": study.timing.seed}
+    if stopped is not None:
+        timing["stopped"] = stopped
+    record: TimingRecord = {
+        "kind": "timing", "candidate": b["candidate"], "arm": b["arm"], "sampled": False,
+        "generation_record_digest": b["record_digest"], "timing": timing,  # type: ignore[typeddict-item]
+        "matches_bulk_frames": None}
+    write_record(timing_path(Layout(study.scratch), c), record)
+
+
 def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
                     alloc: AllocationInfo | None) -> Manifest:
     layout = Layout(study.scratch)
@@ -234,82 +345,31 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     sweep_temps([panel_dir(layout, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
     bulk = {c.key.candidate_id: read_record(record_path(layout, c), "generation") for c in cands}
-    sample = sampled_pairs(study, panels)
-    todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
-    log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands), len(sample),
-             len(cands) - len(todo), len(todo))
-    node = exclusivity(alloc) if todo else None
+    timer = _Timer(study, bulk, alloc)
     window_start = time.time()
-    skipped = [c for c in todo if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample]
-    for c in skipped:  # cheap: no run, a record saying the pair was not in the sample
-        b = bulk[c.key.candidate_id]
-        not_sampled: TimingRecord = {
-            "kind": "timing", "candidate": b["candidate"], "arm": b["arm"], "sampled": False,
-            "generation_record_digest": b["record_digest"],
-            "timing": {"pass": "timed", "latency_s": None, "pairs": study.timing.pairs, "seed": study.timing.seed},
-            "matches_bulk_frames": None}
-        write_record(timing_path(layout, c), not_sampled)
-    run = [c for c in todo if c not in skipped]
-    per_arm: dict[str, dict[str, Any]] = {}
-    settings = None
-    if run:
-        pipes = {a.name: arm_pipeline(a, study.model, study.generation) for a in study.arms
-                 if any(c.arm == a for c in run)}
-        settings = g.pin_cuda()
-        cuda = settings is not None
-        uuid = None
-        if cuda:
-            import torch
-
-            uuid = str(torch.cuda.get_device_properties(0).uuid)  # the device this process times on
-        tokens = {name: g.text_tokens(p, study.generation) for name, p in pipes.items()}
-        verifiers = {a.name: verifier_for(a, study) for a in study.arms}
-        warm, reps = study.timing.warmup, study.timing.repeats
-
-        def call(c: Any) -> Any:
-            # A search arm's latency is its whole search: N generations and N scorings.
-            return run_arm(pipes[c.arm.name], c.prompt.text, c.key.stream_seed, c.arm, study.generation,
-                           tokens[c.arm.name], verifier=verifiers[c.arm.name])
-
-        for arm in study.arms:  # untimed warm-up: kernels, allocator, caches of each arm
-            first = next((c for c in run if c.arm == arm), None)
-            for _ in range(warm if first is not None else 0):
-                call(first)
-        by_pair: dict[tuple[str, str, int], list[Any]] = {}
-        for c in sorted(run, key=lambda c: (c.key.panel, c.key.prompt_id, c.key.seed, c.arm.name)):
-            by_pair.setdefault((c.key.panel, c.key.prompt_id, c.key.seed), []).append(c)
-        pairs = list(by_pair.values())
-        started, done = time.monotonic(), 0
-        for b0 in range(0, len(pairs), BLOCK_PAIRS):
-            block = pairs[b0:b0 + BLOCK_PAIRS]
-            runs: dict[str, list[dict[str, Any]]] = {c.key.candidate_id: [] for p in block for c in p}
-            same: dict[str, bool] = dict.fromkeys(runs, True)
-            device = threads = None
-            for r in range(reps):
-                for c in run_order(block, study.timing.seed, b0 * reps + r):
-                    result, measured = _timed_run(pipes[c.arm.name], lambda c=c: call(c), cuda, uuid)
-                    runs[c.key.candidate_id].append({"round": r, **measured})
-                    same[c.key.candidate_id] &= _same_frames(result, bulk[c.key.candidate_id], study)
-                    device, threads = result.device, result.threads
-            for c in (c for p in block for c in p):
-                done += 1
-                _write_timing(study, c, bulk[c.key.candidate_id], runs[c.key.candidate_id],
-                              same[c.key.candidate_id], device, threads, settings, node)
-                rs = runs[c.key.candidate_id]
-                a = per_arm.setdefault(c.arm.name, {"runs": 0, "peak_device_mb": None, "over_max_cv": 0})
-                a["runs"] += len(rs)
-                if cuda:
-                    a["peak_device_mb"] = max([a["peak_device_mb"] or 0.0, *(x["peak_device_mb"] for x in rs)])
-                v = cv([x["seconds"] for x in rs])
-                a["over_max_cv"] += bool(v is not None and v > study.timing.max_cv)
-                a["thermal_flagged"] = a.get("thermal_flagged", 0) + sum(
-                    bool(thermal_flag(x.get("throttled"), study.timing.max_temperature_c)["flagged"]) for x in rs)
-            log.info("%s", progress_line("timed pass", done, len(run), time.monotonic() - started))
-    if todo:
+    if study.timing.pairs == "auto":
+        design = _sequential_pass(study, cands, bulk, timer)
+        wrote = timer.done + design["not_sampled_written"]
+    else:
+        design = None
+        sample = sampled_pairs(study, panels)
+        todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
+        log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands),
+                 len(sample), len(cands) - len(todo), len(todo))
+        skipped = [c for c in todo if (c.key.panel, c.key.prompt_id, c.key.seed) not in sample]
+        for c in skipped:  # cheap: no run, a record saying the pair was not in the sample
+            _not_sampled(study, c, bulk[c.key.candidate_id])
+        run = [c for c in todo if c not in skipped]
+        timer.time(run, len(run))
+        wrote = len(todo)
+    if wrote:
         write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
             {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},
-             "timed": len(run), "not_sampled": len(skipped), "pairs": study.timing.pairs,
-             "seed": study.timing.seed, "per_arm": per_arm, "cuda_settings": settings, "node": node,
+             "timed": timer.done, "not_sampled": sum(
+                 not read_record(timing_path(layout, c), "timing")["sampled"] for c in cands),
+             "pairs": study.timing.pairs, "repeats": study.timing.repeats, "seed": study.timing.seed,
+             "sequential": design, "frames_match_bulk": timer.same_as_bulk, "per_arm": timer.per_arm,
+             "cuda_settings": timer.settings, "node": timer.node,
              "allocation": alloc.asdict() if alloc else None},
             indent=1, sort_keys=True) + "\n")
     manifest = build_manifest("timing", study.scratch, [timing_path(layout, c) for c in cands],
@@ -319,6 +379,92 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     vouch(study.scratch, manifest_out, manifest)  # every record it lists was written or read back here
     return manifest
 
+
+def _design_fields(study: StudySpec, pilot: bool, n0: int) -> dict[str, Any]:
+    t = study.timing
+    return {"design": sequential.DESIGN, "pilot": pilot, "pilot_prompts": n0, "precision": t.precision,
+            "max_prompts": t.max_prompts, "level": study.stats.level}
+
+
+def _kept(study: StudySpec, c: Any, bulk: GenerationRecord, fields: dict[str, Any] | None,
+          stopped: str | None = None) -> bool:
+    """Whether the candidate's record can stay under the sequential design: a clean timing
+    with these design ``fields``, or (``fields`` None) a not-timed record saying ``stopped``."""
+    try:
+        t = read_record(timing_path(Layout(study.scratch), c), "timing")
+    except PairFlowError:
+        return False
+    if stale_link(t, bulk):
+        return False
+    if fields is None:
+        return t["sampled"] is False and t["timing"].get("stopped") == stopped
+    return (t["sampled"] is True and not timing_frames_differ(t)
+            and t["timing"].get("sequential") == fields and t["timing"].get("repeats") == study.timing.repeats)
+
+
+def _sequential_pass(study: StudySpec, cands: list[Any], bulk: dict[str, GenerationRecord],
+                     timer: _Timer) -> dict[str, Any]:
+    """``timing.pairs: auto``: the pilot prompts first, then, per arm, as many prompts as
+    its pilot's spread asks for (``analysis.sequential``). Records already timed under the
+    same design are kept; candidates beyond an arm's stop get a not-timed record saying why."""
+    t = study.timing
+    units = sequential.order({(c.key.panel, c.key.prompt_id) for c in cands}, t.seed)
+    rank = {u: i for i, u in enumerate(units)}
+    n0 = min(t.pilot_prompts, t.max_prompts, len(units))
+    unit = {c.key.candidate_id: rank[(c.key.panel, c.key.prompt_id)] for c in cands}
+    treatments = [a.name for a in study.arms if a.name != "control"]
+    pilot = [c for c in cands if unit[c.key.candidate_id] < n0]
+    fields = {c.key.candidate_id: _design_fields(study, unit[c.key.candidate_id] < n0, n0) for c in cands}
+    todo = [c for c in pilot if not _kept(study, c, bulk[c.key.candidate_id], fields[c.key.candidate_id])]
+    log.info("timed pass (sequential, %s): %d prompts, pilot of %d (%d candidates, %d to time)", sequential.DESIGN,
+             len(units), n0, len(pilot), len(todo))
+    timer.time(todo, len(todo), fields)
+    layout = Layout(study.scratch)
+    lat = {c.key.candidate_id: _clean_latency(read_record(timing_path(layout, c), "timing")) for c in pilot}
+    plans: dict[str, sequential.Plan] = {}
+    for arm in treatments:
+        ratios: dict[tuple[str, str], list[float]] = {}
+        for c in pilot:
+            if c.arm.name != arm:
+                continue
+            ctrl = next(x for x in pilot if x.arm.name == "control" and x.key.panel == c.key.panel
+                        and x.key.prompt_id == c.key.prompt_id and x.key.seed == c.key.seed)
+            lc, lt = lat[ctrl.key.candidate_id], lat[c.key.candidate_id]
+            if lc is not None and lt is not None:
+                ratios.setdefault((c.key.panel, c.key.prompt_id), []).append(math.log(lc / lt))
+        x = [sum(v) / len(v) for _u, v in sorted(ratios.items())]
+        plans[arm] = sequential.plan(np.array(x), study.stats.level, t.precision, n0, len(units), t.max_prompts)
+    need = {arm: p.prompts for arm, p in plans.items()}
+    need["control"] = max(need.values(), default=n0)
+    stop = {arm: p.stopped for arm, p in plans.items()}
+    stop["control"] = "precision" if need["control"] < min(len(units), t.max_prompts) else (
+        "exhausted" if need["control"] == len(units) else "ceiling")
+    later = [c for c in cands if unit[c.key.candidate_id] >= n0]
+    wanted = [c for c in later if unit[c.key.candidate_id] < need.get(c.arm.name, n0)]
+    todo = [c for c in wanted if not _kept(study, c, bulk[c.key.candidate_id], fields[c.key.candidate_id])]
+    log.info("timed pass: pilot done; prompts to time per arm %s (%s); %d more candidates to time", need, stop,
+             len(todo))
+    timer.time(todo, timer.done + len(todo), fields)
+    written, wanted_ids = 0, {c.key.candidate_id for c in wanted}
+    for c in later:
+        why = stop.get(c.arm.name, "precision")
+        if c.key.candidate_id in wanted_ids or _kept(study, c, bulk[c.key.candidate_id], None, why):
+            continue
+        _not_sampled(study, c, bulk[c.key.candidate_id], why)
+        written += 1
+    return {"design": sequential.DESIGN, "prompts": len(units), "pilot_prompts": n0, "precision": t.precision,
+            "max_prompts": t.max_prompts, "level": study.stats.level, "not_sampled_written": written,
+            "arms": {arm: {"prompts": p.prompts, "stopped": p.stopped, "pilot_clean": p.pilot_prompts,
+                           "pilot_sd_log": p.pilot_sd, "planned_half_width_log": p.planned_half_width}
+                     for arm, p in plans.items()},
+            "control_prompts": need["control"]}
+
+
+def _clean_latency(t: TimingRecord) -> float | None:
+    """A pilot record's latency, None where its run computed other frames (dropped, as stats does)."""
+    if not t["sampled"] or timing_frames_differ(t):
+        return None
+    return t["timing"]["latency_s"]
 
 def _same_frames(result: Any, bulk: GenerationRecord, study: StudySpec) -> bool:
     frames, _ = prepare_frames(result.frames, study.encoder)
@@ -332,7 +478,8 @@ def _gpu_name() -> str:
 
 
 def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict[str, Any]], same: bool,
-                  device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any) -> None:
+                  device: str | None, threads: int | None, settings: dict[str, Any] | None, node: Any,
+                  design: dict[str, Any] | None = None) -> None:
     layout = Layout(study.scratch)
     seconds = [x["seconds"] for x in runs]
     v = cv(seconds)
@@ -367,4 +514,6 @@ def _write_timing(study: StudySpec, c: Any, b: GenerationRecord, runs: list[dict
         "matches_bulk_frames": same,
         "worker": {**worker_identity(), "device": device, "node": node},
     }
+    if design is not None:  # timing.pairs: auto: the sequential design this run belongs to (analysis.sequential)
+        record["timing"]["sequential"] = design
     write_record(timing_path(layout, c), record)
