@@ -15,9 +15,18 @@ an arm's keys, kinds and digest (``registry.declared_keys``, ``declared_kinds``,
 nor diffusers at import time (planning reads it). Running an arm for one pair (its
 pipeline, a search's N candidates) is ``pairflow.generation.armrun``, above ``generate``, imported by
 workers only.
+
+Importing this package defers ``torch._dynamo`` in this process until something compiles
+(``arms.dynamo``: no arm of a default study compiles, yet diffusers, transformers and
+torchvision import dynamo, about 1 s per process); every process that generates imports
+it first (``generation.generate`` does). ``PAIRFLOW_DEFER_DYNAMO=0`` turns that off.
 """
 
 from __future__ import annotations
+
+import os
+
+from .dynamo import defer_dynamo
 
 from .base import ArmKind, ParseContext, device
 from .check import arms_check_inputs, arms_check_key, check_arms, write_arms_check
@@ -30,3 +39,6 @@ __all__ = ["KEYS", "KINDS", "LOADABLE", "PRECISIONS", "ArmKind", "ParseContext",
            "arm_model", "arms_check_inputs", "arms_check_key", "check_arms", "check_same_latents", "check_verifier",
            "device", "effective_generation", "kind", "latent_signature", "load_dtype", "record_sections",
            "search_seeds", "torch_dtype", "verifier_for", "write_arms_check"]
+
+if os.environ.get("PAIRFLOW_DEFER_DYNAMO", "1") != "0":
+    defer_dynamo()
