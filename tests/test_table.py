@@ -9,7 +9,7 @@ import re
 from test_stats import S, records, with_compute
 
 from pairflow.analysis.stats import analyse
-from pairflow.report.table import _notes, answer, html, markdown
+from pairflow.report.table import _notes, answer, html, markdown, timed_cell
 
 
 def _stats() -> dict:
@@ -65,3 +65,14 @@ def test_quality_against_cost_repeats_no_column_of_the_study_table() -> None:
     section = md.split("## Quality against cost", 1)[1].split("\n## ", 1)[0]
     assert "|" not in section  # no second table
     assert "- treat (cache): on the front for" in section
+
+
+def test_the_timed_cell_says_pairs_repeats_design_and_the_free_repeatability_check() -> None:
+    seq = {"n_pairs": 12, "sampled_pairs": 13, "repeats": [1],
+           "design": {"design": "stein-two-stage", "pilot_prompts": 5, "stopped": ["precision"]}}
+    assert timed_cell(seq) == ("12 × 1 (sequential, 5-prompt pilot, stopped: precision; "
+                               "bulk frames reproduced 12/13)")
+    every = {"n_pairs": 4, "sampled_pairs": 4, "repeats": [3], "design": {"design": "fixed", "pairs": ["all"]}}
+    assert timed_cell(every) == "4 × 3 (every pair; bulk frames reproduced 4/4)"
+    sample = {"n_pairs": 2, "sampled_pairs": 2, "repeats": [1, 2], "design": {"design": "fixed", "pairs": ["2"]}}
+    assert timed_cell(sample) == "2 × 1/2 (sample: timing/pairs 2; bulk frames reproduced 2/2)"

@@ -127,7 +127,9 @@ def timed_cell(lat: dict[str, Any] | Any) -> str:
         how = f"sample: timing/pairs {', '.join(d.get('pairs', []))}"
     else:
         how = "every pair"
-    return f"{lat.get('n_pairs')} × {reps} ({how})"
+    # each timed run repeats its bulk run (same seed, same arm): pairs whose frames matched both
+    same = f"bulk frames reproduced {lat.get('n_pairs')}/{lat.get('sampled_pairs', lat.get('n_pairs'))}"
+    return f"{lat.get('n_pairs')} × {reps} ({how}; {same})"
 
 
 def _has_efficiency(c: Comparison) -> bool:
