@@ -57,6 +57,10 @@ def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
         # one worker served both kinds: the pool's warm-up loaded the model once, for both
         assert s["worker"]["pid"] == g["worker"]["pid"] and g["worker"]["model_loads"]
         assert sum(g["worker"]["model_loads"].values()) == 1
+        # issue 37: the bulk wall time comes with its CPU time and its wait for a CPU
+        tm = g["timing"]
+        assert 0 < tm["generate_cpu_s"] <= tm["generate_s"] * 1.05 + 0.01
+        assert tm["generate_wait_s"] is None or 0 <= tm["generate_wait_s"] <= tm["generate_s"] + 0.01
     t = json.loads(telemetry_path(Layout(study.scratch), "t", COMBINED).read_text())
     spans = [s for s in t["spans"] if s.get("kind") != "warm-up"]
     assert sorted(s["stage"] for s in spans) == ["generate"] * 4 + ["score"] * 4

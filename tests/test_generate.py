@@ -290,3 +290,40 @@ print('LATE', late)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     late = [line for line in out.stdout.splitlines() if line.startswith("LATE")][0]
     assert "pipeline_wan" not in late and "modeling_umt5" not in late and "autoencoder_kl_wan" not in late, late
+
+
+def test_generation_records_its_cpu_time_and_its_wait_for_a_cpu(pipe) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37: bulk wall times drifted with panel size while the work did not. A result
+    carries the process's CPU time and, on Linux, the thread's run-queue wait over the same
+    interval as its wall time: with a busy process on the same core, the wall time grows by
+    the wait and the CPU time does not."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pairflow.generation.generate import run_queue_wait
+
+    alone = generate(pipe, "a red fox", 3, CONTROL, GEN, 64)
+    assert alone.cpu_seconds is not None and 0 < alone.cpu_seconds <= alone.seconds * 1.05 + 0.01
+    if run_queue_wait() is None or not hasattr(os, "sched_setaffinity"):
+        assert alone.wait_seconds is None
+        return
+    assert alone.wait_seconds is not None and alone.wait_seconds >= 0
+    core = min(os.sched_getaffinity(0))
+    previous = os.sched_getaffinity(0)
+    busy = subprocess.Popen([sys.executable, "-c", f"import os, time; os.sched_setaffinity(0, {{{core}}}); "
+                             "end = time.time() + 20\nwhile time.time() < end: pass"])
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.2)  # the competitor is running on our core
+        shared = [generate(pipe, "a red fox", 3, CONTROL, GEN, 64) for _ in range(3)]
+    finally:
+        os.sched_setaffinity(0, previous)
+        busy.kill()
+        busy.wait()
+    for r in shared:
+        assert r.cpu_seconds is not None and r.wait_seconds is not None
+        assert r.wait_seconds > 0.2 * r.seconds  # the competitor took a share of the wall time
+        assert abs(r.seconds - r.cpu_seconds - r.wait_seconds) < 0.1 * r.seconds + 0.01  # wall = CPU + wait
+        assert np.array_equal(r.frames, alone.frames)  # same work, same frames

@@ -21,7 +21,7 @@ from ..identity import digest_bytes
 from ..media.frames import prepare_frames
 from ..specs import ArmSpec, GenerationSpec, ModelSpec
 from .compute import ComputeCount, measure
-from .generate import generate, load_pipeline
+from .generate import generate, load_pipeline, run_queue_wait
 
 
 def arm_pipeline(arm: ArmSpec, model: ModelSpec, gen: GenerationSpec) -> Any:
@@ -48,6 +48,8 @@ class ArmResult:
     chosen: int | None = None
     measured: Any = None  # the compute.FlopTable a run counted in full measured, or None
     memory: Any = None  # telemetry.PhaseMemory over every generation of the arm (denoise, decode)
+    cpu_seconds: float | None = None  # this process's CPU time over the same work as ``seconds``
+    wait_seconds: float | None = None  # of ``seconds``, the generations' wait for a CPU (``generate.run_queue_wait``)
 
 
 def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: GenerationSpec, tokens: int | None,
@@ -66,7 +68,7 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         if r.count is not None and r.count.method == "counted" and table_key is not None:
             measured = measure(r.count, table_key, {r.count.total_flops - r.count.transformer_flops}, {0})
         return ArmResult(r.frames, r.seconds, r.peak_rss_mb, r.device, r.threads, r.compute, measured=measured,
-                         memory=r.memory)
+                         memory=r.memory, cpu_seconds=r.cpu_seconds, wait_seconds=r.wait_seconds)
     if verifier is None:
         raise ConfigError(f"arm {arm.name!r} searches (search: n={arm.search.n}), so run_arm needs its verifier; "
                           "pass arms.verifier_for(arm, study)")
@@ -74,7 +76,8 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
     evidence: list[dict[str, Any]] = []
     best: int | None = None
     best_frames: Any = None
-    seconds, last = 0.0, None
+    seconds, cpu_seconds, last = 0.0, 0.0, None
+    waits: list[float | None] = []
     rest: set[int] = set()
     vseen: set[int] = set()
     memory: Any = None
@@ -85,12 +88,16 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
             memory = r.memory
         elif r.memory is not None:
             memory.merge(r.memory)
-        started = time.perf_counter()
+        started, cpu_started, wait_started = time.perf_counter(), time.process_time(), run_queue_wait()
         frames, _ = prepare_frames(r.frames, verifier.encoder)
         value, vflops = verifier(frames, count and (counted or table is None))
         if count and not counted:
             vflops = table.verifier  # derived: one scoring's FLOPs from the table
         seconds += r.seconds + time.perf_counter() - started
+        cpu_seconds += (r.cpu_seconds or 0.0) + time.process_time() - cpu_started
+        wait_ended = run_queue_wait()
+        waits.append(None if r.wait_seconds is None or wait_started is None or wait_ended is None
+                     else r.wait_seconds + wait_ended - wait_started)
         if total is not None and r.count is not None:
             total.add(r.count)
             total.verifier_flops += vflops
@@ -119,4 +126,4 @@ def run_arm(pipe: Any, prompt: str, stream_seed: int, arm: ArmSpec, gen: Generat
         if methods == {"counted"} and table_key is not None:
             measured = measure(total, table_key, rest, vseen)
     return ArmResult(best_frames, seconds, last.peak_rss_mb, last.device, last.threads, compute, tuple(evidence),
-                     best, measured, memory)
+                     best, measured, memory, cpu_seconds, None if None in waits else sum(w or 0.0 for w in waits))

@@ -143,6 +143,22 @@ class GenerationResult:
     compute: dict[str, Any] | None = None
     count: Any = None  # the compute.ComputeCount behind ``compute`` (its per-unit FLOPs), or None
     memory: Any = None  # telemetry.PhaseMemory: peak host RSS and device memory of denoise and decode
+    cpu_seconds: float | None = None  # CPU time of this process (every thread) over the same interval as ``seconds``
+    wait_seconds: float | None = None  # of ``seconds``, how long the calling thread was ready to run but waited for a CPU
+
+
+_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def run_queue_wait() -> float | None:
+    """Seconds the calling thread has so far spent runnable but waiting for a CPU (Linux's
+    ``/proc/thread-self/schedstat``, its second field), or None where the kernel does not
+    say. Across an interval it tells how much of a wall time other processes on the same
+    cores took: a generation's wall time is its CPU time plus this wait (plus any I/O)."""
+    try:
+        return int(_SCHEDSTAT.read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _report_step(steps: int) -> Any:
@@ -197,7 +213,7 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
         counter = counting(pipe.transformer, table, full) if count else contextlib.nullcontext()
         if device == "cuda":
             torch.cuda.synchronize()
-        started = time.perf_counter()
+        started, cpu_started, wait_started = time.perf_counter(), time.process_time(), run_queue_wait()
         if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
             kwargs["callback_on_step_end"] = _report_step(eff.steps)
         memory = PhaseMemory(device == "cuda")
@@ -207,7 +223,9 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
                        guidance_scale=eff.guidance, generator=generator, output_type="np", **kwargs)
         if device == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+        wait_ended = run_queue_wait()
+        waited = wait_ended - wait_started if wait_started is not None and wait_ended is not None else None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     frames = out.frames[0]
     if len(frames) != gen.frames:
@@ -215,7 +233,7 @@ def _generate(pipe: Any, prompt: str, seed: int, arm: ArmSpec, gen: GenerationSp
                          f"{gen.frames}; this model family's VAE decodes another count for that length. Pick "
                          "a frame count the family supports (e.g. 9, 17, 49 for 4x temporal compression)")
     return GenerationResult(frames, seconds, peak, device, torch.get_num_threads(),
-                            work.asdict() if work is not None else None, work, memory)
+                            work.asdict() if work is not None else None, work, memory, cpu_seconds, waited)
 
 
 def text_tokens(pipe: Any, gen: GenerationSpec) -> int | None:

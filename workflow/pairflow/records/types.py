@@ -160,11 +160,14 @@ class ComputeFields(TypedDict, total=False):
 
 BulkTiming = TypedDict("BulkTiming", {
     "pass": Literal["bulk"], "import_s": float, "load_s": float, "generate_s": float, "encode_s": float,
-    "peak_rss_mb": float | None, "generate_cpu_s": NotRequired[float | None]})
+    "peak_rss_mb": float | None, "generate_cpu_s": NotRequired[float | None],
+    "generate_wait_s": NotRequired[float | None]})
 """Seconds the bulk pass spent (recorded, never reported as latency); "pass" is a keyword,
 hence the functional form. ``generate_cpu_s``: the worker process's CPU time (every
 thread, ``time.process_time``) over the interval ``generate_s`` is the wall time of: the
-generation's cost, which other processes on the same cores do not inflate."""
+generation's cost, which other processes on the same cores do not inflate;
+``generate_wait_s``: of ``generate_s``, how long the worker's thread was ready to run but
+waited for a CPU (Linux schedstat; None elsewhere): the share other processes took."""
 
 
 class EncoderFingerprint(TypedDict):

@@ -156,7 +156,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
         # worker's warm-up task or an earlier task already did); the warm-up's own figures
         # are under worker.warm_up.
         "timing": {"pass": "bulk", "import_s": import_s, "load_s": load_s, "generate_s": result.seconds,
-                   "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
+                   "generate_cpu_s": result.cpu_seconds,
+                   "generate_wait_s": result.wait_seconds, "encode_s": encode_s, "peak_rss_mb": result.peak_rss_mb},
         # peak host RSS and device memory per phase (telemetry.PhaseMemory)
         "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "device": result.device, "threads": result.threads,
