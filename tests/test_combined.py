@@ -12,6 +12,7 @@ import pytest
 from conftest import small_config
 
 from pairflow.fleet.pool import Grant
+from pairflow.generation.generate import run_queue_wait
 from pairflow.identity import digest_file
 from pairflow.layout import Layout
 from pairflow.plan.candidates import COMBINED, candidates, record_path, score_path, telemetry_path, video_path
@@ -48,6 +49,8 @@ def test_one_job_generates_scores_as_pairs_land_and_resumes_only_the_unfinished(
     # the first ones may finish before the poll that sees the worker ready.
     assert text.index("importing torch, diffusers, pyiqa") < text.index("workers ready 1/1"), text[-3000:]
     assert (first["ran"], first["scored"]) == (4, 4)
+    if run_queue_wait() is not None:  # issue 37: the bulk wall time split into CPU and wait for a CPU
+        assert "4 generated in" in text and "waiting for a CPU" in text, text[-3000:]
     gen, scores = (json.loads(m.read_text()) for m in (at.generation_manifest("t"), at.score_manifest("t")))
     assert gen["kind"] == "panel-generation" and scores["kind"] == "panel-scores" and scores["ran"] == 4
     for c in cs:  # every score is bound to its candidate's generation record and video

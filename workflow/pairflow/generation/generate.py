@@ -144,7 +144,7 @@ class GenerationResult:
     count: Any = None  # the compute.ComputeCount behind ``compute`` (its per-unit FLOPs), or None
     memory: Any = None  # telemetry.PhaseMemory: peak host RSS and device memory of denoise and decode
     cpu_seconds: float | None = None  # CPU time of this process (every thread) over the same interval as ``seconds``
-    wait_seconds: float | None = None  # of ``seconds``, how long the calling thread was ready to run but waited for a CPU
+    wait_seconds: float | None = None  # of ``seconds``, the calling thread's wait for a CPU (``run_queue_wait``)
 
 
 _SCHEDSTAT = Path("/proc/thread-self/schedstat")

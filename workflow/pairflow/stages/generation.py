@@ -318,6 +318,21 @@ def verified(study: StudySpec, c: Candidate) -> GenerationRecord:
     return record
 
 
+def generation_cost(recs: list[GenerationRecord]) -> dict[str, float] | None:
+    """Summed bulk generation wall time, CPU time and run-queue wait of ``recs`` (issue 37:
+    the wall time per candidate drifted with the share of the cores other processes took,
+    the CPU time did not); None when a record lacks the CPU or wait figure (an older
+    record, or a kernel without schedstat)."""
+    times = [r["timing"] for r in recs]
+    if not times or any(t.get("generate_cpu_s") is None or t.get("generate_wait_s") is None for t in times):
+        return None
+    wall = sum(t["generate_s"] for t in times)
+    cpu = sum(t.get("generate_cpu_s") or 0.0 for t in times)
+    wait = sum(t.get("generate_wait_s") or 0.0 for t in times)
+    return {"generate_s": wall, "generate_cpu_s": cpu, "generate_wait_s": wait,
+            "wait_share": wait / wall if wall > 0 else 0.0}
+
+
 def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidate], todo: list[Candidate],
                       records: dict[Path, GenerationRecord], manifest_out: Path) -> None:
     """After every task succeeded: clear the panel's generation failure records, verify
@@ -330,6 +345,11 @@ def finish_generation(study: StudySpec, panel_name: str, todo_all: list[Candidat
         if path not in records:
             records[path] = verified(study, c)
     files = [record_path(layout, c) for c in todo_all]
+    cost = generation_cost([records[record_path(layout, c)] for c in todo])
+    if cost is not None:
+        log.info("generate %s: %d generated in %.1f s of wall time: %.1f s of CPU and %.1f s waiting for a CPU "
+                 "(%.0f%%: other processes on the same cores)", panel_name, len(todo), cost["generate_s"],
+                 cost["generate_cpu_s"], cost["generate_wait_s"], 100 * cost["wait_share"])
     check_streams(list(records.values()))
     manifest = build_manifest("panel-generation", panel_dir(layout, panel_name), files,
                               {"study": study.study, "panel": panel_name,
