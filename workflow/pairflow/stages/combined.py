@@ -4,8 +4,11 @@ One Parsl pool serves both task kinds: each worker imports torch, diffusers and 
 scorers and loads the model and the scorer models once (its warm-up task, while the
 driver prepares), then takes generation and score tasks as they come. A candidate's
 score task is submitted the moment its own generation and its pair's control are both
-verified (``follow`` in ``fleet.run_tasks``), so scoring overlaps generation instead of
-waiting for the whole panel, and no second job pays a pool start and worker imports again.
+verified (``follow`` in ``fleet.run_tasks``), so it is queued as soon as it can run instead
+of after the whole panel, and no second job pays a pool start and worker imports again.
+The interchange serves tasks in the order they were submitted, so on a busy pool the score
+tasks run as the generation queue drains (measured, issue 37: every score task of a 4x panel
+started after the last generation task), not beside the generations they would slow.
 
 What the job writes is what the two per-stage jobs write (``generation.py``,
 ``scoring.py``): the same records, failure records per stage, generation manifest and
