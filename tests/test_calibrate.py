@@ -38,6 +38,7 @@ def test_every_arm_and_phase_is_measured_in_a_fresh_worker(calibrated):
     assert table["device"] == "cpu" and table["key"] == key(study, "cpu")
     assert table["import"]["s"] > 0.5  # a fresh process imports torch and diffusers
     assert table["worker_pid"] != table["made"]["pid"]  # measured in its own process, not the caller's
+    assert table["measured_in"] == "fresh worker"  # not by a run's preparing job (calibworker.prepare)
     assert set(table["arms"]) == {"control", "pab"}
     for arm in table["arms"].values():
         assert set(arm["phases"]) == set(PHASES)

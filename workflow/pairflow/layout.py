@@ -28,6 +28,8 @@ path is deterministic (dates go inside files, never into names)::
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
       contexts/<digest>.pkl                study context shared by a job's tasks
+      cache/prepared/arms-<digest>.json    the preparing job's arms check and calibration table,
+      cache/prepared/calibration-<d>.json  copied by rules check_arms and calibrate (no torch there)
       checks/arms.json                     the arms passed their check (rule check_arms)
       checks/evidence.json                 what the plan-time evidence check last found clean
       heal/<output>.txt                    why a plain run recomputes an output
@@ -204,6 +206,21 @@ class Layout:
     def evidence_memo(self) -> Path:
         """What the plan-time evidence check last found clean (``healing.plan_check``)."""
         return self.checks / "evidence.json"
+
+    @property
+    def prepared(self) -> Path:
+        """What a run's first heavy job (rule build_tiny_model, else check_arms) worked out
+        for the light jobs after it (``stages.calibworker.prepare``): a cache under
+        ``cache/``, never evidence; deleting it costs one cold import, nothing else."""
+        return Path(self.scratch) / "cache" / "prepared"
+
+    def prepared_arms(self, key: str) -> Path:
+        """The arms' check for ``key`` (``calibworker.arms_entry_key``): rule check_arms's output bytes."""
+        return self.prepared / f"arms-{key.split(':', 1)[-1][:32]}.json"
+
+    def prepared_calibration(self, key: str) -> Path:
+        """The calibration table for ``key`` (``calibrate.key``), measured by the preparing job."""
+        return self.prepared / f"calibration-{key.split(':', 1)[-1][:32]}.json"
 
     @property
     def heal(self) -> Path:

@@ -1,6 +1,8 @@
 # Calibration before scale: one representative candidate per arm, measured in a fresh
 # worker, frozen in a table named by its key's digest (model, arms, shape, scorers,
 # software, device); a changed key names a missing table, so this runs again only then.
+# Where this run's preparing job (build_tiny_model or check_arms) already measured the
+# table for this key, its import phase first, as a fresh worker's, the job copies it.
 rule calibrate:
     input:
         model=MODEL_INPUT,

@@ -1,7 +1,9 @@
-"""Rule adapter: build the embedded tiny Wan pipeline into the model directory."""
+"""Rule adapter: build the embedded tiny Wan pipeline into the model directory, then
+prepare (in this one process) what rules check_arms and calibrate copy."""
 from pathlib import Path
 
-from pairflow.stages.steps import build_model, log_to
+from pairflow.stages.steps import build_model, study_for_rule
 
-log_to(Path(snakemake.log[0]))  # noqa: F821 - injected by Snakemake
-build_model(Path(snakemake.output[0]).parent)  # noqa: F821
+sm = snakemake  # noqa: F821 - injected by Snakemake
+study = study_for_rule(sm)  # the config, not params: an arm's change must not rebuild the model
+build_model(Path(sm.output[0]).parent, study)

@@ -1,4 +1,5 @@
-"""Rule adapter: the frozen calibration table (one representative candidate per arm)."""
+"""Rule adapter: the frozen calibration table (one representative candidate per arm),
+copied from this run's preparing job when it measured it, else measured in a fresh worker."""
 from pathlib import Path
 
 from pairflow.stages.steps import calibrate_study, study_for_rule

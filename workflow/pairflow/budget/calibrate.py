@@ -23,6 +23,13 @@ stays light. The table also records the device its worker actually ran on (``dev
 on a cluster, the GPU the calibrate job was granted, like the panel jobs) and the
 software that worker saw; the estimate and packing use those.
 
+On the local site a run's preparing job (``stages.calibworker.prepare``: rule
+build_tiny_model, else check_arms) measures the table in its own process instead, its
+import phase measured first as a fresh worker's, and leaves it in
+``scratch/cache/prepared``; rule calibrate then takes it (``take_prepared``) without
+importing torch. The table says where it was measured (``measured_in``: ``fresh
+worker``, ``build_tiny_model`` or ``check_arms``).
+
 Packing (``packing``): workers per device = floor(capacity x (1 - headroom) / peak) where
 the peak is the largest calibrated phase peak of any arm for that stage (device memory on
 a GPU, host RSS on CPU, where capacity is the node's memory); at least 1, and 1 where the
@@ -47,7 +54,7 @@ import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..arms.registry import arm_digest
 from ..atomic import write_text
@@ -57,6 +64,9 @@ from ..fleet.sites import Grant, Packing
 from ..identity import digest_obj
 from ..layout import Layout
 from ..plan.config import StudySpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +276,14 @@ def _fresh_worker(study: StudySpec) -> dict[str, Any]:
 # --- the driver ------------------------------------------------------------------------------
 
 def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
-              planned_key: str | None = None) -> dict[str, Any]:
+              planned_key: str | None = None, measure: Callable[[], dict[str, Any]] | None = None,
+              measured_in: str = "fresh worker") -> dict[str, Any]:
     """Make (or, unless ``force``, read) the frozen calibration table for this study,
     measured in a fresh worker on this job's device; write it atomically to ``out``
     (default ``table_path``). ``planned_key``: the key the workflow planned with (its
-    file name), recorded as the table's key. Returns the table."""
+    file name), recorded as the table's key. ``measure``: what measures instead of the
+    fresh worker (``calibworker.prepare``: the preparing job, its import phase measured
+    first, as a worker's), named in the table by ``measured_in``. Returns the table."""
     dev = device_kind()
     path = Path(out) if out is not None else table_path(study, dev)
     if path.is_file() and not force:
@@ -279,13 +292,36 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
         except CalibrationError as e:
             log.warning("recalibrating: %s", e)
     started = time.time()
-    measured = _fresh_worker(study)
+    measured = measure() if measure is not None else _fresh_worker(study)
     table = {"kind": "calibration", "format": FORMAT, "key": planned_key or key(study, dev),
              "keyed_by": key_fields(study, dev), "software": environment(),
              "made": {"start": started, "end": time.time(), "host": os.uname().nodename, "pid": os.getpid()},
-             **measured}
+             "measured_in": measured_in, **measured}
     table["packing"] = packing(table, study.fleet.packing_headroom, study.generation.threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     log.info("calibration table %s (%.1f s)", path, time.time() - started)
     return table
+
+
+def take_prepared(study: StudySpec, out: Path, planned_key: str) -> bool:
+    """Rule calibrate's shortcut: when the run's preparing job (``calibworker.prepare``)
+    measured the table for ``planned_key``, move it to ``out`` (written atomically; the
+    cache entry is then removed, so a forced rerun of the rule measures afresh) and say
+    True; no torch is imported. False when there is none or it is not that key's table."""
+    cached = Layout(study.scratch).prepared_calibration(planned_key)
+    if not cached.is_file():
+        return False
+    try:
+        text = cached.read_text()
+        if load_table(cached).get("key") != planned_key:
+            raise CalibrationError(f"{cached} was made for another key")
+    except (OSError, CalibrationError) as e:
+        log.warning("not using the prepared calibration table: %s", e)
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, text)
+    cached.unlink(missing_ok=True)
+    log.info("calibration table %s: measured by this run's preparing job (%s), taken from %s", out,
+             json.loads(text).get("measured_in"), cached)
+    return True

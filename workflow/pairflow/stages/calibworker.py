@@ -2,24 +2,40 @@
 (``python -m pairflow.stages.calibworker STUDY.pkl OUT.json``) to measure every arm's phases as
 a fan-out worker pays them. Kept apart from ``calibrate`` (the table, its key, packing),
 which the stages import for ``workers_for``: the worker imports the stages, so living in
-one module would be an import cycle."""
+one module would be an import cycle.
+
+Also the preparing job (``prepare``): the run's first heavy job, which imports torch and
+diffusers once for the model's build, the arms' check and the calibration, and leaves the
+check and the table in a cache that rules check_arms and calibrate copy from."""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import os
 import pickle
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..arms import arms_check_inputs, arms_check_key, verifier_for, write_arms_check
 from ..atomic import write_text
-from ..budget.calibrate import _capacity
+from ..budget.calibrate import _capacity, calibrate, device_kind
+from ..budget.calibrate import key as calibration_key
+from ..fleet.sites import select
 from ..generation.provenance import arm_record
+from ..identity import digest_file, digest_obj
+from ..layout import Layout
 from ..plan.candidates import candidates
 from ..plan.config import StudySpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 def _phase(memory: Any, name: str, fn: Any) -> tuple[Any, dict[str, Any]]:
@@ -33,15 +49,17 @@ def _phase(memory: Any, name: str, fn: Any) -> tuple[Any, dict[str, Any]]:
     return out, {"s": seconds, **memory.peaks[name]}
 
 
-def measure_worker(study: StudySpec) -> dict[str, Any]:
-    """Calibrate every arm in this process (meant to be a fresh one: ``calibrate``).
-    Returns {device, import, arms: {name: {phases, warmup_s, generate_s, score_s}}}."""
-    # lazy: the stages' modules are imported here, in the fresh worker, not at module level:
+def measure_imports(study: StudySpec) -> dict[str, Any]:
+    """The import phase a fan-out worker pays once (torch, diffusers, the scorers' modules
+    and the pipeline's modules), measured in this process: {s, peak_rss_mb, ...}. Only
+    true first thing in a process that has imported none of them (a fresh worker, or the
+    preparing job: ``prepare``)."""
+    # lazy: the stages' modules are imported here, in the measuring process, not at module level:
     # they bring numpy and the scorers' registry, and `pairflow estimate`, `pairflow status`
     # and Snakemake's planning import this module for the table's key alone.
     from ..fleet.telemetry import PhaseMemory
     from .jobs import timed_imports
-    from .scoring import SCORER_MODULES, clip_precision, metric_decoding
+    from .scoring import SCORER_MODULES
 
     memory = PhaseMemory(False)
     import_s = {"s": 0.0}
@@ -53,13 +71,22 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
         import_s["s"] = timed_imports(("torch", "diffusers", *SCORER_MODULES)) + g.pipeline_imports(study.model)
 
     _, imp = _phase(memory, "import", imports)
-    # lazy: imported after the measured import phase, in the fresh worker only
-    from ..arms import verifier_for
+    return {**imp, "s": import_s["s"] or imp["s"]}
+
+
+def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Calibrate every arm in this process (a fresh one: ``calibrate``; or the preparing
+    job, which passes the import phase it measured first as ``imported``).
+    Returns {device, import, arms: {name: {phases, warmup_s, generate_s, score_s}}}."""
+    imp = imported if imported is not None else measure_imports(study)
+    # lazy: imported after the measured import phase, in the measuring process only
+    from ..fleet.telemetry import PhaseMemory
     from ..generation import generate as g
     from ..generation.armrun import arm_pipeline, run_arm
     from ..media.frames import prepare_frames
     from ..media.video import encode, read_video
     from ..metrics import ScoreContext, score
+    from .scoring import clip_precision, metric_decoding
 
     device = g._device()
     cuda = device == "cuda"
@@ -122,8 +149,78 @@ def measure_worker(study: StudySpec) -> dict[str, Any]:
                               "warmup_s": warmup_s, "generate_s": generate_s + phases["encode"]["s"],
                               "timed_s": timed_s,
                               "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:"))}
-    return {"device": device, "import": {**imp, "s": import_s["s"] or imp["s"]}, "arms": arms,
-            "capacity": _capacity(cuda), "worker_pid": os.getpid()}
+    return {"device": device, "import": imp, "arms": arms, "capacity": _capacity(cuda), "worker_pid": os.getpid()}
+
+
+# --- the preparing job ------------------------------------------------------------------------
+
+def arms_model_files(study: StudySpec) -> list[Path]:
+    """The model files rule check_arms takes as input (``common.smk``'s ``arms_check_input``):
+    the embedded model's index, else the configs ``arms.arms_check_inputs`` lists."""
+    own = [Path(study.model.path) / "model_index.json"] if study.model.kind == "embedded-tiny" else []
+    return [*own, *arms_check_inputs(study.arms, study.model)]
+
+
+def arms_entry_key(study: StudySpec) -> str:
+    """What the prepared arms' check is keyed by: rule check_arms's ``params`` key
+    (``arms_check_key``: every arm field, the model's identity, the diffusers version)
+    and the bytes of its input files (a rebuilt model or an edited checkpoint config
+    names another entry). No torch."""
+    files = [f for f in arms_model_files(study) if f.is_file()]
+    return digest_obj({"check": arms_check_key(study.arms, study.model),
+                       "files": sorted(digest_file(f) for f in files)})
+
+
+def calibrates_here(study: StudySpec) -> bool:
+    """Whether a preparing job measures the calibration table itself: ``fleet.calibrate``
+    on, and the local site (every job shares this machine and its device). Under a
+    scheduler rule calibrate is granted its own device (``profiles/slurm``: a GPU, as
+    the panel jobs), so its fresh worker measures there."""
+    return study.fleet.calibrate and select(os.environ, study.fleet.site).name == "local"
+
+
+def prepare(study: StudySpec, job: str, build: Callable[[], object] | None = None, strict: bool = True) -> bool:
+    """The run's one cold torch import for what comes before the panels (issue 37): the
+    first heavy job (rule build_tiny_model, else check_arms) measures the import phase
+    first, as a fresh calibration worker does; runs ``build`` (the tiny model) when
+    given; checks the arms and writes rule check_arms's output bytes to the cache
+    (``Layout.prepared_arms``); then, where ``calibrates_here`` and no table exists for
+    the current key, measures the calibration table in this process (its build's
+    objects freed first) into the cache (``Layout.prepared_calibration``), the table
+    saying ``measured_in: job``. Rules check_arms and calibrate then copy their outputs
+    from the cache without importing torch. Returns whether the arms passed.
+
+    ``strict`` (rule check_arms): a failing arms' check raises its ConfigError. Not
+    strict (the build job): it is logged and nothing is cached, so rule check_arms checks
+    again and fails with its own message. A failing calibration here is logged and left
+    to rule calibrate, which measures in its fresh worker and reports it."""
+    imported = measure_imports(study)
+    if build is not None:
+        build()
+    at = Layout(study.scratch)
+    entry = at.prepared_arms(arms_entry_key(study))  # after the build: the model's files are in the key
+    try:
+        write_arms_check(study.arms, study.model, entry)
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("the arms did not pass their check (%s); rule check_arms checks them again and reports it", e)
+        return False
+    log.info("prepared the arms' check for rule check_arms: %s", entry)
+    if not calibrates_here(study):
+        return True
+    dev = device_kind()
+    planned = calibration_key(study, dev)
+    if at.calibration(planned).is_file() or at.prepared_calibration(planned).is_file():
+        return True
+    gc.collect()  # the build's pipeline and the check's objects, before peaks are measured
+    try:
+        calibrate(study, at.prepared_calibration(planned), force=True, planned_key=planned,
+                  measure=lambda: measure_worker(study, imported), measured_in=job)
+    except Exception as e:
+        log.warning("calibrating in %s failed (%s); rule calibrate measures in its fresh worker", job, e)
+        at.prepared_calibration(planned).unlink(missing_ok=True)
+    return True
 
 
 

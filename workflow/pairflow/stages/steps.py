@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 from ..analysis import repeat
 from ..analysis.repeat import replicate_study
 from ..analysis.stats import analyse, noise_flags
-from ..arms import write_arms_check
-from ..atomic import job_start, sweep_temps, write_text
+from ..atomic import job_start, sweep_temps, write_bytes, write_text
 from ..budget import ledger
-from ..budget.calibrate import calibrate
+from ..budget.calibrate import calibrate, take_prepared
 from ..budget.estimate import write_estimate
 from ..errors import ConfigError, IntegrityError
 from ..evidence.archive import promote, verify_tree
@@ -56,6 +55,7 @@ from ..report import plots as P
 from ..report.gallery import write_gallery
 from ..report.table import html, markdown
 from ..report.tracker import log_study
+from .calibworker import arms_entry_key, prepare
 from .combined import run_panel
 from .generation import run_generation
 from .scoring import run_scoring
@@ -200,14 +200,24 @@ def study_manifests(study: StudySpec, timing_manifest: Path) -> dict[str, Path]:
 def check_arms(study: StudySpec, out: Path) -> None:
     """Check every arm against the study's model before any model loads (cache class and
     params, scheduler, attention backend, a student's latents, a search verifier) and
-    write the check's record ``out``; raises ConfigError naming the arm and the fix."""
-    write_arms_check(study.arms, study.model, out)
+    write the check's record ``out``; raises ConfigError naming the arm and the fix.
+    When this run's preparing job (rule build_tiny_model) already checked these arms
+    against these model files, its cached record is copied (no torch imported); else
+    this job prepares (``calibworker.prepare``: the check, and the calibration table)."""
+    entry = Layout(study.scratch).prepared_arms(arms_entry_key(study))
+    if entry.is_file():
+        log.info("arms checked by this run's preparing job: copying %s", entry)
+    else:
+        prepare(study, "check_arms")
+    write_bytes(out, entry.read_bytes())
 
 
 def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
-    """Rule calibrate: measure one representative candidate per arm in a fresh worker and
-    write the frozen calibration table ``out`` (``calibrate.calibrate``)."""
-    calibrate(study, out, force=True, planned_key=planned_key)
+    """Rule calibrate: the frozen calibration table ``out``: the one this run's preparing
+    job measured (``calibrate.take_prepared``: no torch here), else measured now, one
+    representative candidate per arm in a fresh worker (``calibrate.calibrate``)."""
+    if not take_prepared(study, out, planned_key):
+        calibrate(study, out, force=True, planned_key=planned_key)
 
 
 def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
@@ -216,9 +226,15 @@ def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -
     write_estimate(study, table, out, configfiles)
 
 
-def build_model(model_dir: Path) -> None:
-    """Build the embedded tiny model into ``model_dir`` (the default study's model)."""
-    build_tiny_model(model_dir)
+def build_model(model_dir: Path, study: StudySpec | None = None) -> None:
+    """Build the embedded tiny model into ``model_dir`` (the default study's model). With
+    ``study`` (rule build_tiny_model), the job then prepares what rules check_arms and
+    calibrate copy (``calibworker.prepare``), in this one process: a bad arm is only
+    logged here, and rule check_arms reports it."""
+    if study is None:
+        build_tiny_model(model_dir)
+        return
+    prepare(study, "build_tiny_model", build=lambda: build_tiny_model(model_dir), strict=False)
 
 
 def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
