@@ -238,6 +238,85 @@ def _e2e(e: dict | None, r: dict | None = None) -> list[str]:
     return out + _e2e_side_by_side(r or {})
 
 
+COST_RUNS = 3
+"""Rows the cost section's table of runs keeps ready: the series of runs on a quiet machine."""
+
+
+def _cost(c: dict | None) -> list[str]:
+    """Issue 37: CPU per candidate, the whole study against the floor; a table of runs
+    (``history``), then the latest run's figures and where its marginal cost goes."""
+    if not _ok(c) or "marginal_cpu_s" not in c:  # type: ignore[operator]
+        return []
+    assert c is not None
+    k = c["multiples"][1]
+    fl = c["floor"]
+    hist = c.get("history") or []
+    rows = [f"| {i} | {h['date'][:16].replace('T', ' ')} | {h['commit']}{' (dirty)' if h.get('dirty') else ''} | "
+            f"{' / '.join(f'{x:.1f}' for x in h['load'])} | {h['floor_cpu_s']:.3f} | {h['marginal_cpu_s']:.3f} | "
+            f"**{h['marginal_over_floor']:.2f}** | {h['fixed_cpu_s']:.1f} | {' / '.join(map(str, h['candidates']))} | "
+            f"{h.get('note') or ''} |" for i, h in enumerate(hist, 1)]
+    rows += [f"| {i} | | | | | | | | | to be measured on a quiet machine |"
+             for i in range(len(hist) + 1, max(COST_RUNS, len(hist)) + 1)]
+    out = ["## Cost per candidate (issue 37)", "",
+           f"Section alone: `.venv/bin/python benchmarks/run.py cost` (1x and {k}x; `--quick`: the first prompt "
+           "of each panel as the base study, 1x and 2x, to check it runs). CPU seconds (user + system), the figure "
+           "other users' load disturbs least, though a busy machine still slows caches and raises the study's "
+           "polling and sampling. What is compared:", "",
+           "- **floor**: per candidate, one warm process doing exactly what a candidate must (imports, pipeline and "
+           "scorer loads paid before, in a warm-up): its arm's plain generation (`armrun.run_arm` on "
+           "`arm_pipeline`; a search arm's candidates and verifier scorings included), the fixed-recipe encode "
+           "(`media.video.encode`, real ffmpeg) and decode (`read_video`) and the study's scorers "
+           "(`metrics.score`, FR metrics against the pair's control). `getrusage` deltas of the process and its "
+           "children (ffmpeg); averaged over the study's arms as the study runs them (one of each per pair).",
+           "- **study**: `snakemake --profile profiles/local` on the default study (config/config.yaml: same arms, "
+           f"seeds, generation, encoder, scorers, fleet) at 1x and {k}x its prompts, each with new prompts written "
+           "deterministically and fresh storage in a temporary project (the checkout's workflow copied once, "
+           "imported from the copy; the embedded model copied as the main job finds it). Every process counts: the "
+           "benchmark becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`) before starting Snakemake, so the "
+           "worker pools Parsl's provider detaches, their watchdogs, fork servers and workers, the interchange "
+           "and ffmpeg are reparented to it; after Snakemake exits every remaining descendant is reaped (waited "
+           "for up to 60 s, then killed and listed), and the study's CPU is the `RUSAGE_CHILDREN` delta. A /proc "
+           "sampler (once a second; last seen CPU of every descendant, so a lower bound) cross-checks it and "
+           "splits it by kind of process.",
+           "- **marginal** = (CPU_k - CPU_1) / (candidates_k - candidates_1); **fixed** = CPU_1 - candidates_1 x "
+           "marginal; **R** = marginal / floor: how many floors one more candidate costs the study.", "",
+           "Runs (load: the 1-minute load average before / after the 1x study, then before / after the "
+           f"{k}x one, on {c.get('cpus', '?')} CPUs):", "",
+           "| run | date (UTC) | commit | load | floor CPU-s | marginal CPU-s | R | fixed CPU-s | candidates | note |",
+           "|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+           f"Latest run ({c['date'][:16].replace('T', ' ')}), the two studies:", "",
+           "| study | candidates | CPU s (user + sys) | wall s | load before -> after | sampled CPU s (processes) "
+           "| Snakemake jobs' cpu_time s | killed lingering |", "|---|---|---|---|---|---|---|---|",
+           *[f"| {n} | {r['candidates']} | {r['cpu_s']:.1f} ({r['user_s']:.1f} + {r['sys_s']:.1f}) | "
+             f"{r['wall_s']:.1f} | {' '.join(f'{x:.1f}' for x in r['load_before'])} -> "
+             f"{' '.join(f'{x:.1f}' for x in r['load_after'])} | {r['sampled']['cpu_s']:.1f} "
+             f"({r['sampled']['processes']}) | {r['jobs_cpu_s']:.1f} | {len(r['killed_lingering'])} |"
+             for n, r in c["runs"].items()], "",
+           f"Floor over {fl['candidates']} candidates: {fl['per_candidate_cpu_s']:.3f} CPU-s each (per arm: "
+           + ", ".join(f"{a} {v:.3f}" for a, v in fl["per_arm_cpu_s"].items()) + "; per phase: "
+           + ", ".join(f"{p} {v:.3f}" for p, v in fl["per_phase_cpu_s"].items()) + ").", ""]
+    sampled = c.get("marginal_sampled_by_rule_cpu_s")
+    if sampled is not None:
+        bench = c.get("marginal_by_rule_cpu_s") or {}
+        m = c["marginal_cpu_s"]
+        kinds = sorted(c["marginal_sampled_by_kind_cpu_s"].items(), key=lambda kv: -kv[1])
+        out += [f"Where the marginal {m:.3f} CPU-s go, per added candidate ({k}x minus 1x): per rule, from the "
+                "sampler (each process counted for the job that started it; the worker pools Parsl's provider "
+                "detaches are matched to their panel job by their run folder) and from Snakemake's `benchmark:` "
+                "files (psutil samples of the job's own process tree, each second for 30 s, then every 30 s: they miss "
+                "the detached worker pools and a job's last stretch):", "",
+                "| rule | sampled CPU-s | share of marginal | Snakemake cpu_time s |", "|---|---|---|---|",
+                *[f"| {rule} | {v:.3f} | {v / m:.0%} | {bench[rule]:.3f} |" if rule in bench else
+                  f"| {rule} | {v:.3f} | {v / m:.0%} | - |"
+                  for rule, v in sorted(sampled.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.0005],
+                f"| not sampled (processes shorter than a sample, last second of each) | "
+                f"{c['marginal_unsampled_cpu_s']:.3f} | {c['marginal_unsampled_cpu_s'] / m:.0%} | |", "",
+                "By kind of process (sampled): " + ", ".join(f"{kd} {v:.3f}" for kd, v in kinds if abs(v) >= 0.0005)
+                + ".", ""]
+    out += [*([c["note"], ""] if c.get("note") else [])]
+    return out
+
+
 def _gpu(g: dict | None) -> list[str]:
     if not g:
         return ["## On a GPU", "", "Not measured yet: no accelerator was lent when these figures were taken. On a "
@@ -436,7 +515,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += [*(_slurm(r.get("slurm"), r.get("slurm_study"), r.get("slurm_study_before")) if _ok(r.get("slurm")) else []),
               *(_metrics(r["metrics"]) if _ok(r.get("metrics")) else []),
               *(_stats(r.get("stats")) if _ok(r.get("stats")) else []),
-              *_e2e(r.get("e2e"), r), *_gpu(gpu), *_skipped(r)]
+              *_e2e(r.get("e2e"), r), *_cost(r.get("cost")), *_gpu(gpu), *_skipped(r)]
     if r.get("write_speed"):
         ws = r["write_speed"]
         lines += ["## Writer vs bare ffmpeg at the default size and 480p (issue 25)", "",

@@ -8,7 +8,8 @@ candidates, model loads (once per worker vs per candidate), Parsl slot busy shar
 no-op task rate, metric throughput, the default study's time by stage, (``stats``) the
 coverage and false-positive rate of the statistics at 3 to 30 prompts, and (``archive``,
 in ``archive_bench.py``) packed against plain archive snapshots at 31,000 and 100,000
-candidates.
+candidates, and (``cost``) the CPU a candidate costs the whole study against the floor of
+its own work in one warm process.
 
 Each section is one module of ``benchmarks/sections/`` (``hash`` is ``hashing.py``; what
 they share is in ``common.py``); this file is the one command that runs them.
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sections package
 from sections.archive import bench_archive
 from sections.common import ROOT, machine
 from sections.compute import bench_compute
+from sections.cost import bench_cost
 from sections.e2e import bench_e2e
 from sections.hashing import bench_hash
 from sections.loads import bench_loads
@@ -49,7 +51,7 @@ SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "paylo
             "records": bench_records, "loads": bench_loads, "compute": bench_compute,
             "slots": bench_slots, "metrics": bench_metrics,
             "slurm": bench_slurm, "slurm_study": bench_slurm_study, "stats": bench_stats, "e2e": bench_e2e,
-            "archive": bench_archive}
+            "archive": bench_archive, "cost": bench_cost}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="with one section: where its figures go in the results instead of its name, to render "
                          "side by side (e2e_per_stage: a run with fleet.panel_jobs: per-stage; e2e_before, "
                          "slurm_study_before: an earlier commit's runs)")
+    ap.add_argument("--note", default="", help="cost: a note kept with this run in the section's table of runs "
+                                               "(e.g. provisional, shared machine)")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
@@ -85,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         section, name = name, args.key or name
         if section == "e2e":
             results[name] = bench_e2e(runs, args.quick, args.scratch)
+        elif section == "cost":  # keeps its earlier runs for the table of runs
+            results[name] = bench_cost(runs, args.quick, history=(results.get(name) or {}).get("history", []),
+                                       note=args.note)
         elif section == "metrics":
             results[name] = bench_metrics(runs, args.quick, args.mirror)
         else:
@@ -94,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out} (peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+    for name in args.sections:  # a section's one-line summary, last (cost: marginal/floor R fixed S CPU-s)
+        if results[args.key or name].get("line"):
+            print(results[args.key or name]["line"])
 
 
 if __name__ == "__main__":

@@ -20,12 +20,13 @@ def test_every_section_runs_quick_and_the_report_renders(tmp_path: Path) -> None
     import run  # benchmarks/run.py
 
     out = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--out", str(out),
+    sections = [s for s in run.SECTIONS if s != "cost"]  # two whole studies: its own test below
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), *sections, "--quick", "--out", str(out),
                            "--scratch", str(tmp_path / "no-study")], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     results = json.loads(out.read_text())
     assert results["quick"] is True
-    for name in run.SECTIONS:  # each wrote its figures, or why it could not run here
+    for name in sections:  # each wrote its figures, or why it could not run here
         assert isinstance(results[name], dict) and results[name]["section_s"] >= 0
         assert len(results[name]) > 1, name
     assert results["e2e"]["skipped"].startswith("no study run")
@@ -135,3 +136,111 @@ def test_the_fork_probe_answers_with_the_worker_s_own_error_where_there_is_no_gp
     if not __import__("torch").cuda.is_available():
         assert result["ok"] is False
         assert "NVIDIA" in result["error"] or "CUDA" in result["error"]
+
+
+COST_LINE = r"cost: marginal/floor -?\d+\.\d\d fixed -?\d+\.\d CPU-s"
+
+
+def test_cost_arithmetic_line_prompts_and_the_floor_of_one_candidate(tmp_path: Path) -> None:
+    """Issue 37, the cheap pieces of the ``cost`` section: marginal and fixed cost from two
+    runs' figures, the summary line, new prompts per run (deterministic), the study
+    project it runs, and the floor measured on one candidate in this process."""
+    import re
+
+    import yaml
+    from sections import cost
+
+    marginal, fixed = cost.split(100.0, 56, 400.0, 224)  # 300 CPU-s more for 168 candidates more
+    assert marginal == pytest.approx(300 / 168) and fixed == pytest.approx(0.0, abs=1e-9)
+    marginal, fixed = cost.split(83.3, 16, 91.2, 32)
+    assert marginal == pytest.approx(7.9 / 16) and fixed == pytest.approx(83.3 - 16 * 7.9 / 16)
+    assert cost.line(1.5, 75.46, 0.5) == "cost: marginal/floor 3.00 fixed 75.5 CPU-s"
+    assert re.fullmatch(COST_LINE, cost.line(marginal, fixed, 0.18))
+    rows = cost.prompt_rows(5, "k4sm")
+    assert rows == cost.prompt_rows(5, "k4sm") and len({t for _, t in rows}) == 5
+    assert not {t for _, t in rows} & {t for _, t in cost.prompt_rows(5, "k1sm")}  # another run: new prompts
+    # what each process of a study is, and the job it works for (a detached worker pool by its run folder)
+    py = sys.executable
+    assert cost.kind_of([py, "-m", "pairflow.fleet.orphans", "exec", "7", py, "/v/interchange.py"]) == "parsl interchange"
+    assert cost.kind_of([py, "-m", "pairflow.fleet.orphans", "exec", "7", "/v/interchange.py"]) == "parsl interchange"
+    assert cost.kind_of([py, "/p/.snakemake/scripts/tmpa_b1.timed_pass.py"]) == "timed_pass"
+    pool = [py, "-m", "pairflow.fleet.workerpool", "--logdir=/p/results/scratch/panels/smoke/run/generate-score/workers"]
+    assert cost.kind_of(pool) == "parsl worker pool (manager)"
+    assert cost.rule_of(pool, cost.kind_of(pool), None) == "generate_score_panel"
+    assert cost.rule_of(pool, cost.kind_of(pool), "timed_pass") == "timed_pass"  # its parent's, when seen
+    base = cost.base_prompts(cost.base_config())
+    assert base == {"smoke": 4, "motion": 3}  # config/panels/*.tsv
+    model = cost.model_source(tmp_path)
+    proj = cost.study_project(tmp_path / "x2", 2, {"smoke": 1, "motion": 1}, model)
+    cfg = yaml.safe_load((proj / "config" / "config.yaml").read_text())
+    assert cfg["study"] == "cost-2x" and cfg["arms"] == cost.base_config()["arms"]
+    assert cfg["generation"] == cost.base_config()["generation"] and cfg["storage"]["scratch"] == "results/scratch"
+    study = cost.load(proj)
+    from pairflow.plan.candidates import candidates
+
+    cands = [c for p in study.panels for c in candidates(study, p)]
+    assert len(cands) == 2 * 2 * 2 * 4  # panels x prompts x seeds x arms
+    control = cands[0]
+    assert control.arm.is_control
+    floor = cost.measure_floor(study, [control], [control], tmp_path / "floor")
+    assert floor["candidates"] == 1 and 0 < floor["per_candidate_cpu_s"] < 30
+    assert set(floor["per_phase_cpu_s"]) == {"generate", "encode", "decode", "score"}
+    assert floor["per_phase_cpu_s"]["encode"] > 0  # ffmpeg's CPU (a child) is counted
+    assert not list((tmp_path / "floor").iterdir())  # its videos are removed as it goes
+
+
+def test_cost_counts_the_cpu_of_processes_that_leave_their_parent(tmp_path: Path) -> None:
+    """Issue 37: ``run_counted`` as a child subreaper counts a detached grandchild's CPU
+    (a daemon that outlives the command it ran under, as Parsl's worker pools do), waits
+    for it, and kills only what lingers past its bound. Run in a child process: the test
+    process must not become a subreaper."""
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+from pathlib import Path
+from sections import cost
+assert cost.become_subreaper()
+burn = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1.0: pass"
+spin = "import time\\nwhile True: time.sleep(0.05)"
+cmd = f"(setsid {{sys.executable}} -c '{{burn}}' &) ; (setsid {{sys.executable}} -c '{{spin}}' &) ; exit 0"
+r = cost.run_counted(["sh", "-c", cmd], Path({str(tmp_path)!r}), Path({str(tmp_path / "log")!r}), linger_s=4,
+                     interval=0.2)
+print(json.dumps(r))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["rc"] == 0
+    assert r["cpu_s"] >= 1.0  # the detached burner's second, reaped here
+    assert r["sampled"]["cpu_s"] <= r["cpu_s"] + 0.05  # the sampler is a lower bound
+    assert len(r["killed_lingering"]) == 1 and "python" in r["killed_lingering"][0]["kind"]  # the spinner
+    assert r["wall_incl_reaping_s"] >= 4
+
+
+def test_cost_section_quick_runs_both_studies_and_renders(tmp_path: Path) -> None:
+    """Issue 37: ``run.py cost --quick`` runs the floor and the default study's first
+    prompt per panel at 1x and 2x through Snakemake, every process reaped, and ends with
+    the summary line; its section renders."""
+    import re
+
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "cost", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1200, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert re.fullmatch(COST_LINE, proc.stdout.strip().splitlines()[-1])
+    c = json.loads(out.read_text())["cost"]
+    assert c["subreaper"] is True and c["multiples"] == [1, 2] and c["history"] == []  # quick runs are not kept
+    r1, r2 = c["runs"]["1x"], c["runs"]["2x"]
+    assert (r1["candidates"], r2["candidates"]) == (16, 32)
+    for r in (r1, r2):
+        assert r["killed_lingering"] == []  # every process of the study ended by itself
+        assert 0.5 * r["cpu_s"] <= r["sampled"]["cpu_s"] <= r["cpu_s"] * 1.02  # cross-check: a lower bound
+        assert {"generate_score_panel", "timed_pass", "snakemake"} <= set(r["sampled"]["cpu_s_by_rule"])
+        assert r["jobs"]["generate_score_panel"]["jobs"] == 2
+    assert c["line"] == proc.stdout.strip().splitlines()[-1]
+    assert c["fixed_cpu_s"] == pytest.approx(r1["cpu_s"] - 16 * c["marginal_cpu_s"])
+    md = tmp_path / "B.md"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render.py"), "--results", str(out), "--out", str(md),
+                    "--gpu", str(tmp_path / "none.json")], check=True, capture_output=True, timeout=60)
+    text = md.read_text()
+    assert "## Cost per candidate (issue 37)" in text and "to be measured on a quiet machine" in text
