@@ -56,7 +56,7 @@ def nvidia_smi() -> dict[str, str] | None:
         return {"error": str(e)}
     if not out:
         return None
-    return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out[0].split(","))))
+    return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out[0].split(",")), strict=False))
 
 
 def config(tmp: Path, model: Path, prompts: int) -> dict[str, Any]:

@@ -33,6 +33,9 @@ NOT_PAIRFLOW = {
     ("fleet.orphans", "KeyboardInterrupt"),
     ("fleet.orphans", "SystemExit"),
     ("fleet.pool", "SystemExit"),
+    # a module's __getattr__ must raise AttributeError for a name it does not have (PEP 562):
+    # the deferred torch._dynamo's dunder lookups.
+    ("arms.dynamo", "AttributeError"),
     ("stages.calibworker", "SystemExit"),  # the fresh calibration worker's exit status (python -m pairflow.stages.calibworker)
 }
 

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import os
 
-from .dynamo import defer_dynamo
-
 from .base import ArmKind, ParseContext, device
 from .check import arms_check_inputs, arms_check_key, check_arms, write_arms_check
+from .dynamo import defer_dynamo
 from .kinds.precision import LOADABLE, PRECISIONS, Precision, torch_dtype
 from .kinds.search import Verifier, check_verifier, search_seeds, verifier_for
 from .kinds.student import arm_model, check_same_latents, latent_signature

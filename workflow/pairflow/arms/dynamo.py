@@ -91,7 +91,7 @@ def _shim(module: types.ModuleType, real: Any) -> None:
                 module.allow_in_graph(fn)
             pending.clear()
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 - PEP 562
+    def __getattr__(name: str) -> Any:  # PEP 562: the module's attribute hook
         if name.startswith("__"):
             raise AttributeError(name)
         # `from torch._dynamo import callback`, `from . import config`: that submodule only
@@ -146,8 +146,8 @@ def _shim(module: types.ModuleType, real: Any) -> None:
 
         return wrap
 
-    d.update({"_pairflow_deferred": True, "__getattr__": __getattr__, "allow_in_graph": allow_in_graph, "disable": disable,
-              "assume_constant_result": assume_constant_result, "optimize": optimize,
+    d.update({"_pairflow_deferred": True, "__getattr__": __getattr__, "allow_in_graph": allow_in_graph,
+              "disable": disable, "assume_constant_result": assume_constant_result, "optimize": optimize,
               "eval_frame": types.SimpleNamespace(OptimizedModule=_NotCompiled)})
 
 
