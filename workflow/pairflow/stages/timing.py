@@ -452,6 +452,9 @@ def _sequential_pass(study: StudySpec, cands: list[Any], bulk: dict[str, Generat
             continue
         _not_sampled(study, c, bulk[c.key.candidate_id], why)
         written += 1
+    timed = {(c.key.panel, c.key.prompt_id, c.key.seed) for c in [*pilot, *wanted]}
+    log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands), len(timed),
+             len(cands) - timer.done - written, timer.done + written)
     return {"design": sequential.DESIGN, "prompts": len(units), "pilot_prompts": n0, "precision": t.precision,
             "max_prompts": t.max_prompts, "level": study.stats.level, "not_sampled_written": written,
             "arms": {arm: {"prompts": p.prompts, "stopped": p.stopped, "pilot_clean": p.pilot_prompts,
