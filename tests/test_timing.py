@@ -192,6 +192,7 @@ def test_sequential_timing_times_the_pilot_then_what_the_plan_asks_and_records_w
     tele = json.loads(Layout(study.scratch).timed_pass_telemetry.read_text())
     assert tele["sequential"]["arms"]["pab"]["stopped"] == "ceiling" and tele["frames_match_bulk"] == {
         "compared": 8, "identical": 8}
+    assert tele["not_sampled"] == sum(not r["sampled"] for r in recs.values()) == 4
     gen = [read_record(record_path(Layout(study.scratch), c)) for c in cs]
     control = {g["candidate"]["prompt_id"]: g for g in gen if g["arm"]["name"] == "control"}
     scores = [score_record(g, control[g["candidate"]["prompt_id"]], {}) for g in gen]

@@ -349,10 +349,11 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     window_start = time.time()
     if study.timing.pairs == "auto":
         design = _sequential_pass(study, cands, bulk, timer)
-        wrote = timer.done + design["not_sampled_written"]
+        wrote, not_sampled = timer.done + design["not_sampled_written"], design["not_timed"]
     else:
         design = None
         sample = sampled_pairs(study, panels)
+        not_sampled = sum((c.key.panel, c.key.prompt_id, c.key.seed) not in sample for c in cands)
         todo = [c for c in cands if not _is_timed(study, c, bulk[c.key.candidate_id], sample)]
         log.info("timed pass: %d candidates (%d pairs sampled), %d already timed, %d to time", len(cands),
                  len(sample), len(cands) - len(todo), len(todo))
@@ -365,8 +366,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     if wrote:
         write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
             {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},
-             "timed": timer.done, "not_sampled": sum(
-                 not read_record(timing_path(layout, c), "timing")["sampled"] for c in cands),
+             "timed": timer.done, "not_sampled": not_sampled,
              "pairs": study.timing.pairs, "repeats": study.timing.repeats, "seed": study.timing.seed,
              "sequential": design, "frames_match_bulk": timer.same_as_bulk, "per_arm": timer.per_arm,
              "cuda_settings": timer.settings, "node": timer.node,
@@ -422,14 +422,14 @@ def _sequential_pass(study: StudySpec, cands: list[Any], bulk: dict[str, Generat
     layout = Layout(study.scratch)
     lat = {c.key.candidate_id: _clean_latency(read_record(timing_path(layout, c), "timing")) for c in pilot}
     plans: dict[str, sequential.Plan] = {}
+    control = {(c.key.panel, c.key.prompt_id, c.key.seed): c.key.candidate_id for c in pilot if c.arm.name == "control"}
     for arm in treatments:
         ratios: dict[tuple[str, str], list[float]] = {}
         for c in pilot:
             if c.arm.name != arm:
                 continue
-            ctrl = next(x for x in pilot if x.arm.name == "control" and x.key.panel == c.key.panel
-                        and x.key.prompt_id == c.key.prompt_id and x.key.seed == c.key.seed)
-            lc, lt = lat[ctrl.key.candidate_id], lat[c.key.candidate_id]
+            lc = lat[control[(c.key.panel, c.key.prompt_id, c.key.seed)]]
+            lt = lat[c.key.candidate_id]
             if lc is not None and lt is not None:
                 ratios.setdefault((c.key.panel, c.key.prompt_id), []).append(math.log(lc / lt))
         x = [sum(v) / len(v) for _u, v in sorted(ratios.items())]
@@ -457,6 +457,7 @@ def _sequential_pass(study: StudySpec, cands: list[Any], bulk: dict[str, Generat
              len(cands) - timer.done - written, timer.done + written)
     return {"design": sequential.DESIGN, "prompts": len(units), "pilot_prompts": n0, "precision": t.precision,
             "max_prompts": t.max_prompts, "level": study.stats.level, "not_sampled_written": written,
+            "not_timed": len(later) - len(wanted),
             "arms": {arm: {"prompts": p.prompts, "stopped": p.stopped, "pilot_clean": p.pilot_prompts,
                            "pilot_sd_log": p.pilot_sd, "planned_half_width_log": p.planned_half_width}
                      for arm, p in plans.items()},
