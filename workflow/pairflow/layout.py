@@ -27,6 +27,9 @@ path is deterministic (dates go inside files, never into names)::
         gallery.html                       the video gallery (filmstrips inlined)
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
+      accounts/                            one record per job (job-*.json: written by the job itself at
+                                           start and exit) and per Slurm submission (slurm-*.json: the
+                                           scheduler's figures); the ledger is built from them
       contexts/<digest>.pkl                study context shared by a job's tasks
       cache/prepared/arms-<digest>.json    the preparing job's arms check and calibration table,
       cache/prepared/calibration-<d>.json  copied by rules check_arms and calibrate (no torch there)
@@ -159,6 +162,11 @@ class Layout:
     def ledger(self, suffix: str = ".json") -> Path:
         """Every run's slot-seconds by arm, stage and kind (``ledger``): added to by each run."""
         return self.study / f"ledger{suffix}"
+
+    @property
+    def accounts(self) -> Path:
+        """Every job's own account and every Slurm submission's scheduler record (``ledger``)."""
+        return Path(self.scratch) / "accounts"
 
     @property
     def estimate(self) -> Path:
