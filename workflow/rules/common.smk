@@ -27,15 +27,28 @@ from pairflow.stages.steps import check_panel_rules  # noqa: E402
 from pairflow.report.tracker import require as require_tracker  # noqa: E402
 
 
-# After a failed run the jobs' telemetry (failed and retried attempts included) goes
-# into the ledger before a rerun overwrites it; a successful run's rule utilisation adds it.
-onerror:
+# After every run, failed or not, its jobs go into the ledger (study/ledger.json and
+# ledger.md): every job's own account (scratch/accounts/), the scheduler's figures for
+# each Slurm submission, and the jobs' telemetry before a rerun overwrites it. Rule
+# utilisation adds what ran before it; these add the jobs after it (archive) and a failed
+# run's. A dry run executes nothing and writes nothing.
+def ledger_after_run():
+    if workflow.remote_exec or workflow.subprocess_exec or plans_only():
+        return
     from pairflow.stages.steps import add_to_ledger
 
     try:
         add_to_ledger(STUDY)
     except (OSError, ValueError, KeyError, PairFlowError) as e:
         logger.warning(f"PairFlow: could not add this run's jobs to the ledger: {type(e).__name__}: {e}")
+
+
+onsuccess:
+    ledger_after_run()
+
+
+onerror:
+    ledger_after_run()
 
 
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
@@ -62,6 +75,9 @@ except PairFlowError as e:
     logger.error(f"error: {e}")
     sys.exit(3)
 PANELS = [p.name for p in STUDY.panels]
+# Where each job writes its own account, and the pairflow-slurm executor (in this process)
+# each submission's scheduler record: the ledger's sources (pairflow.budget.ledger).
+os.environ["PAIRFLOW_ACCOUNTS"] = str(Layout(STUDY.scratch).accounts.resolve())
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
 LAYOUT = Layout(as_named(STUDY.scratch))
