@@ -11,7 +11,8 @@ deep-verifies (that is ``pairflow verify``). Per panel and stage it reports:
 * failures: failure records left by tasks that failed after their retries;
 * slots: workers whose heartbeat (rewritten as their task reports progress) moved in the
   last ``fleet.ACTIVE_S`` seconds (a job is running now), and the busy share of the
-  stage's last finished job (its telemetry).
+  stage's last job in the ledger (``study/ledger.json``: work over everything the job
+  held, the figure the ledger and the report show), with the study's own line below.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..budget.ledger import FORMAT as LEDGER_FORMAT
+from ..budget.ledger import busy_line
 from ..fleet.pool import ACTIVE_S
 from ..layout import Layout
-from ..plan.candidates import candidates, failure_path, job_stage, record_path, score_path, telemetry_path, timing_path
+from ..plan.candidates import candidates, failure_path, job_stage, record_path, score_path, timing_path
 from ..plan.config import StudySpec
 
 RATE_WINDOW_S = 600.0
@@ -77,19 +80,39 @@ def _active_slots(beat_dir: Path, now: float) -> int:
                if now - t <= ACTIVE_S)
 
 
-def _busy_share(path: Path) -> float | None:
+def read_ledger(study: StudySpec) -> dict[str, Any] | None:
+    """The study's ledger (``budget.ledger``), None before any run added to it."""
     try:
-        slots = json.loads(path.read_text())["slots"]
-    except (OSError, ValueError, KeyError):
+        book: dict[str, Any] = json.loads(Layout(study.scratch).ledger().read_text())
+    except (OSError, ValueError):
         return None
-    window = sum(v["window_s"] for v in slots.values())
-    return sum(v["busy_s"] for v in slots.values()) / window if window else None
+    return book if "totals" in book and book.get("format") == LEDGER_FORMAT else None
+
+
+def _busy_share(book: dict[str, Any] | None, rules: tuple[str, ...], panel: str | None) -> float | None:
+    """The busy share of the newest job in the ledger of one of ``rules`` (for ``panel``)."""
+    jobs = [j for j in (book or {}).get("jobs", {}).values() if j.get("rule") in rules
+            and (panel is None or (j.get("wildcards") or {}).get("panel") == panel)]
+    newest = max(jobs, key=lambda j: j["held"]["start"], default=None)
+    return None if newest is None else newest.get("busy_share")
+
+
+def _rules(study: StudySpec, stage: str) -> tuple[tuple[str, ...], bool]:
+    """The rules that run ``stage`` of a panel, and whether their jobs are per panel."""
+    if stage == "timing":
+        return ("timed_pass",), False
+    if study.fleet.allocation == "study":
+        return ("fleet_study",), False
+    if study.fleet.panel_jobs == "combined":
+        return ("generate_score_panel",), True
+    return (("generate_panel",) if stage == "generate" else ("score_panel",)), True
 
 
 def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus]:
     """Progress of every panel and stage of ``study``, in config order."""
     now = time.time() if now is None else now
     out = []
+    book = read_ledger(study)
     for panel in study.panels:
         cands = candidates(study, panel)
         layout = Layout(study.scratch)
@@ -98,7 +121,8 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
                    "timing": [timing_path(layout, c) for c in cands]}
         for stage in STAGES:
             paths = outputs[stage]
-            beat_dir, telemetry = _job_files(study, panel.name, stage)
+            beat_dir = _beat_dir(study, panel.name, stage)
+            rules, per_panel = _rules(study, stage)
             mtimes = _mtimes(paths)
             rate = _rate(mtimes, now)
             left = len(paths) - len(mtimes)
@@ -106,19 +130,19 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
             out.append(StageStatus(
                 panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
-                active_slots=_active_slots(beat_dir, now), busy_share=_busy_share(telemetry)))
+                active_slots=_active_slots(beat_dir, now),
+                busy_share=_busy_share(book, rules, panel.name if per_panel else None)))
     return out
 
 
-def _job_files(study: StudySpec, panel: str, stage: str) -> tuple[Path, Path]:
-    """The heartbeat folder and telemetry record of the job that runs ``panel``'s ``stage``:
-    under ``fleet.panel_jobs: combined`` both stages report their one job's slots; under
+def _beat_dir(study: StudySpec, panel: str, stage: str) -> Path:
+    """The heartbeat folder of the job that runs ``panel``'s ``stage``: under
+    ``fleet.panel_jobs: combined`` both stages report their one job's slots; under
     ``fleet.allocation: study`` every panel reports the study-wide job's."""
     layout = Layout(study.scratch)
     if study.fleet.allocation == "study" and stage != "timing":
-        return layout.fleet_run_dir / "heartbeats", layout.fleet_telemetry
-    return (layout.run_dir(panel, job_stage(study, stage)) / "heartbeats",
-            telemetry_path(layout, panel, job_stage(study, stage)))
+        return layout.fleet_run_dir / "heartbeats"
+    return layout.run_dir(panel, job_stage(study, stage)) / "heartbeats"
 
 
 def _duration(s: float | None) -> str:
@@ -142,6 +166,9 @@ def render(rows: list[StageStatus], study: StudySpec) -> str:
     done, total = sum(r.done for r in rows), sum(r.total for r in rows)
     failed = sum(r.failures for r in rows)
     lines.append(f"{done}/{total} outputs ({done / total:.0%})" if total else "nothing to do")
+    book = read_ledger(study)
+    lines.append(f"ledger: {busy_line(book)} (study/ledger.json, as of the last run's end)" if book
+                 else "ledger: none yet (written at the end of each run)")
     if failed:
         lines.append(f"{failed} failure record(s): see {study.scratch}/panels/<panel>/failures/; "
                      "a rerun retries them")
@@ -155,4 +182,12 @@ def as_dict(rows: list[StageStatus], study: StudySpec, now: float | None = None)
     return {"study": study.study, "scratch": str(study.scratch), "time": time.time() if now is None else now,
             "stages": [{**dataclasses.asdict(r), "finished": r.finished} for r in rows],
             "done": done, "total": total, "failures": sum(r.failures for r in rows),
-            "finished": all(r.finished for r in rows)}
+            "finished": all(r.finished for r in rows), "ledger": _ledger_summary(read_ledger(study))}
+
+
+def _ledger_summary(book: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ledger's study figures for ``--json``: the same numbers ``ledger.md`` shows."""
+    if book is None:
+        return None
+    t = book["totals"]
+    return {k: t[k] for k in ("busy_share", "slot_s", "work_s", "gpu_s", "cpu_s", "gpu_busy_share", "jobs", "status")}

@@ -14,6 +14,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ from ..fleet.telemetry import utilisation_markdown
 from ..generation.provenance import config_snapshot
 from ..generation.tinymodel import build_tiny_model
 from ..identity import digest_file, digest_obj
+from ..jobaccount import current as current_account
+from ..jobaccount import note, open_account
 from ..jobenv import cache_env
 from ..layout import Layout
 from ..locks import hold
@@ -217,7 +220,9 @@ def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
     job measured (``calibrate.take_prepared``: no torch here), else measured now, one
     representative candidate per arm in a fresh worker (``calibrate.calibrate``)."""
     if not take_prepared(study, out, planned_key):
+        started = time.perf_counter()
         calibrate(study, out, force=True, planned_key=planned_key)
+        note("work", ledger.measured_work(time.perf_counter() - started, "calibrate"))
 
 
 def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
@@ -242,6 +247,7 @@ def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
     write its generation manifest ``out``."""
     run_generation(study, panel, out, Layout(study.scratch).run_dir(panel, "generate"),
                    grant_from_env(os.environ, study.fleet.site))
+    note_spans(telemetry_path(Layout(study.scratch), panel, "generate"), "generate")
 
 
 def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path) -> None:
@@ -250,6 +256,7 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
     and score manifest ``score_out``."""
     run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
               grant_from_env(os.environ, study.fleet.site))
+    note_spans(telemetry_path(Layout(study.scratch), panel, COMBINED), COMBINED)
 
 
 def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
@@ -257,6 +264,7 @@ def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None
     manifest)) in this one job (``fleet.allocation: study``), each panel's manifests
     written as it completes."""
     run_study(study, outputs, grant_from_env(os.environ, study.fleet.site))  # the whole job: sites.slurm.whole_job
+    note_spans(Layout(study.scratch).fleet_telemetry, COMBINED)
 
 
 def generation_rule(study: StudySpec) -> str:
@@ -293,11 +301,33 @@ def score_panel(study: StudySpec, panel: str, out: Path) -> None:
     manifest ``out``."""
     run_scoring(study, panel, out, Layout(study.scratch).run_dir(panel, "score"),
                 grant_from_env(os.environ, study.fleet.site))
+    note_spans(telemetry_path(Layout(study.scratch), panel, "score"), "score")
 
 
 def timed_pass(study: StudySpec, out: Path) -> None:
     """The exclusive timed pass over every panel of the study, in this job's allocation."""
     run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
+    record = _this_jobs(Layout(study.scratch).timed_pass_telemetry)
+    if record is not None:
+        note("work", ledger.timed_work(record))
+
+
+def _this_jobs(path: Path) -> dict[str, Any] | None:
+    """The telemetry record at ``path`` when this job wrote it (its window opened after this
+    job's process started), else None (an earlier job's, or none: this job ran no task)."""
+    account = current_account()
+    if account is None or not Path(path).is_file():
+        return None
+    record: dict[str, Any] = json.loads(Path(path).read_text())
+    return record if float(record["window"]["start"]) >= account.start else None
+
+
+def note_spans(path: Path, stage: str) -> None:
+    """Note in this job's account the work its telemetry record at ``path`` shows (task
+    spans by arm, stage and kind: ``ledger.spans_work``), the ledger's work for a fan-out job."""
+    record = _this_jobs(path)
+    if record is not None:
+        note("work", ledger.spans_work(record, stage))
 
 
 def replicate_panel(study: StudySpec, rep: str, panel: str, out: Path) -> None:
@@ -415,6 +445,9 @@ def study_for_rule(sm: Any) -> StudySpec:
     log_to(Path(sm.log[0]))
     watch_ancestors()  # a job whose Snakemake was killed stops too, releasing its locks
     study = study_from_raw(copy.deepcopy(dict(sm.config)), Path.cwd(), source="config")
+    resources = {k: v for k, v in dict(sm.resources.items()).items() if isinstance(v, (int, float, str))}
+    open_account(Layout(study.scratch).accounts, sm.rule, {k: str(v) for k, v in dict(sm.wildcards.items()).items()},
+                 int(getattr(sm, "attempt", 1)), int(sm.threads), resources)  # the ledger's record of this job
     job = "-".join([sm.rule, *(str(v) for v in sm.wildcards)])
     os.environ.update(cache_env(study.scratch, job, int(getattr(sm, "attempt", 1)), study.weights.mirror))
     return study
