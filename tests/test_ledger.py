@@ -168,7 +168,7 @@ def test_a_rerun_adds_to_the_ledger_rereads_running_jobs_and_never_counts_one_tw
            "arm_slot_s": {}, "calibration": {"key": "xxh3_128:00", "device": "cpu"}, "wall_s": 30.0}
     book = update(study, estimate=est, now=2000.0)
     assert book["jobs"]["job-util"]["status"] == "ok" and book["totals"]["jobs"] == 3
-    assert [sorted(r["jobs"]) for r in book["runs"]] == [["job-gen", "job-util"], ["job-arch", "job-util"]]
+    assert [sorted(r["jobs"]) for r in book["updates"]] == [["job-gen", "job-util"], ["job-arch", "job-util"]]
     assert update(study, now=3000.0)["totals"] == book["totals"]  # nothing new: nothing counted twice
     t = book["totals"]
     assert t["slot_s"] == pytest.approx(50.0 + 5.0 + 2.0)

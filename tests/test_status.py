@@ -18,11 +18,24 @@ from pairflow.plan.candidates import (
     panel_dir,
     record_path,
     score_path,
-    telemetry_path,
     timing_path,
 )
 from pairflow.plan.config import study_from_raw
 from pairflow.report.status import study_status
+
+
+def _ledger(study, *jobs: tuple[str, dict[str, str], float, float]) -> None:  # type: ignore[no-untyped-def]
+    """A ledger (``budget.ledger``) holding one finished job per (rule, wildcards, start,
+    CPU seconds): one core held for 40 s, its CPU seconds its work."""
+    from pairflow.budget.ledger import FORMAT, job_entry, totals
+
+    entries = {f"job-{i}": job_entry({"kind": "job-account", "job": rule, "rule": rule, "wildcards": wc,
+                                      "attempt": 1, "pid": 1, "host": "n1", "start": start, "end": start + 40,
+                                      "status": "ok", "threads": 1, "resources": {}, "slurm_job": None,
+                                      "notes": {}, "cpu_s": {"self": cpu, "children": 0.0}}, None, 1.0, start + 50)
+               for i, (rule, wc, start, cpu) in enumerate(jobs)}
+    _touch(Layout(study.scratch).ledger(), time.time(), json.dumps(
+        {"kind": "ledger", "format": FORMAT, "jobs": entries, "updates": [], "totals": totals(entries.values())}))
 
 
 def _touch(path: Path, mtime: float, text: str = "{}") -> None:
@@ -49,8 +62,9 @@ def half_done(tmp_path: Path, tiny_model: Path):  # type: ignore[no-untyped-def]
     beats = panel_dir(Layout(study.scratch), "t") / "run" / "generate" / "heartbeats"
     _touch(beats / "node1-11.json", now - 1)
     _touch(beats / "node1-12.json", now - 300)  # a worker of an earlier job
-    _touch(telemetry_path(Layout(study.scratch), "t", "score"), now - 4000, json.dumps(
-        {"slots": {"a": {"busy_s": 30.0, "window_s": 40.0}, "b": {"busy_s": 10.0, "window_s": 40.0}}}))
+    # the scoring stage's jobs in the ledger: an earlier one, then the newest (whose share counts)
+    _ledger(study, ("score_panel", {"panel": "t"}, now - 9000, 4.0), ("score_panel", {"panel": "t"}, now - 4000, 20.0),
+            ("score_panel", {"panel": "other"}, now - 100, 40.0))
     return study, now
 
 
@@ -63,7 +77,7 @@ def test_counts_rate_time_left_failures_slots_and_busy_share(half_done) -> None:
     assert gen.busy_share is None and not gen.finished
     assert (score.done, score.total, score.failures, score.active_slots) == (1, 4, 0, 0)
     assert score.rate_per_s is None and score.left_s is None  # idle: its only output is old
-    assert score.busy_share == pytest.approx(0.5)  # 40 busy of 80 slot-seconds
+    assert score.busy_share == pytest.approx(0.5)  # the newest job of this panel: 20 CPU-s of 40 held
     assert (timing.stage, timing.done, timing.total) == ("timing", 0, 4)
 
 
@@ -76,8 +90,7 @@ def test_one_job_per_panel_reports_its_slots_and_busy_share_for_both_stages(tmp_
     study = study_from_raw(small_config(tmp_path, tiny_model), tmp_path)
     now = time.time()
     _touch(panel_dir(Layout(study.scratch), "t") / "run" / COMBINED / "heartbeats" / "node1-11.json", now - 1)
-    _touch(telemetry_path(Layout(study.scratch), "t", COMBINED), now - 100, json.dumps(
-        {"slots": {"a": {"busy_s": 36.0, "window_s": 40.0}}}))
+    _ledger(study, ("generate_score_panel", {"panel": "t"}, now - 100, 36.0))
     gen, score, _ = study_status(study, now=now)
     assert (gen.active_slots, score.active_slots) == (1, 1)
     assert gen.busy_share == score.busy_share == pytest.approx(0.9)
@@ -97,11 +110,11 @@ def test_study_wide_job_reports_its_slots_and_busy_share_for_every_panel(tmp_pat
     layout = Layout(study.scratch)
     _touch(layout.fleet_run_dir / "heartbeats" / "node1-11.json", now - 1)
     _touch(layout.fleet_run_dir / "heartbeats" / "node2-12.json", now - 2)
-    _touch(layout.fleet_telemetry, now - 100, json.dumps({"slots": {"a": {"busy_s": 30.0, "window_s": 40.0}}}))
+    _ledger(study, ("fleet_study", {}, now - 100, 30.0), ("timed_pass", {}, now - 50, 10.0))
     rows = study_status(study, now=now)
     assert {(r.panel, r.stage) for r in rows if r.stage != "timing" and r.active_slots == 2
             and r.busy_share == pytest.approx(0.75)} == {(p, s) for p in ("t", "u") for s in ("generate", "score")}
-    assert {r.active_slots for r in rows if r.stage == "timing"} == {0}
+    assert {(r.active_slots, r.busy_share) for r in rows if r.stage == "timing"} == {(0, 0.25)}
 
 
 def test_cli_prints_a_table_and_check_fails_on_failures(half_done, capsys: pytest.CaptureFixture[str],
@@ -112,6 +125,11 @@ def test_cli_prints_a_table_and_check_fails_on_failures(half_done, capsys: pytes
     out = capsys.readouterr().out
     assert "generate" in out and "3/4" in out and "1/4" in out and "4/12 outputs (33%)" in out
     assert "1 failure record(s)" in out
+    # the study's figure is the ledger's own line, word for word (ledger.md shows the same)
+    from pairflow.budget.ledger import busy_line
+
+    book = json.loads(Layout(study.scratch).ledger().read_text())
+    assert f"ledger: {busy_line(book)}" in out and "busy 53.3% of 120.0 slot-s held over 3 job(s)" in out
     assert main(["status", "--check"]) == 1
 
 
@@ -134,6 +152,7 @@ def test_json_gives_every_stage_and_the_totals(half_done, capsys: pytest.Capture
     assert main(["status", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["study"], out["done"], out["total"], out["failures"], out["finished"]) == (study.study, 4, 12, 1, False)
+    assert out["ledger"]["busy_share"] == pytest.approx(64 / 120) and out["ledger"]["jobs"] == 3
     gen = next(s for s in out["stages"] if s["stage"] == "generate")
     assert (gen["done"], gen["total"], gen["failures"], gen["active_slots"]) == (3, 4, 1, 1)
     assert gen["rate_per_s"] == pytest.approx(0.1) and gen["finished"] is False

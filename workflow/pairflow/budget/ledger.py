@@ -99,13 +99,13 @@ def timed_work(record: dict[str, Any]) -> dict[str, Any]:
     total = sum(runs.values())
     rows = ({f"{a}|timing|work": length * r / total for a, r in sorted(runs.items())} if total > 0
             else {f"{STUDY_ARM}|timing|work": length})
-    return {"from": "timing window (one device)", "label": record.get("label"), "rows": rows,
+    return {"from": "timing window", "label": record.get("label"), "rows": rows,
             "health": health(record)}
 
 
 def measured_work(seconds: float, stage: str) -> dict[str, Any]:
     """Work a job measured itself (calibrate: the fresh worker's run) on one device."""
-    return {"from": "measured run (one device)", "rows": {f"{STUDY_ARM}|{stage}|work": max(0.0, seconds)}}
+    return {"from": "measured run", "rows": {f"{STUDY_ARM}|{stage}|work": max(0.0, seconds)}}
 
 
 def health(record: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def held(account: dict[str, Any] | None, sched: dict[str, Any] | None, share: fl
         end = float(sched["end"]) if sched.get("end") is not None and sched.get("terminal") else None
         elapsed = float(sched.get("elapsed_s") or 0.0) if end is not None else now - start
         gpus, cpus, nodes = int(sched.get("gpus") or 0), int(sched.get("cpus") or 0), int(sched.get("nodes") or 1)
-        source = f"scheduler ({sched.get('source')}, Slurm job {sched.get('job_id')})"
+        source = f"scheduler: {sched.get('source')} (Slurm job {sched.get('job_id')})"
     else:
         assert account is not None
         start = float(account["start"])
@@ -172,9 +172,8 @@ def held(account: dict[str, Any] | None, sched: dict[str, Any] | None, share: fl
         gpus = int(res.get("gpu") or 0) if not account.get("slurm_job") else len(
             [g for g in str((account.get("slurm") or {}).get("SLURM_JOB_GPUS", "")).split(",") if g])
         cpus, nodes = int(account.get("threads") or 1), 1
-        source = ("the job's own account (process start to exit; cores = the rule's threads)"
-                  if not account.get("slurm_job") else
-                  f"the job's own account: no scheduler record of Slurm job {account['slurm_job']} was found")
+        source = ("account: process lifetime x the rule's threads" if not account.get("slurm_job") else
+                  f"account: no scheduler record of Slurm job {account['slurm_job']} was found")
     elapsed = max(0.0, elapsed) * share
     slots = gpus if gpus > 0 else max(cpus, 1)
     return {"gpus": gpus, "cpus": cpus, "nodes": nodes, "start": start, "end": end, "elapsed_s": elapsed,
@@ -216,7 +215,7 @@ def rows_of(account: dict[str, Any] | None, h: dict[str, Any], status: str) -> t
         return rows, str(work["from"])
     if work:  # timed pass, calibrate: work on one device (a GPU, or every core held)
         for k, v in work["rows"].items():
-            rows[k] = min(v, total)
+            rows[k] = v * (1 if h["gpus"] > 0 else h["cpus"])
         source = str(work["from"])
     elif h["gpus"] == 0:
         cpu = account.get("cpu_s") or {}
@@ -334,13 +333,13 @@ def update(study: StudySpec, path: Path | None = None, estimate: dict[str, Any] 
     if ledger is None or ledger.get("format") != FORMAT:
         if ledger is not None:  # an earlier format's ledger (telemetry-only): kept beside, never mixed in
             os.replace(path, path.with_name(f"{path.stem}.format{ledger.get('format', 1)}{path.suffix}"))
-        ledger = {"kind": "ledger", "format": FORMAT, "study": study.study, "jobs": {}, "runs": []}
+        ledger = {"kind": "ledger", "format": FORMAT, "study": study.study, "jobs": {}, "updates": []}
     finished = [k for k, j in ledger["jobs"].items() if j["status"] != "running"]
     fresh = entries(Path(os.environ.get("PAIRFLOW_ACCOUNTS") or lay.accounts), now, finished, scheduler)
     changed = [k for k, e in fresh.items() if ledger["jobs"].get(k) != e]
     ledger["jobs"].update(fresh)
-    if changed or not ledger["runs"]:
-        ledger["runs"].append({"at": now, "jobs": changed, "slot_s": sum(fresh[k]["slot_s"] for k in changed)})
+    if changed or not ledger["updates"]:
+        ledger["updates"].append({"at": now, "jobs": changed, "slot_s": sum(fresh[k]["slot_s"] for k in changed)})
     if estimate is not None:
         ledger["estimate"] = {k: estimate[k] for k in ("total_slot_s", "gpu_hours", "unit", "stage_slot_s",
                                                        "arm_slot_s", "calibration", "wall_s") if k in estimate}
@@ -418,7 +417,9 @@ def markdown(ledger: dict[str, Any]) -> str:
     lines = ["# Ledger: every job, what it held, the work inside", "",
              f"**{busy_line(ledger)}**: work over held time. A slot is a GPU where a job held any, else a "
              "core; held time is the scheduler's (Slurm) or the job's process lifetime times the cores it "
-             f"reserved (locally). {t['gpu_s']:.1f} GPU-s and {t['cpu_s']:.1f} CPU-s held in all; jobs by status: "
+             "reserved (locally). Work: task spans (fan-out jobs), the timing window (timed pass) or the "
+             "measured run (calibrate) on one GPU or every core held; CPU time for the other jobs on CPU. "
+             f"{t['gpu_s']:.1f} GPU-s and {t['cpu_s']:.1f} CPU-s held in all; jobs by status: "
              + ", ".join(f"{k} {v}" for k, v in sorted(t["status"].items())) + ".", ""]
     lines += ["| job | attempt | status | slurm | held | GPUs | CPUs | elapsed s | slot-s | work slot-s | busy "
               "| work from |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -448,8 +449,9 @@ def markdown(ledger: dict[str, Any]) -> str:
         for stage, kinds in sorted(stages.items()):
             lines.append(f"| {arm} | {stage} | " + " | ".join(f"{kinds.get(k, 0.0):.1f}" for k in KINDS)
                          + f" | {sum(kinds.values()):.1f} |")
-    lines += ["", "## Runs", "", "| run | at (UTC) | jobs added or updated | slot-s |", "|---|---|---|---|"]
-    for i, r in enumerate(ledger["runs"], 1):
+    lines += ["", "## Updates", "", "Rule utilisation adds the jobs before it; the end of every run, failed or not, "
+              "adds the rest.", "", "| update | at (UTC) | jobs added or re-read | slot-s |", "|---|---|---|---|"]
+    for i, r in enumerate(ledger["updates"], 1):
         lines.append(f"| {i} | {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r['at']))} | {len(r['jobs'])} "
                      f"| {r['slot_s']:.1f} |")
     lines += ["", "## Fleet health", "", "| job | NVML | GPU | active share | peak C | tensor cores |",
