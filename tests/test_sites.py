@@ -178,35 +178,41 @@ def test_local_site_runs_one_pool_here_with_cpu_workers_or_one_worker_per_gpu(tm
     assert f"{GPU_MAP_VAR}=0=2,1=3" in gpu.provider.worker_init
 
 
-def test_worker_start_forkserver_runs_parsls_pool_through_workerpool_spawn_runs_parsls_own(tmp_path):
+def test_every_pool_runs_parsls_pool_through_workerpool_with_its_start_method_and_port_file(tmp_path):
     from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
+
+    from pairflow.fleet.executor import port_file
 
     auto = FleetSpec(1, 0)
     assert auto.worker_start == "auto"  # the default: forkserver without a GPU, spawn with one
+    ports = port_file(tmp_path, os.getpid())
+    parsl_args = DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
     forked = sites.make_config(tmp_path, auto, Grant()).executors[0].launch_cmd
-    assert forked == f"{sys.executable} -m pairflow.fleet.workerpool " + DEFAULT_LAUNCH_CMD.removeprefix("process_worker_pool.py ")
+    assert forked == f"{sys.executable} -m pairflow.fleet.workerpool --start=forkserver --port-file={ports} " + parsl_args
     assert "{{block_id}}" in forked and "{max_workers_per_node}" in forked  # Parsl fills every placeholder
     spawned = sites.make_config(tmp_path, FleetSpec(1, 0, worker_start="spawn"), Grant()).executors[0].launch_cmd
-    assert spawned == DEFAULT_LAUNCH_CMD  # spawn: Parsl's own process_worker_pool.py
+    assert spawned == forked.replace("--start=forkserver", "--start=spawn")  # workers end with their manager
     gpu = sites.grant({**SLURM, "CUDA_VISIBLE_DEVICES": "0"})
-    assert sites.make_config(tmp_path, auto, gpu).executors[0].launch_cmd == DEFAULT_LAUNCH_CMD  # a GPU job spawns
+    assert sites.make_config(tmp_path, auto, gpu).executors[0].launch_cmd == spawned  # a GPU job spawns
     fork = FleetSpec(1, 0, worker_start="forkserver")
     slurm = sites.make_config(tmp_path, fork, gpu)
     assert slurm.executors[0].launch_cmd == forked  # by name; srun runs the same command on each node
 
 
-def test_every_site_s_executor_fixes_its_worker_port_so_the_pool_can_launch_before_the_interchange(tmp_path):
-    """fleet.executor: the launch command names the worker port, so it is chosen up front
-    (free on the interchange's address now) and the executor refuses to start without one."""
-    from pairflow.fleet.executor import EarlyPoolExecutor, free_port
+def test_no_site_chooses_a_worker_port_the_interchange_binds_one_from_a_range_and_writes_it(tmp_path):
+    """Regression (issue 39 item 3): the driver chose a free port (bind 0, close) that the
+    interchange bound a second later; another job's socket took it in between in 1 of 16
+    CI jobs. Now no port is chosen before the bind: the interchange binds one of the range
+    (trying the next on EADDRINUSE) and the pool reads it from the port file."""
+    from pairflow.fleet.executor import EarlyPoolExecutor, port_file
 
     ex = sites.make_config(tmp_path, FleetSpec(1, 0), Grant()).executors[0]
     assert isinstance(ex, EarlyPoolExecutor) and ex.address == "127.0.0.1"
-    assert "EarlyPoolExecutor(" in repr(ex) and f"worker_port={ex.worker_port}" in repr(ex)  # logged verbatim
-    for port in (ex.worker_port, free_port("127.0.0.1")):
-        with socket.socket() as s:  # free: the interchange can bind it
-            s.bind(("127.0.0.1", port))
-    with pytest.raises(ConfigError, match="worker_port=None.*sites.make_config"):
+    assert ex.worker_port is None and ex.worker_port_range == sites.base.WORKER_PORTS
+    assert ex.port_file == port_file(tmp_path, os.getpid())
+    assert "EarlyPoolExecutor(" in repr(ex) and "worker_port=None" in repr(ex)  # logged verbatim
+    assert "--port={worker_port}" in ex.launch_cmd  # None until the interchange bound one
+    with pytest.raises(ConfigError, match="port_file=None.*sites.make_config"):
         EarlyPoolExecutor(label="x")._start_local_interchange_process()
 
 

@@ -14,6 +14,14 @@ allocation. Each link therefore watches the one above it and ends itself:
 * each worker pool runs a watchdog (``python -m pairflow.fleet.orphans watch``) in its own
   process group that, when the driver is gone, signals that process group: the manager,
   its workers and multiprocessing's helper processes, and nothing else.
+* below a pool manager, every process it starts (spawned workers, the Manager server, the
+  fork server and what that forks) gets the parent-death signal (``die_with_parent``,
+  ``workerpool``), so a SIGKILL of the manager ends its workers at once; multiprocessing's
+  ``resource_tracker`` then reads the end of its pipe and exits. (Under Slurm with
+  ``proctrack/linuxproc`` a reparented child escapes the step, holds its output pipes and
+  keeps the job COMPLETING.)
+* when the job ends, whatever is left of its pools' process groups is ended
+  (``end_group``, from ``fleet.run_tasks``): by process group, which this job created.
 
 Processes are identified by PID *and* start time (``/proc/<pid>/stat``), so a reused PID
 is never mistaken for the watched process; nothing is ever found or killed by name.
@@ -153,6 +161,40 @@ def stop_jobs_on_signal() -> None:
     signal.signal(signal.SIGINT, stop)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live processes (zombies excluded) of process group ``pgid``, from ``/proc``: a group
+    outlives its leader while any member runs, and a member reparented to init stays in it."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out
+
+
+def end_group(pgid: int, grace_s: float = 3.0) -> list[int]:
+    """End what is left of process group ``pgid`` (a worker pool's, which this job
+    started: ``LocalProvider`` puts each block in a group of its own): SIGTERM, up to
+    ``grace_s`` seconds to exit, then SIGKILL. Never this process's own group. Returns
+    the members found at first (empty when the pool had already ended cleanly)."""
+    if pgid == os.getpgrp():
+        return []
+    found = group_members(pgid)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not group_members(pgid):
+            break
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signum)
+        deadline = time.monotonic() + grace_s
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return found
+
+
 def watch_command(pid: int) -> str:
     """Shell line (for Parsl's ``worker_init``) that starts a watchdog in the background
     for the worker pool's process group, watching process ``pid`` (the driver)."""
@@ -176,17 +218,27 @@ def _watch(pid: int, started: int | None) -> None:
     os.killpg(group, signal.SIGKILL)
 
 
+def die_with_parent(parent: int, signum: int = signal.SIGKILL, what: str = "this process") -> bool:
+    """Have the kernel send this process ``signum`` when the thread that started it ends
+    (``prctl(PR_SET_PDEATHSIG)``; Linux), and say whether ``parent`` is still this
+    process's parent (False: it died before the signal was armed, and no signal will
+    come: the caller exits). Raises ProcessError where prctl fails (not Linux). The
+    signal survives ``exec``; it follows the *thread* that forked, so a parent must
+    start such children from a thread that lives as long as they should."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise ProcessError(f"prctl(PR_SET_PDEATHSIG) failed for {what} ({os.strerror(errno)}, errno {errno}); "
+                           "PairFlow's worker pools need Linux: run on a Linux host")
+    return os.getppid() == parent
+
+
 def _exec(pid: int, argv: list[str]) -> None:
     # A Ctrl-C reaches the whole foreground process group, the interchange included; the
     # driver then shuts Parsl down through the interchange, which must still be there.
     # (SIG_IGN survives exec; SIGTERM stays, as Parsl's shutdown ends the interchange with it.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
-        raise ProcessError(f"prctl(PR_SET_PDEATHSIG) failed for the pool's interchange ({os.strerror(errno)}, "
-                           f"errno {errno}); PairFlow's local pools need Linux: run on a Linux host")
-    if os.getppid() != pid:  # the driver died before the signal was armed
+    if not die_with_parent(pid, signal.SIGTERM, "the pool's interchange"):  # the driver died before it was armed
         sys.exit(1)
     os.execvp(argv[0], argv)
 

@@ -44,6 +44,7 @@ from .. import progress
 from ..errors import PairFlowError, StalledError, TaskError, TaskFailedError
 from ..plan.config import FleetSpec
 from ..records.store import write_record
+from . import orphans
 from .sites import ONE_PER_GPU, Packing, make_config
 from .sites import Grant as Grant  # re-exported: run_tasks' callers name the grant they pass from here
 from .sites.base import node_name, slot_gpu
@@ -375,6 +376,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
     dfk = parsl.load(config)
     _mark_pool(dfk)
+    groups = _pool_groups(dfk)
     try:
         with Sampler(read, fleet.nvml_interval_s) as sampler:
             warming = _queue_warm_ups(app, hooks.warm, _slot_count(fleet, grant, packing), beat_dir, label)
@@ -398,8 +400,10 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             run.spans += _attempt_spans(beat_dir, run)
             window = (start, time.time())
     finally:
+        groups |= _pool_groups(dfk)  # a block Parsl launched again after one died
         _cleanup(dfk)
         parsl.clear()
+        _end_leftovers(groups, label)
         _restore_sigterm(previous)
     if hooks.telemetry_out is not None:  # after the cleanup: the pool's shutdown is the job's slot time too
         packed = {**packing.record, "workers_per_gpu": packing.per_gpu if grant.accelerators else None,
@@ -744,6 +748,32 @@ def _cleanup(dfk: Any) -> None:
         if proc is not None:
             with contextlib.suppress(OSError):
                 proc.kill()
+
+
+def _pool_groups(dfk: Any) -> set[int]:
+    """The process groups of the worker pools this job launched (``LocalProvider`` starts
+    each block in a group of its own; read while its launching shell lives), never this
+    process's own group."""
+    groups = set()
+    for executor in dfk.executors.values():
+        for job in getattr(getattr(executor, "provider", None), "resources", {}).values():
+            pid = job.get("remote_pid") if isinstance(job, dict) else None
+            if pid:
+                with contextlib.suppress(OSError, ValueError):
+                    groups.add(os.getpgid(int(pid)))
+    return groups - {os.getpgrp()}
+
+
+def _end_leftovers(groups: set[int], label: str) -> None:
+    """After Parsl's shutdown, end whatever still runs in this job's pools' process groups
+    (``orphans.end_group``): a pool whose manager was SIGKILLed leaves its launching shell's
+    group to the rest (the pool's watchdog, a process that outlived its parent); nothing
+    of the job outlives it. Processes found by group, which this job created; never by name."""
+    for group in sorted(groups):
+        left = orphans.end_group(group)
+        if left:
+            log.info("%s: ended %d process(es) left in worker pool group %d after Parsl's shutdown (pids %s)",
+                     label, len(left), group, " ".join(map(str, left)))
 
 
 def _end_blocks(executor: Any) -> None:

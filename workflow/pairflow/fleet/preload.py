@@ -111,5 +111,5 @@ def forget_device_answers() -> None:
 
 
 if os.environ.get(MANAGER_PID_VAR) == str(os.getppid()):  # the pool's fork server (not a test importing this)
-    bind_children()
+    bind_children(os.getppid())
 preload(os.environ)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
@@ -50,8 +51,11 @@ import runpy
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, StalledError
 from . import orphans
 
 POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
@@ -84,6 +88,27 @@ _RUNNING = threading.Event()
 """Set while Parsl's pool runs: an end before or after it is the pool's own shutdown."""
 
 
+class _BoundProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process (a Parsl worker, the Manager server) that the kernel SIGKILLs when
+    the pool manager that spawned it dies (``orphans.die_with_parent``). Parsl's worker looks
+    at its manager only between tasks, and the Manager server never: after a SIGKILL of the
+    manager both ran on (measured on the CI cluster: 8 min, with multiprocessing's
+    ``resource_tracker``, holding the Slurm step's pipes). Pickled to the child by
+    reference, so it must stay a module-level class of this module."""
+
+    def run(self) -> None:
+        parent = getattr(self, "_parent_pid", None)  # BaseProcess sets it in the spawning process
+        if parent is not None and not orphans.die_with_parent(parent, signal.SIGKILL, f"{self.name}"):
+            os._exit(EXIT_CODE)  # the manager died before the signal was armed
+        super().run()
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    """Parsl's ``SpawnContext`` whose processes end with the pool manager (``fleet.worker_start: spawn``)."""
+
+    Process = _BoundProcess
+
+
 class _Context(multiprocessing.context.ForkServerContext):
     """The fork-server context Parsl's pool is handed in place of ``SpawnContext``; its
     Manager server is watched (``watch``)."""
@@ -96,10 +121,13 @@ class _Context(multiprocessing.context.ForkServerContext):
         return manager
 
 
-def bind_children() -> None:
-    """In the fork server (``preload``): every process it forks (workers, the Manager
-    server) gets SIGKILL from the kernel when the server dies, and exits at once if the
-    server died before that was armed. Forks made later inside a worker are left alone."""
+def bind_children(manager: int | None = None) -> None:
+    """In the fork server (``preload``): the server itself gets SIGKILL from the kernel
+    when the pool manager ``manager`` (its parent) dies, and every process it forks
+    (workers, the Manager server) when the server dies; each exits at once if its parent
+    died before that was armed. Forks made later inside a worker are left alone."""
+    if manager is not None and not orphans.die_with_parent(manager, signal.SIGKILL, "the pool's fork server"):
+        os._exit(EXIT_CODE)
     server, forking = os.getpid(), [0]
     libc = ctypes.CDLL(None, use_errno=True)
 
@@ -157,18 +185,71 @@ def _end(gone: str) -> None:
     os._exit(EXIT_CODE)
 
 
+START_OPTION = "--start="
+"""This module's first argument: ``--start=forkserver`` or ``--start=spawn`` (``fleet.worker_start``)."""
+PORT_FILE_OPTION = "--port-file="
+"""Then, optionally: where the driver writes the interchange's worker port once it has
+bound one (``executor.EarlyPoolExecutor``); the pool's ``--port=None`` becomes that port."""
+PORT_WAIT_S = 120.0
+"""How long a pool waits for the port file (Parsl's own wait for its interchange: 120 s)."""
+
+
+def own_options(argv: list[str]) -> tuple[str, Path | None, list[str]]:
+    """(start method, port file or None, Parsl's pool arguments) from this module's argv.
+    Raises ConfigError for a start method that is neither ``forkserver`` nor ``spawn``."""
+    start, port_file, rest = "forkserver", None, list(argv)
+    while rest and rest[0].startswith((START_OPTION, PORT_FILE_OPTION)):
+        arg = rest.pop(0)
+        if arg.startswith(START_OPTION):
+            start = arg[len(START_OPTION):]
+        else:
+            port_file = Path(arg[len(PORT_FILE_OPTION):])
+    if start not in ("forkserver", "spawn"):
+        raise ConfigError(f"pairflow.fleet.workerpool {START_OPTION}{start}: the start method is forkserver or spawn "
+                          "(fleet.worker_start)")
+    return start, port_file, rest
+
+
+def wait_port(port_file: Path, timeout_s: float = PORT_WAIT_S) -> int:
+    """The worker port the driver wrote to ``port_file`` (polled every 50 ms). Raises
+    StalledError when none came within ``timeout_s`` (the interchange never bound one)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            return int(port_file.read_text())
+        if time.monotonic() > deadline:
+            raise StalledError(f"no worker port in {port_file} within {timeout_s:.0f}s: the job's interchange did not "
+                               "start (see the job's log); this worker pool exits")
+        time.sleep(0.05)
+
+
+def with_port(argv: list[str], port: int) -> list[str]:
+    """Parsl's pool arguments with the unknown port (``--port=None``) set to ``port``."""
+    return [f"--port={port}" if a == "--port=None" else a for a in argv]
+
+
 def main() -> None:
-    """Start the fork server (its imports begin now) and its watchdog, then run Parsl's pool on it."""
+    """Start the fork server (its imports begin now) and its watchdog, then run Parsl's pool
+    on it; under ``--start=spawn``, run Parsl's pool with workers that end with it."""
+    start, port_file, rest = own_options(sys.argv[1:])
+    sys.argv[1:] = rest
     os.environ[MANAGER_PID_VAR] = str(os.getpid())
-    context = _Context()
-    context.set_forkserver_preload([POOL_MODULE, PRELOAD_MODULE])
-    multiprocessing.forkserver.ensure_running()
-    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    threading.Thread(target=watch, args=(server,), name="pairflow-forkserver-watch", daemon=True).start()
+    context: multiprocessing.context.BaseContext
+    if start == "forkserver":
+        context = _Context()
+        context.set_forkserver_preload([POOL_MODULE, PRELOAD_MODULE])
+        multiprocessing.forkserver.ensure_running()
+        server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+        threading.Thread(target=watch, args=(server,), name="pairflow-forkserver-watch", daemon=True).start()
+    else:  # by its importable name: run as __main__, this module's classes would not unpickle in a child
+        context = importlib.import_module(__spec__.name if __spec__ else __name__)._SpawnContext()
     # lazy: Parsl takes about a second to import; the fork server's imports run beside it
     import parsl.multiprocessing
 
-    parsl.multiprocessing.SpawnContext = context  # type: ignore[assignment]  # same API, forked workers
+    parsl.multiprocessing.SpawnContext = context  # type: ignore[assignment]  # same API, bound workers
+    if port_file is not None:
+        importlib.import_module(POOL_MODULE)  # its imports, while the interchange binds a port
+        sys.argv[1:] = with_port(sys.argv[1:], wait_port(port_file))
     _RUNNING.set()
     try:
         runpy.run_module(POOL_MODULE, run_name="__main__", alter_sys=True)

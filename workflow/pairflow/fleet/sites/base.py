@@ -172,6 +172,10 @@ def worker_init(grant: Grant, watchdog: bool) -> str:
     return line + ("\n" + orphans.watch_command(os.getpid()) if watchdog else "")
 
 
+WORKER_PORTS = (54000, 55000)
+"""Where the interchange binds its worker port (Parsl's default range), trying ports at
+random until one binds."""
+
 POOL_SCRIPT = "process_worker_pool.py "
 """How Parsl's default launch command starts a pool (``launch_command`` replaces it)."""
 
@@ -189,20 +193,23 @@ def worker_start(fleet: FleetSpec, grant: Grant) -> str:
     return fleet.worker_start
 
 
-def launch_command(fleet: FleetSpec, grant: Grant) -> str | None:
-    """The pool's launch command: Parsl's own (None) when workers spawn (``worker_start``),
-    else Parsl's default with its pool script replaced by ``python -m pairflow.fleet.workerpool``
-    (workers forked from a preloaded fork server), every argument and placeholder kept."""
-    if worker_start(fleet, grant) == "spawn":
-        return None
+def launch_command(fleet: FleetSpec, grant: Grant, port_file: Path) -> str:
+    """The pool's launch command: Parsl's default with its pool script replaced by
+    ``python -m pairflow.fleet.workerpool --start=<worker_start> --port-file=<port_file>``
+    (workers forked from a preloaded fork server, or spawned, each ending with its pool
+    manager; the interchange's port read from ``port_file``), every argument and
+    placeholder kept. Raises ConfigError where this Parsl's default command differs."""
     # lazy: Parsl's executors take 1-3 s to import; only a job that starts a pool pays for it
     from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 
     if not DEFAULT_LAUNCH_CMD.startswith(POOL_SCRIPT):
-        raise ConfigError(f"fleet/worker_start: forkserver needs Parsl's launch command to start with "
-                          f"{POOL_SCRIPT.strip()!r}; this Parsl's is {DEFAULT_LAUNCH_CMD[:60]!r}...: set "
-                          "fleet.worker_start: spawn, or install the Parsl version envs/pairflow.yaml pins")
-    return f"{shlex.quote(sys.executable)} -m {workerpool.__name__} " + DEFAULT_LAUNCH_CMD[len(POOL_SCRIPT):]
+        raise ConfigError(f"PairFlow's worker pools need Parsl's launch command to start with "
+                          f"{POOL_SCRIPT.strip()!r}; this Parsl's is {DEFAULT_LAUNCH_CMD[:60]!r}...: install the "
+                          "Parsl version envs/pairflow.yaml pins")
+    file = shlex.quote(str(port_file)).replace("{", "{{").replace("}", "}}")  # Parsl formats the command
+    start = f"{workerpool.START_OPTION}{worker_start(fleet, grant)}"
+    return (f"{shlex.quote(sys.executable)} -m {workerpool.__name__} {start} {workerpool.PORT_FILE_OPTION}{file} "
+            + DEFAULT_LAUNCH_CMD[len(POOL_SCRIPT):])
 
 
 def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: ExecutionProvider,
@@ -216,22 +223,25 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
     from parsl.addresses import address_by_hostname
     from parsl.config import Config
 
-    from ..executor import EarlyPoolExecutor, free_port
+    from ..executor import EarlyPoolExecutor, port_file
 
     acc = packing.accelerators(grant)
     bindir = Path(sys.executable).parent
     address = "127.0.0.1" if grant.nodes == 1 else address_by_hostname()
+    ports = port_file(run_dir, os.getpid())
     executor = EarlyPoolExecutor(
         label="slots",
-        launch_cmd=launch_command(fleet, grant),  # None: Parsl's default (spawned workers)
+        # The pool waits for the interchange's port in ``ports`` (executor), so it is
+        # launched while the interchange starts.
+        launch_cmd=launch_command(fleet, grant, ports),
         # The driver may run without the venv activated (.venv/bin/snakemake): name
         # Parsl's interchange script by its full path in this interpreter's bin/.
         # It gets the kernel's parent-death signal, so it ends with the driver (orphans).
         interchange_launch_cmd=orphans.exec_command(os.getpid(), [str(bindir / "interchange.py")]),
         # One node: loopback, no interface probing. Several: workers dial this host.
         address=address,
-        # Fixed up front, so the pool is launched while the interchange starts (executor).
-        worker_port=free_port(address),
+        # The interchange binds a free port of this range itself (no race: executor).
+        worker_port_range=WORKER_PORTS,
         max_workers_per_node=packing.per_node(fleet, grant),  # per_gpu slots per accelerator, else CPU workers
         available_accelerators=acc,            # Parsl pins each worker to one entry: one granted device
         cpu_affinity="block" if not acc else "none",  # keep CPU workers off each other's cores
@@ -239,6 +249,7 @@ def parsl_config(run_dir: Path, fleet: FleetSpec, grant: Grant, provider: Execut
         worker_logdir_root=str(run_dir / "workers"),
         provider=provider,
     )
+    executor.port_file = ports
     return Config(executors=[executor], retries=fleet.retries, run_dir=str(run_dir / "parsl"),
                   # "simple" scales an idle block in after max_idletime, returning unused
                   # allocation; a lost manager then does not fail every later task.
