@@ -130,7 +130,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-FOUNDATION = ("errors", "identity", "layout", "specs", "atomic", "locks", "jobenv", "envinfo", "progress", "nvml")
+FOUNDATION = ("errors", "identity", "layout", "specs", "atomic", "locks", "jobenv", "envinfo", "progress", "nvml",
+              "jobaccount")
 """The ground floor: flat modules that import no wing."""
 WINGS = ("foundation", "metrics", "arms", "plan", "records", "media", "fleet", "generation", "budget", "analysis",
          "report", "evidence", "stages", "cli")

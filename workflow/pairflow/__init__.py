@@ -5,7 +5,7 @@ and the wings below it, never one above (``tests/test_imports.py`` holds the tab
 enforces it). From the ground up, in the order data flows where the floors allow:
 
 - the foundation, flat modules: ``errors``, ``identity``, ``layout``, ``specs``, ``atomic``,
-  ``locks``, ``jobenv``, ``envinfo``, ``progress``, ``nvml``;
+  ``locks``, ``jobenv``, ``envinfo``, ``progress``, ``nvml``, ``jobaccount``;
 - ``metrics/``: the metric registry, one module per metric, and the weight mirror;
 - ``arms/``: one module per kind of change an arm declares;
 - ``plan/``: the study config and the candidates it expects;
