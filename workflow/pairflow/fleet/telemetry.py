@@ -808,12 +808,15 @@ def utilisation_markdown(u: dict[str, Any], provenance: dict[str, str]) -> str:
              "so it never exceeds 100%) over slot time for whole jobs (from the Slurm allocation's start, or "
              "the job process's start, to the job's end, after the worker pool's cleanup), from per-task spans; "
              "start-up, warm-up (imports, model and scorer loads), idle and failed-task seconds beside it.", "",
-             (f"Study: **{share:.1%}** busy of {u['slot_s']:.1f} slot-seconds; start-up {u['startup_s']:.1f} s, "
+             "This page covers the fan-out jobs' slots, from their task spans. The study's busy share, over "
+             "every job it ran and everything each held (the scheduler's figures on Slurm), is the ledger's "
+             "(study/ledger.md), which `pairflow status` prints.", "",
+             (f"Fan-out jobs: **{share:.1%}** busy of {u['slot_s']:.1f} slot-seconds; start-up {u['startup_s']:.1f} s, "
               f"warm-up {u['warmup_s']:.1f} s, idle {u['idle_s']:.1f} s, failed tasks {u['failed_s']:.1f} s; "
               f"task work summed over workers {u['worker_work_s']:.1f} worker-seconds. "
               f"(Over the Parsl window with warm-up counted busy, as earlier reports did: "
               f"{u['window_busy_share']:.1%}.)") if share is not None and u.get("window_busy_share") is not None
-             else "Study: no fan-out jobs ran.", "",
+             else "Fan-out jobs: none ran.", "",
              "| job | slot | tasks | busy s | window s | busy share |", "|---|---|---|---|---|---|"]
     for j in u["jobs"]:
         for slot, v in j["slots"].items():
