@@ -12,10 +12,23 @@ from pathlib import Path
 import pytest
 from conftest import small_config
 
-from pairflow.budget.calibrate import FORMAT, calibrate, key, load_table, packing, read_table, table_path, workers_for
+from pairflow.budget.calibrate import (
+    FORMAT,
+    calibrate,
+    job_device,
+    key,
+    key_fields,
+    load_table,
+    packing,
+    read_table,
+    table_path,
+    take_prepared,
+    workers_for,
+)
 from pairflow.errors import CalibrationError
 from pairflow.fleet.pool import TaskHooks, run_tasks
 from pairflow.fleet.sites import AllocationInfo, Grant
+from pairflow.layout import Layout
 from pairflow.plan.config import study_from_raw
 
 PHASES = ("load", "denoise", "decode", "encode", "score:read", "score:temporal_flickering", "score:psnr")
@@ -35,7 +48,7 @@ def calibrated(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def test_every_arm_and_phase_is_measured_in_a_fresh_worker(calibrated):
     study, table = calibrated
-    assert table["device"] == "cpu" and table["key"] == key(study, "cpu")
+    assert table["device"] == "cpu" and table["key"] == key(study)
     assert table["import"]["s"] > 0.5  # a fresh process imports torch and diffusers
     assert table["worker_pid"] != table["made"]["pid"]  # measured in its own process, not the caller's
     assert table["measured_in"] == "fresh worker"  # not by a run's preparing job (calibworker.prepare)
@@ -45,17 +58,19 @@ def test_every_arm_and_phase_is_measured_in_a_fresh_worker(calibrated):
         assert arm["phases"]["denoise"]["s"] > 0 and arm["phases"]["encode"]["s"] > 0
         assert all(p["peak_rss_mb"] > 100 and p["peak_device_mb"] is None for p in arm["phases"].values())
         assert arm["generate_s"] > arm["phases"]["encode"]["s"] and arm["warmup_s"] > 0
-    assert read_table(study, "cpu") == json.loads(table_path(study, "cpu").read_text())
+    assert read_table(study) == json.loads(table_path(study).read_text())
 
 
 def test_the_table_is_frozen_and_a_changed_key_names_another_file(calibrated, tiny_model, tmp_path):
     study, table = calibrated
     assert calibrate(study)["made"] == table["made"]  # read, not measured again
     other = _study(tmp_path, tiny_model, generation={"frames": 5, "height": 32, "width": 48, "steps": 3})
-    assert key(other, "cpu") != key(study, "cpu") and table_path(other, "cpu") != table_path(study, "cpu")
+    assert key(other) != key(study) and table_path(other) != table_path(study)
     with pytest.raises(CalibrationError, match="no calibration table .*'pairflow calibrate'"):
-        read_table(other, "cpu")
-    assert key(study, "cuda") != key(study, "cpu")
+        read_table(other)
+    # Not keyed by the planning machine's device (a login node without a GPU plans for GPU
+    # jobs): the table records the device kind it was measured on instead.
+    assert "device" not in key_fields(study) and table["device"] == "cpu"
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "telemetry"}')
     with pytest.raises(CalibrationError, match="not a calibration table"):
@@ -100,14 +115,14 @@ def test_on_a_gpu_device_memory_is_measured_and_packing_uses_it(tiny_model, tmp_
 # --- the choice a job takes (workers_for) -------------------------------------------------------
 
 def _fake_table(study, device: str, peak_mb: float, capacity_mb: float, cpus: int = 64) -> Path:
-    """A frozen table at this study's key for ``device`` whose every phase peaks at ``peak_mb``."""
+    """A frozen table at this study's key measured on ``device`` whose every phase peaks at ``peak_mb``."""
     field = "peak_device_mb" if device == "cuda" else "peak_rss_mb"
     phase = {"s": 1.0, "peak_rss_mb": peak_mb, "peak_device_mb": None, field: peak_mb}
     capacity = {"host_mb": capacity_mb, "cpus": cpus, **({"device_mb": capacity_mb} if device == "cuda" else {})}
-    table = {"kind": "calibration", "format": FORMAT, "key": key(study, device), "device": device,
-             "capacity": capacity, "import": dict(phase),
+    table = {"kind": "calibration", "format": FORMAT, "key": key(study), "device": device,
+             "measured_in": "fresh worker", "made": {"host": "n1"}, "capacity": capacity, "import": dict(phase),
              "arms": {a.name: {"phases": {"denoise": dict(phase), "score:psnr": dict(phase)}} for a in study.arms}}
-    path = table_path(study, device)
+    path = table_path(study)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table))
     return path
@@ -123,18 +138,19 @@ GPUS = Grant(accelerators=("0", "1"))
 
 def test_a_job_packs_gpus_by_the_calibrated_peak_plus_headroom(tiny_model, tmp_path):
     study = _packing_study(tmp_path, tiny_model)
-    none = workers_for(study, ("generate",), GPUS)
+    none = workers_for(study, ("generate",), GPUS, device="cuda")
     assert none.per_gpu == 1 and none.record["source"].startswith(
-        f"default: no calibration table for this study planned on cuda ({table_path(study, 'cuda').name})")
+        f"default: no calibration table {table_path(study)} for this study's key")
     _fake_table(study, "cuda", peak_mb=30_000.0, capacity_mb=80_000.0)
-    two = workers_for(study, ("generate", "score"), GPUS)  # 80000 x (1 - 0.2) / 30000 = 2.13
-    assert two.per_gpu == 2 and two.record["source"] == f"calibration {key(study, 'cuda')}"
+    two = workers_for(study, ("generate", "score"), GPUS, device="cuda")  # 80000 x (1 - 0.2) / 30000 = 2.13
+    assert two.per_gpu == 2 and two.record["source"] == f"calibration {key(study)}"
     assert two.record["headroom"] == 0.2 and two.per_node(study.fleet, GPUS) == 4
+    assert two.record["device"] == "cuda" and two.record["measured_in"] == "fresh worker"
     tight = _packing_study(tmp_path, tiny_model, packing_headroom=0.7)  # 80000 x 0.3 / 30000 = 0.8: one
-    assert key(tight, "cuda") == key(study, "cuda") and workers_for(tight, ("generate",), GPUS).per_gpu == 1
+    assert key(tight) == key(study) and workers_for(tight, ("generate",), GPUS, device="cuda").per_gpu == 1
     one = _packing_study(tmp_path, tiny_model, packing="one")
-    assert workers_for(one, ("generate",), GPUS).per_gpu == 1
-    assert workers_for(one, ("generate",), GPUS).record["source"] == "fleet.packing: one"
+    assert workers_for(one, ("generate",), GPUS, device="cuda").per_gpu == 1
+    assert workers_for(one, ("generate",), GPUS, device="cuda").record["source"] == "fleet.packing: one"
 
 
 def test_a_combined_job_takes_the_fewer_workers_of_its_stages(tiny_model, tmp_path):
@@ -145,31 +161,76 @@ def test_a_combined_job_takes_the_fewer_workers_of_its_stages(tiny_model, tmp_pa
     for a in table["arms"].values():
         a["phases"]["score:psnr"]["peak_device_mb"] = 9_000.0  # scoring alone: 64000 / 9000 = 7
     path.write_text(json.dumps(table))
-    assert workers_for(study, ("score",), GPUS).per_gpu == 7
-    assert workers_for(study, ("generate",), GPUS).per_gpu == 2
-    assert workers_for(study, ("generate", "score"), GPUS).per_gpu == 2
+    assert workers_for(study, ("score",), GPUS, device="cuda").per_gpu == 7
+    assert workers_for(study, ("generate",), GPUS, device="cuda").per_gpu == 2
+    assert workers_for(study, ("generate", "score"), GPUS, device="cuda").per_gpu == 2
 
 
-def test_a_stale_or_foreign_table_means_the_default(tiny_model, tmp_path):
-    study = _packing_study(tmp_path, tiny_model)
+def test_a_stale_table_or_one_of_another_device_kind_means_the_default_with_one_warning(tiny_model, tmp_path,
+                                                                                      caplog):
+    study = _packing_study(tmp_path, tiny_model, calibrate=True)
     path = _fake_table(study, "cuda", peak_mb=10_000.0, capacity_mb=80_000.0)
     table = json.loads(path.read_text())
     path.write_text(json.dumps({**table, "key": "xxh3_128:0"}))  # made for another key
-    stale = workers_for(study, ("generate",), GPUS)
+    stale = workers_for(study, ("generate",), GPUS, device="cuda")
     assert stale.per_gpu == 1 and stale.record["source"].startswith("default: calibration table not usable")
-    path.write_text(json.dumps({**table, "device": "cpu"}))  # planned on cuda, measured on CPU
-    assert workers_for(study, ("generate",), GPUS).per_gpu == 1
-    assert "measured on cpu" in workers_for(study, ("generate",), GPUS).record["source"]
-    path.unlink()
-    # Planned on a login node without a GPU (the table's name says cpu), measured on the GPU job's device: used.
-    planned_cpu = table_path(study, "cpu")
-    planned_cpu.write_text(json.dumps({**table, "key": key(study, "cpu")}))
-    assert workers_for(study, ("generate",), GPUS).per_gpu == 6  # 80000 x 0.8 / 10000
-    planned_cpu.unlink()
-    _fake_table(study, "cuda", peak_mb=10_000.0, capacity_mb=80_000.0)
+    # Measured on the login node's CPU, the job runs on a GPU: the default, and one warning in
+    # the job's log naming the table, its device kind, the job's and the fix.
+    path.write_text(json.dumps({**table, "device": "cpu", "measured_in": "build_tiny_model"}))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pairflow.budget.calibrate"):
+        foreign = workers_for(study, ("generate",), GPUS, device="cuda")
+    assert foreign.per_gpu == 1 and "measured on cpu" in foreign.record["source"]
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert f"calibration table {path} was measured on cpu (build_tiny_model, host n1), this job runs on cuda" \
+        in warning
+    assert "'snakemake --forcerun calibrate' with the profile that runs them" in warning
+    assert "one worker per granted GPU" in warning
+    path.write_text(json.dumps(table))  # measured on the job's own device kind: used, no warning
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pairflow.budget.calibrate"):
+        assert workers_for(study, ("generate",), GPUS, device="cuda").per_gpu == 6  # 80000 x 0.8 / 10000
+    assert not caplog.records
     changed = _study(tmp_path, tiny_model, generation={"frames": 5, "height": 32, "width": 32, "steps": 4,
                                                        "threads": 1})
-    assert workers_for(changed, ("generate",), GPUS).per_gpu == 1  # another key: the table is not read
+    assert workers_for(changed, ("generate",), GPUS, device="cuda").per_gpu == 1  # another key: not read
+
+
+def test_granted_slots_without_cuda_are_a_cpu_job_and_share_the_cpu_table(tiny_model, tmp_path, monkeypatch):
+    """The CI cluster's fake gres: Slurm sets CUDA_VISIBLE_DEVICES, torch sees no CUDA. The
+    job computes on the CPU, as rule calibrate's worker did on such a node: the CPU table is
+    used, its node-wide CPU workers shared over the granted slots."""
+    monkeypatch.setattr("pairflow.budget.calibrate.device_kind", lambda: "cpu")
+    assert job_device(GPUS) == "cpu" and job_device(Grant()) == "cpu"
+    monkeypatch.setattr("pairflow.budget.calibrate.device_kind", lambda: "cuda")
+    assert job_device(GPUS) == "cuda" and job_device(Grant()) == "cpu"  # no GPU granted: CPU workers
+    monkeypatch.setattr("pairflow.budget.calibrate.device_kind", lambda: "cpu")
+    study = _packing_study(tmp_path, tiny_model, cpu_workers=4)
+    _fake_table(study, "cpu", peak_mb=100.0, capacity_mb=1_000_000.0)
+    slurm = AllocationInfo("1", 1, "n1", 4, ("0", "1"), None)  # 4 cores: 4 CPU workers fit
+    two_slots = workers_for(study, ("generate", "score"), Grant(accelerators=("0", "1"), allocation=slurm))
+    assert two_slots.per_gpu == 2 and two_slots.record["source"] == f"calibration {key(study)}"  # 4 over 2 slots
+    assert two_slots.record["device"] == "cpu" and "2 granted slot(s) without CUDA" in two_slots.record["why"]["slots"]
+    one_slot = workers_for(study, ("generate",), Grant(accelerators=("0",), allocation=slurm))
+    assert one_slot.per_gpu == 4 and one_slot.per_node(study.fleet, Grant(accelerators=("0",))) == 4
+
+
+def test_rule_calibrate_takes_the_prepared_table_only_from_its_own_host_and_device_kind(tiny_model, tmp_path):
+    """The preparing job runs where Snakemake runs (a localrule): on the local site that is
+    where the panel jobs run; under a scheduler it is the login node, whose table rule
+    calibrate (on the panel jobs' partition) measures again instead of copying."""
+    study = _packing_study(tmp_path, tiny_model)
+    cached = Layout(study.scratch).prepared_calibration(key(study))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    prepared = {"kind": "calibration", "format": FORMAT, "key": key(study), "device": "cpu",
+                "measured_in": "build_tiny_model", "made": {"host": "login"}}
+    cached.write_text(json.dumps(prepared))
+    out = tmp_path / "table.json"
+    assert not take_prepared(study, out, key(study), device="cuda", host="login")  # the login node's CPU
+    assert not take_prepared(study, out, key(study), device="cpu", host="gpu-node-7")  # another machine
+    assert not out.exists() and cached.exists()
+    assert take_prepared(study, out, key(study), device="cpu", host="login")
+    assert json.loads(out.read_text()) == prepared and not cached.exists()
 
 
 def test_cpu_workers_never_exceed_the_users_cap_nor_the_cores(tiny_model, tmp_path):
@@ -204,7 +265,7 @@ def test_a_real_pool_starts_the_calibrated_cpu_workers_and_records_them(tiny_mod
                         TaskHooks(tel), packing_)
         t = json.loads(tel.read_text())
         seen[peak] = (t["packing"]["workers_per_node"], len(t["slots"]), len({r["pid"] for r in out}))
-        assert t["packing"]["source"] == f"calibration {key(study, 'cpu')}" and t["packing"]["headroom"] == 0.2
+        assert t["packing"]["source"] == f"calibration {key(study)}" and t["packing"]["headroom"] == 0.2
         assert f"max_workers_per_node={seen[peak][0]}" in t["parsl_config"]
     assert seen[600.0][:2] == (1, 1) and seen[600.0][2] == 1
     assert seen[100.0][:2] == (2, 2) and seen[100.0][2] == 2

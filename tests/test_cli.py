@@ -283,7 +283,7 @@ def test_estimate_reads_the_table_and_refuses_over_budget(tmp_path: Path, monkey
 
     from conftest import small_config, write_config
 
-    from pairflow.budget.calibrate import FORMAT, device_kind, key, table_path
+    from pairflow.budget.calibrate import FORMAT, key, table_path
     from pairflow.plan.config import study_from_raw
 
     cfg = small_config(tmp_path, tmp_path / "model", fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-6})
@@ -294,7 +294,7 @@ def test_estimate_reads_the_table_and_refuses_over_budget(tmp_path: Path, monkey
     study = study_from_raw(copy.deepcopy(cfg), tmp_path, source="test")
     phase = {"s": 1.0, "peak_rss_mb": 900.0, "peak_device_mb": None}
     arm = {"generate_s": 2.0, "score_s": 0.5, "timed_s": 1.5, "phases": {"load": phase, "encode": phase}}
-    table = {"kind": "calibration", "format": FORMAT, "key": key(study, device_kind()), "device": "cpu",
+    table = {"kind": "calibration", "format": FORMAT, "key": key(study), "device": "cpu",
              "import": phase, "arms": {"control": arm, "pab": arm}}
     path = table_path(study)
     path.parent.mkdir(parents=True)

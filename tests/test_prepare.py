@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from conftest import copy_study, run_snakemake, small_config
 
-from pairflow.budget.calibrate import FORMAT
+from pairflow.budget.calibrate import FORMAT, device_kind
 from pairflow.errors import ConfigError
 from pairflow.layout import Layout
 from pairflow.plan.config import study_from_raw
@@ -52,7 +53,9 @@ def test_the_light_rules_copy_the_prepared_check_and_table_without_importing_tor
     entry.parent.mkdir(parents=True)
     entry.write_bytes(arms_bytes)
     key = "xxh3_128:" + "ab" * 16
-    table = {"kind": "calibration", "format": FORMAT, "key": key, "measured_in": "build_tiny_model"}
+    # measured on this machine and its device kind, where rule calibrate's job runs (local site)
+    table = {"kind": "calibration", "format": FORMAT, "key": key, "measured_in": "build_tiny_model",
+             "device": device_kind(), "made": {"host": os.uname().nodename}}
     at.prepared_calibration(key).write_text(json.dumps(table))
     out = subprocess.run([sys.executable, "-c", LIGHT, str(cfg_path), str(tmp_path), str(at.arms_check),
                           str(at.calibration(key)), key], capture_output=True, text=True, timeout=120, check=False)
@@ -98,6 +101,7 @@ def test_one_cold_process_prepares_and_a_forced_check_regenerates_nothing(finish
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
     assert table["measured_in"] == "check_arms" and table["import"]["s"] > 0.5
+    assert table["device"] == device_kind() and "device" not in table["keyed_by"]  # recorded, not keyed
     assert "measured by this run's preparing job (check_arms)" in (scratch / "logs" / "calibrate.log").read_text()
     records = {p: p.stat().st_mtime_ns for p in (scratch / "panels").rglob("*.json")}
     out = run_snakemake(project, "--forcerun", "check_arms")

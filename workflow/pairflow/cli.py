@@ -186,8 +186,9 @@ def _parser() -> argparse.ArgumentParser:
     cal = command("calibrate", "measure one representative candidate per arm in a fresh worker (seconds and peak "
                   "memory per phase) into the frozen calibration table",
                   "The table is named by the digest of its key (model, arms, generation settings, scorers, "
-                  "software, device) under storage.scratch/calibration/; an existing table for the same key is "
-                  "kept unless --force. The workflow's calibrate rule runs this before the fan-out.")
+                  "software) under storage.scratch/calibration/ and records the device kind it was measured on; "
+                  "an existing table for the same key measured on this device kind is kept unless --force. Run "
+                  "it where the panel jobs run. The workflow's calibrate rule runs this before the fan-out.")
     cal.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
                      f"{DEFAULT_CONFIG})")
     cal.add_argument("--force", action="store_true", help="measure again even when the table exists")

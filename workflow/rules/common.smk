@@ -19,7 +19,8 @@ from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence.healing import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
 from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
-from pairflow.budget.calibrate import device_kind, load_table  # noqa: E402
+from pairflow.budget.calibrate import load_table  # noqa: E402
+from pairflow.errors import BudgetError  # noqa: E402
 from pairflow.budget.calibrate import key as calibration_key  # noqa: E402
 from pairflow.budget.estimate import check_budget, drivers, estimate, summary_lines  # noqa: E402
 from pairflow.fleet.orphans import stop_jobs_on_signal  # noqa: E402
@@ -49,6 +50,7 @@ onsuccess:
 
 onerror:
     ledger_after_run()
+    budget_refused()  # where rule estimate refused the study, its one message and exit 3 (below)
 
 
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
@@ -107,7 +109,9 @@ UTILISATION_MD = str(LAYOUT.utilisation(".md"))
 LOGS = str(LAYOUT.logs)
 # The frozen calibration table (named by its key's digest: a changed model, arm, shape,
 # scorer or software names a missing table, which rule calibrate makes) and the estimate.
-CALIBRATION_KEY = calibration_key(STUDY, device_kind())
+# Not keyed by this (planning) machine's device: the table records the device kind rule
+# calibrate measured it on, the panel jobs' own under profiles/slurm.
+CALIBRATION_KEY = calibration_key(STUDY)
 CALIBRATION = str(LAYOUT.calibration(CALIBRATION_KEY))
 ESTIMATE = str(LAYOUT.estimate)
 # The fan-out waits for the estimate (the budget guard), unless fleet.calibrate is false.
@@ -249,6 +253,22 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         logger.info(f"PairFlow estimate: no calibration table yet ({CALIBRATION}); rule calibrate makes it "
                     "before the fan-out and rule estimate then checks fleet.budget_gpu_hours "
                     "(or run 'pairflow calibrate' and 'pairflow estimate' now)")
+
+
+def budget_refused():
+    """After a failed run (onerror): where rule estimate refused the study (no table when
+    the run was planned; now there is one and the study is over fleet.budget_gpu_hours),
+    the refusal as planning gives it, once, and exit 3. The job itself wrote it to its
+    log only and exited 3, without a traceback and without a retry (calibrate.smk)."""
+    if workflow.remote_exec or workflow.subprocess_exec or not STUDY.fleet.calibrate or not os.path.exists(CALIBRATION):
+        return
+    try:
+        check_budget(STUDY, estimate(STUDY, load_table(Path(CALIBRATION))), ", ".join(CONFIGFILES))
+    except BudgetError as e:
+        logger.error(f"error: {e}")
+        sys.exit(3)
+    except PairFlowError:
+        return  # the table cannot be read: the failed job's own message says why
 
 
 def replicate_outputs(wildcards):

@@ -14,32 +14,39 @@ full as the bulk pass counts it; then once more uncounted, as the timed pass run
 (``timed_s``).
 
 The table is named by its key's digest (``key``): the model's identity, every arm's
-digest, the generation shape and settings, the encoder recipe, the scorers, the
-software (Python, package versions and the digest of every installed distribution) and
-the planning machine's device kind (``device_kind``: ``cuda`` where it sees a GPU). A
+digest, the generation shape and settings, the encoder recipe, the scorers and the
+software (Python, package versions and the digest of every installed distribution). A
 change to any of them names another file, so a stale table is never read: the rule
 ``calibrate`` makes the missing one. The key is computed without torch, so planning
-stays light. The table also records the device its worker actually ran on (``device``:
-on a cluster, the GPU the calibrate job was granted, like the panel jobs) and the
-software that worker saw; the estimate and packing use those.
+stays light. The key leaves out the device: planning (a login node without a GPU) cannot
+know what the jobs will run on. The table records the device kind its worker actually
+ran on (``device``: ``cuda`` or ``cpu``; on a cluster the calibrate job is granted a GPU
+on the panel jobs' partition, ``profiles/slurm``) and the software that worker saw; the
+estimate and packing use those, and a panel job uses the table only when its own device
+kind (``job_device``) is the table's.
 
 On the local site a run's preparing job (``stages.calibworker.prepare``: rule
 build_tiny_model, else check_arms) measures the table in its own process instead, its
 import phase measured first as a fresh worker's, and leaves it in
 ``scratch/cache/prepared``; rule calibrate then takes it (``take_prepared``) without
-importing torch. The table says where it was measured (``measured_in``: ``fresh
+importing torch, when it was measured on this job's host and device kind (else it
+measures). The table says where it was measured (``measured_in``: ``fresh
 worker``, ``build_tiny_model`` or ``check_arms``).
 
 Packing (``packing``): workers per device = floor(capacity x (1 - headroom) / peak) where
 the peak is the largest calibrated phase peak of any arm for that stage (device memory on
 a GPU, host RSS on CPU, where capacity is the node's memory); at least 1, and 1 where the
 table has no device figure. The table records the choice, and a panel job takes it
-(``workers_for``): it reads the table for its study's key if one exists (never
-re-tunes; a missing, unreadable or stale table, or ``fleet/packing: one``, means one
-worker per GPU and ``fleet/cpu_workers`` on CPU), works the figure out again from the
-frozen peaks at the current ``fleet/packing_headroom``, and starts that many workers per
-granted GPU (CPU workers per node: never more than ``fleet/cpu_workers`` nor the node's
-cores / threads). The timed pass always runs one worker alone on its GPU.
+(``workers_for``): it reads the table for its study's key if one exists and was measured
+on the job's own device kind (never re-tunes; a missing, unreadable or stale table, one
+measured on another device kind, or ``fleet/packing: one``, means one worker per GPU and
+``fleet/cpu_workers`` on CPU, the first four with one warning in the job's log naming the
+table, both device kinds and the fix), works the figure out again from the frozen peaks
+at the current ``fleet/packing_headroom``, and starts that many workers per granted GPU
+(CPU workers per node: never more than ``fleet/cpu_workers`` nor the node's cores /
+threads). A job granted GPU slots whose torch sees no CUDA (the CI cluster's fake gres)
+computes on the CPU: its device kind is ``cpu``, and the node's CPU-worker figure is
+shared over its slots. The timed pass always runs one worker alone on its GPU.
 """
 
 from __future__ import annotations
@@ -79,33 +86,42 @@ GEN_PHASES = ("load", "denoise", "decode", "encode")
 def device_kind() -> str:
     """``cpu``, or ``cuda`` where this process would see a CUDA device (without importing
     torch: an NVIDIA driver exists, torch was built for CUDA, and ``CUDA_VISIBLE_DEVICES``
-    is unset or names a device), as ``generate`` picks its device."""
+    is unset or names a device), as ``generate`` picks its device. A Slurm job granted a
+    GPU on a node without an NVIDIA driver (CI's fake gres) is ``cpu``: so are its workers."""
     env = environment()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     hidden = visible is not None and not [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
     return "cuda" if env.get("driver") and env.get("cuda") and not hidden else "cpu"
 
 
-def key_fields(study: StudySpec, device: str) -> dict[str, Any]:
-    """What a calibration table is keyed by (see the module docstring); no torch."""
+def job_device(grant: Grant) -> str:
+    """The device kind a job holding ``grant`` computes on: ``cuda`` where it was granted
+    accelerators and this process would see CUDA (``device_kind``), else ``cpu`` (no GPU
+    granted, or a torch without CUDA behind granted slots)."""
+    return "cuda" if grant.accelerators and device_kind() == "cuda" else "cpu"
+
+
+def key_fields(study: StudySpec) -> dict[str, Any]:
+    """What a calibration table is keyed by (see the module docstring; not the device,
+    which the table records); no torch."""
     env = environment()
     return {"format": FORMAT, "model": study.model.identity(),
             "arms": {a.name: arm_digest(a) for a in study.arms},
             "shape": asdict(study.generation),
             "encoder": {k: v for k, v in study.raw["encoder"].items()},
-            "scorers": list(study.scorers), "scoring": study.raw["scoring"], "device": device,
+            "scorers": list(study.scorers), "scoring": study.raw["scoring"],
             "software": {"python": env["python"], "packages": env["packages"],
                          "installed_digest": env["installed_digest"], "cuda": env["cuda"]}}
 
 
-def key(study: StudySpec, device: str) -> str:
+def key(study: StudySpec) -> str:
     """The table's key: ``xxh3_128:<hex>`` of ``key_fields``."""
-    return digest_obj(key_fields(study, device))
+    return digest_obj(key_fields(study))
 
 
-def table_path(study: StudySpec, device: str | None = None) -> Path:
-    """Where the table for this study on ``device`` (default: this machine's) lives."""
-    return Layout(study.scratch).calibration(key(study, device or device_kind()))
+def table_path(study: StudySpec) -> Path:
+    """Where the table for this study lives."""
+    return Layout(study.scratch).calibration(key(study))
 
 
 def load_table(path: Path) -> dict[str, Any]:
@@ -123,19 +139,19 @@ def load_table(path: Path) -> dict[str, Any]:
     return table
 
 
-def read_table(study: StudySpec, device: str | None = None) -> dict[str, Any]:
-    """The frozen table for this study and device. Raises CalibrationError when it is
-    missing (names the command that makes it) or does not carry its own key."""
-    dev = device or device_kind()
-    path = table_path(study, dev)
+def read_table(study: StudySpec) -> dict[str, Any]:
+    """The frozen table for this study (measured on the device kind it records). Raises
+    CalibrationError when it is missing (names the command that makes it) or does not
+    carry its own key."""
+    path = table_path(study)
     if not path.is_file():
-        raise CalibrationError(f"no calibration table for study {study.study!r} on {dev} at {path} (its key "
+        raise CalibrationError(f"no calibration table for study {study.study!r} at {path} (its key "
                                "changes with the model, arms, generation settings, scorers and software); make "
                                "it with 'pairflow calibrate' or let the workflow's calibrate rule run")
     table = load_table(path)
-    if table.get("key") != key(study, dev):
+    if table.get("key") != key(study):
         raise CalibrationError(f"calibration table {path} was made for key {table.get('key')!r}, not "
-                               f"{key(study, dev)!r}; delete it and rerun 'pairflow calibrate'")
+                               f"{key(study)!r}; delete it and rerun 'pairflow calibrate'")
     return table
 
 
@@ -193,51 +209,64 @@ def packing(table: dict[str, Any], headroom: float, threads: int = 1) -> dict[st
     return out
 
 
-def workers_for(study: StudySpec, stages: tuple[str, ...], grant: Grant) -> Packing:
+def workers_for(study: StudySpec, stages: tuple[str, ...], grant: Grant, device: str | None = None) -> Packing:
     """How many workers a job running ``stages`` (``generate``, ``score``; a combined job
     both: the fewest of them) starts on ``grant``: per granted GPU, or CPU workers per
-    node, from the frozen calibration table for this study's key on the grant's device
-    kind (see the module docstring), with its provenance (``Packing.record``)."""
-    fleet, cuda = study.fleet, bool(grant.accelerators)
+    node, from the frozen calibration table for this study's key when it was measured on
+    the job's device kind (``device``, default ``job_device(grant)``; see the module
+    docstring), with its provenance (``Packing.record``). Where no such table exists (and
+    ``fleet/calibrate`` is on) the default is taken with one warning naming the table,
+    its device kind, the job's and the fix; call it once per job."""
+    fleet = study.fleet
+    dev = device or job_device(grant)
     cores = (grant.allocation.cpus_on_node if grant.allocation else None) or os.cpu_count() or 1
     cpu_cap = max(1, min(fleet.cpu_workers, cores // max(study.generation.threads, 1)))
-    default = Packing(1, None if cuda else fleet.cpu_workers)
+    default = Packing(1, None if grant.accelerators else fleet.cpu_workers)
     if fleet.packing == "one":
-        return replace(default, record={"source": "fleet.packing: one", "headroom": None})
-    dev = "cuda" if cuda else "cpu"
+        return replace(default, record={"source": "fleet.packing: one", "headroom": None, "device": dev})
     table, why_not = _current_table(study, dev)
     if table is None:
-        return replace(default, record={"source": f"default: {why_not}", "headroom": None})
+        if fleet.calibrate:
+            fallback = "one worker per granted GPU" if grant.accelerators else f"fleet.cpu_workers {fleet.cpu_workers}"
+            log.warning("packing: %s; this job takes the default (%s)", why_not, fallback)
+        return replace(default, record={"source": f"default: {why_not}", "headroom": None, "device": dev})
     figures = packing(table, fleet.packing_headroom, study.generation.threads)
     n = min(int(figures[s]["workers"]) for s in stages)
     why = {s: figures[s]["why"] for s in stages}
-    if not cuda:
-        why["cap"] = f"at most fleet.cpu_workers {fleet.cpu_workers} and {cores} cores / {study.generation.threads} " \
-                     "thread(s)"
     record = {"source": f"calibration {table['key']}", "headroom": fleet.packing_headroom, "stages": list(stages),
-              "why": why}
-    return Packing(n, None, record) if cuda else Packing(1, min(n, cpu_cap), record)
+              "device": dev, "measured_in": table.get("measured_in"), "why": why}
+    if dev == "cuda":
+        return Packing(n, None, record)
+    why["cap"] = f"at most fleet.cpu_workers {fleet.cpu_workers} and {cores} cores / {study.generation.threads} " \
+                 "thread(s)"
+    if not grant.accelerators:
+        return Packing(1, min(n, cpu_cap), record)
+    # Granted GPU slots that compute on the CPU (no CUDA behind them): the node's CPU
+    # workers, shared over the slots Parsl pins them to.
+    per_slot = max(1, min(n, cpu_cap) // len(grant.accelerators))
+    why["slots"] = f"{len(grant.accelerators)} granted slot(s) without CUDA share the node's CPU workers: " \
+                   f"{per_slot} per slot"
+    return Packing(per_slot, None, record)
 
 
 def _current_table(study: StudySpec, dev: str) -> tuple[dict[str, Any] | None, str]:
-    """The table measured on ``dev`` for this study, or None and why not. A table is named
-    by the planning machine's device kind (a login node without a GPU plans ``cpu`` for
-    GPU jobs), so both names are looked at, the job's own first."""
-    reasons = []
-    for planned in dict.fromkeys((dev, "cpu", "cuda")):
-        path = table_path(study, planned)
-        if not path.is_file():
-            reasons.append(f"no calibration table for this study planned on {planned} ({path.name})")
-            continue
-        try:
-            table = read_table(study, planned)
-        except CalibrationError as e:
-            reasons.append(f"calibration table not usable ({e})")
-            continue
-        if table.get("device") == dev:
-            return table, ""
-        reasons.append(f"calibration table {path.name} was measured on {table.get('device')}, this job runs on {dev}")
-    return None, "; ".join(reasons)
+    """The table for this study if it was measured on ``dev``, or None and why not (the
+    table, its device kind, this job's, and the fix)."""
+    path = table_path(study)
+    if not path.is_file():
+        return None, (f"no calibration table {path} for this study's key; rule calibrate makes it before the "
+                      "panel jobs (or run 'pairflow calibrate' on a node like this job's)")
+    try:
+        table = read_table(study)
+    except CalibrationError as e:
+        return None, f"calibration table not usable ({e})"
+    if table.get("device") != dev:
+        return None, (f"calibration table {path} was measured on {table.get('device')} "
+                      f"({table.get('measured_in')}, host {table.get('made', {}).get('host')}), this job runs on "
+                      f"{dev}; recalibrate where the panel jobs run: 'snakemake --forcerun calibrate' with the "
+                      f"profile that runs them (profiles/slurm grants rule calibrate a GPU on their partition), "
+                      f"or 'pairflow calibrate --force' on a {dev} node")
+    return table, ""
 
 
 def _phases(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -283,18 +312,23 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
     (default ``table_path``). ``planned_key``: the key the workflow planned with (its
     file name), recorded as the table's key. ``measure``: what measures instead of the
     fresh worker (``calibworker.prepare``: the preparing job, its import phase measured
-    first, as a worker's), named in the table by ``measured_in``. Returns the table."""
-    dev = device_kind()
-    path = Path(out) if out is not None else table_path(study, dev)
+    first, as a worker's), named in the table by ``measured_in``. An existing table
+    measured on another device kind than this process's (``device_kind``) is measured
+    again. Returns the table."""
+    path = Path(out) if out is not None else table_path(study)
     if path.is_file() and not force:
         try:
-            return read_table(study, dev) if out is None else dict(json.loads(path.read_text()))
+            table: dict[str, Any] = read_table(study) if out is None else dict(json.loads(path.read_text()))
+            if table.get("device") == device_kind():
+                return table
+            log.warning("recalibrating: %s was measured on %s, this process runs on %s", path, table.get("device"),
+                        device_kind())
         except CalibrationError as e:
             log.warning("recalibrating: %s", e)
     started = time.time()
     measured = measure() if measure is not None else _fresh_worker(study)
-    table = {"kind": "calibration", "format": FORMAT, "key": planned_key or key(study, dev),
-             "keyed_by": key_fields(study, dev), "software": environment(),
+    table = {"kind": "calibration", "format": FORMAT, "key": planned_key or key(study),
+             "keyed_by": key_fields(study), "software": environment(),
              "made": {"start": started, "end": time.time(), "host": os.uname().nodename, "pid": os.getpid()},
              "measured_in": measured_in, **measured}
     table["packing"] = packing(table, study.fleet.packing_headroom, study.generation.threads)
@@ -304,18 +338,30 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
     return table
 
 
-def take_prepared(study: StudySpec, out: Path, planned_key: str) -> bool:
+def take_prepared(study: StudySpec, out: Path, planned_key: str, device: str | None = None,
+                  host: str | None = None) -> bool:
     """Rule calibrate's shortcut: when the run's preparing job (``calibworker.prepare``)
-    measured the table for ``planned_key``, move it to ``out`` (written atomically; the
-    cache entry is then removed, so a forced rerun of the rule measures afresh) and say
-    True; no torch is imported. False when there is none or it is not that key's table."""
+    measured the table for ``planned_key`` on this job's host (``host``, default this
+    machine's name) and device kind (``device``, default ``device_kind()``), move it to
+    ``out`` (written atomically; the cache entry is then removed, so a forced rerun of the
+    rule measures afresh) and say True; no torch is imported. False when there is none, it
+    is not that key's table, or it was measured elsewhere (a login node, under a
+    scheduler: its memory, CPUs and device are not the panel jobs'): this job then
+    measures on its own."""
     cached = Layout(study.scratch).prepared_calibration(planned_key)
     if not cached.is_file():
         return False
+    dev, here = device or device_kind(), host or os.uname().nodename
     try:
         text = cached.read_text()
-        if load_table(cached).get("key") != planned_key:
+        prepared = load_table(cached)
+        if prepared.get("key") != planned_key:
             raise CalibrationError(f"{cached} was made for another key")
+        made_on = (prepared.get("made", {}).get("host"), prepared.get("device"))
+        if made_on != (here, dev):
+            raise CalibrationError(f"{cached} was measured on {made_on[1]} on host {made_on[0]} by "
+                                   f"{prepared.get('measured_in')}, this job runs on {dev} on host {here}: "
+                                   "measuring here")
     except (OSError, CalibrationError) as e:
         log.warning("not using the prepared calibration table: %s", e)
         return False

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..arms import arms_check_inputs, arms_check_key, verifier_for, write_arms_check
 from ..atomic import write_text
-from ..budget.calibrate import _capacity, calibrate, device_kind
+from ..budget.calibrate import _capacity, calibrate
 from ..budget.calibrate import key as calibration_key
 from ..fleet.sites import select
 from ..generation.provenance import arm_record
@@ -209,8 +209,7 @@ def prepare(study: StudySpec, job: str, build: Callable[[], object] | None = Non
     log.info("prepared the arms' check for rule check_arms: %s", entry)
     if not calibrates_here(study):
         return True
-    dev = device_kind()
-    planned = calibration_key(study, dev)
+    planned = calibration_key(study)
     if at.calibration(planned).is_file() or at.prepared_calibration(planned).is_file():
         return True
     gc.collect()  # the build's pipeline and the check's objects, before peaks are measured
