@@ -4,12 +4,14 @@ the budget guard that names the estimate, the budget and what drives the cost.""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
 from conftest import small_config
 
-from pairflow.budget.estimate import check_budget, estimate, summary_lines
+from pairflow.budget.calibrate import FORMAT
+from pairflow.budget.estimate import check_budget, estimate, estimate_or_refuse, summary_lines, write_estimate
 from pairflow.errors import BudgetError
 from pairflow.plan.config import study_from_raw
 
@@ -68,3 +70,39 @@ def test_the_budget_guard_names_estimate_budget_and_drivers(tmp_path):
         assert part in text
     check_budget(_study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1.0}), est)
     check_budget(_study(tmp_path), est)  # no budget, no guard
+
+
+def test_the_written_estimate_does_not_change_with_the_budget(tmp_path):
+    """Rule estimate's output is the same bytes under any passing budget (the budget is no
+    rerun trigger of it, so a budget added to a finished study replans nothing; planning
+    checks the budget whenever the table exists); over the budget it refuses and writes
+    nothing."""
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({**TABLE, "kind": "calibration", "format": FORMAT}))
+    written = []
+    for budget in (None, 1.0, 100.0):
+        fleet = {"cpu_workers": 1, "retries": 1, **({"budget_gpu_hours": budget} if budget else {})}
+        out = tmp_path / f"estimate-{budget}.json"
+        write_estimate(_study(tmp_path, fleet=fleet), table, out)
+        written.append(out.read_bytes())
+    assert written[0] == written[1] == written[2] and "budget" not in json.loads(written[0])
+    over = tmp_path / "over.json"
+    poor = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-6})
+    with pytest.raises(BudgetError, match="over fleet/budget_gpu_hours = 1e-06"):
+        write_estimate(poor, table, over)
+    assert not over.exists()
+
+
+def test_rule_estimate_refuses_with_exit_3_and_one_logged_line(tmp_path, caplog):
+    """A refusal is no crash: rule estimate's step logs it once and returns exit status 3
+    (its adapter exits with it; no traceback), and writes no estimate."""
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({**TABLE, "kind": "calibration", "format": FORMAT}))
+    poor = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-6})
+    with caplog.at_level("ERROR", logger="pairflow.budget.estimate"):
+        assert estimate_or_refuse(poor, table, tmp_path / "over.json", "config/x.yaml") == 3
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert line.startswith("refused: study 'test' is estimated at") and "config/x.yaml" in line
+    assert not (tmp_path / "over.json").exists()
+    rich = _study(tmp_path, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1.0})
+    assert estimate_or_refuse(rich, table, tmp_path / "ok.json") == 0 and (tmp_path / "ok.json").is_file()

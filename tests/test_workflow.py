@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_study, run_snakemake, small_config, study_config
+from conftest import copy_project, copy_study, run_snakemake, small_config, study_config, write_config
 
 from pairflow.evidence.archive import load_manifest, snapshot_files, verify_tree
 from pairflow.identity import digest_file
@@ -140,6 +140,45 @@ def test_a_study_over_its_budget_is_refused_before_any_job_starts(study_run) -> 
     assert proc.returncode == 3, text[-3000:]
     assert "PairFlow estimate for study 'test'" in text and "EXCEEDED" in text
     assert "over fleet/budget_gpu_hours = 1e-06 in config/budget.yaml" in text and "timing.repeats" in text
+
+
+def _planned(project: Path, cfg: dict) -> list[str]:
+    """The jobs a dry run of ``project`` plans with its config replaced by ``cfg``."""
+    (project / "config" / "config.yaml").write_text(json.dumps(cfg))
+    return sorted(re.findall(r"^(?:local)?rule (\w+):", snakemake(project, "-n"), re.M))
+
+
+def test_a_budget_or_a_tracker_replans_only_what_depends_on_it(study_run) -> None:  # type: ignore[no-untyped-def]
+    """Settings that change no output replan nothing. On the finished study a passing
+    budget plans no job (it was a params trigger of rule estimate, whose remade output
+    then reran 10 jobs: both panel jobs and the timed pass among them); naming a tracker
+    plans rule track alone (its output is the tracker's run) and rule all."""
+    project, cfg, _ = study_run
+    assert _planned(project, cfg) == []
+    assert _planned(project, {**cfg, "fleet": {**cfg["fleet"], "budget_gpu_hours": 100.0}}) == []
+    tracked = {**cfg, "report": {**cfg.get("report", {}), "tracker": "mlflow",
+                                 "tracker_uri": f"file:{project / 'mlruns'}"}}
+    assert _planned(project, tracked) == ["all", "track"]
+
+
+def test_without_a_table_the_budget_refusal_is_one_message_exit_3_not_retried(tiny_model: Path,
+                                                                              tmp_path: Path) -> None:
+    """No calibration table when the run is planned: rule calibrate makes it, rule estimate
+    refuses (one line in its log, exit 3, never retried, even with --retries 1 as in
+    profiles/slurm) and the run ends with the refusal once and exit 3, no traceback."""
+    project = copy_project(tmp_path / "proj")
+    cfg = small_config(project, tiny_model, fleet={"cpu_workers": 1, "retries": 1, "budget_gpu_hours": 1e-9})
+    write_config(project, cfg)
+    proc = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--profile", "profiles/local",
+                           "--configfile", "config/config.yaml", "--retries", "1"], cwd=project, capture_output=True,
+                          text=True, timeout=900)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3, text[-4000:]
+    assert "Traceback" not in text and text.count("localrule estimate:") == 1, text[-4000:]
+    assert text.count("over fleet/budget_gpu_hours = 1e-09 in config/config.yaml") == 1
+    assert "rule generate_score_panel:" not in text
+    log = (project / "results" / "scratch" / "logs" / "estimate.log").read_text()
+    assert "refused: " in log and "Traceback" not in log
 
 
 def test_pair_shares_its_stream_and_arms_differ(shared) -> None:  # type: ignore[no-untyped-def]

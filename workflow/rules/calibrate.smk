@@ -23,8 +23,11 @@ rule calibrate:
 
 
 # The estimate from the table and the config, and the budget guard: over
-# fleet.budget_gpu_hours this job fails, naming the estimate and what drives it, and no
-# panel job starts (they take its output as input). Settings that change the cost rerun it.
+# fleet.budget_gpu_hours this job refuses (exit 3, the message in its log), no panel job
+# starts (they take its output as input), and the run ends with that one message and exit
+# 3 (budget_refused, common.smk), as planning refuses when the table already exists.
+# Settings that change the cost rerun it; the budget and the config files' names do not
+# (they change no output: planning checks the budget whenever the table exists).
 rule estimate:
     input:
         table=CALIBRATION,
@@ -34,9 +37,12 @@ rule estimate:
         f"{LOGS}/estimate.log",
     params:
         drivers=ESTIMATE_DRIVERS,
-        budget=STUDY.fleet.budget_gpu_hours,
-        configfiles=CONFIGFILES,
     conda:
         "../../envs/pairflow.yaml"
     script:
         "../scripts/estimate.py"
+
+
+# A refusal is deterministic: never retried (the Slurm profile's `retries: 1` would run it
+# twice). Set on the rule itself: Snakemake reads `retries: 0` as "not set".
+workflow.get_rule("estimate").restart_times = 0

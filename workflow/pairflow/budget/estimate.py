@@ -146,10 +146,24 @@ def summary_lines(est: dict[str, Any], budget: float | None) -> list[str]:
 def write_estimate(study: StudySpec, table_path: Path, out: Path, source: str = "the study config") -> dict[str, Any]:
     """Rule ``estimate``: the estimate from the table at ``table_path``, logged, checked
     against the budget (BudgetError, naming every figure, before any panel job starts),
-    then written to ``out`` (JSON, with the budget)."""
-    est = {**estimate(study, load_table(table_path)), "budget_gpu_hours": study.fleet.budget_gpu_hours}
+    then written to ``out`` (JSON). The budget is not written: it changes no output, so a
+    changed budget does not remake this file (planning checks it whenever the table exists)."""
+    est = estimate(study, load_table(table_path))
     for line in summary_lines(est, study.fleet.budget_gpu_hours):
         log.info("%s", line)
     check_budget(study, est, source)
     write_text(Path(out), json.dumps(est, indent=1, sort_keys=True) + "\n")
     return est
+
+
+def estimate_or_refuse(study: StudySpec, table_path: Path, out: Path, source: str = "the study config") -> int:
+    """Rule ``estimate``'s step: ``write_estimate``, returning the job's exit status: 0, or
+    3 over ``fleet/budget_gpu_hours``, the refusal logged as one line (``refused: ...``, in
+    the rule's log) rather than raised: a refusal is no crash, so no traceback; the
+    workflow then says it once and exits 3 (``common.smk``)."""
+    try:
+        write_estimate(study, table_path, out, source)
+    except BudgetError as e:
+        log.error("refused: %s", e)
+        return 3
+    return 0

@@ -24,7 +24,7 @@ from ..analysis.stats import analyse, noise_flags
 from ..atomic import job_start, sweep_temps, write_bytes, write_text
 from ..budget import ledger
 from ..budget.calibrate import calibrate, take_prepared
-from ..budget.estimate import write_estimate
+from ..budget.estimate import estimate_or_refuse
 from ..errors import ConfigError, IntegrityError
 from ..evidence.archive import promote, verify_tree
 from ..fleet.orphans import watch_ancestors
@@ -225,10 +225,11 @@ def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
         note("work", ledger.measured_work(time.perf_counter() - started, "calibrate"))
 
 
-def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> None:
+def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> int:
     """Rule estimate: the study's cost from the calibration table ``table``, written to
-    ``out``; raises BudgetError above ``fleet/budget_gpu_hours`` (``estimate``)."""
-    write_estimate(study, table, out, configfiles)
+    ``out``; the job's exit status, 3 (the refusal logged) above ``fleet/budget_gpu_hours``
+    (``estimate.estimate_or_refuse``)."""
+    return estimate_or_refuse(study, table, out, configfiles)
 
 
 def build_model(model_dir: Path, study: StudySpec | None = None) -> None:
