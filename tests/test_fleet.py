@@ -5,6 +5,7 @@ Every test runs the real HighThroughputExecutor with local workers (no scheduler
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -188,6 +189,51 @@ def test_retried_attempts_keep_their_slot_time_as_retried(tmp_path):
     assert t["job"]["retried_s"] >= 0.4 and t["job"]["failed_s"] == 0.0 and t["job"]["work_s"] >= 0.4
     assert all(0 <= v["share"] < 1 for v in t["slots"].values())
     assert t["nvml"]["status"]  # a reason when NVML is absent, the GPU count when present
+
+
+def lost_once(p: dict) -> dict:
+    """Killed mid-write on its first attempt (a temp of its output left behind, as a
+    killed encoder leaves one); the retry clears its own stale temps and writes."""
+    from pairflow.stages.jobs import clear_own_temps
+
+    out = Path(p["dir"], f"{p['i']}.json")
+    marker = Path(p["dir"], f"{p['i']}.tried")
+    time.sleep(0.3)
+    if not marker.exists():
+        marker.write_text("")
+        Path(p["dir"], f".tmp-{out.name}.k1lledwr1ter0001.json").write_text("half")
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    clear_own_temps(out)
+    out.write_text("{}")
+    return {"pid": os.getpid()}
+
+
+def test_a_lost_attempt_is_a_retried_span_and_a_warning_and_its_temp_goes(tmp_path, caplog):
+    """Regression (issue 39 item 2, CI cluster): a SIGKILLed pool's two busy tasks were
+    retried on the other node correctly, but ``retried_s`` read 0.0, the log said nothing
+    and the killed writers' temp videos stayed. A lost attempt is now a span (its start to
+    when Parsl took the loss, failure ``retried``), one WARNING names the task, where it was
+    lost, where it was redone and what it cost, and the retry removes its stale temp."""
+    payloads = [{"dir": str(tmp_path), "i": i, "stage": "generate",
+                 "identity": {"candidate_id": f"c{i}", "arm": "fewstep", "prompt_id": "a", "seed": i}}
+                for i in range(2)]
+    with caplog.at_level(logging.WARNING, logger="pairflow.fleet.pool"):
+        out = run_tasks(lost_once, payloads, tmp_path / "run", FleetSpec(2, 1), Grant(), "lost",
+                        TaskHooks(tmp_path / "tel.json", describe=lambda p: f"fewstep/a-s{p['i']}"))
+    assert len(out) == 2 and {o["pid"] for o in out}
+    t = json.loads((tmp_path / "tel.json").read_text())
+    lost = [s for s in t["spans"] if s.get("lost")]
+    assert len(lost) == 2 and {s["failure"] for s in lost} == {"retried"}, t["spans"]
+    assert all(s["finished"] - s["started"] >= 0.8 and s["arm"] == "fewstep" and s["pid"] for s in lost)
+    assert t["job"]["retried_s"] >= 1.6 and t["job"]["failed_s"] == 0.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and " was lost on " in
+                r.getMessage()]
+    assert len(warnings) == 2, caplog.text  # one per lost attempt
+    for i, w in enumerate(sorted(warnings)):
+        assert f"lost: fewstep/a-s{i} was lost on " in w and "redone on " in w and "slot-s" in w, w
+    assert not list(tmp_path.glob(".tmp-*")), list(tmp_path.glob(".tmp-*"))  # the retry removed them
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json", "tel.json"]
 
 
 WARMED: dict[str, float] = {}

@@ -184,6 +184,15 @@ def _attempt_spans(beat_dir: Path, run: _Collect) -> list[dict[str, Any]]:
     return out
 
 
+def _attempt_files(beat_dir: Path, task: int) -> list[dict[str, Any]]:
+    """The failed-attempt records (``_attempt``) of task ``task``, oldest first."""
+    out = []
+    for path in (beat_dir.parent / ATTEMPTS_DIR).glob(f"{task}-*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(path.read_text()))
+    return sorted((a for a in out if a.get("task") == task), key=lambda a: float(a.get("started", 0)))
+
+
 def _beat(path: Path, state: dict[str, Any]) -> None:
     """Replace a heartbeat file in one rename. No fsync (unlike ``atomic``): it is
     ephemeral and written twice per task, and probe-slots measures per-task overhead."""
@@ -374,6 +383,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     config = make_config(run_dir, fleet, grant, packing)
     _name_preload_model(hooks.warm)
     config_text = repr(config)  # as logged: Parsl fills in parts of it (the launch command) once loaded
+    taken = config.retry_handler = FailedTries()  # Parsl's default cost: retries as configured, now recorded
     dfk = parsl.load(config)
     _mark_pool(dfk)
     groups = _pool_groups(dfk)
@@ -386,7 +396,8 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
                 if not payloads:
                     log.info("%s: nothing to do", label)
                     return []
-            run = _Collect([], {}, fleet, label, hooks.failure_out, start, beat_dir)
+            run = _Collect([], {}, fleet, label, hooks.failure_out, start, beat_dir, describe=hooks.describe,
+                           taken=taken)
             futures: dict[Any, int] = {}
             submit = _submitter(app, fn, run, futures, beat_dir, label, hooks.describe)
             submit(payloads)
@@ -478,6 +489,7 @@ def _submitter(app: Any, fn: TaskFn, run: _Collect, futures: dict[Any, int], bea
             what = f"{label}: {describe(p) if describe else f'task {i}'}"
             new.append(app(f, p, str(beat_dir), what, i))
             futures[new[-1]] = i
+            run.tids[i] = new[-1].tid
         return new
 
     return submit
@@ -516,6 +528,21 @@ def _warm_spans(warming: dict[Any, float], label: str) -> list[dict[str, Any]]:
     return spans
 
 
+class FailedTries:
+    """Parsl's ``retry_handler`` for a job: records each failed attempt the moment the
+    DataFlowKernel takes it (Parsl's task id → [(epoch s, the exception)], the final
+    failure included) and charges it Parsl's default cost, 1, so retries run as before.
+    Parsl keeps no trace of a retried attempt itself (its task record's failure time and
+    history are reset for the next try); this is how a lost attempt's end is known."""
+
+    def __init__(self) -> None:
+        self.tries: dict[int, list[tuple[float, str]]] = {}
+
+    def __call__(self, e: Exception, task_record: Any) -> float:
+        self.tries.setdefault(int(task_record["id"]), []).append((time.time(), f"{type(e).__name__}: {e}"[:300]))
+        return 1.0
+
+
 @dataclass
 class _Collect:
     """What the driver gathers as tasks finish: results, spans, failure counts."""
@@ -536,6 +563,11 @@ class _Collect:
     """Task index → its failure class, for tasks that failed after every retry."""
     last_start: dict[int, float] = field(default_factory=dict)
     """Task index → when its final failed attempt started (that attempt is the failure, not a retry)."""
+    describe: Callable[[dict[str, Any]], str] | None = None
+    taken: FailedTries = field(default_factory=lambda: FailedTries())
+    """Every failed attempt, as Parsl took it (its retry handler)."""
+    tids: dict[int, int] = field(default_factory=dict)
+    """Task index → Parsl's task id (``FailedTries`` is keyed by it)."""
 
     def labels(self, i: int) -> dict[str, Any]:
         """What a span of task ``i`` carries of it: its stage and arm (the ledger's keys)."""
@@ -553,6 +585,46 @@ class _Collect:
         self.queued[len(self.payloads) - 1] = time.time()
         return len(self.payloads) - 1
 
+    def retried(self, i: int, redone: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """Spans of task ``i``'s attempts that Parsl retried after losing them (a worker,
+        its pool manager or its node killed: the worker's heartbeat still names the task
+        and no attempt record came), each from its start to when Parsl took the loss
+        (``FailedTries``), failure ``retried``. Every retried attempt, lost or raised (whose
+        span ``_attempt_spans`` gives), is said in one WARNING: the task, where it was
+        lost, where it was ``redone`` (its successful span; None when it failed for good)
+        and the slot seconds the attempt cost."""
+        tries = sorted(self.taken.tries.get(self.tids.get(i, -1), []))
+        if redone is None and tries:
+            tries.pop()  # the final attempt is the failure (its record and ERROR say it), not a retry
+        if not tries:
+            return []
+        raised = [{**a, "lost": False} for a in _attempt_files(self.beat_dir, i)]
+        lost = [{**b, "started": float(b["since"]), "lost": True} for b in _heartbeats(self.beat_dir)
+                if b.get("task") == i and b.get("phase") == "task"
+                and not (redone and (b.get("host"), b.get("pid")) == (redone.get("host"), redone.get("pid")))]
+        evidence = sorted(raised + lost, key=lambda e: float(e["started"]))[:len(tries)]  # oldest first, as tries
+        what = self.describe(self.payloads[i]) if self.describe else f"task {i}"
+        where = ("it failed for good" if redone is None else "redone on "
+                 f"{slot_name(str(redone.get('host')), redone.get('gpu_index'), redone.get('rank'))} "
+                 f"(pid {redone.get('pid')})")
+        spans = []
+        for n, (when, why) in enumerate(tries):
+            e = evidence[n] if n < len(evidence) else None
+            if e is None:
+                log.warning("%s: %s was lost before a worker started it (%s); %s; cost 0.0 slot-s",
+                            self.label, what, why, where)
+                continue
+            slot = {k: e.get(k) for k in ("host", "pid", "rank", "visible_devices", "gpu_index", "gpu_uuid",
+                                          "slurm_job")}
+            name = slot_name(str(slot["host"]), slot["gpu_index"], slot["rank"])
+            finished = max(when, e["started"]) if e["lost"] else float(e["finished"])
+            if e["lost"]:
+                spans.append({"queued": self.queued.get(i), "started": e["started"], "finished": finished, **slot,
+                              **self.labels(i), "attempt": True, "lost": True, "failure": "retried"})
+            log.warning("%s: %s %s on %s (pid %s) (%s); %s; cost %.1f slot-s", self.label, what,
+                        "was lost" if e["lost"] else "failed", name, slot["pid"], why, where, finished - e["started"])
+        return spans
+
     def take(self, i: int, fut: Any) -> bool:
         """Collect task ``i``'s outcome; True when it succeeded."""
         self.done += 1
@@ -569,6 +641,7 @@ class _Collect:
                 self.last_start[i] = tried["started"]
             self.spans.append({"queued": self.queued[i], "started": None, "finished": time.time(),
                                "failure": kind, **self.labels(i)})
+            self.spans += self.retried(i, None)
             slot = _failed_slot(e, _heartbeats(self.beat_dir), i)
             if self.failure_out is not None:
                 # The task's identity (candidate id, arm, prompt id, seed: the payload's
@@ -586,6 +659,7 @@ class _Collect:
             return False
         self.results[i] = out["result"]
         self.spans.append({"queued": self.queued[i], **out["span"], **self.labels(i)})
+        self.spans += self.retried(i, out["span"])
 
         log.info("%s", progress_line(label, self.done, len(self.payloads),
                                      work_elapsed(self.spans, time.time(), self.start)))

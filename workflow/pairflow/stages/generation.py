@@ -63,7 +63,7 @@ from ..records.types import (
     VideoFields,
 )
 from ..records.vouch import vouch
-from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
+from .jobs import WARM_UP, clear_failures, clear_own_temps, describe, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,7 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     result = counted_run(study, c, pipe, tokens, payload.get("flops_check", True))
     frames, stats = prepare_frames(result.frames, study.encoder)
     memory = result.memory or PhaseMemory(result.device == "cuda")
+    clear_own_temps(video_path(layout, c), record_path(layout, c))  # a killed earlier attempt's
     started = time.perf_counter()
     memory.start("encode")
     info = encode(frames, video_path(layout, c), study.encoder, study.generation.fps)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
-from ..atomic import sweep_temps
+from ..atomic import remove_temps_of, sweep_temps
 from ..layout import Layout
 from ..plan.candidates import Candidate, failure_path
 from ..plan.config import StudySpec
@@ -49,3 +50,14 @@ def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str
     folders += [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
     for f in sweep_temps(folders, started):
         log.info("removed %s, left by an interrupted write", f)
+
+
+def clear_own_temps(*finals: Path) -> None:
+    """Before a task writes its candidate's files ``finals``: remove the temporaries an
+    earlier attempt of it left when it was killed mid-write (a lost worker or pool whose
+    task Parsl retried, maybe on another node). The task is the files' only writer (the
+    panel lock, one attempt at a time), so any such temp is stale; the next job's
+    ``sweep_panel`` would otherwise be the first to remove it."""
+    for final in finals:
+        for f in remove_temps_of(final):
+            log.warning("removed %s, left by an earlier attempt of this task killed mid-write", f)

@@ -52,7 +52,7 @@ from ..records.types import (
     StaticFilter,
 )
 from ..records.vouch import vouch
-from .jobs import WARM_UP, clear_failures, describe, sweep_panel, timed_imports
+from .jobs import WARM_UP, clear_failures, clear_own_temps, describe, sweep_panel, timed_imports
 
 # Lazy on purpose: torch is imported inside the functions that run in a worker: the driver and rule scripts
 # import this module without it.
@@ -294,6 +294,7 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
     }
+    clear_own_temps(Path(payload["out"]))  # a killed earlier attempt's
     write_record(Path(payload["out"]), record)
     return {"candidate_id": rec["candidate"]["candidate_id"]}
 
