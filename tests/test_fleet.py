@@ -845,3 +845,41 @@ def test_two_workers_per_gpu_each_see_only_their_device_past_parsls_mps_rewrite(
     t = json.loads((tmp_path / "tel.json").read_text())
     assert t["packing"] == {"source": "test", "workers_per_gpu": 2, "workers_per_node": 2}
     assert {s["gpu_index"] for s in t["spans"]} == {"1"} and list(t["slots"]) == [f"{t['spans'][0]['host']}/gpu1"]
+
+
+TWO_AT_ONCE = """
+import sys
+from pathlib import Path
+import pairflow.fleet.sites.base as base
+from pairflow.plan.config import FleetSpec
+from pairflow.fleet.pool import Grant, noop, run_tasks
+d, low = Path(sys.argv[1]), int(sys.argv[2])
+base.WORKER_PORTS = (low, low + 5)  # five ports, one held by the test
+out = run_tasks(noop, [{}] * 4, d / "run", FleetSpec(1, 0), Grant(), "ports")
+print("results", len(out), (d / "run" / "workers").glob("worker-port-*").__next__().read_text())
+"""
+
+
+@pytest.mark.slow
+def test_two_executors_started_at_once_on_one_host_never_collide_on_a_port(tmp_path):
+    """Regression (issue 39 item 3): ports were chosen by bind-then-close and bound by the
+    interchange a second later, and another job's socket took one in between (1 of 16 CI
+    jobs failed). Now each interchange binds a port of its range itself, trying the next
+    when one is taken: two jobs started at once, in a range of five ports of which the
+    test holds one, both run, on different ports."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        low = held.getsockname()[1] - 1  # the range holds the taken port in its middle
+        procs = []
+        for n in range(2):
+            (tmp_path / str(n)).mkdir()
+            procs.append(subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE, str(tmp_path / str(n)), str(low)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
+    ports = {o.split()[-1] for o, _ in outs}
+    assert all("results 4" in o for o, _ in outs) and len(ports) == 2, outs
+    assert str(low + 1) not in ports and ports <= {str(q) for q in range(low, low + 5)}

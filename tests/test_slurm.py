@@ -193,7 +193,8 @@ def _node_pool(node: str, job: str) -> int | None:
     node name Slurm put in its environment."""
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if b"process_worker_pool" not in (proc / "cmdline").read_bytes():
+            cmd = (proc / "cmdline").read_bytes()
+            if b"process_worker_pool" not in cmd and b"pairflow.fleet.workerpool" not in cmd:
                 continue
             env = dict(v.split(b"=", 1) for v in (proc / "environ").read_bytes().split(b"\0") if b"=" in v)
         except OSError:
@@ -274,7 +275,30 @@ def two_node_panel(slurm_study: Path, tmp_path_factory) -> tuple[Path, dict]:  #
                 run.terminate()  # snakemake cancels its Slurm jobs
                 run.wait(timeout=60)
     assert rc == 0, (project / "snakemake.log").read_text()[-6000:]
+    killed["left"] = _outlived(killed["job"], 20)  # the job has ended: Snakemake saw it finish
     return project / panel, killed
+
+
+def _job_processes(job: str) -> list[int]:
+    """Live processes of Slurm job ``job`` (``SLURM_JOB_ID`` in their environment)."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in env and state not in ("Z", "X"):
+            out.append(int(proc.name))
+    return out
+
+
+def _outlived(job: str, limit_s: float) -> list[int]:
+    """Processes of ``job`` still alive ``limit_s`` seconds after it ended (none, once they are gone)."""
+    deadline = time.monotonic() + limit_s
+    while (left := _job_processes(job)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
 
 
 def test_a_two_node_panel_job_spreads_its_tasks_over_both_nodes(two_node_panel: tuple[Path, dict]) -> None:
@@ -312,6 +336,23 @@ def test_a_killed_node_pool_is_retried_on_the_other_node_without_losing_or_dupli
         assert any(w["host"] == "pf-node1" for w in workers), (task, workers)
     later = [r for r in gen + scores if r["worker"]["host"] == NODE2 and r["worker"]["pid"] not in killed["pids"]]
     assert not later, later  # nothing ran on node 2 after its pool died
+
+
+def test_a_killed_node_pool_is_recorded_warned_swept_and_leaves_no_process(two_node_panel: tuple[Path, dict]) -> None:
+    """Issue 39 items 1 and 2: the lost attempts of node 2's killed pool are retried spans
+    (``retried_s`` > 0), each said in one WARNING in the job's log (lost on node 2, redone
+    on node 1, its cost); the killed writers' temps are gone, and no process of the job
+    (``SLURM_JOB_ID`` in its environment) was left 20 s after it ended."""
+    panel, killed = two_node_panel
+    tel = json.loads((panel / "telemetry/generate-score.json").read_text())
+    lost = [s for s in tel["spans"] if s.get("lost")]
+    assert tel["job"]["retried_s"] > 0 and lost and {s["host"] for s in lost} == {NODE2}, lost
+    log = (panel.parent.parent / "logs/generate-score" / f"{panel.name}.log").read_text()
+    warned = [line for line in log.splitlines() if "WARNING" in line and " was lost on " in line]
+    assert len(warned) == len(lost) and all(f"on {NODE2}/" in w and "redone on pf-node1/" in w and "slot-s" in w
+                                            for w in warned), warned
+    assert not list(panel.rglob(".tmp-*")), list(panel.rglob(".tmp-*"))
+    assert not killed["left"], killed["left"]
 
 
 def test_a_step_of_a_multi_node_job_asks_slurm_for_the_job_s_nodes_only_inside_a_step() -> None:
