@@ -1,6 +1,6 @@
 """Parsl's worker pool with its workers forked from a fork server that already holds the
 work's imports (``fleet.worker_start: forkserver``, and ``auto``, the default, on jobs without
-a GPU; ``spawn`` runs Parsl's own pool).
+a GPU; ``spawn`` runs the same pool on the spawn context: fresh interpreters).
 
 Parsl's ``process_worker_pool`` starts its multiprocessing Manager server and every worker
 with ``parsl.multiprocessing.SpawnContext``: each is a fresh interpreter that imports Parsl,

@@ -176,8 +176,9 @@ class FleetSpec:
     generates and scores every panel from one queue (rule ``fleet_study``)."""
     worker_start: str = "auto"
     """``forkserver``: a pool's workers are forked from a server that already imported
-    torch, diffusers, pyiqa and the model's modules (``workerpool``); ``spawn``: Parsl's own
-    pool, each worker a fresh interpreter; ``auto`` (default): forkserver where the job
+    torch, diffusers, pyiqa and the model's modules (``workerpool``); ``spawn``: Parsl's
+    pool on the spawn context (also through ``workerpool``, so its processes die with the
+    pool's manager), each worker a fresh interpreter; ``auto`` (default): forkserver where the job
     has no GPU, spawn where it has (``sites.base.worker_start`` says why)."""
 
 
