@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -113,6 +114,56 @@ def test_snakemake_notices_each_finished_job_within_10_s(slurm_study: Path) -> N
     assert all(-1 <= lag <= 10 for lag in lags.values()), lags  # both to the whole second
 
 
+SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
+RULE = re.compile(r"^(?:local)?rule (\w+):$", re.M)
+
+
+def _held_by_slurm(job: str) -> float:
+    """GPU-seconds Slurm held for ``job``, read here from ``scontrol show job -d`` (the
+    reference the ledger is checked against): GPUs in its AllocTRES times its run time."""
+    out = subprocess.run(["scontrol", "show", "job", "-d", "-o", job], env=_env(), check=True, capture_output=True,
+                         text=True, timeout=30).stdout
+    fields = dict(t.split("=", 1) for t in out.split() if "=" in t)
+    gpus = sum(int(v) for k, v in (kv.split("=", 1) for kv in fields["AllocTRES"].split(",") if "=" in kv)
+               if k == "gres/gpu")
+    start, end = (time.mktime(time.strptime(fields[k], "%Y-%m-%dT%H:%M:%S")) for k in ("StartTime", "EndTime"))
+    return gpus * (end - start)
+
+
+def _check_ledger_against_slurm(project: Path) -> dict[str, dict]:
+    """Every Slurm job this run submitted (Snakemake's log) is in the ledger, its held
+    GPU-seconds within 5% of Slurm's; every local job too. Returns the Slurm jobs' entries."""
+    log = (project / "snakemake.log").read_text()
+    submitted = {m[2] for m in SUBMITTED.finditer(log)}
+    ledger = json.loads((project / "results/scratch/study/ledger.json").read_text())
+    mine = {j["slurm_job"]: j for j in ledger["jobs"].values() if j.get("slurm_job") in submitted}
+    assert set(mine) == submitted, (sorted(submitted), sorted(mine))  # a job missing from the ledger fails here
+    for job, entry in mine.items():
+        ref = _held_by_slurm(job)
+        assert ref > 0 and abs(entry["held"]["gpu_s"] - ref) <= 0.05 * ref, (job, entry["held"], ref)
+        assert entry["held"]["from"].startswith("scheduler"), entry["held"]
+    return mine
+
+
+def test_the_ledger_holds_every_job_at_the_gpu_seconds_slurm_held(slurm_study: Path) -> None:
+    """Issue 38 item 1 (per-panel jobs): calibrate, both panel jobs and the timed pass, at
+    Slurm's own figures (the exclusive timed pass holds its node's two GPUs); the local
+    jobs too; the study's busy share is work over all of it, the figure status prints."""
+    mine = _check_ledger_against_slurm(slurm_study)
+    rules = sorted(j["rule"] for j in mine.values())
+    assert rules == ["calibrate", "generate_score_panel", "generate_score_panel", "timed_pass"], rules
+    (timed,) = [j for j in mine.values() if j["rule"] == "timed_pass"]
+    assert timed["held"]["gpus"] == 2, timed["held"]  # --exclusive: the node's GPUs, all of them
+    ledger = json.loads((slurm_study / "results/scratch/study/ledger.json").read_text())
+    ran = [r for r in RULE.findall((slurm_study / "snakemake.log").read_text()) if r != "all"]
+    assert sorted(j["rule"] for j in ledger["jobs"].values()) == sorted(ran)
+    t = ledger["totals"]
+    assert 0 < t["busy_share"] < 1 and t["busy_share"] == pytest.approx(t["work_s"] / t["slot_s"])
+    status = subprocess.run([str(BIN / "pairflow"), "status"], cwd=slurm_study, env=_env(), capture_output=True,
+                            text=True, timeout=120).stdout
+    assert f"busy {t['busy_share']:.1%} of {t['slot_s']:.1f} slot-s" in status, status
+
+
 def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
     """``pairflow probe-slots`` in an sbatch job with two GPUs: srun starts the pool, Parsl
     pins one worker to each granted GPU, and every no-op task runs on one of them."""
@@ -163,11 +214,8 @@ def test_the_allocation_start_is_read_for_whole_job_accounting() -> None:
     assert allocation({"SLURM_JOB_ID": "7"}).start is None  # type: ignore[union-attr]
 
 
-# --- one panel job over two nodes ------------------------------------------------------
+# --- one study-wide job over two nodes (fleet.allocation: study) -------------------------
 
-TWO_NODES = {"nodes": 2, "gres": "gpu:2", "gpu": 0}
-"""The profile's panel job widened to both CI nodes: two GPUs on each (``--gres`` counts
-per node; ``gpu`` becomes ``--gpus``, a count per job, so it is zeroed)."""
 NODE2 = "pf-node2"
 
 
@@ -208,10 +256,11 @@ def _fail_stop(project: Path, run: subprocess.Popen[str], timeout_s: float) -> d
     """Once ``NODE2`` has finished work and is busy on a task, SIGKILL its worker pool and
     the pool's workers (the node fails and stops). Returns what was in flight there."""
     panel = project / "results/scratch/panels/smoke"
+    fleet = project / "results/scratch/study/run/fleet"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and run.poll() is None:
         done = [r for r in _panel_records(panel, "records") if r["worker"]["host"] == NODE2]
-        if done and _busy(panel):
+        if done and _busy(fleet):
             job = done[0]["worker"]["slurm_job"]
             pool = _node_pool(NODE2, job)
             if pool is not None:
@@ -220,16 +269,17 @@ def _fail_stop(project: Path, run: subprocess.Popen[str], timeout_s: float) -> d
                     os.kill(pid, signal.SIGKILL)
                 time.sleep(1)  # the workers are gone: their heartbeats are final
                 return {"at": time.time(), "pids": pids, "job": job,  # a task that ended just before is not in flight
-                        "in_flight": sorted({b["what"].rsplit(": ", 1)[1] for b in _busy(panel)})}
+                        "in_flight": sorted({b["what"].rsplit(": ", 1)[1] for b in _busy(fleet)})}
         time.sleep(0.5)
     pytest.fail(f"{NODE2} never had a finished record and a busy worker within {timeout_s:.0f}s "
                 f"(snakemake exit {run.poll()}); see {project / 'snakemake.log'}")
 
 
-def _busy(panel: Path) -> list[dict]:
-    """Heartbeats of ``NODE2``'s workers that name a task (not warm-up, not idle)."""
+def _busy(run_dir: Path) -> list[dict]:
+    """Heartbeats of ``NODE2``'s workers (in the job's Parsl run folder) that name a task
+    (not warm-up, not idle)."""
     beats = []
-    for b in (panel / "run/generate-score/heartbeats").glob(f"{NODE2}-*.json"):
+    for b in (run_dir / "heartbeats").glob(f"{NODE2}-*.json"):
         try:
             beats.append(json.loads(b.read_text()))
         except (OSError, ValueError):
@@ -249,22 +299,21 @@ def _panel_records(panel: Path, kind: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_node_panel(slurm_study: Path, tmp_path_factory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
-    """Panel ``smoke`` in one Slurm job holding both nodes (``--nodes 2``, two GPUs
-    each), through the shipped profile with only the panel job's resources changed;
-    one node's worker pool is killed mid-job. The project is a copy of the finished
-    default study (relative storage: a copy is a study of its own) without panel
-    ``smoke``, so its model, arms check and calibration table are reused (~50 s of
-    Slurm jobs) and the panel job is the one job that runs."""
+    """Panel ``smoke`` regenerated under ``fleet.allocation: study``: one Slurm job
+    holding both nodes (the shipped profile's fleet_study: ``--nodes 2``, two GPUs each,
+    unchanged), one Parsl pool per node; node 2's worker pool is killed mid-job. The
+    project is a copy of the finished default study (relative storage: a copy is a study
+    of its own) without panel ``smoke``, so its model, arms check and calibration table
+    are reused and the fleet job is the one job that runs."""
     project = tmp_path_factory.mktemp("two-nodes") / "project"
     shutil.copytree(slurm_study, project, symlinks=True)
     shutil.rmtree(project / "results/scratch/panels/smoke")
-    profile = yaml.safe_load((ROOT / "profiles/slurm/config.v8+.yaml").read_text())
-    profile["set-resources"]["generate_score_panel"].update(TWO_NODES)
-    (project / "profiles/two-nodes").mkdir()
-    (project / "profiles/two-nodes/config.v8+.yaml").write_text(yaml.safe_dump(profile))
+    cfg = yaml.safe_load((project / "config/config.yaml").read_text())
+    cfg["fleet"]["allocation"] = "study"
+    (project / "config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     panel = "results/scratch/panels/smoke"
     with open(project / "snakemake.log", "w") as log:
-        run = subprocess.Popen([str(BIN / "snakemake"), "--profile", "profiles/two-nodes",
+        run = subprocess.Popen([str(BIN / "snakemake"), "--profile", "profiles/slurm",
                                 f"{panel}/generation.json", f"{panel}/scores.json"],
                                cwd=project, env=_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
         try:
@@ -301,7 +350,7 @@ def _outlived(job: str, limit_s: float) -> list[int]:
     return left
 
 
-def test_a_two_node_panel_job_spreads_its_tasks_over_both_nodes(two_node_panel: tuple[Path, dict]) -> None:
+def test_a_two_node_job_spreads_its_tasks_over_both_nodes(two_node_panel: tuple[Path, dict]) -> None:
     """Issue 27 item 2: one Parsl pool per node (srun), one worker per granted GPU on
     each; both nodes did work and every record names its host and physical GPU."""
     panel, killed = two_node_panel
@@ -310,7 +359,7 @@ def test_a_two_node_panel_job_spreads_its_tasks_over_both_nodes(two_node_panel: 
     slots = {(r["worker"]["host"], r["worker"]["gpu_index"]) for r in gen + scores}
     assert {h for h, _ in slots} == {"pf-node1", NODE2}, slots
     assert slots <= {(h, g) for h in ("pf-node1", NODE2) for g in ("0", "1")}, slots
-    tel = json.loads((panel / "telemetry/generate-score.json").read_text())
+    tel = json.loads((panel.parent.parent / "study/telemetry/fleet.json").read_text())
     assert tel["allocation"]["nodes"] == 2 and tel["allocation"]["nodelist"] == "pf-node[1-2]", tel["allocation"]
 
 
@@ -339,20 +388,31 @@ def test_a_killed_node_pool_is_retried_on_the_other_node_without_losing_or_dupli
 
 
 def test_a_killed_node_pool_is_recorded_warned_swept_and_leaves_no_process(two_node_panel: tuple[Path, dict]) -> None:
-    """Issue 39 items 1 and 2: the lost attempts of node 2's killed pool are retried spans
+    """Issue 38 (faults): the lost attempts of node 2's killed pool are retried spans
     (``retried_s`` > 0), each said in one WARNING in the job's log (lost on node 2, redone
     on node 1, its cost); the killed writers' temps are gone, and no process of the job
     (``SLURM_JOB_ID`` in its environment) was left 20 s after it ended."""
     panel, killed = two_node_panel
-    tel = json.loads((panel / "telemetry/generate-score.json").read_text())
+    tel = json.loads((panel.parent.parent / "study/telemetry/fleet.json").read_text())
     lost = [s for s in tel["spans"] if s.get("lost")]
     assert tel["job"]["retried_s"] > 0 and lost and {s["host"] for s in lost} == {NODE2}, lost
-    log = (panel.parent.parent / "logs/generate-score" / f"{panel.name}.log").read_text()
+    log = (panel.parent.parent / "logs/fleet/study.log").read_text()
     warned = [line for line in log.splitlines() if "WARNING" in line and " was lost on " in line]
     assert len(warned) == len(lost) and all(f"on {NODE2}/" in w and "redone on pf-node1/" in w and "slot-s" in w
                                             for w in warned), warned
     assert not list(panel.rglob(".tmp-*")), list(panel.rglob(".tmp-*"))
     assert not killed["left"], killed["left"]
+
+
+def test_the_two_node_fleet_job_is_in_the_ledger_at_slurm_s_figures_with_its_retries(
+        two_node_panel: tuple[Path, dict]) -> None:
+    """Issue 38 item 1 (study mode): the fleet job, four GPUs over two nodes, at Slurm's
+    GPU-seconds; the attempts lost with node 2's pool are its ``retried`` time."""
+    panel, killed = two_node_panel
+    mine = _check_ledger_against_slurm(panel.parent.parent.parent.parent)
+    (fleet,) = mine.values()
+    assert fleet["rule"] == "fleet_study" and fleet["held"]["gpus"] == 4 and fleet["held"]["nodes"] == 2
+    assert sum(r["slot_s"] for r in fleet["rows"] if r["kind"] == "retried") > 0, fleet["rows"]
 
 
 def test_a_step_of_a_multi_node_job_asks_slurm_for_the_job_s_nodes_only_inside_a_step() -> None:
