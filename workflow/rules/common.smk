@@ -79,7 +79,7 @@ except PairFlowError as e:
 PANELS = [p.name for p in STUDY.panels]
 # Where each job writes its own account, and the pairflow-slurm executor (in this process)
 # each submission's scheduler record: the ledger's sources (pairflow.budget.ledger).
-os.environ["PAIRFLOW_ACCOUNTS"] = str(Layout(STUDY.scratch).accounts.resolve())
+os.environ.update(PAIRFLOW_ACCOUNTS=str(Layout(STUDY.scratch).accounts.resolve()))
 # Every output path comes from pairflow.layout (the one owner of the tree's shape);
 # "{panel}" and "{rep}" stay Snakemake wildcards.
 LAYOUT = Layout(as_named(STUDY.scratch))
