@@ -21,19 +21,33 @@ run inside their allocation through ``--executor slurm-jobstep`` (the slurm plug
 command, unchanged). Snakemake finds this plugin the way it finds any executor plugin: a
 top-level package named ``snakemake_executor_plugin_<name>`` on ``sys.path`` (installed
 with ``pairflow``, from ``workflow/``).
+
+It also keeps the ledger's record of every Slurm job it submits (``fleet.sites.slurmacct``):
+``<accounts>/slurm-<jobid>.json`` when the job is submitted, and again with Snakemake's
+outcome and the scheduler's own figures (state, start, end, elapsed, GPUs and CPUs held)
+when Snakemake notices its end. ``<accounts>`` is ``PAIRFLOW_ACCOUNTS`` (set by
+``common.smk``); unset, nothing is written. A record that cannot be written is a warning:
+bookkeeping never fails a run.
 """
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings
 
 from pairflow.errors import ConfigError
+from pairflow.fleet.sites import slurmacct
 
-__all__ = ["DEFAULT_MAX_SECONDS", "Executor", "ExecutorSettings", "capped", "common_settings"]
+__all__ = ["ACCOUNTS_ENV", "DEFAULT_MAX_SECONDS", "Executor", "ExecutorSettings", "capped", "common_settings",
+           "submission_of"]
 
 DEFAULT_MAX_SECONDS = 5
+ACCOUNTS_ENV = "PAIRFLOW_ACCOUNTS"
+"""The folder of job records (``<scratch>/accounts``, absolute), set by ``common.smk``."""
 
 
 @dataclass
@@ -66,8 +80,27 @@ def capped(value: float | None, bound: float) -> float | None:
     return None if value is None else min(value, bound)
 
 
+def submission_of(slurm_job: str, job: Any) -> dict[str, Any]:
+    """The ``slurmacct.submission`` record of Snakemake job ``job`` submitted as Slurm job
+    ``slurm_job``. A group job is its rules joined by ``+``, no wildcards and no Snakemake
+    job id of its own (its id is a uuid), and each member under ``group``."""
+    if job.is_group():
+        members = sorted(job.jobs, key=lambda j: (j.rule.name, j.jobid))
+        return slurmacct.submission(
+            slurm_job, "+".join(sorted({j.rule.name for j in members})), {}, job.attempt, None,
+            group={"id": str(job.groupid),
+                   "jobs": [{"rule": j.rule.name, "wildcards": _wildcards(j), "snakemake_jobid": j.jobid}
+                            for j in members]})
+    return slurmacct.submission(slurm_job, job.rule.name, _wildcards(job), job.attempt, job.jobid)
+
+
+def _wildcards(job: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in job.wildcards.items()}
+
+
 class Executor(SlurmExecutor):  # type: ignore[misc]  # the slurm plugin is untyped
-    """The slurm plugin's executor, whose wait between status checks never exceeds the bound."""
+    """The slurm plugin's executor, whose wait between status checks never exceeds the bound, and
+    which records every Slurm job it submits (module docstring)."""
 
     @property
     def max_seconds_between_status_checks(self) -> float:
@@ -85,3 +118,38 @@ class Executor(SlurmExecutor):  # type: ignore[misc]  # the slurm plugin is unty
         # sum from creeping past the bound.
         SlurmExecutor.next_seconds_between_status_checks.fset(
             self, capped(value, self.max_seconds_between_status_checks))
+
+    def _accounts(self, job_info: Any) -> Path | None:
+        """Where this job's record goes; None when records are off (no ``PAIRFLOW_ACCOUNTS``)
+        or nothing reached Slurm (a submission that failed has no Slurm id)."""
+        folder = os.environ.get(ACCOUNTS_ENV)
+        return Path(folder) if folder and job_info.external_jobid else None
+
+    def _note(self, job_info: Any, outcome: str | None) -> None:
+        """Write the job's record (``outcome`` None: its submission); a failure is a warning."""
+        folder = self._accounts(job_info)
+        if folder is None:
+            return
+        try:
+            record = submission_of(str(job_info.external_jobid), job_info.job)
+            if outcome is None:
+                slurmacct.write_submission(folder, record)
+            else:
+                slurmacct.record_outcome(folder, record, outcome)
+        # Any error at all: the record is the ledger's, and the run must not fail for it.
+        except Exception as e:
+            self.logger.warning(f"PairFlow could not write the record of Slurm job {job_info.external_jobid} "
+                                f"in {folder} ({type(e).__name__}: {e}); the ledger will lack this job's "
+                                "scheduler figures")
+
+    def report_job_submission(self, job_info: Any, register_job: bool = True) -> None:
+        super().report_job_submission(job_info, register_job=register_job)
+        self._note(job_info, None)
+
+    def report_job_success(self, job_info: Any) -> None:
+        super().report_job_success(job_info)
+        self._note(job_info, "success")
+
+    def report_job_error(self, job_info: Any, msg: str | None = None, **kwargs: Any) -> None:
+        super().report_job_error(job_info, msg=msg, **kwargs)
+        self._note(job_info, "error")
