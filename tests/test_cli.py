@@ -177,7 +177,7 @@ def test_every_flag_a_message_or_doc_gives_a_pairflow_command_exists() -> None:
             words = m.group(1).split()
             flags = []
             for tok in m.group(2).split():
-                tok = tok.strip("[],.;:")
+                tok = tok.strip("[],.;:'\"`")  # a quoted command ends in its quote
                 if tok == "--":
                     break
                 if tok.startswith("-"):

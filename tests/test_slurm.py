@@ -120,12 +120,13 @@ RULE = re.compile(r"^(?:local)?rule (\w+):$", re.M)
 
 def _held_by_slurm(job: str) -> float:
     """GPU-seconds Slurm held for ``job``, read here from ``scontrol show job -d`` (the
-    reference the ledger is checked against): GPUs in its AllocTRES times its run time."""
+    reference the ledger is checked against): the job's GPUs (``JOB_GRES=gpu:N``, all
+    nodes; Slurm 22.05 without gres/gpu in AccountingStorageTRES shows them nowhere else)
+    times its start to end."""
     out = subprocess.run(["scontrol", "show", "job", "-d", "-o", job], env=_env(), check=True, capture_output=True,
                          text=True, timeout=30).stdout
     fields = dict(t.split("=", 1) for t in out.split() if "=" in t)
-    gpus = sum(int(v) for k, v in (kv.split("=", 1) for kv in fields["AllocTRES"].split(",") if "=" in kv)
-               if k == "gres/gpu")
+    gpus = int(fields["JOB_GRES"].rsplit(":", 1)[1]) if fields.get("JOB_GRES", "(null)").startswith("gpu") else 0
     start, end = (time.mktime(time.strptime(fields[k], "%Y-%m-%dT%H:%M:%S")) for k in ("StartTime", "EndTime"))
     return gpus * (end - start)
 

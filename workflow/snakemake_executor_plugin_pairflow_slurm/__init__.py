@@ -135,7 +135,7 @@ class Executor(SlurmExecutor):  # type: ignore[misc]  # the slurm plugin is unty
             if outcome is None:
                 slurmacct.write_submission(folder, record)
             else:
-                slurmacct.record_outcome(folder, record, outcome)
+                slurmacct.record_outcome(folder, record, outcome, settle_s=2.0)  # the ledger re-reads one not yet ended
         # Any error at all: the record is the ledger's, and the run must not fail for it.
         except Exception as e:
             self.logger.warning(f"PairFlow could not write the record of Slurm job {job_info.external_jobid} "

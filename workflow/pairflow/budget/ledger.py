@@ -48,6 +48,7 @@ from typing import Any
 import psutil
 
 from ..atomic import write_text
+from ..fleet.sites import slurmacct
 from ..layout import Layout
 from ..plan.config import StudySpec
 
@@ -263,18 +264,12 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _default_scheduler(job_id: str) -> dict[str, Any] | None:
-    from ..fleet.sites import slurmacct  # only where a Slurm job must be looked up
-
-    return slurmacct.scheduler_job(job_id)
-
-
 def entries(folder: Path, now: float, done: Iterable[str] = (),
             scheduler: Scheduler | None = None) -> dict[str, dict[str, Any]]:
     """Ledger entries (key → entry) for every account and Slurm submission under ``folder``
     but the keys in ``done`` (finished entries already in the ledger)."""
     done = set(done)
-    look_up = scheduler or _default_scheduler
+    look_up = scheduler or slurmacct.scheduler_job
     accounts: dict[str, tuple[dict[str, Any], float]] = {}
     subs: dict[str, dict[str, Any]] = {}
     for p in sorted(Path(folder).glob("*.json")) if Path(folder).is_dir() else []:
