@@ -22,8 +22,9 @@ core-seconds. Work, in the same slots:
   and retried attempts per arm and stage; a CPU worker's seconds count its cores); what
   is left of the held time is start-up (before the slots' first task: the scheduler's
   start, the interpreter, Parsl) and idle;
-- the timed pass: its timing window on the one device it times on (one GPU, or every
-  core it holds), split over arms by their timed runs;
+- the timed pass: its timing window on the one device it times on (one GPU, or the
+  cores its runs use, ``generation.threads``: it holds every core so that nothing else
+  runs beside it, and those idle cores are its cost too), split over arms by their runs;
 - calibrate: the seconds it measured in, on one GPU or its cores;
 - any other job on CPU: its CPU seconds (process and reaped children); on a GPU it noted
   no work for: none (the GPU was held idle);
@@ -93,20 +94,22 @@ def spans_work(record: dict[str, Any], stage: str) -> dict[str, Any]:
             "health": health(record)}
 
 
-def timed_work(record: dict[str, Any]) -> dict[str, Any]:
-    """The timed pass's work from its telemetry: its timing window, split over arms by runs."""
+def timed_work(record: dict[str, Any], cores: int = 1) -> dict[str, Any]:
+    """The timed pass's work from its telemetry: its timing window, split over arms by runs,
+    on one device (one GPU; on CPU the ``cores`` its runs use, ``generation.threads``)."""
     length = max(0.0, float(record["window"]["end"]) - float(record["window"]["start"]))
     runs = {a: float(v.get("runs", 0)) for a, v in (record.get("per_arm") or {}).items()}
     total = sum(runs.values())
     rows = ({f"{a}|timing|work": length * r / total for a, r in sorted(runs.items())} if total > 0
             else {f"{STUDY_ARM}|timing|work": length})
-    return {"from": "timing window", "label": record.get("label"), "rows": rows,
+    return {"from": "timing window", "label": record.get("label"), "rows": rows, "cores": cores,
             "health": health(record)}
 
 
-def measured_work(seconds: float, stage: str) -> dict[str, Any]:
-    """Work a job measured itself (calibrate: the fresh worker's run) on one device."""
-    return {"from": "measured run", "rows": {f"{STUDY_ARM}|{stage}|work": max(0.0, seconds)}}
+def measured_work(seconds: float, stage: str, cores: int = 1) -> dict[str, Any]:
+    """Work a job measured itself (calibrate: the fresh worker's run) on one device (one
+    GPU; on CPU the ``cores`` it used)."""
+    return {"from": "measured run", "rows": {f"{STUDY_ARM}|{stage}|work": max(0.0, seconds)}, "cores": cores}
 
 
 def health(record: dict[str, Any]) -> dict[str, Any]:
@@ -214,9 +217,9 @@ def rows_of(account: dict[str, Any] | None, h: dict[str, Any], status: str) -> t
                 key = f"{a}|{st}|{kind}"
                 rows[key] = rows.get(key, 0.0) + v * (w / weight if weight > 0 else 1.0)
         return rows, str(work["from"])
-    if work:  # timed pass, calibrate: work on one device (a GPU, or every core held)
+    if work:  # timed pass, calibrate: work on one device (a GPU, or the cores its runs used)
         for k, v in work["rows"].items():
-            rows[k] = v * (1 if h["gpus"] > 0 else h["cpus"])
+            rows[k] = v * (1 if h["gpus"] > 0 else min(int(work.get("cores") or 1), h["cpus"]))
         source = str(work["from"])
     elif h["gpus"] == 0:
         cpu = account.get("cpu_s") or {}
@@ -413,7 +416,7 @@ def markdown(ledger: dict[str, Any]) -> str:
              f"**{busy_line(ledger)}**: work over held time. A slot is a GPU where a job held any, else a "
              "core; held time is the scheduler's (Slurm) or the job's process lifetime times the cores it "
              "reserved (locally). Work: task spans (fan-out jobs), the timing window (timed pass) or the "
-             "measured run (calibrate) on one GPU or every core held; CPU time for the other jobs on CPU. "
+             "measured run (calibrate) on one GPU or the cores its runs used; CPU time for the other jobs on CPU. "
              f"{t['gpu_s']:.1f} GPU-s and {t['cpu_s']:.1f} CPU-s held in all; jobs by status: "
              + ", ".join(f"{k} {v}" for k, v in sorted(t["status"].items())) + ".", ""]
     lines += ["| job | attempt | status | slurm | held | GPUs | CPUs | elapsed s | slot-s | work slot-s | busy "

@@ -222,7 +222,8 @@ def calibrate_study(study: StudySpec, out: Path, planned_key: str) -> None:
     if not take_prepared(study, out, planned_key):
         started = time.perf_counter()
         calibrate(study, out, force=True, planned_key=planned_key)
-        note("work", ledger.measured_work(time.perf_counter() - started, "calibrate"))
+        note("work", ledger.measured_work(time.perf_counter() - started, "calibrate",
+                                          max(study.generation.threads, study.scoring.threads)))
 
 
 def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -> int:
@@ -310,7 +311,7 @@ def timed_pass(study: StudySpec, out: Path) -> None:
     run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
     record = _this_jobs(Layout(study.scratch).timed_pass_telemetry)
     if record is not None:
-        note("work", ledger.timed_work(record))
+        note("work", ledger.timed_work(record, study.generation.threads))
 
 
 def _this_jobs(path: Path) -> dict[str, Any] | None:
