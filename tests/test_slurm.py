@@ -118,19 +118,6 @@ SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 RULE = re.compile(r"^(?:local)?rule (\w+):$", re.M)
 
 
-def _held_by_slurm(job: str) -> float:
-    """GPU-seconds Slurm held for ``job``, read here from ``scontrol show job -d`` (the
-    reference the ledger is checked against): the job's GPUs (``JOB_GRES=gpu:N``, all
-    nodes; Slurm 22.05 without gres/gpu in AccountingStorageTRES shows them nowhere else)
-    times its start to end."""
-    out = subprocess.run(["scontrol", "show", "job", "-d", "-o", job], env=_env(), check=True, capture_output=True,
-                         text=True, timeout=30).stdout
-    fields = dict(t.split("=", 1) for t in out.split() if "=" in t)
-    gpus = int(fields["JOB_GRES"].rsplit(":", 1)[1]) if fields.get("JOB_GRES", "(null)").startswith("gpu") else 0
-    start, end = (time.mktime(time.strptime(fields[k], "%Y-%m-%dT%H:%M:%S")) for k in ("StartTime", "EndTime"))
-    return gpus * (end - start)
-
-
 def _check_ledger_against_slurm(project: Path) -> dict[str, dict]:
     """Every Slurm job this run submitted (Snakemake's log) is in the ledger, its held
     GPU-seconds within 5% of Slurm's; every local job too. Returns the Slurm jobs' entries."""
@@ -139,8 +126,11 @@ def _check_ledger_against_slurm(project: Path) -> dict[str, dict]:
     ledger = json.loads((project / "results/scratch/study/ledger.json").read_text())
     mine = {j["slurm_job"]: j for j in ledger["jobs"].values() if j.get("slurm_job") in submitted}
     assert set(mine) == submitted, (sorted(submitted), sorted(mine))  # a job missing from the ledger fails here
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from slurm_ledger import slurm_held  # benchmarks/slurm_ledger.py: scontrol, read apart from the ledger's reader
+
     for job, entry in mine.items():
-        ref = _held_by_slurm(job)
+        ref = slurm_held(job)["gpu_s"]
         assert ref > 0 and abs(entry["held"]["gpu_s"] - ref) <= 0.05 * ref, (job, entry["held"], ref)
         assert entry["held"]["from"].startswith("scheduler"), entry["held"]
     return mine
