@@ -44,7 +44,7 @@ def test_sweep_removes_only_temps_older_than_the_job(tmp_path: Path) -> None:
 
 
 def test_remove_temps_of_removes_only_the_temps_of_that_file(tmp_path: Path) -> None:
-    """Regression (issue 39 item 2): a retried task removes what its killed first attempt
+    """Regression (issue 38 faults, item 2): a retried task removes what its killed first attempt
     left mid-write (``atomic_path``'s names, file or folder), and nothing of another file."""
     from pairflow.atomic import remove_temps_of
 

@@ -210,7 +210,7 @@ def lost_once(p: dict) -> dict:
 
 
 def test_a_lost_attempt_is_a_retried_span_and_a_warning_and_its_temp_goes(tmp_path, caplog):
-    """Regression (issue 39 item 2, CI cluster): a SIGKILLed pool's two busy tasks were
+    """Regression (issue 38 faults, item 2, CI cluster): a SIGKILLed pool's two busy tasks were
     retried on the other node correctly, but ``retried_s`` read 0.0, the log said nothing
     and the killed writers' temp videos stayed. A lost attempt is now a span (its start to
     when Parsl took the loss, failure ``retried``), one WARNING names the task, where it was
@@ -862,7 +862,7 @@ print("results", len(out), (d / "run" / "workers").glob("worker-port-*").__next_
 
 @pytest.mark.slow
 def test_two_executors_started_at_once_on_one_host_never_collide_on_a_port(tmp_path):
-    """Regression (issue 39 item 3): ports were chosen by bind-then-close and bound by the
+    """Regression (issue 38 faults, item 3): ports were chosen by bind-then-close and bound by the
     interchange a second later, and another job's socket took one in between (1 of 16 CI
     jobs failed). Now each interchange binds a port of its range itself, trying the next
     when one is taken: two jobs started at once, in a range of five ports of which the

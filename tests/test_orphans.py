@@ -100,7 +100,7 @@ def _pool(tmp_path: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("start", ["spawn", "forkserver"])
 def test_a_sigkilled_pool_manager_leaves_no_process_of_its_pool_behind(tmp_path: Path, start: str) -> None:
-    """Regression (issue 39 item 1, CI cluster): a SIGKILL of one node's pool manager left its
+    """Regression (issue 38 faults, item 1, CI cluster): a SIGKILL of one node's pool manager left its
     ``resource_tracker`` and a ``spawn_main`` child (a busy worker, the Manager server) alive
     for 8 min after the job ended, holding the Slurm step's pipes. Now every process the
     manager starts gets the parent-death signal and the job ends its pool's process group:

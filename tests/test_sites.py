@@ -200,7 +200,7 @@ def test_every_pool_runs_parsls_pool_through_workerpool_with_its_start_method_an
 
 
 def test_no_site_chooses_a_worker_port_the_interchange_binds_one_from_a_range_and_writes_it(tmp_path):
-    """Regression (issue 39 item 3): the driver chose a free port (bind 0, close) that the
+    """Regression (issue 38 faults, item 3): the driver chose a free port (bind 0, close) that the
     interchange bound a second later; another job's socket took it in between in 1 of 16
     CI jobs. Now no port is chosen before the bind: the interchange binds one of the range
     (trying the next on EADDRINUSE) and the pool reads it from the port file."""

@@ -74,7 +74,7 @@ def remove_temps_of(final: Path) -> list[Path]:
     """Remove the temporaries earlier writers of ``final`` left (``atomic_path``'s
     ``.tmp-<name>.<random><suffix>``; not another file's, whatever its name), for a task
     about to write ``final`` that is its only writer: a retried task whose first attempt
-    was killed mid-write (issue 39: its temp video stayed until the next run). Returns
+    was killed mid-write (issue 38: its temp video stayed until the next run). Returns
     what was removed."""
     final = Path(final)
     pattern = re.compile(re.escape(TMP_PREFIX + final.name) + r"\.[A-Za-z0-9_]{8,16}" + re.escape(final.suffix) + "$")

@@ -13,7 +13,7 @@ launched first; the interchange binds a free port of ``worker_port_range`` itsel
 (zmq's ``bind_to_random_port``: bind, and on EADDRINUSE the next, so no other process can
 take the port between a choice and a bind), and the port is written to the file once bound.
 The pool manager imports Parsl's pool while it waits for the file, its fork server
-importing beside it. Before (issue 39), the driver chose a port by binding port 0 and
+importing beside it. Before (issue 38), the driver chose a port by binding port 0 and
 closing it, and the interchange bound it about a second later: another job's socket on
 the same host took it in between in 1 of 16 CI jobs, and the job failed.
 Everything else is Parsl's: the strategy's first tick finds the init blocks launched, and
