@@ -49,6 +49,14 @@ def test_an_uncaught_exception_marks_the_account_failed_with_its_message(tmp_pat
     assert rec["status"] == "failed" and rec["error"] == {"type": "ValueError", "message": "bad input x"}
 
 
+def test_a_job_that_exits_non_zero_after_a_logged_refusal_says_so(tmp_path: Path) -> None:
+    proc = _job(tmp_path, "from pairflow.jobaccount import failed\nfailed('BudgetError', 'refused')\nraise SystemExit(3)\n")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    rec = json.loads(Path(out.splitlines()[0]).read_text())
+    assert rec["status"] == "failed" and rec["error"] == {"type": "BudgetError", "message": "refused"}
+
+
 def test_a_killed_job_stays_running_and_the_ledger_reads_it_killed_ending_at_its_last_touch(tmp_path: Path) -> None:
     proc = _job(tmp_path, "import time\ntime.sleep(60)\n")
     assert proc.stdout is not None

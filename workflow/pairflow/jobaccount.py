@@ -135,3 +135,10 @@ def note(key: str, value: Any) -> None:
     """``Account.note`` on this process's account; nothing outside a job."""
     if _current is not None:
         _current.note(key, value)
+
+
+def failed(kind: str, message: str) -> None:
+    """Mark this process's account failed: for a job that ends with a non-zero exit status
+    without an uncaught exception (``sys.exit(3)`` after a logged refusal)."""
+    if _current is not None:
+        _current.failed(kind, message)

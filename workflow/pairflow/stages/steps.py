@@ -37,6 +37,7 @@ from ..generation.provenance import config_snapshot
 from ..generation.tinymodel import build_tiny_model
 from ..identity import digest_file, digest_obj
 from ..jobaccount import current as current_account
+from ..jobaccount import failed as account_failed
 from ..jobaccount import note, open_account
 from ..jobenv import cache_env
 from ..layout import Layout
@@ -230,7 +231,10 @@ def estimate_study(study: StudySpec, table: Path, out: Path, configfiles: str) -
     """Rule estimate: the study's cost from the calibration table ``table``, written to
     ``out``; the job's exit status, 3 (the refusal logged) above ``fleet/budget_gpu_hours``
     (``estimate.estimate_or_refuse``)."""
-    return estimate_or_refuse(study, table, out, configfiles)
+    status = estimate_or_refuse(study, table, out, configfiles)
+    if status:
+        account_failed("BudgetError", f"refused: over fleet.budget_gpu_hours (exit {status}; see the rule's log)")
+    return status
 
 
 def build_model(model_dir: Path, study: StudySpec | None = None) -> None:
