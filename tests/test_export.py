@@ -133,3 +133,26 @@ def test_parquet_without_pyarrow_names_the_package_and_writes_nothing(scratch: S
     err = capsys.readouterr().err
     assert "needs the pyarrow package" in err and "--format csv" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_the_ledger_exports_one_row_per_job_with_its_digest(scratch: StudySpec, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where a run wrote a ledger, ``ledger.csv`` holds one row per job: what it held (and
+    from which source), its work and busy share, and the ledger's digest."""
+    from pairflow.budget.ledger import FORMAT, job_entry, totals
+
+    acc = {"kind": "job-account", "job": "timed_pass", "rule": "timed_pass", "wildcards": {}, "attempt": 2,
+           "pid": 1, "host": "n1", "start": 10.0, "end": 30.0, "status": "ok", "threads": 2, "resources": {},
+           "slurm_job": "41", "notes": {}, "cpu_s": {"self": 1.0, "children": 0.0}}
+    sched = {"source": "scontrol", "job_id": "41", "state": "COMPLETED", "terminal": True, "start": 5.0, "end": 35.0,
+             "elapsed_s": 30.0, "nodes": 1, "cpus": 8, "gpus": 2}
+    jobs = {"job-x": job_entry(acc, sched, 1.0, 40.0)}
+    path = Layout(scratch.scratch).ledger()
+    path.write_text(json.dumps({"kind": "ledger", "format": FORMAT, "jobs": jobs, "totals": totals(jobs.values())}))
+    assert main(["export", str(scratch.scratch), "--format", "csv"]) == 0
+    out = Path(scratch.scratch) / "study" / "export"
+    assert capsys.readouterr().out.split()[-1] == str(out / "ledger.csv")
+    with (out / "ledger.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["rule"], row["attempt"], row["slurm_job"], row["gpus"], row["cpus"]) == ("timed_pass", "2", "41", "2", "8")
+    assert float(row["gpu_s"]) == 60.0 and row["held_from"].startswith("scheduler")
+    assert float(row["busy_share"]) == 0.0 and row["ledger_digest"] == digest_file(path)

@@ -10,7 +10,11 @@ opens in pandas without reading JSON records:
   score and timing records the row was read from (``xxh3_128:<hex>``);
 * ``summary.<ext>``: one row per (arm, metric) from the study statistics, plus one
   ``speedup`` and one ``compute_ratio`` row per arm, each with the digest of the
-  ``stats.json`` it came from.
+  ``stats.json`` it came from;
+* ``ledger.<ext>``: one row per job of the study (``budget.ledger``): rule, wildcards,
+  attempt, status, Slurm job id, what it held (GPUs, CPUs, nodes, from when to when,
+  GPU-, CPU- and slot-seconds, and from which source), its work and busy share, each
+  with the digest of the ``ledger.json`` it came from (written when a run wrote one).
 
 Records are read through ``records.read_record`` (self-digest and schema checked), so an
 altered record is refused rather than exported. Parquet needs pyarrow (optional, not a
@@ -102,6 +106,31 @@ def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+LEDGER_COLUMNS = ("job", "rule", "wildcards", "attempt", "status", "slurm_job", "host", "start", "end", "elapsed_s",
+                  "gpus", "cpus", "nodes", "gpu_s", "cpu_s", "slot", "slot_s", "held_from", "work_slot_s",
+                  "work_from", "busy_share", "ledger_digest")
+
+
+def ledger_rows(ledger_path: Path) -> list[dict[str, Any]]:
+    """One row per job in the ledger at ``ledger_path`` (in start order); none without one."""
+    if not ledger_path.is_file():
+        return []
+    book = json.loads(ledger_path.read_text())
+    digest = digest_file(ledger_path)
+    rows = []
+    for j in sorted(book.get("jobs", {}).values(), key=lambda j: (j["held"]["start"], j["job"])):
+        h = j["held"]
+        rows.append({"job": j["job"], "rule": j["rule"],
+                     "wildcards": ",".join(f"{k}={v}" for k, v in sorted((j.get("wildcards") or {}).items())),
+                     "attempt": j.get("attempt"), "status": j["status"], "slurm_job": j.get("slurm_job"),
+                     "host": j.get("host"), "start": h["start"], "end": h.get("end"), "elapsed_s": h["elapsed_s"],
+                     "gpus": h["gpus"], "cpus": h["cpus"], "nodes": h["nodes"], "gpu_s": h["gpu_s"],
+                     "cpu_s": h["cpu_s"], "slot": h["slot"], "slot_s": h["slot_s"], "held_from": h["from"],
+                     "work_slot_s": j["work"]["slot_s"], "work_from": j["work"]["from"],
+                     "busy_share": j.get("busy_share"), "ledger_digest": digest})
+    return rows
+
+
 def _columns(rows: Sequence[dict[str, Any]], first: Sequence[str]) -> list[str]:
     seen = list(first)
     for r in rows:
@@ -132,13 +161,16 @@ def _parquet(rows: Sequence[dict[str, Any]], columns: list[str]) -> bytes:
 
 
 def export(study: StudySpec, out: Path, fmt: Format) -> list[Path]:
-    """Write ``candidates.<fmt>`` and ``summary.<fmt>`` under ``out`` (atomically);
-    returns their paths. Raises ConfigError when ``fmt`` is parquet and pyarrow is missing,
-    before anything is written."""
+    """Write ``candidates.<fmt>``, ``summary.<fmt>`` and (where a run wrote a ledger)
+    ``ledger.<fmt>`` under ``out`` (atomically); returns their paths. Raises ConfigError
+    when ``fmt`` is parquet and pyarrow is missing, before anything is written."""
     cand = candidate_rows(study)
     summ = summary_rows(Layout(study.scratch).study_stats)
     tables = {"candidates": (cand, _columns(cand, CANDIDATE_ID_COLUMNS)),
               "summary": (summ, _columns(summ, ("arm", "metric")))}
+    jobs = ledger_rows(Layout(study.scratch).ledger())
+    if jobs:
+        tables["ledger"] = (jobs, list(LEDGER_COLUMNS))
     encoded: dict[Path, str | bytes] = {}
     for name, (rows, cols) in tables.items():
         encoded[out / f"{name}.{fmt}"] = _csv(rows, cols) if fmt == "csv" else _parquet(rows, cols)
