@@ -726,6 +726,49 @@ def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots
     assert all(s["host"] and s["device"].startswith("cpu") and s["pid"] for s in running)
 
 
+def _interchange_of(driver: int) -> int:
+    """Parsl's interchange: the driver's child whose command line names it (found by role)."""
+    found = [p for p in _children_of(driver) if b"interchange" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.slow
+def test_a_killed_interchange_ends_the_job_at_once_and_leaves_nothing(tmp_path):
+    """Injected (issue 38): SIGKILL to Parsl's interchange, the broker between the driver
+    and its pool. Before, nothing noticed: the pool manager exited after its heartbeat
+    threshold (20 s), the job waited out the stall timeout (here 120 s), then Parsl's
+    cleanup, asking the dead interchange, its 60 s limit: it ended 185 s after the kill.
+    Now the driver sees the interchange's exit at its next poll (``HEARTBEAT_S``) and ends
+    the job with InterchangeLostError naming it (9-12 s after the kill), and nothing of the
+    job's pool (manager, workers, fork server, Manager server, resource_tracker, watchdog)
+    outlives it."""
+    proc = _start_driver(LOST_DRIVER, tmp_path)
+    try:
+        assert len(list(tmp_path.glob("*.pid"))) == 2, f"workers did not start (driver exit {proc.poll()})"
+        interchange, pool = _interchange_of(proc.pid), _pool_of(tmp_path)
+        group = os.getpgid(pool)
+        started = {interchange, *_group(group), *_descendants(pool)}
+        assert len(started) >= 6, started  # interchange, pool, fork server, Manager server, two workers
+        os.kill(interchange, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=110)
+        ended = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert ended - killed < 20, (ended - killed, err[-3000:])  # the driver polls every HEARTBEAT_S (5 s)
+    assert proc.returncode != 0 and "InterchangeLostError" in err, err[-3000:]
+    assert f"interchange (pid {interchange}) ended (exit status -9)" in err, err[-3000:]
+    assert "3 of 3 tasks unfinished" in err, err[-3000:]
+    alive = started
+    while alive and time.monotonic() < ended + 20:
+        alive = {p for p in alive if _alive(p)}
+        time.sleep(0.2)
+    assert not alive, f"processes {sorted(alive)} outlived the job by 20 s"
+    assert not _group(group), f"pool processes {_group(group)} outlived the job"
+
+
 def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tmp_path: Path) -> None:
     """Regression (issue 27, fleet.allocation: study on the two-node cluster): Snakemake's
     Slurm plugin starts the rule as a one-node step with the job's SLURM_* removed; the
