@@ -379,13 +379,15 @@ def totals(jobs: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def per_stage(t: dict[str, Any], est: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Estimate against ledger per estimated stage: the estimate's slot-seconds beside the
-    ledger's work (warm-up: the warm-up kind) and everything held for that stage."""
+    ledger's work and everything held for that stage (warm-up: the ledger's warm-up and
+    start-up kinds, where a slot's imports and loads land)."""
     if not est:
         return {}
     out = {}
     for stage, e in (est.get("stage_slot_s") or {}).items():
-        if stage == "warm-up":
-            work = held_s = t["by_kind"].get("warm-up", 0.0)
+        if stage == "warm-up":  # the estimate's imports and loads per slot: in the ledger, warm-up tasks
+            # and start-up (a fork server's imports, a slot's wait for its first task) both hold them
+            work = held_s = t["by_kind"].get("warm-up", 0.0) + t["by_kind"].get("start-up", 0.0)
         else:
             got = t["by_stage"].get(stage) or {}
             work, held_s = got.get("work_s", 0.0), got.get("held_s", 0.0)
@@ -437,6 +439,7 @@ def markdown(ledger: dict[str, Any]) -> str:
                   "| stage | estimate slot-s | ledger work slot-s | estimate / work | ledger held slot-s "
                   "| estimate / held |", "|---|---|---|---|---|---|"]
         for stage, s in (ledger.get("per_stage") or {}).items():
+            stage = "warm-up (ledger: warm-up + start-up)" if stage == "warm-up" else stage
             over_work, over_held = (_ratio(s["estimate_over_work"]), _ratio(s["estimate_over_held"]))
             lines.append(f"| {stage} | {s['estimate_s']:.1f} | {s['ledger_work_s']:.1f} | {over_work} "
                          f"| {s['ledger_held_s']:.1f} | {over_held} |")
