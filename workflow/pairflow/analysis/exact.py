@@ -19,6 +19,7 @@ alternative; it tests only d0 = 0 and has less power (BENCHMARKS.md). Imports wi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -144,3 +145,21 @@ class BinaryCell(Cell):
             return inside
 
         return edge(-1.0), edge(1.0), None
+
+
+def rejection_rate(n: int, p_plus: float, p_minus: float, rejects: Callable[[int, int], bool]) -> float:
+    """The exact probability that a test rejects, with ``n`` prompts whose differences are
+    +1 with probability ``p_plus`` and -1 with ``p_minus`` (power, or size on the null):
+    the sum over every outcome (b, c) of its trinomial probability where ``rejects(b, c)``."""
+    ob, oc, logc = _outcomes(n)
+    p_zero = 1.0 - p_plus - p_minus
+    total = 0.0
+    for b, c, lc in zip(ob.tolist(), oc.tolist(), logc.tolist(), strict=True):
+        a = n - b - c
+        if (b and p_plus <= 0) or (c and p_minus <= 0) or (a and p_zero <= 0):
+            continue
+        logp = lc + (b * math.log(p_plus) if b else 0.0) + (c * math.log(p_minus) if c else 0.0) + (
+            a * math.log(p_zero) if a else 0.0)
+        if rejects(b, c):
+            total += math.exp(logp)
+    return total

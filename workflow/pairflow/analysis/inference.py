@@ -20,8 +20,9 @@ allows is claimed. The interval (``Cell.interval``) is every mu the test does no
 the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
 stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
 
-Zero spread gives no interval (an interval needs spread; the exact sign-flip p says only
-that the sign is consistent), and where the sign-flip test is part of the union but cannot
+Zero spread gives no interval and no test of the mean (an interval needs spread; the exact
+sign-flip p says only that the sign is consistent; a 0/1 metric is tested exactly instead,
+``analysis.exact``), and where the sign-flip test is part of the union but cannot
 reach the level at this n the interval is unbounded (``None`` bounds, with the reason).
 
 Imports without torch.

@@ -11,10 +11,12 @@ skew-corrected t and the exact sign-flip permutation test, inverted into an inte
 skewed, 0/1, clustered and ratio data: BENCHMARKS.md; why in config/README.md). Zero spread
 gives no interval, and a prompt count at which the sign-flip test cannot reach the level
 gives an unbounded one; the table says which. Each cell answers one question (``Question``):
-a metric with a margin (``stats.margins``) gets non-inferior / equivalent / superior /
-inferior / inconclusive; an FR metric with a floor (``stats.floors``) meets or misses it,
-counted on pairs whose videos differ (bit-identical pairs are counted apart); any other
-metric a difference test that never reads as equivalence. The study's cells form one
+a metric with a margin (``stats.margins``) gets one of CONSORT's six verdicts
+(``analysis.verdicts``: superior, non-inferior, equivalent, worse, non-inferiority not
+shown, inferior, inconclusive); an FR metric with a floor (``stats.floors``) is read against
+it as a loss edge, counted on pairs whose videos differ (bit-identical pairs are counted
+apart); any other metric with margin 0, never reading as equivalence. A 0/1 metric is
+tested exactly (``analysis.exact``). The study's cells form one
 multiplicity family (Holm or Benjamini-Hochberg, ``stats.multiplicity``): each cell's
 interval is at its adjusted level, and its verdict is read from that interval, so the word
 and the adjusted p beside it agree. Speedup is the geometric mean over prompts of the
