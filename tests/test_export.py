@@ -50,10 +50,13 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
         "panel-generation", layout.panel("t"), [], {"config": config_snapshot(study)}))
     stats = {"level": 0.95, "comparisons": [{
         "treatment": "pab", "n_prompts": 2, "n_pairs": 2, "speedup": {"geomean": 2.0, "ci": [1.5, 2.5]},
-        "compute": {"ratio": 0.6, "ci": [0.6, 0.6]},
+        "compute": {"ratio": 0.6, "ci": [None, None], "ci_note": "compute ratio: no interval: every prompt's ratio "
+                    "is 0.6 (zero spread)"},
         "metrics": [{"metric": "temporal_flickering", "kind": "NR", "higher_is_better": True, "diff": -0.02,
                      "ci": [-0.5, 0.46], "control_mean": 0.905, "treatment_mean": 0.885, "p_value": 0.9,
-                     "verdict": "no detectable difference"}]}]}
+                     "verdict": "worse, non-inferiority not shown", "verdict_code": "worse_non_inferiority_not_shown",
+                     "p_verdict": 0.003, "p_verdict_test": "difference from 0",
+                     "p_verdict_family": "outside the family, scaled to this cell's Holm level"}]}]}
     layout.study_stats.parent.mkdir(parents=True, exist_ok=True)
     layout.study_stats.write_text(json.dumps(stats))
     return study
@@ -85,7 +88,12 @@ def test_summary_rows_carry_the_stats_digest(scratch: StudySpec) -> None:
     assert {r["stats_digest"] for r in rows} == {digest_file(path)}
     flick = rows[2]
     assert (flick["estimate"], flick["ci_low"], flick["ci_high"], flick["verdict"]) == (
-        -0.02, -0.5, 0.46, "no detectable difference")
+        -0.02, -0.5, 0.46, "worse, non-inferiority not shown")
+    # the verdict as every report words it: phrase, the deciding test's p and its family (issue 39)
+    assert flick["verdict_code"] == "worse_non_inferiority_not_shown" and flick["verdict_text"] == (
+        "worse, non-inferiority not shown (p 0.003: difference from 0, outside the family, scaled to this cell's "
+        "Holm level)")
+    assert rows[1]["ci_low"] is None and "zero spread" in rows[1]["ci_note"]
 
 
 def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: StudySpec,

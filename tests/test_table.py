@@ -9,11 +9,15 @@ import re
 from test_stats import S, records, with_compute
 
 from pairflow.analysis.stats import analyse
+from pairflow.analysis.verdicts import verdict_text
 from pairflow.report.table import _notes, answer, html, markdown, timed_cell
 
 
 def _stats() -> dict:
     gen, scores, timings = records(effect=-0.2, ratio=1.5)
+    for i, t in enumerate(timings):  # latency noise, so the speedup has spread and an interval
+        if t["arm"]["name"] == "treat":
+            t["timing"]["latency_s"] *= 1 + 0.01 * ((i % 5) - 2)
     return analyse(with_compute(gen, 0.5, ["cache"], skipped=4), scores, timings, ["treat"], S)
 
 
@@ -24,8 +28,10 @@ def test_answer_line_gives_speedup_compute_and_each_metrics_verdict_from_the_sta
     sp, lo, hi = c["speedup"]["geomean"], *c["speedup"]["ci"]
     assert line.startswith(f"treat: {sp:.2f}× faster [{lo:.2f}, {hi:.2f}], compute {c['compute']['ratio']:.2f}× "
                            "control; ")
-    for m in c["metrics"]:  # every metric, worded as the statistics decided, with its estimate
-        assert f"{m['metric']} {m['verdict'] or 'value'}, " in line
+    for m in c["metrics"]:  # every metric, worded as every report words it (verdict_text), with its estimate
+        assert f"{m['metric']} {verdict_text(m)}, " in line
+    q = next(m for m in c["metrics"] if m["metric"] == "q")
+    assert "q inferior (p " in line and ": difference from 0, Holm over the table's 1 test), Δ" in line
     q = next(m for m in c["metrics"] if m["metric"] == "q")
     assert re.search(r"q \S.*, Δ -0\.\d+ \[-\d\.\d+, -?\d\.\d+\]", line), line
     psnr = next(m for m in c["metrics"] if m["metric"] == "psnr")

@@ -20,8 +20,9 @@ allows is claimed. The interval (``Cell.interval``) is every mu the test does no
 the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
 stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
 
-Zero spread gives no interval (an interval needs spread; the exact sign-flip p says only
-that the sign is consistent), and where the sign-flip test is part of the union but cannot
+Zero spread gives no interval and no test of the mean (an interval needs spread; the exact
+sign-flip p says only that the sign is consistent; a 0/1 metric is tested exactly instead,
+``analysis.exact``), and where the sign-flip test is part of the union but cannot
 reach the level at this n the interval is unbounded (``None`` bounds, with the reason).
 
 Imports without torch.
@@ -36,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import StatsError
+from ..records.types import VerdictCode
 
 PROCEDURE = ("max-p union of Student t and Hall's skew-corrected t, joined by the exact sign-flip permutation test "
              "for quantised values or at most 5 prompts (p = the largest; interval = every mean none rejects)")
@@ -123,8 +125,9 @@ class Cell:
         return float(np.mean(null >= obs - 1e-9 * float(np.abs(y).sum())))
 
     def p(self, mu: float) -> float | None:
-        """Two-sided p of "mean = mu" (None below 2 values)."""
-        if self.n < 2:
+        """Two-sided p of "mean = mu" (None below 2 values, and at zero spread: the
+        sign-flip p then says only that the sign is consistent, which bounds no mean)."""
+        if self.n < 2 or self.flat:
             return None
         return float(union_p(self.x[None, :], mu, self.signs)[0])
 
@@ -377,47 +380,53 @@ def _decide_in(cell: Cell, distance: float, alpha: float, power: float) -> str:
             if need is not None else "over 100000 prompts would be needed; the estimate sits near the boundary")
 
 
-def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, str, list[float]]:
-    """(word, detail, rests on) for one cell at its family-adjusted significance
-    ``alpha``, read from the union test (so from the interval at 1 - alpha, which is every
-    mu it accepts); "rests on" lists the null values whose tests decided the word (the p
-    printed beside it is the largest of their adjusted p-values)."""
+def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[VerdictCode, str, list[float]]:
+    """(code, detail, rests on) for one cell at its family-adjusted significance
+    ``alpha``, read from the cell's test (so from its interval at 1 - alpha, every mu the
+    test accepts) in the CONSORT wording of ``verdicts``; "rests on" lists the null values
+    whose tests decided the word, the deciding one (its p printed beside the word) last.
+    A metric without a margin is read with margin 0, a floor as the loss edge."""
     if cell.n < 2:
-        return "no test", "fewer than 2 prompts: no interval and no test; add prompts", []
+        return "inconclusive", "fewer than 2 prompts: no interval and no test; add prompts", [q.null]
 
     def rejects(mu: float) -> bool:
         p = cell.p(mu)
         return p is not None and p < alpha
 
     e = q.sign * (cell.mean - (q.floor if q.kind == "floor" else 0.0))  # estimate, better-direction units
-    flat = (f"every prompt's value is {cell.mean:.4g} (zero spread): an interval needs spread, and the sign-flip "
-            "test says only that the sign is consistent")
-    if q.kind == "difference":
-        if rejects(0.0):
-            word = "better" if e > 0 else "worse"
-            return word, f"treatment {word} than control" + (f"; {flat}" if cell.flat else ""), [0.0]
-        if cell.flat:
-            return "no detectable difference", f"no detectable difference at n={cell.n}; {flat}", [0.0]
-        d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
-        return "no detectable difference", (f"no detectable difference at n={cell.n}; the smallest detectable "
-                                            f"difference is {d:.3g} ({power:.0%} power); this is not equivalence"),\
-            [0.0]
+    flat = (f"every prompt's value is {cell.mean:.4g} (zero spread): no test of the mean and no interval (an "
+            "interval needs spread; the sign-flip p says only that the sign is consistent)")
     if cell.flat:
         return "inconclusive", flat, [q.null]
+    if q.kind == "difference":
+        if rejects(0.0):
+            side = "better" if e > 0 else "worse"
+            return ("superior" if e > 0 else "inferior"), (
+                f"the whole interval is on the {side} side of 0 (no margin declared, so the margin is 0)"), [0.0]
+        d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
+        return "inconclusive", (f"no detectable difference at n={cell.n}; the smallest detectable difference is "
+                                f"{d:.3g} ({power:.0%} power); this is not equivalence (declare a margin under "
+                                "stats/margins for a non-inferiority or equivalence question)"), [0.0]
     if q.kind == "floor":
         if rejects(q.floor):
-            return ("meets floor" if e > 0 else "misses floor"), (
-                f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}"), [q.floor]
-        return "inconclusive", _decide_in(cell, abs(e), alpha, power), [q.floor]
+            if e > 0:
+                return "non_inferior", f"the whole interval clears the floor {q.floor:g}", [q.floor]
+            return "inferior", f"the whole interval is beyond the floor {q.floor:g}", [q.floor]
+        return "inconclusive", (f"the interval holds the floor {q.floor:g}; "
+                                + _decide_in(cell, abs(e), alpha, power)), [q.floor]
     d, loss, gain = q.margin, -q.sign * q.margin, q.sign * q.margin
     if rejects(loss) and e > -d:
         if rejects(gain) and e < d:
-            return "equivalent", f"both bounds inside +-{d:g}", [loss, gain]
+            return "equivalent", f"the whole interval is inside +-{d:g}", [loss, gain]
         if rejects(0.0) and e > 0:
-            return "superior", f"better than control, and the loss bound is inside the margin {d:g}", [loss, 0.0]
-        return "non-inferior", f"any loss is inside the margin {d:g}", [loss]
+            return "superior", f"the whole interval is on the better side of 0 (and inside the margin {d:g})", [
+                loss, 0.0]
+        return "non_inferior", f"the whole interval is on the better side of the loss edge -{d:g}", [loss]
     if rejects(loss):
-        return "inferior", f"the loss exceeds the margin {d:g}", [loss]
+        return "inferior", f"the whole interval is beyond the margin: a loss of more than {d:g}", [loss]
     if rejects(0.0) and e < 0:
-        return "inferior", f"worse than control, and a loss beyond the margin {d:g} is not excluded", [0.0]
-    return "inconclusive", _decide_in(cell, abs(e + d), alpha, power), [loss]
+        return "worse_non_inferiority_not_shown", (f"the whole interval is on the worse side of 0 but holds the loss "
+                                                   f"edge -{d:g}: worse than control, by an amount that may be "
+                                                   "inside the margin"), [0.0]
+    return "inconclusive", (f"the interval holds 0 and the loss edge -{d:g}; "
+                            + _decide_in(cell, abs(e + d), alpha, power)), [loss]

@@ -36,6 +36,9 @@ Decoding = Literal["bt709", "bt601"]
 StaticFilter = Literal["none", "intersection"]
 FailureClass = Literal["device_oom", "host_oom_or_killed", "other"]
 Clock = Literal["cuda_events", "perf_counter"]
+VerdictCode = Literal["superior", "non_inferior", "equivalent", "worse_non_inferiority_not_shown", "inferior",
+                      "inconclusive"]
+"""A cell's verdict, machine-readable (``analysis.verdicts`` words it)."""
 
 
 class CandidateFields(TypedDict):
@@ -456,9 +459,13 @@ class MetricResult(TypedDict):
     signflip_min_p: float
     skewness: float | None
     diagnostics: list[str]
+    test: str
     verdict: str | None
+    verdict_code: VerdictCode | None
     verdict_detail: str | None
     p_verdict: float | None
+    p_verdict_test: str | None
+    p_verdict_family: str | None
     verdict_rests_on: list[str]
     planning: Planning | None
 
@@ -477,11 +484,13 @@ LatencySummary = TypedDict("LatencySummary", {
 class RatioSummary(TypedDict):
     geomean: float
     ci: list[float | None]
+    ci_note: str | None
 
 
 class ComputeSummary(TypedDict):
     ratio: float
     ci: list[float | None]
+    ci_note: str | None
     control_flops_mean: float
     treatment_flops_mean: float
     control_blocks_computed: int
