@@ -328,7 +328,7 @@ def test_latency_columns_divide_to_the_speedup() -> None:
 def test_required_prompts_matches_the_textbook_value() -> None:
     """Paired t-test, two-sided alpha 0.05, power 0.8, effect 0.5 sd: 34 pairs (Cohen;
     G*Power gives 34). The detectable effect at n inverts it."""
-    from pairflow.analysis.stats import detectable_effect, required_prompts
+    from pairflow.analysis.inference import detectable_effect, required_prompts
 
     assert required_prompts(1.0, 0.5, 0.95, 0.8) == 34
     assert required_prompts(0.2, -0.1, 0.95, 0.8) == 34  # sign does not matter; scale does not either
@@ -339,7 +339,10 @@ def test_required_prompts_matches_the_textbook_value() -> None:
 
 
 def test_sample_size_section_from_a_pilot() -> None:
-    from pairflow.analysis.stats import required_prompts
+    """Issue 39: prompts needed come from simulating the union test on this pilot's values
+    (with its SD's uncertainty), so not fewer than the t-test's N (the union rejects only
+    when its t test does; Monte Carlo error aside), and the same answer every time."""
+    from pairflow.analysis.inference import required_prompts
     from pairflow.report.table import markdown
 
     gen, scores, timings = records(effect=0.02, prompts=4)
@@ -347,8 +350,10 @@ def test_sample_size_section_from_a_pilot() -> None:
     res = analyse(gen, scores, timings, ["treat"], s)
     pl = metric(res, "q")["planning"]
     assert pl["sd_prompt"] == pytest.approx(metric(res, "q")["sd_prompt"])
-    assert pl["prompts_needed"] == required_prompts(pl["sd_prompt"], 0.01, 0.95, 0.8) > 4  # a family of one
-    assert pl["prompts_needed_upper"] == required_prompts(pl["sd_upper"], 0.01, 0.95, 0.8) > pl["prompts_needed"]
+    assert pl["prompts_needed"] >= required_prompts(pl["sd_prompt"], 0.01, 0.95, 0.8) > 4  # a family of one
+    # at its upper bound the SD is fixed; the simulation's Monte Carlo error (0.009 at power 0.8) allows a few %
+    assert pl["prompts_needed_upper"] >= 0.95 * required_prompts(pl["sd_upper"], 0.01, 0.95, 0.8)
+    assert metric(analyse(gen, scores, timings, ["treat"], s), "q")["planning"] == pl  # seeded: deterministic
     assert pl["detectable_effect"] > 0
     md = markdown(res, "t", {})
     assert "## Sample size from this study as a pilot" in md

@@ -79,7 +79,7 @@ from .inference import (
     detectable_effect,
     family_levels,
     min_prompts,
-    required_prompts,
+    plan_prompts,
     sd_upper,
     signflip_min_p,
     signflip_signs,
@@ -644,9 +644,12 @@ def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | No
 def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:
     """Sample size from this study as a pilot, carrying the pilot's uncertainty: the
     per-prompt SD and its one-sided upper bound (``SD_UPPER_CONFIDENCE``), the effect
-    detectable at this n, the prompts needed to show non-inferiority at the margin if the
-    true difference is 0 (at the SD and at its upper bound), and the seed vs prompt split of
-    the per-prompt mean's variance with the answer to "more prompts or more seeds?"."""
+    detectable at this n (t-test), the prompts needed to show non-inferiority at the margin
+    if the true difference is 0, and the seed vs prompt split of the per-prompt mean's
+    variance with the answer to "more prompts or more seeds?". Prompts needed: simulated
+    studies analysed by the union test itself, drawn as a smoothed bootstrap of this cell's
+    values (``planning``), their SD drawn around this one (its uncertainty), and again with
+    the SD fixed at its upper bound."""
     sd = cell.sd if cell.n > 1 else None
     up = sd_upper(sd, cell.n) if sd is not None else None
     target = q.margin if q.kind == "margin" else None
@@ -659,8 +662,12 @@ def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s
         advice = "add seeds (seed noise dominates; more seeds per prompt shrink it on the same panel)"
 
     def need(sd_: float | None) -> int | None:
-        n = None if sd_ is None or target is None else required_prompts(sd_, target, 1 - alpha, s.power)
-        return None if n is None else max(n, min_prompts(alpha, cell.quantised))
+        if sd_ is None or target is None:
+            return None
+        # A new study whose true difference is 0, shaped as this one: the smallest N at which the union
+        # test shows non-inferiority at the margin with probability s.power (simulated, inference.plan_prompts).
+        return plan_prompts(cell, 0.0, -q.sign * target, alpha, s.power, start=min_prompts(alpha, cell.quantised),
+                            scale=None if sd_ == sd else sd_ / sd if sd else None, seed=s.seed).prompts
 
     return {"sd_prompt": sd, "sd_upper": up, "sd_upper_confidence": SD_UPPER_CONFIDENCE, "power": s.power,
             "target_effect": target,
