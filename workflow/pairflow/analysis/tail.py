@@ -135,6 +135,8 @@ def to_bound(t: TailStatement) -> str:
 
 
 def flag_text(t: TailStatement) -> str:
-    """The diagnostic line of a flagged cell."""
+    """The diagnostic line of a flagged cell: why, the statement, and the prompts that
+    would bound the breaking share (whatever the verdict, so an inconclusive or favourable
+    word beside it always carries it)."""
     return (f"outlying prompt: the worst loss is {t['outlier_z']:.1f} robust SDs beyond the median (> {OUTLIER_Z:g}); "
-            "the mean's interval is not guaranteed for this shape; see Tails")
+            f"the mean's interval is not guaranteed for this shape; {sentence(t)}; {to_bound(t)}")

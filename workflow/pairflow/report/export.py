@@ -8,7 +8,8 @@ opens in pandas without reading JSON records:
   pair was not sampled), the exact compute (``work_flops``: transformer and verifier
   FLOPs; transformer blocks computed and skipped), and the digests of the generation,
   score and timing records the row was read from (``xxh3_128:<hex>``);
-* ``summary.<ext>``: one row per (arm, metric) from the study statistics, plus one
+* ``summary.<ext>``: one row per (arm, metric) from the study statistics (a metric with a
+  margin also carries its tail statement, ``tail_*`` columns), plus one
   ``speedup`` and one ``compute_ratio`` row per arm, each with the digest of the
   ``stats.json`` it came from.
 
@@ -98,8 +99,22 @@ def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
                          "p_value": m.get("p_value"), "p_adjusted": m.get("p_adjusted"),
                          "verdict": m.get("verdict"), "verdict_detail": m.get("verdict_detail"),
                          "p_verdict": m.get("p_verdict"), "wins": m.get("wins"), "ties": m.get("ties"),
-                         "losses": m.get("losses")})
+                         "losses": m.get("losses"), **tail_columns(m.get("tail"))})
     return rows
+
+
+def tail_columns(t: dict[str, Any] | None) -> dict[str, Any]:
+    """A metric row's tail statement (``analysis.tail``; empty for a metric without a
+    margin): prompts losing more than the margin, the exact upper bound of that share and its
+    level, the outlier flag and robust z, the prompts that would bound the share below the
+    target, and the worst prompts as ``panel/prompt:seed=loss`` joined by ``;``."""
+    if not t:
+        return {}
+    return {"tail_exceed": t["exceed"], "tail_upper": t["upper"], "tail_upper_level": t["upper_level"],
+            "tail_flag": t["flag"], "tail_outlier_z": t["outlier_z"], "tail_target_share": t["target_share"],
+            "tail_prompts_to_bound": t["prompts_to_bound"],
+            "tail_worst": ";".join(f"{w['prompt']}:{w['seed']}={w['loss']:.6g}" for w in t["worst"]),
+            "tail_worst_videos": ";".join(w["treatment_video"] for w in t["worst"])}
 
 
 def _columns(rows: Sequence[dict[str, Any]], first: Sequence[str]) -> list[str]:
