@@ -16,7 +16,7 @@ whose loss exceeds the margin (``--margin`` sd), from 400000 draws. Admitted: th
 Clopper-Pearson upper bound (``tail.cp_upper``; also the one-sided 95% bound for contrast)
 is at least that share. Flagged: ``tail.outlying``'s robust z above ``tail.OUTLIER_Z``.
 
-    .venv/bin/python benchmarks/tail_bench.py [--reps 20000] [--out benchmarks/tail_bench.json]
+    .venv/bin/python benchmarks/tail_bench.py [--reps 10000] [--out benchmarks/tail_bench.json]
 
 prints the Markdown table of BENCHMARKS.md's "Tails" section.
 """
@@ -132,7 +132,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=20_000)
+    ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--margin", type=float, default=1.0, help="margin in sd of the prompts that change little")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "tail_bench.json")
     a = ap.parse_args()

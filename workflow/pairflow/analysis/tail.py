@@ -17,7 +17,7 @@ standard deviations (1.4826 MAD about the median; 1.2533 x the mean absolute dev
 when half the prompts or more sit on the median) beyond the median loss. The interval of
 the mean was checked for normal, t3 and |skewness| <= 2 values; a prompt this far out says
 the cell's distribution is outside that, and the mean's interval is not guaranteed.
-Simulated in ``benchmarks/tail_bench.py``: at 7-30 prompts it marks 0.2-4.5% of normal
+Simulated in ``benchmarks/tail_bench.py``: at 7-30 prompts it marks 0.3-4.2% of normal
 cells and most cells that drew a breaking prompt.
 
 Imports without torch.
