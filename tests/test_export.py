@@ -164,3 +164,22 @@ def test_the_ledger_exports_one_row_per_job_with_its_digest(scratch: StudySpec, 
     assert (row["rule"], row["attempt"], row["slurm_job"], row["gpus"], row["cpus"]) == ("timed_pass", "2", "41", "2", "8")
     assert float(row["gpu_s"]) == 60.0 and row["held_from"].startswith("scheduler")
     assert float(row["busy_share"]) == 0.0 and row["ledger_digest"] == digest_file(path)
+
+
+def test_a_metric_with_a_margin_exports_its_tail_statement() -> None:
+    """Issue 39: the tail statement travels into the summary table as ``tail_*`` columns;
+    a metric without a margin has none."""
+    from test_stats import with_metric
+
+    from pairflow.analysis.stats import analyse
+    from pairflow.plan.config import StatsSpec
+    from pairflow.report.export import tail_columns
+
+    d = [0.01, -0.02, 0.0, 0.015, -0.01, -2.0, 0.005, -0.015, 0.02, -0.005]
+    m = analyse(*with_metric("q", {"treat": d}), ["treat"],
+                StatsSpec(2000, 0.95, 0, margins={"q": 0.5}))["comparisons"][0]["metrics"][0]
+    cols = tail_columns(m["tail"])
+    assert (cols["tail_exceed"], cols["tail_flag"], cols["tail_upper_level"]) == (1, True, 0.95)
+    assert cols["tail_upper"] == m["tail"]["upper"] and cols["tail_worst"].startswith("p/p05:0=2;")
+    assert cols["tail_worst_videos"].split(";")[0] == m["tail"]["worst"][0]["treatment_video"]
+    assert tail_columns(None) == {}

@@ -65,9 +65,11 @@ from ..records.types import (
     ScoreRecord,
     ScoringSetup,
     StudyStats,
+    TailPrompt,
+    TailStatement,
     TimingRecord,
 )
-from . import exact, sequential
+from . import exact, sequential, tail
 from .inference import (
     MULTIPLICITY_NAMES,
     PROCEDURE,
@@ -561,8 +563,33 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
         "signflip_min_p": signflip_min_p(cell.n), "skewness": cell.skew, "diagnostics": diagnostics(cell),
         "test": exact.PROCEDURE if binary else PROCEDURE,
         "verdict": None, "verdict_code": None, "verdict_detail": None, "p_verdict": None, "p_verdict_test": None,
-        "p_verdict_family": None, "verdict_rests_on": [], "planning": None}
+        "p_verdict_family": None, "verdict_rests_on": [], "planning": None,
+        "tail": _tail(gen, treatment, values, sign, question.margin, s.level)
+        if question is not None and question.kind == "margin" and values else None}
+    if m["tail"] is not None and m["tail"]["flag"]:
+        m["diagnostics"].append(tail.flag_text(m["tail"]))
     return m, cell, question, values
+
+
+def _tail(gen: Index[GenerationRecord], treatment: str, values: dict[Key, float], sign: int, margin: float,
+          level: float) -> TailStatement:
+    """The cell's tail statement (``tail.statement``): per-prompt losses (the mean over
+    seeds, in the metric's bad direction) and its ``tail.WORST`` worst prompts, each named
+    by its worst pair: the gallery anchor and both videos."""
+    loss = {k: -sign * v for k, v in values.items()}
+    by_prompt: dict[str, list[Key]] = defaultdict(list)
+    for k in sorted(loss):
+        by_prompt[k[0]].append(k)
+    per_prompt = {p: float(np.mean([loss[k] for k in ks])) for p, ks in by_prompt.items()}
+    worst: list[TailPrompt] = []
+    for p in sorted(per_prompt, key=lambda p: (-per_prompt[p], p))[:tail.WORST]:
+        k = max(by_prompt[p], key=lambda k: (loss[k], -k[1]))
+        panel, prompt_id = p.split("/", 1)
+        worst.append({"prompt": p, "loss": per_prompt[p], "seed": k[1],
+                      "anchor": f"{panel}-{treatment}-{prompt_id}-s{k[1]}",
+                      "control_video": gen["control"][k]["video"]["path"],
+                      "treatment_video": gen[treatment][k]["video"]["path"]})
+    return tail.statement(per_prompt, worst, margin, level)
 
 
 def diagnostics(cell: Cell) -> list[str]:

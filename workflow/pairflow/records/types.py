@@ -428,6 +428,35 @@ class Planning(TypedDict):
     advice: str
 
 
+class TailPrompt(TypedDict):
+    """One of a cell's worst prompts (``analysis.tail``): its loss (mean over seeds, in the
+    metric's bad direction), the seed of its worst pair, that pair's gallery anchor and the
+    two videos (paths inside the panel's folder)."""
+
+    prompt: str
+    loss: float
+    seed: int
+    anchor: str
+    control_video: str
+    treatment_video: str
+
+
+class TailStatement(TypedDict):
+    """What a cell's prompts rule out about prompts that break (``analysis.tail``)."""
+
+    margin: float
+    n_prompts: int
+    exceed: int
+    share: float
+    upper: float
+    upper_level: float
+    outlier_z: float | None
+    flag: bool
+    target_share: float
+    prompts_to_bound: int | None
+    worst: list[TailPrompt]
+
+
 class MetricResult(TypedDict):
     """One metric of one comparison: the paired estimate, its interval at the family's
     adjusted level, the test of its question and the verdict read from them."""
@@ -468,6 +497,7 @@ class MetricResult(TypedDict):
     p_verdict_family: str | None
     verdict_rests_on: list[str]
     planning: Planning | None
+    tail: TailStatement | None
 
 
 LatencySummary = TypedDict("LatencySummary", {
