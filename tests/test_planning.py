@@ -31,3 +31,38 @@ def test_search_finds_the_smallest_count_and_is_deterministic() -> None:
     a = planning.power_at(x, 0.2, 15, lambda v: v.mean(axis=1) > 0, seed=4)
     assert a == planning.power_at(x, 0.2, 15, lambda v: v.mean(axis=1) > 0, seed=4)
     assert planning.scale_df(x) <= 9 and planning.scale_df(np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 10.0])) < 9
+
+
+def test_skewed_draws_have_the_stated_skewness_and_unit_spread() -> None:
+    y = planning.skewed(np.random.default_rng(3), np.array([-2.0, 0.0, 1.0] * 100), 4000)
+    for k, rows in ((-2.0, y[0::3]), (0.0, y[1::3]), (1.0, y[2::3])):
+        r = rows.ravel() - rows.mean()
+        assert abs(rows.mean()) < 0.01 and abs(rows.std() - 1) < 0.01
+        assert abs(np.mean(r ** 3) / np.mean(r * r) ** 1.5 - k) < 0.1
+
+
+def test_a_plan_delivers_its_power_under_skew_toward_losses() -> None:
+    """Issue 39 item 3: pilots of 8 prompts from a population skewed toward losses
+    (standardised lognormal, skewness -2, sd 1) rarely hold the loss tail, so their own
+    shape under-plans (it delivered 0.46-0.63); the stressed model (a loss tail of
+    skewness 2 at the pilot's SD, as well as the pilot's shape) delivers at least 0.78 in
+    fresh studies from the population, analysed by the full union test. Margin 1 sd, true
+    difference 0."""
+    from pairflow.analysis.inference import decides, signflip_signs, union_p
+
+    rng = np.random.default_rng(12)
+    v = float(planning.lognormal_sigma(np.array([2.0]))[0])
+    scale = np.sqrt(np.expm1(v * v) * np.exp(v * v))
+
+    def population(shape: tuple[int, int]) -> np.ndarray:  # skewness -2: a few prompts lose a lot
+        return -(rng.lognormal(0.0, v, shape) - np.exp(v * v / 2)) / scale
+
+    decide = decides(-1.0, 1, 0.05, lambda n: signflip_signs(n, 200, 0), True)
+    delivered = []
+    for _ in range(32):
+        plan = planning.plan(population((1, 8))[0], 0.0, decide, 0.8, start=6, reps=400)
+        assert plan.prompts is not None
+        y = population((400, plan.prompts))
+        p = union_p(y, -1.0, signflip_signs(plan.prompts, 200, 0))
+        delivered.append(float(np.mean((p < 0.05) & (y.mean(axis=1) > -1.0))))
+    assert np.mean(delivered) >= 0.78

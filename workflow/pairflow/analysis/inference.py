@@ -263,13 +263,18 @@ def decides(boundary: float, side: int, alpha: float, signs_for: Callable[[int],
 
 
 def plan_prompts(cell: Cell, truth: float, boundary: float, alpha: float, power: float, *, start: int,
-                 now: int | None = None, scale: float | None = None, seed: int = 0) -> planning.Plan:
+                 now: int | None = None, scale: float | None = None, seed: int = 0,
+                 model: planning.Model = "stressed") -> planning.Plan:
     """Prompts at which the verdict on ``boundary`` is reached with probability ``power``
     if the true mean is ``truth`` and prompts vary as ``cell``'s do (``planning``: a
     smoothed bootstrap of its values with its SD's uncertainty, analysed by this module's
-    test at ``alpha``). The sign-flip test inside uses at most ``PLAN_SIGNFLIPS`` random
-    sign vectors beyond exact enumeration. Cached per question (a study asks some twice)."""
-    return _plan_cached(cell.x.tobytes(), truth, boundary, alpha, power, start, now, scale, seed, cell.quantised)
+    test at ``alpha``), and, with ``model`` "stressed" (the default; a continuous cell),
+    also if they vary with the pilot's SD but a loss tail of skewness ``planning.MAX_SKEW``
+    toward the boundary (the larger count of the two; see ``planning``). The sign-flip
+    test inside uses at most ``PLAN_SIGNFLIPS`` random sign vectors beyond exact
+    enumeration. Cached per question (a study asks some twice)."""
+    return _plan_cached(cell.x.tobytes(), truth, boundary, alpha, power, start, now, scale, seed, cell.quantised,
+                        model)
 
 
 PLAN_SIGNFLIPS = 1000
@@ -278,14 +283,14 @@ PLAN_SIGNFLIPS = 1000
 
 @functools.lru_cache(maxsize=256)
 def _plan_cached(xb: bytes, truth: float, boundary: float, alpha: float, power: float, start: int, now: int | None,
-                 scale: float | None, seed: int, quant: bool) -> planning.Plan:
+                 scale: float | None, seed: int, quant: bool, model: planning.Model) -> planning.Plan:
     x = np.frombuffer(xb, dtype=np.float64)
     side = 1 if truth > boundary else -1
     sd = float(x.std(ddof=1)) * (scale or 1.0)
     guess = required_prompts(sd, truth - boundary, 1 - alpha, power, limit=planning.PLAN_CAP) if sd > 0 else None
-    return planning.smallest_prompts(
-        x, truth, decides(boundary, side, alpha, functools.partial(_signs, seed=seed), not quant), power, start=start,
-        guess=guess, now=now, seed=seed, quantised=quant, scale=scale)
+    return planning.plan(x, truth, decides(boundary, side, alpha, functools.partial(_signs, seed=seed), not quant),
+                         power, start=start, guess=guess, now=now, seed=seed, quantised=quant, scale=scale,
+                         model=model, loss_side=-side)
 
 
 @functools.lru_cache(maxsize=64)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -46,6 +47,8 @@ PLAN_CAP = 2000
 """The most prompts the search tries; beyond it the answer is "more than PLAN_CAP"."""
 KERNEL = 0.2
 """Smoothed bootstrap's kernel width, in pilot standard deviations (variance kept)."""
+MAX_SKEW = 2.0
+"""The largest skewness the union test was validated for (BENCHMARKS.md, statistics)."""
 MIN_DF = 2.0
 """Fewest degrees of freedom the scale's uncertainty is drawn with (heavy-tailed pilots)."""
 
@@ -75,22 +78,60 @@ def scale_df(x: np.ndarray) -> float:
     return max(MIN_DF, min(n - 1.0, 2.0 / (2.0 / (n - 1) + max(kurt, 0.0) / n)))
 
 
-def scale_draws(x: np.ndarray, reps: int, seed: int, scale: float | None) -> np.ndarray:
+def scale_draws(x: np.ndarray, reps: int, seed: int, scale: float | None, df: float | None = None) -> np.ndarray:
     """Each simulated study's spread as a multiple of the pilot's (reps,): drawn (see the
-    module) or, with ``scale``, that fixed multiple."""
+    module; ``df`` replaces ``scale_df``) or, with ``scale``, that fixed multiple."""
     if scale is not None:
         return np.full(reps, float(scale))
-    nu = scale_df(x)
+    nu = scale_df(x) if df is None else df
     return np.sqrt(nu / np.random.default_rng([seed, 0]).chisquare(nu, reps))
 
 
-def draws(x: np.ndarray, truth: float, n: int, spread: np.ndarray, seed: int, quantised: bool) -> np.ndarray:
+def lognormal_sigma(skew: np.ndarray) -> np.ndarray:
+    """The log-scale sigma of a lognormal whose skewness is ``|skew|`` (elementwise,
+    ``(w + 2) sqrt(w - 1) = |skew|`` with ``w = exp(sigma^2)``, solved by bisection)."""
+    k = np.abs(np.asarray(skew, dtype=np.float64))
+    lo, hi = np.ones_like(k), np.full_like(k, 1.0 + max(1.0, float(k.max(initial=0.0))))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        big = (mid + 2) * np.sqrt(mid - 1) > k
+        hi, lo = np.where(big, mid, hi), np.where(big, lo, mid)
+    return np.sqrt(np.log(np.maximum((lo + hi) / 2, 1 + 1e-8)))
+
+
+def skewed(rng: np.random.Generator, skew: np.ndarray, n: int) -> np.ndarray:
+    """Standardised (mean 0, sd 1) draws (len(skew), n), row i from a shifted lognormal of
+    skewness ``skew[i]`` (its sign the side of the long tail; 0: normal)."""
+    v = lognormal_sigma(skew)[:, None]
+    z = rng.standard_normal((len(skew), n))
+    y = (np.expm1(v * z) - np.expm1(v * v / 2)) / np.sqrt(np.expm1(v * v) * np.exp(v * v))
+    return np.asarray(np.where(np.asarray(skew)[:, None] < 0, -y, y), dtype=np.float64)
+
+
+def pilot_skew(x: np.ndarray) -> tuple[float, float]:
+    """The pilot's adjusted skewness G1 and its standard error under normality
+    (``sqrt(6 n (n - 1) / ((n - 2)(n + 1)(n + 3)))``; 0 and inf below 3 values)."""
+    n = len(x)
+    r = x - x.mean()
+    m2 = float(np.mean(r * r))
+    if n < 3 or m2 <= 0:
+        return 0.0, math.inf
+    g1 = float(np.mean(r ** 3)) / m2 ** 1.5
+    return g1 * math.sqrt(n * (n - 1)) / (n - 2), math.sqrt(6.0 * n * (n - 1) / ((n - 2) * (n + 1) * (n + 3)))
+
+
+def draws(x: np.ndarray, truth: float, n: int, spread: np.ndarray, seed: int, quantised: bool,
+          skew: np.ndarray | None = None) -> np.ndarray:
     """Simulated per-prompt values (len(spread), n) of studies at ``n`` prompts whose true
     mean is ``truth``, shaped as the pilot ``x`` (1-D, at least 2 values) with each
-    study's spread ``spread`` times the pilot's (see the module)."""
+    study's spread ``spread`` times the pilot's (see the module). With ``skew`` (one per
+    study), each study is instead a shifted lognormal of that skewness (``skewed``) at the
+    pilot's SD times its spread."""
     rng = np.random.default_rng([seed, n])
     r = x - x.mean()
     s = float(x.std(ddof=1))
+    if skew is not None:
+        return np.asarray(truth + (spread * s)[:, None] * skewed(rng, skew, n), dtype=np.float64)
     pop_sd = math.sqrt(float(np.mean(r * r)))
     picked = r[rng.integers(0, len(x), (len(spread), n))]
     if pop_sd == 0:
@@ -102,26 +143,44 @@ def draws(x: np.ndarray, truth: float, n: int, spread: np.ndarray, seed: int, qu
     return np.asarray(truth + spread[:, None] * y, dtype=np.float64)
 
 
+Skew = float | str | None
+"""The shape of simulated studies: None, the pilot's (bootstrap); a number, a shifted
+lognormal of that skewness; "drawn", each study's skewness drawn around the pilot's."""
+
+
+def skew_draws(x: np.ndarray, reps: int, seed: int, skew: Skew) -> np.ndarray | None:
+    """Each simulated study's skewness (reps,), or None for the pilot's own shape."""
+    if skew is None:
+        return None
+    if isinstance(skew, str):
+        g, se = pilot_skew(x)
+        z = np.random.default_rng([seed, 1]).standard_normal(reps)
+        return np.clip(g + min(se, 10.0) * z, -MAX_SKEW, MAX_SKEW)
+    return np.full(reps, float(skew))
+
+
 def power_at(x: np.ndarray, truth: float, n: int, decides: Decides, *, seed: int = 0, quantised: bool = False,
-             scale: float | None = None, reps: int = PLAN_REPS) -> float:
+             scale: float | None = None, reps: int = PLAN_REPS, skew: Skew = None, df: float | None = None) -> float:
     """Share of ``reps`` simulated studies at ``n`` prompts that ``decides`` decides."""
-    spread = scale_draws(x, reps, seed, scale)
-    return float(np.mean(decides(draws(x, truth, n, spread, seed, quantised))))
+    spread = scale_draws(x, reps, seed, scale, df)
+    return float(np.mean(decides(draws(x, truth, n, spread, seed, quantised, skew_draws(x, reps, seed, skew)))))
 
 
 def smallest_prompts(x: np.ndarray, truth: float, decides: Decides, power: float, *, start: int,
                      guess: int | None = None, now: int | None = None, seed: int = 0, quantised: bool = False,
-                     scale: float | None = None, reps: int = PLAN_REPS, cap: int = PLAN_CAP) -> Plan:
+                     scale: float | None = None, reps: int = PLAN_REPS, cap: int = PLAN_CAP, skew: Skew = None,
+                     df: float | None = None) -> Plan:
     """Smallest prompt count from ``start`` up to ``cap`` whose simulated power (studies
     whose true mean is ``truth``, shaped and spread as the pilot ``x``, analysed by
     ``decides``) reaches ``power``; the search starts near ``guess``. With ``now``, the
     power at that count is reported too."""
-    spread = scale_draws(np.asarray(x, dtype=np.float64), reps, seed, scale)
+    spread = scale_draws(np.asarray(x, dtype=np.float64), reps, seed, scale, df)
+    skews = skew_draws(x, reps, seed, skew)
     memo: dict[int, float] = {}
 
     def pw(n: int) -> float:
         if n not in memo:
-            memo[n] = float(np.mean(decides(draws(x, truth, n, spread, seed, quantised))))
+            memo[n] = float(np.mean(decides(draws(x, truth, n, spread, seed, quantised, skews))))
         return memo[n]
 
     power_now = pw(now) if now is not None and now >= 2 else None
@@ -147,3 +206,50 @@ def smallest_prompts(x: np.ndarray, truth: float, decides: Decides, power: float
         else:
             lo = mid
     return Plan(hi, pw(hi), cap, power_now)
+
+
+Model = Literal["pilot", "stressed", "drawn"]
+"""What a planned study is assumed to look like: "pilot", the pilot's own shape (the
+smoothed bootstrap); "stressed", that and also a shifted lognormal of skewness
+``MAX_SKEW`` toward the losses at the pilot's SD (the larger N of the two); "drawn", a
+shifted lognormal whose skewness is drawn around the pilot's (see the module)."""
+
+
+def lognormal_kurtosis(skew: float) -> float:
+    """Excess kurtosis of a lognormal of skewness ``skew``: ``w^4 + 2 w^3 + 3 w^2 - 6``."""
+    w = math.exp(float(lognormal_sigma(np.array([skew]))[0]) ** 2)
+    return w ** 4 + 2 * w ** 3 + 3 * w ** 2 - 6
+
+
+STRESS_MIN_DF = 4.0
+"""Fewest degrees of freedom of the stressed model's SD uncertainty (below 4 the drawn
+variance itself has no finite variance, and a few huge draws set N)."""
+
+
+def stress_df(x: np.ndarray) -> float:
+    """Degrees of freedom of the stressed model's SD uncertainty: as ``scale_df`` with the
+    stressed lognormal's kurtosis (a pilot of that shape has an SD that uncertain: 1.6 at
+    8 prompts, 3 at 15, 6 at 30), at least ``STRESS_MIN_DF``, never more than the
+    pilot's own ``scale_df``."""
+    n = len(x)
+    k = lognormal_kurtosis(MAX_SKEW)
+    return min(scale_df(x), max(STRESS_MIN_DF, min(n - 1.0, 2.0 / (2.0 / (n - 1) + k / n))))
+
+
+def plan(x: np.ndarray, truth: float, decides: Decides, power: float, *, start: int, guess: int | None = None,
+         now: int | None = None, seed: int = 0, quantised: bool = False, scale: float | None = None,
+         model: Model = "stressed", loss_side: int = -1, reps: int = PLAN_REPS, cap: int = PLAN_CAP) -> Plan:
+    """``smallest_prompts`` under ``model``; ``loss_side`` (-1 or +1) is the side of the
+    stressed model's long tail. A quantised pilot is always planned on its own shape."""
+    kw = {"start": start, "guess": guess, "now": now, "seed": seed, "quantised": quantised, "scale": scale,
+          "reps": reps, "cap": cap}
+    if quantised or model == "pilot":
+        return smallest_prompts(x, truth, decides, power, **kw)  # type: ignore[arg-type]
+    if model == "drawn":
+        return smallest_prompts(x, truth, decides, power, skew="drawn", **kw)  # type: ignore[arg-type]
+    a = smallest_prompts(x, truth, decides, power, **kw)  # type: ignore[arg-type]
+    b = smallest_prompts(x, truth, decides, power, skew=loss_side * MAX_SKEW, df=stress_df(x), **kw)  # type: ignore[arg-type]
+    now_ = None if a.power_now is None or b.power_now is None else min(a.power_now, b.power_now)
+    if a.prompts is None or b.prompts is None:
+        return Plan(None, min(a.power, b.power), cap, now_)
+    return Plan(max(a.prompts, b.prompts), a.power if a.prompts > b.prompts else b.power, cap, now_)
