@@ -251,7 +251,7 @@ def decides(boundary: float, side: int, alpha: float, signs_for: Callable[[int],
     """The verdict's decision on ``boundary`` as planning simulates it: per row of
     per-prompt values (studies, n), whether the union test rejects "mean = boundary" at
     ``alpha`` with the mean on the ``side`` (+1 above, -1 below) the truth is on.
-    ``continuous`` rows (a smoothed bootstrap: never flat or quantised) past
+    ``continuous`` rows (a smoothed bootstrap or a lognormal: never flat or quantised) past
     ``SIGNFLIP_ALWAYS_UP_TO`` prompts take ``parametric_p``; the rest ``union_p`` with
     ``signs_for(n)``."""
     def decide(x: np.ndarray) -> np.ndarray:
@@ -485,8 +485,11 @@ def _decide_in(cell: Cell, boundary: float, alpha: float, power: float) -> str:
         return "the estimate sits on the boundary; no prompt count is likely to decide it"
     plan = plan_prompts(cell, cell.mean, boundary, alpha, power, now=cell.n,
                         start=max(cell.n + 1, min_prompts(alpha, cell.quantised)))
-    how = (f"{power:.0%} power if the true mean is the estimate and prompts vary as these did; simulated with "
-           "this test")
+    how = (f"{power:.0%} power if the true mean is the estimate and prompts vary as these did, or with as "
+           "heavy a loss tail as this test is validated for (skewness 2); simulated with this test")
+    if cell.quantised:
+        how = (f"{power:.0%} power if the true mean is the estimate and prompts vary as these did; simulated with "
+               "this test")
     if plan.prompts is None:
         return (f"more than {plan.cap} prompts would be needed ({how}); the estimate sits near the boundary")
     now = ("" if plan.power_now is None or plan.power_now < power else

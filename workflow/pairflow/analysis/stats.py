@@ -675,7 +675,8 @@ def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s
     if the true difference is 0, and the seed vs prompt split of the per-prompt mean's
     variance with the answer to "more prompts or more seeds?". Prompts needed: simulated
     studies analysed by the union test itself, drawn as a smoothed bootstrap of this cell's
-    values (``planning``), their SD drawn around this one (its uncertainty), and again with
+    values (``planning``), their SD drawn around this one (its uncertainty), and, the larger
+    N, on a loss tail of skewness 2 at that SD (``planning``'s stressed model); again with
     the SD fixed at its upper bound."""
     sd = cell.sd if cell.n > 1 else None
     up = sd_upper(sd, cell.n) if sd is not None else None
