@@ -24,14 +24,14 @@ The model of a future study (``draws``), stated:
   the default for a continuous pilot). A pilot of 8-15 prompts rarely holds the few
   prompts that lose a lot, so no resampling of it sees the prompts a skewed population
   needs (under skewness -2 the union test needs about 70 prompts at a 0.5 sd margin,
-  normal data 36; the pilot's shape alone delivered 0.55-0.60 there). So N is also
+  normal data 36; the pilot's shape alone delivered 0.56-0.73 there). So N is also
   planned under a stated model: a shifted lognormal (``skewed``) of skewness
   ``MAX_SKEW`` (the edge of the validated range, |skewness| <= 2) with its long tail on
   the boundary's side (``loss_side``), at the pilot's SD drawn as below but with the
   stressed shape's uncertainty (``stress_df``: the lognormal's kurtosis 7.9 in the
   formula below, at least ``STRESS_MIN_DF``), and N is the larger of the two. It costs
-  normal data about 2.2x the prompts (BENCHMARKS.md) and delivers at least 0.78 in every
-  validated family. Rejected by the same benchmark: each study's skewness drawn around
+  normal data 1.9-2.5x the prompts (median N, BENCHMARKS.md) and delivered 0.81-1.00 in
+  every validated family. Rejected by the same benchmark: each study's skewness drawn around
   the pilot's (SE ~ sqrt(6/n)) delivered 0.59-0.69 under skewness -2 (a pilot without
   the tail reads near 0); the stressed model with the pilot's own SD uncertainty
   delivered 0.78-0.79 there, at the goal's edge. A quantised pilot keeps its own shape
