@@ -43,20 +43,3 @@ def test_sweep_removes_only_temps_older_than_the_job(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "r.json"]
 
 
-def test_remove_temps_of_removes_only_the_temps_of_that_file(tmp_path: Path) -> None:
-    """Regression (issue 38 faults, item 2): a retried task removes what its killed first attempt
-    left mid-write (``atomic_path``'s names, file or folder), and nothing of another file."""
-    from pairflow.atomic import remove_temps_of
-
-    final = tmp_path / "a-s1.mp4"
-    made = [tmp_path / ".tmp-a-s1.mp4.0123456789abcdef.mp4",  # create=False (ffmpeg): 64 random bits
-            tmp_path / ".tmp-a-s1.mp4.k1ll3d_x.mp4"]  # mkstemp's
-    for m in made:
-        m.write_bytes(b"half")
-    (tmp_path / ".tmp-a-s1.mp4.0123456789abcdef.dir.mp4").mkdir()
-    others = [tmp_path / ".tmp-a-s1.mp4.bak.abcdefgh.bak", tmp_path / ".tmp-a-s10.mp4.abcdefgh.mp4", final]
-    for o in others:
-        o.write_bytes(b"x")
-    assert sorted(remove_temps_of(final)) == sorted(made)
-    assert all(o.exists() for o in others) and (tmp_path / ".tmp-a-s1.mp4.0123456789abcdef.dir.mp4").exists()
-    assert remove_temps_of(tmp_path / "missing" / "x.json") == []

@@ -193,9 +193,8 @@ def test_retried_attempts_keep_their_slot_time_as_retried(tmp_path):
 
 def lost_once(p: dict) -> dict:
     """Killed mid-write on its first attempt (a temp of its output left behind, as a
-    killed encoder leaves one); the retry clears its own stale temps and writes."""
-    from pairflow.stages.jobs import clear_own_temps
-
+    killed encoder leaves one); the retry writes (the job's end sweeps the temp:
+    ``jobs.sweep_after``, once the pool is down)."""
     out = Path(p["dir"], f"{p['i']}.json")
     marker = Path(p["dir"], f"{p['i']}.tried")
     time.sleep(0.3)
@@ -204,7 +203,6 @@ def lost_once(p: dict) -> dict:
         Path(p["dir"], f".tmp-{out.name}.k1lledwr1ter0001.json").write_text("half")
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
-    clear_own_temps(out)
     out.write_text("{}")
     return {"pid": os.getpid()}
 
@@ -214,7 +212,7 @@ def test_a_lost_attempt_is_a_retried_span_and_a_warning_and_its_temp_goes(tmp_pa
     retried on the other node correctly, but ``retried_s`` read 0.0, the log said nothing
     and the killed writers' temp videos stayed. A lost attempt is now a span (its start to
     when Parsl took the loss, failure ``retried``), one WARNING names the task, where it was
-    lost, where it was redone and what it cost, and the retry removes its stale temp."""
+    lost, where it was redone and what it cost; its temp stays for the job's end to sweep."""
     payloads = [{"dir": str(tmp_path), "i": i, "stage": "generate",
                  "identity": {"candidate_id": f"c{i}", "arm": "fewstep", "prompt_id": "a", "seed": i}}
                 for i in range(2)]
@@ -232,8 +230,10 @@ def test_a_lost_attempt_is_a_retried_span_and_a_warning_and_its_temp_goes(tmp_pa
     assert len(warnings) == 2, caplog.text  # one per lost attempt
     for i, w in enumerate(sorted(warnings)):
         assert f"lost: fewstep/a-s{i} was lost on " in w and "redone on " in w and "slot-s" in w, w
-    assert not list(tmp_path.glob(".tmp-*")), list(tmp_path.glob(".tmp-*"))  # the retry removed them
-    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json", "tel.json"]
+    # the killed writers' temps stay while tasks run (a retry may race a live first attempt);
+    # the job's end removes them once its pool is down (jobs.sweep_after, tests/test_jobs.py)
+    assert len(list(tmp_path.glob(".tmp-*"))) == 2
+    assert sorted(p.name for p in tmp_path.glob("[!.]*.json")) == ["0.json", "1.json", "tel.json"]
 
 
 WARMED: dict[str, float] = {}
@@ -724,6 +724,49 @@ def test_a_sigkilled_pool_fails_its_tasks_as_host_oom_or_killed_with_their_slots
     running = [r["slot"] for r in records.values() if r["slot"]["source"] == "heartbeat"]
     assert len(running) == 2  # the two tasks that were running: their worker's host and device
     assert all(s["host"] and s["device"].startswith("cpu") and s["pid"] for s in running)
+
+
+def _interchange_of(driver: int) -> int:
+    """Parsl's interchange: the driver's child whose command line names it (found by role)."""
+    found = [p for p in _children_of(driver) if b"interchange" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.slow
+def test_a_killed_interchange_ends_the_job_at_once_and_leaves_nothing(tmp_path):
+    """Injected (issue 38): SIGKILL to Parsl's interchange, the broker between the driver
+    and its pool. Before, nothing noticed: the pool manager exited after its heartbeat
+    threshold (20 s), the job waited out the stall timeout (here 120 s), then Parsl's
+    cleanup, asking the dead interchange, its 60 s limit: it ended 185 s after the kill.
+    Now the driver sees the interchange's exit at its next poll (``HEARTBEAT_S``) and ends
+    the job with InterchangeLostError naming it (9-12 s after the kill), and nothing of the
+    job's pool (manager, workers, fork server, Manager server, resource_tracker, watchdog)
+    outlives it."""
+    proc = _start_driver(LOST_DRIVER, tmp_path)
+    try:
+        assert len(list(tmp_path.glob("*.pid"))) == 2, f"workers did not start (driver exit {proc.poll()})"
+        interchange, pool = _interchange_of(proc.pid), _pool_of(tmp_path)
+        group = os.getpgid(pool)
+        started = {interchange, *_group(group), *_descendants(pool)}
+        assert len(started) >= 6, started  # interchange, pool, fork server, Manager server, two workers
+        os.kill(interchange, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=110)
+        ended = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert ended - killed < 20, (ended - killed, err[-3000:])  # the driver polls every HEARTBEAT_S (5 s)
+    assert proc.returncode != 0 and "InterchangeLostError" in err, err[-3000:]
+    assert f"interchange (pid {interchange}) ended (exit status -9)" in err, err[-3000:]
+    assert "3 of 3 tasks unfinished" in err, err[-3000:]
+    alive = started
+    while alive and time.monotonic() < ended + 20:
+        alive = {p for p in alive if _alive(p)}
+        time.sleep(0.2)
+    assert not alive, f"processes {sorted(alive)} outlived the job by 20 s"
+    assert not _group(group), f"pool processes {_group(group)} outlived the job"
 
 
 def test_a_multi_node_allocation_starts_its_pools_across_the_whole_allocation(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_full_study_produces_every_artifact(shared) -> None:  # type: ignore[no-
     assert t["busy_share"] == pytest.approx(t["work_s"] / t["slot_s"]) and 0 < t["busy_share"] < 1
     assert ledger["estimate"]["total_slot_s"] > 0 and t["by_kind"]["work"] > 0
     assert set(ledger["per_stage"]) == {"generate", "score", "warm-up", "timing"}
-    assert {arm for arm in ledger["totals"]["by_arm"]} == set(cfg["arms"])
+    assert {arm for arm in ledger["totals"]["by_arm"]} == {*cfg["arms"], "(study)"}  # (study): jobs for every arm
     archived = set(snapshot_files(snap, load_manifest(snap))[0]) | {
         p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()} | {
         rel for rel in load_manifest(snap)["packing"].get("chunks", {})}  # large files: in chunks

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -67,30 +66,6 @@ def sweep_temps(folders: Iterable[Path], older_than: float) -> list[Path]:
             except FileNotFoundError:
                 continue
             removed.append(Path(e.path))
-    return removed
-
-
-def remove_temps_of(final: Path) -> list[Path]:
-    """Remove the temporaries earlier writers of ``final`` left (``atomic_path``'s
-    ``.tmp-<name>.<random><suffix>``; not another file's, whatever its name), for a task
-    about to write ``final`` that is its only writer: a retried task whose first attempt
-    was killed mid-write (issue 38: its temp video stayed until the next run). Returns
-    what was removed."""
-    final = Path(final)
-    pattern = re.compile(re.escape(TMP_PREFIX + final.name) + r"\.[A-Za-z0-9_]{8,16}" + re.escape(final.suffix) + "$")
-    removed = []
-    try:
-        entries = list(os.scandir(final.parent))
-    except FileNotFoundError:
-        return []
-    for e in entries:
-        if pattern.match(e.name):
-            with contextlib.suppress(FileNotFoundError):
-                if e.is_dir(follow_symlinks=False):
-                    shutil.rmtree(e.path)
-                else:
-                    os.unlink(e.path)
-                removed.append(Path(e.path))
     return removed
 
 

@@ -37,6 +37,7 @@ from and the fix; the CLI turns any of them into exit code 3 (see ``cli``).
     ├── TaskFailedError        a fanned-out task still failed after its retries (classified in a failure record)
     ├── TaskError              a task's non-PairFlow exception as the driver receives it (type, message, traceback)
     ├── StalledError           no task finished and no worker reported for ``fleet/stall_timeout_s``
+    ├── InterchangeLostError   the job's Parsl interchange ended while its tasks were unfinished
     ├── LockError              another run holds the folder this job writes (a panel job: that panel's
     │                          folder; the timed pass and study statistics: the study folder)
     ├── CalibrationError       the calibration table is missing, stale (another key) or unreadable
@@ -228,3 +229,9 @@ class TaskError(PairFlowError):
 
 class StalledError(PairFlowError):
     """No task finished and no worker reported progress within ``fleet/stall_timeout_s``."""
+
+
+class InterchangeLostError(PairFlowError):
+    """The job's Parsl interchange (the broker between the driver and its worker pools)
+    ended while tasks were unfinished: nothing can reach a worker or come back, so the job
+    stops at once instead of waiting out ``fleet/stall_timeout_s``."""

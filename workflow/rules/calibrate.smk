@@ -44,5 +44,8 @@ rule estimate:
 
 
 # A refusal is deterministic: never retried (the Slurm profile's `retries: 1` would run it
-# twice). Set on the rule itself: Snakemake reads `retries: 0` as "not set".
-workflow.get_rule("estimate").restart_times = 0
+# twice). Set on the rule itself: Snakemake reads `retries: 0` as "not set". Deployed as a
+# module (`use rule * from pairflow as pairflow_*`) the rule has the deploying project's
+# name for it, or is not there at all when the project did not take it.
+if workflow.is_rule(workflow.modifier.modify_rulename("estimate")):
+    workflow.get_rule(workflow.modifier.modify_rulename("estimate")).restart_times = 0

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import PairFlowError, StalledError, TaskError, TaskFailedError
+from ..errors import InterchangeLostError, PairFlowError, StalledError, TaskError, TaskFailedError
 from ..plan.config import FleetSpec
 from ..records.store import write_record
 from . import orphans
@@ -405,7 +405,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
             after = None if follow is None else (lambda i, result: submit(follow(run.payloads[i], result)))
             settle = hooks.settle_failed
             failed = None if settle is None else (lambda i: submit(settle(run.payloads[i])))
-            _wait_all(futures, run, fleet, beat_dir, label, after, warming, start, failed)
+            _wait_all(futures, run, fleet, beat_dir, label, after, warming, start, failed, _interchanges(dfk))
             payloads = run.payloads
             run.spans += _warm_spans(warming, label)
             run.spans += _attempt_spans(beat_dir, run)
@@ -680,9 +680,13 @@ class _Collect:
 
 def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir: Path, label: str,
               after: Callable[[int, Any], list[Any]] | None = None, warming: dict[Any, float] | None = None,
-              start: float | None = None, failed: Callable[[int], list[Any]] | None = None) -> None:
+              start: float | None = None, failed: Callable[[int], list[Any]] | None = None,
+              interchanges: list[Any] | None = None) -> None:
     """Collect every future, and those ``after(index, result)`` submits as tasks succeed
     (and ``failed(index)`` as they fail).
+
+    When one of ``interchanges`` (Parsl's interchange processes, ``subprocess.Popen``) has
+    ended, InterchangeLostError follows at the next poll (``HEARTBEAT_S``): see ``_lost``.
 
     Two clocks: until a worker is ready (a warm-up in ``warming`` finished, a task
     started or finished) the job is starting up, and StalledError follows only after
@@ -706,6 +710,7 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
                     pending.update(failed(futures[fut]))
             continue
         beats = _heartbeats(beat_dir)
+        _lost(interchanges or [], label, len(pending), len(futures), beats, now)
         if ready_at is None and (any(f.done() for f in warming or ())
                                  or any(b.get("phase") in ("task", "idle") for b in beats)):
             ready_at = now
@@ -728,6 +733,31 @@ def _wait_all(futures: dict[Any, int], run: _Collect, fleet: FleetSpec, beat_dir
                 "is shut down; check the worker logs under the job's run/workers directory, then rerun (completed "
                 "candidates are kept), or raise fleet/stall_timeout_s if a single step (one denoising step, one "
                 "metric on one video) really takes that long")
+
+
+def _interchanges(dfk: Any) -> list[Any]:
+    """The interchange processes (``subprocess.Popen``) Parsl started for ``dfk``'s executors."""
+    return [p for e in dfk.executors.values() if (p := getattr(e, "interchange_proc", None)) is not None]
+
+
+def _lost(interchanges: list[Any], label: str, pending: int, total: int, beats: list[dict[str, Any]],
+          now: float) -> None:
+    """InterchangeLostError when one of ``interchanges`` has ended.
+
+    Nothing else notices: Parsl's executor never looks at its interchange process, and
+    its calls to it (scaling, cleanup) wait for ever for an answer. The pool manager exits
+    after its heartbeat threshold (20 s), and the job waited out ``fleet.stall_timeout_s``
+    (600 s by default), then ``CLEANUP_S``, with no task able to reach a worker or come
+    back (issue 38: 185 s after the kill at a stall timeout of 120 s)."""
+    for proc in interchanges:
+        code = proc.poll()
+        if code is not None:
+            raise InterchangeLostError(
+                f"{label}: the job's Parsl interchange (pid {proc.pid}) ended (exit status {code}) with {pending} of "
+                f"{total} tasks unfinished: no task can reach a worker or come back, so the job stops now. Slots: "
+                f"{_describe(beats, now)}. The worker pool is shut down; completed candidates are kept, a rerun "
+                "runs only what is unfinished. Exit status -9 is a SIGKILL: the kernel's OOM killer (check `dmesg` "
+                "or `journalctl -k` for oom-kill lines) or a kill from outside")
 
 
 def _describe(beats: list[dict[str, Any]], now: float) -> str:
@@ -803,8 +833,10 @@ def _cleanup(dfk: Any) -> None:
     """``dfk.cleanup()`` with a time limit: it talks to the interchange, which a signal to
     the job's whole process group (Slurm's scancel) may have ended, and then waits for
     ever. Past the limit the pool's process groups get SIGTERM and the interchange
-    SIGKILL directly, and the job goes on exiting."""
-    limit = EXIT_DEADLINE_S / 2 if _STOPPING else CLEANUP_S
+    SIGKILL directly, and the job goes on exiting. An interchange that has already ended
+    (``_lost``) will never answer: then the short limit too."""
+    gone = any(p.poll() is not None for p in _interchanges(dfk))
+    limit = EXIT_DEADLINE_S / 2 if _STOPPING or gone else CLEANUP_S
     done = threading.Event()
 
     def run() -> None:

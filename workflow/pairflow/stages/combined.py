@@ -59,7 +59,7 @@ from .generation import (
     warm_generation,
     warm_payload,
 )
-from .jobs import WARM_UP, describe, sweep_panel, timed_imports
+from .jobs import WARM_UP, describe, sweep_after, sweep_panel, timed_imports
 from .scoring import (
     SCORER_MODULES,
     finish_scoring,
@@ -198,6 +198,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
                           warm=(warm_panel, panel_warm_payload(study, build, phases)),
                           start_early=start_early, follow=follow)
         results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, label, hooks, packing)
+    sweep_after(study, panel_name, ("records", "videos", "scores"))
     log.info("score %s: %d candidates, %d to score", panel_name, len(todo_all), ran["score"])
     finish_generation(study, panel_name, todo_all, todo, records, gen_out)
     finish_scoring(study, panel_name, todo_all, ran["score"], build, score_out)

@@ -63,7 +63,7 @@ from ..records.types import (
     VideoFields,
 )
 from ..records.vouch import vouch
-from .jobs import WARM_UP, clear_failures, clear_own_temps, describe, sweep_panel, timed_imports
+from .jobs import WARM_UP, clear_failures, describe, sweep_after, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,6 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
     result = counted_run(study, c, pipe, tokens, payload.get("flops_check", True))
     frames, stats = prepare_frames(result.frames, study.encoder)
     memory = result.memory or PhaseMemory(result.device == "cuda")
-    clear_own_temps(video_path(layout, c), record_path(layout, c))  # a killed earlier attempt's
     started = time.perf_counter()
     memory.start("encode")
     info = encode(frames, video_path(layout, c), study.encoder, study.generation.fps)
@@ -273,6 +272,7 @@ def _run_generation(study: StudySpec, panel_name: str, manifest_out: Path, run_d
                       start_early=any(not record_path(layout, c).exists() for c in todo_all))
     results = run_tasks(generate_task, prepare, run_dir, study.fleet, grant, f"generate {panel_name}", hooks,
                         workers_for(study, ("generate",), grant))
+    sweep_after(study, panel_name, ("records", "videos"))
     finish_generation(study, panel_name, todo_all, todo, records, manifest_out)
     close_job(hooks.telemetry_out, started)  # the manifest's read-back is the job's time too
     return {"ran": len(todo), "reused": len(todo_all) - len(todo), "results": results}

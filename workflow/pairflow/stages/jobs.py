@@ -6,10 +6,9 @@ from __future__ import annotations
 import importlib
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
-from ..atomic import remove_temps_of, sweep_temps
+from ..atomic import sweep_temps
 from ..layout import Layout
 from ..plan.candidates import Candidate, failure_path
 from ..plan.config import StudySpec
@@ -52,12 +51,17 @@ def sweep_panel(study: StudySpec, panel: str, started: float, subdirs: tuple[str
         log.info("removed %s, left by an interrupted write", f)
 
 
-def clear_own_temps(*finals: Path) -> None:
-    """Before a task writes its candidate's files ``finals``: remove the temporaries an
-    earlier attempt of it left when it was killed mid-write (a lost worker or pool whose
-    task Parsl retried, maybe on another node). The task is the files' only writer (the
-    panel lock, one attempt at a time), so any such temp is stale; the next job's
-    ``sweep_panel`` would otherwise be the first to remove it."""
-    for final in finals:
-        for f in remove_temps_of(final):
-            log.warning("removed %s, left by an earlier attempt of this task killed mid-write", f)
+def sweep_after(study: StudySpec, panel: str, subdirs: tuple[str, ...]) -> None:
+    """Once the job's worker pool has shut down (every writer of this job has ended), remove
+    every ``.tmp-*`` left in the panel's folders: the temporaries of writers killed in this
+    job (a lost worker or pool whose task Parsl retried, maybe on another node; issue 38).
+    Not earlier: while tasks run, a retry may race a slow first attempt that is still alive
+    (a lost manager's worker can outlive the loss), and removing its temp would fail it.
+    The panel lock makes this job the folders' only writer. A job that fails leaves them to
+    the next job's ``sweep_panel``."""
+    layout = Layout(study.scratch)
+    pdir = layout.panel(panel)
+    folders = [pdir, layout.telemetry_dir(panel)]
+    folders += [pdir / sub / arm.name for sub in subdirs for arm in study.arms]
+    for f in sweep_temps(folders, time.time() + 2.0):
+        log.warning("removed %s, left by a writer killed in this job (its task was redone)", f)

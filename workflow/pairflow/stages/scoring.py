@@ -52,7 +52,7 @@ from ..records.types import (
     StaticFilter,
 )
 from ..records.vouch import vouch
-from .jobs import WARM_UP, clear_failures, clear_own_temps, describe, sweep_panel, timed_imports
+from .jobs import WARM_UP, clear_failures, describe, sweep_after, sweep_panel, timed_imports
 
 # Lazy on purpose: torch is imported inside the functions that run in a worker: the driver and rule scripts
 # import this module without it.
@@ -294,7 +294,6 @@ def score_task(payload: dict[str, Any]) -> dict[str, Any]:
         "memory": cast(PhaseMemoryFields, memory.asdict()),
         "worker": {**worker_identity(), "scorer_loads": dict(LOAD_COUNTS), "warm_up": WARM_UP or None},
     }
-    clear_own_temps(Path(payload["out"]))  # a killed earlier attempt's
     write_record(Path(payload["out"]), record)
     return {"candidate_id": rec["candidate"]["candidate_id"]}
 
@@ -340,6 +339,7 @@ def _run_scoring(study: StudySpec, panel_name: str, manifest_out: Path, run_dir:
                       start_early=any(not score_path(layout, c).exists() for c in todo_all))
     run_tasks(score_task, prepare, run_dir, study.fleet, grant, f"score {panel_name}", hooks,
               workers_for(study, ("score",), grant))
+    sweep_after(study, panel_name, ("scores",))
     finish_scoring(study, panel_name, todo_all, len(payloads), shared["scorer"], manifest_out)
     close_job(hooks.telemetry_out, started)  # the manifest's read-back is the job's time too
     return {"ran": len(payloads)}

@@ -53,7 +53,7 @@ from .generation import (
     incomplete,
     verified,
 )
-from .jobs import describe, sweep_panel
+from .jobs import describe, sweep_after, sweep_panel
 from .scoring import finish_scoring, ready_score_task, scoring_context
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,8 @@ def _run_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]], layout: 
                           start_early=start_early, follow=queue.follow, settle_failed=queue.failed)
         results = run_tasks(generate_task, lambda: queue.prepare(shared), run_dir, study.fleet, grant, label, hooks,
                             packing)
+    for name in outputs:
+        sweep_after(study, name, ("records", "videos", "scores"))
     if queue.errors:
         raise queue.errors[0]
     return {"panels": {p.name: {"ran": len(p.todo), "reused": len(p.todo_all) - len(p.todo), "scored": p.ran_score}
