@@ -407,3 +407,21 @@ def test_variance_split_recovers_known_components() -> None:
     assert variance_split(noisy) == (0.0, 25.0, 2.0)
     assert variance_split({("a", 0): 1.0, ("b", 0): 2.0}) == (None, None, 1.0)  # one seed: no split
     assert variance_split({("a", 0): 1.0, ("a", 1): 2.0}) == (None, None, 2.0)  # one prompt: no split
+
+
+def test_at_3_prompts_the_union_keeps_halls_part() -> None:
+    """At n = 3 (the fewest with a skewness) the union is max(t, Hall, exact sign-flip), each
+    by hand; above the mean Hall's p exceeds both the sign-flip p (0.5) and t's, so dropping the skew
+    at n = 3 (a surviving mutant of ``n >= 3``) changes p."""
+    import itertools
+
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import signflip_signs, union_p
+
+    x = [0.1, 0.2, 1.5]
+    for mu in (0.9, 1.0, 1.2):
+        sf = hand_signflip_p(x, mu, list(itertools.product((1.0, -1.0), repeat=3)))
+        want = max(hand_union_p(x, mu), sf)
+        assert want > max(sf, float(ttest_1samp(x, mu).pvalue)) + 0.1  # Hall's part decides
+        assert float(union_p(np.array([x]), mu, signflip_signs(3, 2000, 0))[0]) == pytest.approx(want, abs=1e-12)

@@ -256,6 +256,8 @@ def test_one_prompt_has_no_interval_and_says_so() -> None:
     assert m["ci"] == [None, None] and m["p_value"] is None and m["verdict"] == "inconclusive" and "fewer than 2 prompts" in m["verdict_detail"]
     assert res["comparisons"][0]["speedup"]["ci"] == [None, None]
     assert "n=1 prompt (psnr, q): no interval and no test" in markdown(res, "t", {})
+    # no SD from one prompt, so no planning from it (a mutant of "n > 1" survived: issue 39 item 5)
+    assert m["sd_prompt"] is None and m["planning"]["sd_prompt"] is None and m["planning"]["sd_upper"] is None
 
 
 def test_holm_is_applied_and_changes_the_answer() -> None:
