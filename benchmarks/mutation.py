@@ -142,7 +142,7 @@ def select(module: str) -> tuple[list[dict[str, Any]], Counter[str]]:
         occurrence = 0
         seen: set[tuple[int, int]] = set()
         for node in ast_nodes(tree):
-            for start, end in op.mutation_positions(node):
+            for start, _end in op.mutation_positions(node):
                 pos = (start[0], start[1])
                 again = pos in seen
                 seen.add(pos)
@@ -161,7 +161,7 @@ def select(module: str) -> tuple[list[dict[str, Any]], Counter[str]]:
                     left[why] += 1
                 else:
                     out.append({"module": module, "file": str(ANALYSIS / f"{module}.py"), "line": pos[0],
-                                "col": pos[1], "end": list(end), "function": func, "operator": name.split("/")[1],
+                                "col": pos[1], "function": func, "operator": name.split("/")[1],
                                 "operator_path": name, "occurrence": occurrence,
                                 "code": lines[pos[0] - 1].strip()})
                 occurrence += 1
@@ -390,7 +390,8 @@ def main() -> None:
                          "left_out": dict(left)},
            "seconds": round(time.monotonic() - t0), "score": score, "total": total,
            "not_run": sum(r["outcome"].startswith("not run") for r in results),
-           "mutants": sorted(results, key=lambda r: (r["module"], r["line"], r["col"], r["operator"]))}
+           "mutants": sorted((r for r in results if not r["outcome"].startswith("not run")),
+                             key=lambda r: (r["module"], r["line"], r["col"], r["operator"]))}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for module, s in score.items():
         print(f"{module}: {s['killed']}/{s['total']} killed")
