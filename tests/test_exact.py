@@ -62,8 +62,8 @@ def test_a_loss_of_1_is_still_a_0_1_metric() -> None:
 
 def test_a_0_1_cell_at_zero_spread_is_tested_not_refused() -> None:
     """Seven prompts all 0 against 0 have zero spread, but the exact test needs none: the
-    verdict is read from it, never the zero-spread refusal (a mutant making ``flat`` true
-    survived: issue 39 item 5)."""
+    verdict is read from it, never the zero-spread refusal (``BinaryCell.flat`` is False;
+    issue 39 item 5)."""
     from pairflow.analysis.inference import Question, verdict
 
     cell = exact.BinaryCell(np.zeros(7), signflip_signs(7, 2000, 0))
