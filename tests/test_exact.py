@@ -46,3 +46,27 @@ def test_a_non_binary_cell_is_not_tested_exactly() -> None:
     assert exact.is_binary([0.0, 1.0], [1.0, 1.0], np.array([1.0, 0.0]))
     assert not exact.is_binary([0.0, 1.0], [1.0, 0.5], np.array([1.0, -0.5]))
     assert not exact.is_binary([0.2, 0.3], [0.2, 0.4], np.array([0.0, 0.1]))
+
+
+def test_a_loss_of_1_is_still_a_0_1_metric() -> None:
+    """Differences -1, 0 and +1 all fit the exact test (a mutant accepting only 0 and +1
+    survived a mutation run: issue 39 item 5); 0.5 or a control value of 2 do not."""
+    from pairflow.analysis.exact import is_binary
+
+    assert is_binary([1.0, 0.0, 1.0], [0.0, 0.0, 1.0], np.array([-1.0, 0.0, 0.0]))
+    assert is_binary([0.0, 1.0], [1.0, 0.0], np.array([1.0, -1.0]))
+    assert not is_binary([1.0, 0.0], [0.0, 0.0], np.array([-0.5, 0.0]))
+    assert not is_binary([2.0, 0.0], [1.0, 0.0], np.array([-1.0, 0.0]))
+    assert not is_binary([1.0], [0.0], np.array([-1.0]))  # one prompt: no test
+
+
+def test_a_0_1_cell_at_zero_spread_is_tested_not_refused() -> None:
+    """Seven prompts all 0 against 0 have zero spread, but the exact test needs none: the
+    verdict is read from it, never the zero-spread refusal (``BinaryCell.flat`` is False;
+    issue 39 item 5)."""
+    from pairflow.analysis.inference import Question, verdict
+
+    cell = exact.BinaryCell(np.zeros(7), signflip_signs(7, 2000, 0))
+    assert not cell.flat and cell.p(0.0) == 1.0
+    _code, detail, _on = verdict(cell, Question("margin", 1, margin=0.5), 0.05, 0.8)
+    assert "zero spread" not in detail

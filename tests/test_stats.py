@@ -256,6 +256,8 @@ def test_one_prompt_has_no_interval_and_says_so() -> None:
     assert m["ci"] == [None, None] and m["p_value"] is None and m["verdict"] == "inconclusive" and "fewer than 2 prompts" in m["verdict_detail"]
     assert res["comparisons"][0]["speedup"]["ci"] == [None, None]
     assert "n=1 prompt (psnr, q): no interval and no test" in markdown(res, "t", {})
+    # no SD from one prompt, so no planning from it (a mutant of "n > 1" survived: issue 39 item 5)
+    assert m["sd_prompt"] is None and m["planning"]["sd_prompt"] is None and m["planning"]["sd_upper"] is None
 
 
 def test_holm_is_applied_and_changes_the_answer() -> None:
@@ -708,3 +710,40 @@ def test_no_mfu_on_cpu_or_an_unknown_gpu_and_one_note_says_why(gpu: str | None, 
         assert e["treatment"]["peak_memory_gib"] is None
     else:  # CUDA on a GPU the table does not know: peak memory is still measured
         assert table(res)[1][0][5] == "n/a / n/a; 2.00 / 4.00"
+
+
+def test_seed_and_prompt_variance_tie_reads_add_prompts() -> None:
+    """Issue 39 item 5 (the seed-variance split): three seeds per prompt at 0, 0, 3 and 2, 2, 5:
+    within-prompt variance 3 each, so the seed part of a per-prompt mean is 3 / 3 = 1; prompt
+    means 1 and 3 vary by 2, so the prompt part is 2 - 1 = 1. At the tie the advice is to add
+    prompts (more seeds cannot shrink the prompt part); a little more seed noise tips it."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs
+    from pairflow.analysis.stats import _planning
+
+    values = {("p0", 0): 0.0, ("p0", 1): 0.0, ("p0", 2): 3.0, ("p1", 0): 2.0, ("p1", 1): 2.0, ("p1", 2): 5.0}
+    cell = Cell(np.array([1.0, 3.0]), signflip_signs(2, 2000, 0))
+    pl = _planning(cell, Question("difference", 1), values, 0.05, S)
+    assert (pl["var_prompt"], pl["var_seed"], pl["seeds_per_prompt"]) == (1.0, 1.0, 3.0)
+    assert pl["advice"].startswith("add prompts (prompt-to-prompt")
+    noisier = {**values, ("p0", 2): 3.3, ("p1", 2): 5.3}  # within 3.63, seed part 1.21; prompt part 2 - 1.21
+    pl = _planning(Cell(np.array([1.1, 3.1]), signflip_signs(2, 2000, 0)), Question("difference", 1), noisier, 0.05, S)
+    assert pl["var_seed"] == pytest.approx(1.21) and pl["var_prompt"] == pytest.approx(0.79)
+    assert pl["advice"].startswith("add seeds")
+
+
+def test_planning_asks_for_non_inferiority_at_the_loss_edge_of_the_metrics_direction() -> None:
+    """Issue 39 item 5: "prompts needed" plans a study whose true difference is 0 to show the
+    loss is inside the margin: for a higher-is-better metric the boundary is -margin, for a
+    lower-is-better one +margin. Skewed values make the two boundaries need different counts,
+    so a sign flip in the boundary changes the answer."""
+    from pairflow.analysis.inference import Cell, Question, plan_prompts, signflip_signs
+    from pairflow.analysis.stats import _planning
+
+    x = np.array([0.02, -0.11, 0.05, 0.31, -0.04, 0.09, 0.62, 0.0, -0.07, 0.16])
+    cell = Cell(x, signflip_signs(10, 2000, 0))
+    lower = plan_prompts(cell, 0.0, -0.1, 0.05, 0.8, start=6).prompts
+    upper = plan_prompts(cell, 0.0, 0.1, 0.05, 0.8, start=6).prompts
+    assert lower != upper
+    values = {(f"p{i}", 0): v for i, v in enumerate(x)}
+    assert _planning(cell, Question("margin", 1, margin=0.1), values, 0.05, S)["prompts_needed"] == lower
+    assert _planning(cell, Question("margin", -1, margin=0.1), values, 0.05, S)["prompts_needed"] == upper

@@ -81,3 +81,33 @@ def test_no_question_is_value_only_and_every_code_has_one_phrase() -> None:
         "worse, non-inferiority not shown")
     m = {"verdict_code": "inconclusive", "verdict": "inconclusive", "p_verdict": None}
     assert verdict_text(m) == "inconclusive"  # no test ran (zero spread, one prompt): no p beside it
+
+
+@pytest.mark.parametrize("shift, margin, word", [(0.1, 0.25, "non_inferior"), (0.3, 0.2, "superior"),
+                                                 (-1.5, 0.3, "inferior")])
+def test_a_lower_is_better_metric_is_the_mirror_image_of_a_higher_is_better_one(shift: float, margin: float,
+                                                                                 word: str) -> None:
+    """Issue 39 item 5: mutants of the margin's direction survived (one gave a wrong
+    "non-inferior"). A lower-is-better metric whose treatment moves it by -d reads exactly as
+    a higher-is-better one moved by +d: the same word, the same p (the null is +margin for
+    one, -margin for the other), the interval mirrored, wins for losses, the same tail."""
+    from test_stats import DIFFS
+
+    d = [x - 0.216 + shift for x in DIFFS]
+    spec = StatsSpec(2000, 0.95, 0, margins={"q": margin})
+    up = analyse(*with_metric("q", {"treat": d}), ["treat"], spec)["comparisons"][0]["metrics"][0]
+    down = analyse(*with_metric("q", {"treat": [-v for v in d]}, higher_is_better=False), ["treat"],
+                   spec)["comparisons"][0]["metrics"][0]
+    assert up["verdict_code"] == down["verdict_code"] == word
+    for key in ("p_value", "p_adjusted", "p_verdict", "p_signflip", "standardised_effect"):
+        assert down[key] == pytest.approx(up[key] if key != "standardised_effect" else -up[key], abs=1e-12), key
+    assert down["ci"] == pytest.approx([-up["ci"][1], -up["ci"][0]], abs=1e-12)
+    assert (down["wins"], down["ties"], down["losses"]) == (up["wins"], up["ties"], up["losses"])
+    assert down["tail"]["exceed"] == up["tail"]["exceed"] and down["tail"]["worst"] and [
+        w["loss"] for w in down["tail"]["worst"]] == pytest.approx([w["loss"] for w in up["tail"]["worst"]])
+    assert down["p_verdict_test"] == up["p_verdict_test"] and down["verdict_rests_on"] == up["verdict_rests_on"]
+    # wins counted by hand: prompts where the higher-is-better metric rose
+    assert up["wins"] == sum(v > 0 for v in d) and up["losses"] == sum(v < 0 for v in d)
+    # the tail's losses are the drops of the higher-is-better metric, counted by hand against the margin
+    assert up["tail"]["exceed"] == sum(-v > margin for v in d)
+    assert up["tail"]["worst"][0]["loss"] == pytest.approx(-min(d))
