@@ -1,14 +1,15 @@
-"""temporal_flickering under PairFlow's decodes vs VBench's OpenCV reader, on the default study's videos.
+"""temporal_flickering under PairFlow's decodes vs VBench's OpenCV reader, on every video of a finished default study.
 
-Generates the default study's control, fbcache and fewstep videos (config/config.yaml: 7 prompts x
-2 seeds each; best2 is a seed search over the same generations) with the embedded tiny model, encodes
-them with the recipe, and compares, per video, temporal_flickering of ``read_video`` (bt709, and
+Reads every video a finished run of the default study wrote (config/config.yaml: 7 prompts x
+2 seeds x 4 arms = 56 videos, every arm, best2's search winners included), through the generation
+records that name them, and compares, per video, temporal_flickering of ``read_video`` (bt709, and
 bt601) with temporal_flickering of the frames OpenCV 4.x returns (VBench 0.1.5's reader for that
 dimension). OpenCV 4.x is not in the project environment (pyiqa brings OpenCV 5, which follows the
 tags); install it apart and name it:
 
+    .venv/bin/snakemake --profile profiles/local          # the default study, if not run yet
     python -m pip install --no-deps --target /tmp/ocv4 opencv-python-headless==4.10.0.84
-    python benchmarks/decode_offset.py --opencv /tmp/ocv4 --out /tmp/decode-offset
+    python benchmarks/decode_offset.py --opencv /tmp/ocv4 [--project .]
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pairflow.generation.generate import generate, load_pipeline
-from pairflow.generation.tinymodel import build_tiny_model
-from pairflow.media.video import encode, prepare_frames, read_video
+from pairflow.layout import Layout
+from pairflow.media.video import read_video
 from pairflow.metrics.flicker import temporal_flickering
-from pairflow.plan.candidates import candidates
-from pairflow.plan.config import ModelSpec, load_study
+from pairflow.plan.candidates import candidates, record_path
+from pairflow.plan.config import load_study
+from pairflow.records.store import read_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,24 +41,20 @@ def opencv_frames(cv2: object, path: Path) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--opencv", type=Path, required=True, help="a folder holding opencv-python-headless 4.x")
-    ap.add_argument("--out", type=Path, required=True, help="where the model and videos go")
+    ap.add_argument("--project", type=Path, default=ROOT, help="a project where the default study has run")
     args = ap.parse_args()
     sys.path.insert(0, str(args.opencv))
     cv2 = importlib.import_module("cv2")
     if not cv2.__version__.startswith("4."):
         raise SystemExit(f"need OpenCV 4.x (VBench's), got {cv2.__version__} from {cv2.__file__}")
-    study = load_study(ROOT / "config" / "config.yaml", ROOT)
+    study = load_study(args.project / "config" / "config.yaml", args.project)
     g = study.generation
-    pipe = load_pipeline(ModelSpec("embedded-tiny", build_tiny_model(args.out / "tiny-wan")), g.dtype, g.threads)
     offsets: dict[str, list[float]] = {}
     exact = 0
     for panel in study.panels:
         for c in candidates(study, panel):
-            if c.arm.search is not None:
-                continue
-            path = args.out / f"{c.key.candidate_id}.mp4"
-            u8, _ = prepare_frames(generate(pipe, c.prompt.text, c.key.stream_seed, c.arm, g).frames, study.encoder)
-            encode(u8, path, study.encoder, g.fps)
+            rec = read_record(record_path(Layout(study.scratch), c), "generation")
+            path = Layout(study.scratch).panel(panel.name) / rec["video"]["path"]  # relative to its panel
             shape = {"frames": g.frames, "height": g.height, "width": g.width, "fps": g.fps}
             vbench = temporal_flickering(opencv_frames(cv2, path))
             bt709 = temporal_flickering(read_video(path, study.encoder, **shape))

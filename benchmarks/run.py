@@ -6,7 +6,8 @@ medians over several runs; every ratio is measured side by side in one run. Sect
 encode/decode (writer vs bare ffmpeg), hashing (xxh3 vs sha256), planning at 31,000
 candidates, model loads (once per worker vs per candidate), Parsl slot busy share and
 no-op task rate, metric throughput, the default study's time by stage, (``stats``) the
-coverage and false-positive rate of the statistics at 3 to 30 prompts, and (``archive``,
+coverage and false-positive rate of the statistics at 3 to 30 prompts, (``power``) the power
+the sample-size plans deliver at the N they state, and (``archive``,
 in ``archive_bench.py``) packed against plain archive snapshots at 31,000 and 100,000
 candidates, and (``cost``) the CPU a candidate costs the whole study against the floor of
 its own work in one warm process.
@@ -37,6 +38,7 @@ from sections.loads import bench_loads
 from sections.metrics import bench_metrics
 from sections.payload import bench_payload
 from sections.plan import bench_plan
+from sections.power import bench_power
 from sections.records import bench_records
 from sections.slots import bench_slots
 from sections.slurm import bench_slurm
@@ -50,7 +52,8 @@ __all__ = ["ROOT", "SECTIONS", "main"]
 SECTIONS = {"video": bench_video, "hash": bench_hash, "plan": bench_plan, "payload": bench_payload,
             "records": bench_records, "loads": bench_loads, "compute": bench_compute,
             "slots": bench_slots, "metrics": bench_metrics,
-            "slurm": bench_slurm, "slurm_study": bench_slurm_study, "stats": bench_stats, "e2e": bench_e2e,
+            "slurm": bench_slurm, "slurm_study": bench_slurm_study, "stats": bench_stats, "power": bench_power,
+            "e2e": bench_e2e,
             "archive": bench_archive, "cost": bench_cost}
 
 

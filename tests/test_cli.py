@@ -303,3 +303,20 @@ def test_estimate_reads_the_table_and_refuses_over_budget(tmp_path: Path, monkey
     out = capsys.readouterr()
     assert "generate" in out.out and "control 4.0" in out.out and "EXCEEDED" in out.out
     assert "over fleet/budget_gpu_hours = 1e-06 in config/config.yaml" in out.err
+
+
+def test_check_config_names_each_panel_too_small_for_any_verdict(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39: at 5 prompts or fewer the exact sign-flip test decides and its smallest p
+    (2 / 2^n) cannot reach the level, so a panel that small gets no verdict; check-config
+    says so before the study runs, naming the panel, its count and the count that allows one."""
+    project, path = project_with(tmp_path, lambda c: c["stats"].update(multiplicity="bh"))
+    assert main(["check-config", str(path), "--directory", str(project)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: panel 'motion' has 3 prompts: no verdict is possible" in err
+    assert "warning: panel 'smoke' has 4 prompts: no verdict is possible" in err
+    assert "smallest p, 0.125, is not below 0.05" in err and "6 prompts would allow one" in err
+    project, path = project_with(tmp_path / "b", lambda c: c["stats"].update(level=0.8, multiplicity="bh"))
+    assert main(["check-config", str(path), "--directory", str(project)]) == 0
+    err = capsys.readouterr().err  # at alpha 0.2: 4 prompts reach p = 0.125
+    assert "'motion' has 3 prompts" in err and "'smoke'" not in err.replace("'smoke' has 4 prompts: a quantised", "")

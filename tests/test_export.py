@@ -50,10 +50,13 @@ def scratch(tmp_path: Path, tiny_model: Path) -> StudySpec:
         "panel-generation", layout.panel("t"), [], {"config": config_snapshot(study)}))
     stats = {"level": 0.95, "comparisons": [{
         "treatment": "pab", "n_prompts": 2, "n_pairs": 2, "speedup": {"geomean": 2.0, "ci": [1.5, 2.5]},
-        "compute": {"ratio": 0.6, "ci": [0.6, 0.6]},
+        "compute": {"ratio": 0.6, "ci": [None, None], "ci_note": "compute ratio: no interval: every prompt's ratio "
+                    "is 0.6 (zero spread)"},
         "metrics": [{"metric": "temporal_flickering", "kind": "NR", "higher_is_better": True, "diff": -0.02,
                      "ci": [-0.5, 0.46], "control_mean": 0.905, "treatment_mean": 0.885, "p_value": 0.9,
-                     "verdict": "no detectable difference"}]}]}
+                     "verdict": "worse, non-inferiority not shown", "verdict_code": "worse_non_inferiority_not_shown",
+                     "p_verdict": 0.003, "p_verdict_test": "difference from 0",
+                     "p_verdict_family": "outside the family, scaled to this cell's Holm level"}]}]}
     layout.study_stats.parent.mkdir(parents=True, exist_ok=True)
     layout.study_stats.write_text(json.dumps(stats))
     return study
@@ -85,7 +88,12 @@ def test_summary_rows_carry_the_stats_digest(scratch: StudySpec) -> None:
     assert {r["stats_digest"] for r in rows} == {digest_file(path)}
     flick = rows[2]
     assert (flick["estimate"], flick["ci_low"], flick["ci_high"], flick["verdict"]) == (
-        -0.02, -0.5, 0.46, "no detectable difference")
+        -0.02, -0.5, 0.46, "worse, non-inferiority not shown")
+    # the verdict as every report words it: phrase, the deciding test's p and its family (issue 39)
+    assert flick["verdict_code"] == "worse_non_inferiority_not_shown" and flick["verdict_text"] == (
+        "worse, non-inferiority not shown (p 0.003: difference from 0, outside the family, scaled to this cell's "
+        "Holm level)")
+    assert rows[1]["ci_low"] is None and "zero spread" in rows[1]["ci_note"]
 
 
 def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: StudySpec,
@@ -156,3 +164,22 @@ def test_the_ledger_exports_one_row_per_job_with_its_digest(scratch: StudySpec, 
     assert (row["rule"], row["attempt"], row["slurm_job"], row["gpus"], row["cpus"]) == ("timed_pass", "2", "41", "2", "8")
     assert float(row["gpu_s"]) == 60.0 and row["held_from"].startswith("scheduler")
     assert float(row["busy_share"]) == 0.0 and row["ledger_digest"] == digest_file(path)
+
+
+def test_a_metric_with_a_margin_exports_its_tail_statement() -> None:
+    """Issue 39: the tail statement travels into the summary table as ``tail_*`` columns;
+    a metric without a margin has none."""
+    from test_stats import with_metric
+
+    from pairflow.analysis.stats import analyse
+    from pairflow.plan.config import StatsSpec
+    from pairflow.report.export import tail_columns
+
+    d = [0.01, -0.02, 0.0, 0.015, -0.01, -2.0, 0.005, -0.015, 0.02, -0.005]
+    m = analyse(*with_metric("q", {"treat": d}), ["treat"],
+                StatsSpec(2000, 0.95, 0, margins={"q": 0.5}))["comparisons"][0]["metrics"][0]
+    cols = tail_columns(m["tail"])
+    assert (cols["tail_exceed"], cols["tail_flag"], cols["tail_upper_level"]) == (1, True, 0.95)
+    assert cols["tail_upper"] == m["tail"]["upper"] and cols["tail_worst"].startswith("p/p05:0=2;")
+    assert cols["tail_worst_videos"].split(";")[0] == m["tail"]["worst"][0]["treatment_video"]
+    assert tail_columns(None) == {}

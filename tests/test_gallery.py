@@ -153,3 +153,16 @@ def test_gallery_in_chromium_shows_both_arms_and_the_records_numbers(tree: tuple
                 assert float(m["control"]) == ctrl["scores"][m["metric"]]["value"] and float(m["diff"]) == diff
                 assert m["cells"][3] == f"{diff:.4g}"
     assert (tmp_path / "gallery.png").stat().st_size > 10_000
+
+
+def test_each_arm_carries_its_study_verdicts_worded_as_every_report_words_them() -> None:
+    """Issue 39: the gallery words a verdict as the table does (``verdicts.verdict_text``)."""
+    from pairflow.analysis.verdicts import verdict_text
+    from pairflow.report.gallery import arm_verdicts
+
+    m = {"metric": "q", "verdict_code": "inferior", "verdict": "inferior", "p_verdict": 0.01,
+         "p_verdict_test": "non-inferiority (loss = margin 0.1)", "p_verdict_family": "Holm over the table's 3 tests"}
+    free = {"metric": "psnr", "verdict_code": None, "verdict": None}
+    out = arm_verdicts({"comparisons": [{"treatment": "a", "metrics": [m, free]}]})
+    assert out == {"a": f"q: {verdict_text(m)}"} and "inferior (p 0.01: non-inferiority" in out["a"]
+    assert arm_verdicts(None) == {}

@@ -5,6 +5,7 @@ with adjusted p-values, and the pilot SD's upper bound."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -97,3 +98,330 @@ def test_sd_upper_bound_is_the_chi_square_bound() -> None:
 
     assert sd_upper(1.0, 7) == pytest.approx(math.sqrt(6 / chi2.ppf(0.2, 6)))
     assert 1.39 < sd_upper(1.0, 7) < 1.41
+
+
+def test_parametric_p_is_the_union_test_on_continuous_rows() -> None:
+    """Planning simulates with ``parametric_p`` where rows are neither flat nor quantised
+    past 5 prompts; there it must be ``union_p`` exactly (issue 39)."""
+    from pairflow.analysis.inference import parametric_p, signflip_signs, union_p
+
+    rng = np.random.default_rng(3)
+    for n in (6, 9, 25):
+        x = np.vstack([rng.normal(0.1, 1, (50, n)), rng.lognormal(0, 1, (50, n)), -rng.lognormal(0, 1, (50, n))])
+        assert np.allclose(parametric_p(x, -0.4), union_p(x, -0.4, signflip_signs(n, 500, 0)), rtol=0, atol=1e-12)
+
+
+def test_a_plan_delivers_its_power_in_an_independent_simulation() -> None:
+    """Issue 39: "prompts needed" is the smallest N whose simulated union-test power on
+    the pilot reaches 0.8. Pilots of 10 prompts from a normal population (sd 1), margin
+    1 sd, true difference 0: fresh studies of the stated N from the population itself,
+    analysed by the full ``union_p``, deliver at least 0.78 on average (the t-test's N
+    delivered about 0.6 here)."""
+    from pairflow.analysis.inference import Cell, plan_prompts, signflip_signs, union_p
+
+    rng = np.random.default_rng(11)
+    delivered = []
+    for _ in range(24):
+        x = rng.normal(0, 1, 10)
+        plan = plan_prompts(Cell(x, signflip_signs(10, 2000, 0)), 0.0, -1.0, 0.05, 0.8, start=6)
+        assert plan.prompts is not None and plan.power >= 0.8
+        y = rng.normal(0, 1, (1000, plan.prompts))
+        p = union_p(y, -1.0, signflip_signs(plan.prompts, 100, 0))
+        delivered.append(float(np.mean((p < 0.05) & (y.mean(axis=1) > -1.0))))
+    assert np.mean(delivered) >= 0.78
+
+
+def test_an_inconclusive_cell_is_told_more_prompts_than_it_has() -> None:
+    """Issue 39: a cell at n prompts is never told "about n prompts would decide it"."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    rng = np.random.default_rng(5)
+    for n in (6, 10, 15):
+        for _ in range(2):
+            x = rng.normal(0, 1, n)
+            word, detail, _on = verdict(Cell(x, signflip_signs(n, 2000, 0)), Question("margin", 1, margin=0.5),
+                                        0.05, 0.8)
+            m = re.search(r"about (\d+) prompts would decide it", detail)
+            if word == "inconclusive" and m:
+                assert int(m.group(1)) > n, detail
+
+
+# --- issue 39 item 5: each formula's direction, constant and switch, against a hand computation ---------
+
+
+def hand_union_p(x: list[float], mu: float) -> float:
+    """max(Student t p, Hall's skew-corrected t p) of "mean = mu", from the textbook formulas
+    in plain Python: G1 = g1 sqrt(n (n - 1)) / (n - 2), a = 1.5 G1 / (3 sqrt(n)),
+    g(T) = T + a T^2 + a^2 T^3 / 3 + a / 2 (Hall 1992, with the documented factor 1.5)."""
+    from scipy.stats import t as student
+
+    n = len(x)
+    mean = sum(x) / n
+    m2 = sum((v - mean) ** 2 for v in x) / n
+    m3 = sum((v - mean) ** 3 for v in x) / n
+    big_g1 = m3 / m2 ** 1.5 * math.sqrt(n * (n - 1)) / (n - 2)
+    a = 1.5 * big_g1 / (3 * math.sqrt(n))
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1))
+    t = math.sqrt(n) * (mean - mu) / sd
+    g = t + a * t * t + a * a * t ** 3 / 3 + a / 2
+    return max(2 * float(student.sf(abs(t), n - 1)), 2 * float(student.sf(abs(g), n - 1)))
+
+
+SKEWED = [0.02, -0.11, 0.05, 0.31, -0.04, 0.09, 1.42, 0.0, -0.07, 0.16]
+"""Ten per-prompt differences with one large gain (skewness 2.76): Hall's p differs
+from Student's, so a change in the correction's constant or terms moves the union's p."""
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("mu", [0.25, 0.35, 0.45, 0.6])
+def test_hall_skew_correction_matches_a_hand_computation(mu: float, sign: float) -> None:
+    """Issue 39 item 5 (a surviving mutant sat in the skew correction's constant): the union
+    p at 10 continuous prompts is max(t p, Hall p) to 1e-12, in ``Cell.p``, ``union_p`` and
+    ``parametric_p``; and Hall's part decides at these means, on the long tail's side of the
+    mean (it is not hidden by t's), for right- and left-skewed values."""
+    from scipy.stats import skew, ttest_1samp
+
+    from pairflow.analysis.inference import SKEW_FACTOR, Cell, parametric_p, signflip_signs, skewness, union_p
+
+    assert SKEW_FACTOR == 1.5
+    x, mu = sign * np.array(SKEWED), sign * mu
+    assert skewness(x) == pytest.approx(float(skew(x, bias=False)), abs=1e-12)
+    want = hand_union_p(list(x), mu)
+    cell = Cell(x, signflip_signs(10, 2000, 0))
+    assert not cell.uses_signflip
+    assert cell.p(mu) == pytest.approx(want, abs=1e-12)
+    assert float(union_p(x[None, :], mu, signflip_signs(10, 2000, 0))[0]) == pytest.approx(want, abs=1e-12)
+    assert float(parametric_p(x[None, :], mu)[0]) == pytest.approx(want, abs=1e-12)
+    t_p = float(ttest_1samp(x, mu).pvalue)
+    assert want > t_p + 1e-3  # Hall's p is the larger one here, so it is what the test sees
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_hall_interval_is_the_hand_inverted_transform(sign: float) -> None:
+    """The interval is the hull of the t and Hall intervals: each Hall edge is where
+    Hall's p equals 1 - level, found here by root-finding on the hand formula, to 1e-9.
+    Skewed right, Hall's upper edge is the interval's; skewed left (sign -1), its lower one."""
+    from scipy.optimize import brentq
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = [sign * v for v in SKEWED]
+    n, mean = len(x), sum(x) / len(x)
+    se = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1)) / math.sqrt(n)
+    half = float(student.ppf(0.975, n - 1))
+    t_lo, t_hi = mean - half * se, mean + half * se
+    m2 = sum((v - mean) ** 2 for v in x) / n
+    a = 1.5 * (sum((v - mean) ** 3 for v in x) / n / m2 ** 1.5 * math.sqrt(n * (n - 1)) / (n - 2)) / (3 * math.sqrt(n))
+
+    def hall_p(mu: float) -> float:
+        t = (mean - mu) / se
+        return 2 * float(student.sf(abs(t + a * t * t + a * a * t ** 3 / 3 + a / 2), n - 1)) - 0.05
+
+    h_lo = brentq(hall_p, mean - 20 * se, mean - 0.2 * se, xtol=1e-14)
+    h_hi = brentq(hall_p, mean + 0.2 * se, mean + 20 * se, xtol=1e-14)
+    lo, hi, why = Cell(np.array(x), signflip_signs(n, 2000, 0)).interval(0.95)
+    assert why is None
+    assert lo == pytest.approx(min(t_lo, h_lo), abs=1e-9) and hi == pytest.approx(max(t_hi, h_hi), abs=1e-9)
+    if sign > 0:  # skewed right: Hall's interval sits to the right of t's
+        assert h_lo > t_lo + 1e-3 and h_hi > t_hi + 1e-3
+    else:
+        assert h_lo < t_lo - 1e-3 and h_hi < t_hi - 1e-3
+
+
+def hand_signflip_p(x: list[float], mu: float, signs: list[tuple[float, ...]]) -> float:
+    """Share of sign vectors whose |sum| reaches the observed one, in plain Python."""
+    y = [v - mu for v in x]
+    obs = abs(sum(y))
+    return sum(abs(sum(s * v for s, v in zip(row, y, strict=True))) >= obs - 1e-9 for row in signs) / len(signs)
+
+
+def test_signflip_switches_to_monte_carlo_exactly_past_2_to_the_n() -> None:
+    """Issue 39 item 5: a surviving mutant sat in the switch between exact enumeration and
+    Monte Carlo. With n = 5 prompts, ``resamples`` = 32 = 2^5 enumerates all 32 sign vectors
+    (the exact p, 4/32); 31 draws 31 random ones beside the observed vector, so 32 rows that
+    are not all the vectors; 8 (a product 2 n would let it pass) draws too."""
+    import itertools
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = [0.9, 0.7, 0.4, 0.2, -0.1]
+    every = list(itertools.product((1.0, -1.0), repeat=5))
+    assert hand_signflip_p(x, 0.0, every) == 4 / 32
+    exact = signflip_signs(5, 32, 7)
+    assert exact.shape == (32, 5) and {tuple(r) for r in exact} == set(every)
+    assert Cell(np.array(x), exact).p_signflip(0.0) == 4 / 32
+    mc = signflip_signs(5, 31, 7)
+    assert mc.shape == (32, 5) and len({tuple(r) for r in mc}) < 32
+    assert Cell(np.array(x), mc).p_signflip(0.0) == hand_signflip_p(x, 0.0, [tuple(r) for r in mc]) != 4 / 32
+    assert signflip_signs(5, 8, 7).shape == (9, 5)
+    assert signflip_signs(3, 8, 7).shape == (8, 3)  # 2^3 = 8: exact again
+
+
+def test_monte_carlo_signflip_counts_the_observed_vector_once() -> None:
+    """The Monte Carlo p is (1 + #draws at least as extreme) / (B + 1): the observed all-plus
+    vector is row 0 and is counted, so p >= 1 / (B + 1). 40 positive prompts: no draw of
+    B = 99 reaches the observed sum, p = 1/100 exactly (0 without the observed vector,
+    2/101 with it twice). A mixed sample's p is recounted from the same seeded draws."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    signs = signflip_signs(40, 99, 3)
+    assert signs.shape == (100, 40) and np.all(signs[0] == 1.0) and set(np.unique(signs[1:])) == {-1.0, 1.0}
+    draws = np.random.default_rng(3).choice([-1.0, 1.0], (99, 40))
+    assert np.array_equal(signs[1:], draws)
+    pos = np.linspace(0.1, 2.0, 40)
+    assert Cell(pos, signs).p_signflip(0.0) == 1 / 100
+    rng = np.random.default_rng(8)
+    x = rng.normal(0.25, 1.0, 40)
+    want = hand_signflip_p(list(x), 0.0, [tuple([1.0] * 40)] + [tuple(r) for r in draws])
+    assert 1 / 100 < want < 1
+    assert Cell(x, signs).p_signflip(0.0) == pytest.approx(want, abs=1e-15)
+    # the observed vector is the all-plus one: a mean far from the data is rejected at the floor 1/(B+1)
+    assert Cell(x, signs).p_signflip(100.0) == 1 / 100
+
+
+def test_the_signflip_test_joins_the_union_up_to_5_prompts_and_for_quantised_values() -> None:
+    """The union's switch at ``SIGNFLIP_ALWAYS_UP_TO`` = 5 and at "half the prompts on one
+    value", both sides: at 5 prompts p = max(t, Hall, sign-flip) where the sign-flip p is the
+    largest; at 6 continuous prompts it is max(t, Hall) (hand computation); at 6 prompts
+    with 3 on one value, the sign-flip p joins again; with 2 of 6 it does not."""
+    import itertools
+
+    from pairflow.analysis.inference import SIGNFLIP_ALWAYS_UP_TO, Cell, signflip_signs
+
+    assert SIGNFLIP_ALWAYS_UP_TO == 5
+    five = [0.5, 0.6, 0.7, 0.8, 0.9]
+    sf5 = hand_signflip_p(five, 0.0, list(itertools.product((1.0, -1.0), repeat=5)))
+    assert sf5 == 2 / 32 and hand_union_p(five, 0.0) < sf5
+    assert Cell(np.array(five), signflip_signs(5, 2000, 0)).p(0.0) == sf5
+    six = [0.5, 0.6, 0.7, 0.8, 0.9, 1.1]
+    c6 = Cell(np.array(six), signflip_signs(6, 2000, 0))
+    assert not c6.uses_signflip and c6.p(0.0) == pytest.approx(hand_union_p(six, 0.0), abs=1e-12)
+    every6 = list(itertools.product((1.0, -1.0), repeat=6))
+    half = [0.5, 0.5, 0.5, 0.8, 0.9, 1.1]
+    sf_half = hand_signflip_p(half, 0.0, every6)
+    assert sf_half > hand_union_p(half, 0.0)
+    ch = Cell(np.array(half), signflip_signs(6, 2000, 0))
+    assert ch.quantised and ch.p(0.0) == sf_half
+    third = [0.5, 0.5, 0.6, 0.8, 0.9, 1.1]
+    assert hand_signflip_p(third, 0.0, every6) > hand_union_p(third, 0.0)
+    ct = Cell(np.array(third), signflip_signs(6, 2000, 0))
+    assert not ct.quantised and ct.p(0.0) == pytest.approx(hand_union_p(third, 0.0), abs=1e-12)
+
+
+def test_signflip_min_p_is_2_over_2_to_the_n() -> None:
+    from pairflow.analysis.inference import min_prompts, signflip_min_p
+
+    assert [signflip_min_p(n) for n in (0, 1, 2, 5, 6)] == [1.0, 1.0, 0.5, 1 / 16, 1 / 32]
+    # 2/2^n < alpha: 0.05 needs 6 prompts (2/64 = 0.031; 2/32 = 0.0625 does not); a quantised
+    # metric at alpha 0.01 needs 8 (2/256), a continuous one stops at 6, where t takes over.
+    assert min_prompts(0.05, False) == 6 and min_prompts(0.01, True) == 8 and min_prompts(0.01, False) == 6
+    assert min_prompts(0.0625, True) == 6  # at the level exactly 2/2^n does not reject
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_the_margins_null_is_the_loss_edge_in_the_metrics_direction(sign: int) -> None:
+    """Issue 39 item 5: a mutant of the margin's direction gave a lower-is-better metric a
+    wrong "non-inferior". Higher is better: the loss edge is -margin; lower is better: +margin."""
+    from pairflow.analysis.inference import Question
+
+    assert Question("margin", sign, margin=0.3).null == (-0.3 if sign == 1 else 0.3)
+    assert Question("difference", sign, margin=0.3).null == 0.0
+    assert Question("floor", sign, floor=0.7).null == 0.7
+
+
+LOWER_BETTER = [(-0.09, 0.1, "non_inferior"), (-0.25, 0.1, "superior"), (0.2, 0.3, "worse_non_inferiority_not_shown"),
+                (0.55, 0.3, "inferior"), (0.0, 0.3, "equivalent"), (0.0, 0.1, "inconclusive")]
+"""(raw mean difference, margin, CONSORT word) of a lower-is-better metric (a negative
+difference: the treatment lowered it, an improvement) with the spread of ``spread``: a
+t interval of half-width 0.142, each edge at least 0.04 from 0 and the margin."""
+
+
+def spread(mean: float) -> np.ndarray:
+    base = np.array([0.21, -0.18, 0.05, -0.27, 0.12, 0.3, -0.09, -0.14, 0.19, -0.19])
+    return base - base.mean() + mean
+
+
+@pytest.mark.parametrize("mean, margin, word", LOWER_BETTER)
+def test_a_lower_is_better_margin_reads_each_word_from_the_interval(mean: float, margin: float, word: str) -> None:
+    """The expected word is read here from the t interval in the better direction (-x),
+    independently of ``verdict`` (the union interval of these nearly symmetric values is
+    within 0.04 of it). A mutant flipping the margin's sign in the loss edge, the gain edge
+    or the estimate's direction turns at least one of these into another word."""
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    x = spread(mean)
+    ci = ttest_1samp(-x, 0.0).confidence_interval(0.95)
+    assert expected_word(float(ci.low), float(ci.high), margin) == word
+    cell = Cell(x, signflip_signs(10, 2000, 0))
+    lo, hi, _why = cell.interval(0.95)
+    assert lo is not None and hi is not None and abs(lo + ci.high) < 0.04 and abs(hi + ci.low) < 0.04
+    code, _detail, rests_on = verdict(cell, Question("margin", -1, margin=margin), 0.05, 0.8)
+    assert code == word
+    if word != "worse_non_inferiority_not_shown":  # that word rests on the test of 0 alone
+        assert rests_on[0] == margin  # the loss edge of a lower-is-better metric is +margin in raw units
+
+
+def expected_word(lo: float, hi: float, d: float) -> str:
+    """CONSORT's reading of an interval [lo, hi] in the better direction against margin d."""
+    if -d < lo and hi < d:
+        return "equivalent"
+    if lo > 0:
+        return "superior"
+    if lo > -d:
+        return "non_inferior"
+    if hi < -d:
+        return "inferior"
+    return "worse_non_inferiority_not_shown" if hi < 0 else "inconclusive"
+
+
+def test_variance_split_recovers_known_components() -> None:
+    """Issue 39 item 5: a surviving mutant sat in the seed-variance split. Three seeds per
+    prompt at prompt means 1, 3, 8 and offsets (-c, 0, +c) per prompt, c = 0.3, 0.6, 0.9:
+    within-prompt variances c^2 (ddof 1: (c^2 + 0 + c^2) / 2), so the seed variance of a
+    per-prompt mean is mean(c^2) / 3 = 0.42 / 3 = 0.14; the prompt part is the variance of
+    the prompt means, (9 + 1 + 16) / 2 = 13, less the seed part."""
+    from pairflow.analysis.inference import variance_split
+
+    means, offsets = [1.0, 3.0, 8.0], [0.3, 0.6, 0.9]
+    values = {(f"p{i}", s): m + o * d for i, (m, o) in enumerate(zip(means, offsets, strict=True))
+              for s, d in enumerate((-1.0, 0.0, 1.0))}
+    seed_var = (0.09 + 0.36 + 0.81) / 3 / 3
+    grand = sum(means) / 3
+    between = sum((m - grand) ** 2 for m in means) / 2
+    var_prompt, var_seed, k = variance_split(values)
+    assert k == 3.0 and var_seed == pytest.approx(seed_var, abs=1e-12)
+    assert var_prompt == pytest.approx(between - seed_var, abs=1e-12) and between == pytest.approx(13.0)
+    # unequal seeds: k is the mean count; a prompt with one seed adds no within-prompt variance
+    values2 = {("a", 0): 0.0, ("a", 1): 2.0, ("b", 0): 5.0, ("c", 0): 1.0, ("c", 1): 1.0, ("c", 2): 4.0}
+    var_prompt2, var_seed2, k2 = variance_split(values2)
+    within = (2.0 + 3.0) / 2  # var(0, 2) = 2; var(1, 1, 4) = 3
+    pm = [1.0, 5.0, 2.0]
+    between2 = sum((m - 8 / 3) ** 2 for m in pm) / 2
+    assert k2 == 2.0 and var_seed2 == pytest.approx(within / 2, abs=1e-12)
+    assert var_prompt2 == pytest.approx(between2 - within / 2, abs=1e-12)
+    # the prompt part is clamped at 0 where seed noise explains all of the spread
+    noisy = {("a", 0): 0.0, ("a", 1): 10.0, ("b", 0): 10.0, ("b", 1): 0.0}
+    assert variance_split(noisy) == (0.0, 25.0, 2.0)
+    assert variance_split({("a", 0): 1.0, ("b", 0): 2.0}) == (None, None, 1.0)  # one seed: no split
+    assert variance_split({("a", 0): 1.0, ("a", 1): 2.0}) == (None, None, 2.0)  # one prompt: no split
+
+
+def test_at_3_prompts_the_union_keeps_halls_part() -> None:
+    """At n = 3 (the fewest with a skewness) the union is max(t, Hall, exact sign-flip), each
+    by hand; above the mean Hall's p exceeds both the sign-flip p (0.5) and t's, so dropping the skew
+    at n = 3 (a surviving mutant of ``n >= 3``) changes p."""
+    import itertools
+
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import signflip_signs, union_p
+
+    x = [0.1, 0.2, 1.5]
+    for mu in (0.9, 1.0, 1.2):
+        sf = hand_signflip_p(x, mu, list(itertools.product((1.0, -1.0), repeat=3)))
+        want = max(hand_union_p(x, mu), sf)
+        assert want > max(sf, float(ttest_1samp(x, mu).pvalue)) + 0.1  # Hall's part decides
+        assert float(union_p(np.array([x]), mu, signflip_signs(3, 2000, 0))[0]) == pytest.approx(want, abs=1e-12)

@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .analysis.inference import too_few_prompts
 from .arms import check_arms
 from .atomic import write_text
 from .budget.calibrate import calibrate, read_table, table_path
@@ -264,6 +265,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
         print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
               f"resolved against {directory}")
+        for line in too_few_prompts(s):
+            print(f"warning: {line}", file=sys.stderr)
         return EXIT_OK
     if args.cmd in ("mirror", "build-test-mirror"):
         lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)

@@ -26,6 +26,7 @@ from pairflow.budget.estimate import check_budget, drivers, estimate, summary_li
 from pairflow.fleet.orphans import stop_jobs_on_signal  # noqa: E402
 from pairflow.stages.steps import check_panel_rules  # noqa: E402
 from pairflow.report.tracker import require as require_tracker  # noqa: E402
+from pairflow.analysis.inference import too_few_prompts  # noqa: E402
 
 
 # After every run, failed or not, its jobs go into the ledger (study/ledger.json and
@@ -232,6 +233,13 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         logger.warning(f"PairFlow: {len(UNHEALED) - 20} more such problem(s): pairflow verify {LAYOUT.scratch} "
                        "lists them all")
 STAMPS = heal_stamps(LAYOUT.scratch)
+
+
+# A panel too small for any verdict (the exact sign-flip test's smallest p is not below the
+# level) is named before the study runs, in a dry run as in a run (issue 39).
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    for line in too_few_prompts(STUDY):
+        logger.warning(f"PairFlow: {line}")
 
 
 # The estimate at the top of a dry run, and the budget guard before anything runs, when

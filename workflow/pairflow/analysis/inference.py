@@ -20,8 +20,9 @@ allows is claimed. The interval (``Cell.interval``) is every mu the test does no
 the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
 stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
 
-Zero spread gives no interval (an interval needs spread; the exact sign-flip p says only
-that the sign is consistent), and where the sign-flip test is part of the union but cannot
+Zero spread gives no interval and no test of the mean (an interval needs spread; the exact
+sign-flip p says only that the sign is consistent; a 0/1 metric is tested exactly instead,
+``analysis.exact``), and where the sign-flip test is part of the union but cannot
 reach the level at this n the interval is unbounded (``None`` bounds, with the reason).
 
 Imports without torch.
@@ -29,13 +30,21 @@ Imports without torch.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..errors import StatsError
+from ..metrics import metric_spec
+from ..records.types import VerdictCode
+from . import planning
+
+if TYPE_CHECKING:
+    from ..plan.config import StudySpec
 
 PROCEDURE = ("max-p union of Student t and Hall's skew-corrected t, joined by the exact sign-flip permutation test "
              "for quantised values or at most 5 prompts (p = the largest; interval = every mean none rejects)")
@@ -123,8 +132,9 @@ class Cell:
         return float(np.mean(null >= obs - 1e-9 * float(np.abs(y).sum())))
 
     def p(self, mu: float) -> float | None:
-        """Two-sided p of "mean = mu" (None below 2 values)."""
-        if self.n < 2:
+        """Two-sided p of "mean = mu" (None below 2 values, and at zero spread: the
+        sign-flip p then says only that the sign is consistent, which bounds no mean)."""
+        if self.n < 2 or self.flat:
             return None
         return float(union_p(self.x[None, :], mu, self.signs)[0])
 
@@ -215,6 +225,77 @@ def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndar
     if n > SIGNFLIP_ALWAYS_UP_TO:
         with_sf = np.where(quantised(x), with_sf, p)
     return np.asarray(np.where(flat, p_sf, with_sf), dtype=np.float64)
+
+
+def parametric_p(x: np.ndarray, mu: float) -> np.ndarray:
+    """``union_p`` for rows (studies, n > ``SIGNFLIP_ALWAYS_UP_TO`` prompts) that are
+    neither flat nor quantised, where it is max(t p, Hall p): the same arithmetic without
+    the sign-flip test's (studies x 2^n) product, for planning's thousands of simulated
+    studies (a test keeps it equal to ``union_p``)."""
+    # lazy: scipy.stats is slow to import (seconds on a busy node); every rule script imports this via steps.
+    from scipy.stats import t as student
+
+    n = x.shape[1]
+    mean, sd = x.mean(axis=1), x.std(axis=1, ddof=1)
+    r = x - mean[:, None]
+    m2 = np.mean(r * r, axis=1)
+    g1 = np.mean(r ** 3, axis=1) / m2 ** 1.5
+    a = SKEW_FACTOR * g1 * math.sqrt(n * (n - 1)) / (n - 2) / (3 * math.sqrt(n))
+    t = math.sqrt(n) * (mean - mu) / sd
+    g = t + a * t * t + a * a * t ** 3 / 3 + a / 2
+    return np.asarray(np.maximum(2 * student.sf(np.abs(t), n - 1), 2 * student.sf(np.abs(g), n - 1)))
+
+
+def decides(boundary: float, side: int, alpha: float, signs_for: Callable[[int], np.ndarray],
+            continuous: bool) -> planning.Decides:
+    """The verdict's decision on ``boundary`` as planning simulates it: per row of
+    per-prompt values (studies, n), whether the union test rejects "mean = boundary" at
+    ``alpha`` with the mean on the ``side`` (+1 above, -1 below) the truth is on.
+    ``continuous`` rows (a smoothed bootstrap or a lognormal: never flat or quantised) past
+    ``SIGNFLIP_ALWAYS_UP_TO`` prompts take ``parametric_p``; the rest ``union_p`` with
+    ``signs_for(n)``."""
+    def decide(x: np.ndarray) -> np.ndarray:
+        n = x.shape[1]
+        p = parametric_p(x, boundary) if continuous and n > SIGNFLIP_ALWAYS_UP_TO else union_p(x, boundary,
+                                                                                                  signs_for(n))
+        return np.asarray((p < alpha) & (side * (x.mean(axis=1) - boundary) > 0))
+    return decide
+
+
+def plan_prompts(cell: Cell, truth: float, boundary: float, alpha: float, power: float, *, start: int,
+                 now: int | None = None, scale: float | None = None, seed: int = 0,
+                 model: planning.Model = "stressed") -> planning.Plan:
+    """Prompts at which the verdict on ``boundary`` is reached with probability ``power``
+    if the true mean is ``truth`` and prompts vary as ``cell``'s do (``planning``: a
+    smoothed bootstrap of its values with its SD's uncertainty, analysed by this module's
+    test at ``alpha``), and, with ``model`` "stressed" (the default; a continuous cell),
+    also if they vary with the pilot's SD but a loss tail of skewness ``planning.MAX_SKEW``
+    toward the boundary (the larger count of the two; see ``planning``). The sign-flip
+    test inside uses at most ``PLAN_SIGNFLIPS`` random sign vectors beyond exact
+    enumeration. Cached per question (a study asks some twice)."""
+    return _plan_cached(cell.x.tobytes(), truth, boundary, alpha, power, start, now, scale, seed, cell.quantised,
+                        model)
+
+
+PLAN_SIGNFLIPS = 1000
+"""Random sign vectors of the sign-flip test inside planning's simulated studies."""
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_cached(xb: bytes, truth: float, boundary: float, alpha: float, power: float, start: int, now: int | None,
+                 scale: float | None, seed: int, quant: bool, model: planning.Model) -> planning.Plan:
+    x = np.frombuffer(xb, dtype=np.float64)
+    side = 1 if truth > boundary else -1
+    sd = float(x.std(ddof=1)) * (scale or 1.0)
+    guess = required_prompts(sd, truth - boundary, 1 - alpha, power, limit=planning.PLAN_CAP) if sd > 0 else None
+    return planning.plan(x, truth, decides(boundary, side, alpha, functools.partial(_signs, seed=seed), not quant),
+                         power, start=start, guess=guess, now=now, seed=seed, quantised=quant, scale=scale,
+                         model=model, loss_side=-side)
+
+
+@functools.lru_cache(maxsize=64)
+def _signs(n: int, seed: int) -> np.ndarray:
+    return signflip_signs(n, PLAN_SIGNFLIPS, seed)
 
 
 def family_levels(pvalues: list[float], alpha: float, method: Multiplicity) -> tuple[list[float], list[float]]:
@@ -341,6 +422,35 @@ def min_prompts(alpha: float, quantised: bool) -> int:
     return n
 
 
+def too_few_prompts(study: StudySpec) -> list[str]:
+    """One warning per panel with too few prompts for any verdict at the configured level:
+    at ``SIGNFLIP_ALWAYS_UP_TO`` prompts or fewer the exact sign-flip test decides, and its
+    smallest p (2 / 2^n) must be below the level of the family's first test (Holm: alpha / m,
+    m the (treatment, metric) tests; Benjamini-Hochberg: alpha). Each names the panel, its
+    prompt count and the count that allows a verdict; a second clause gives the count a
+    quantised metric (a 0/1 score: the sign-flip test always decides) needs, where larger."""
+    alpha = 1 - study.stats.level
+    tested = sum(1 for name in study.scorers if metric_spec(name).kind == "NR" or name in study.stats.floors)
+    m = max(1, len(study.treatments) * tested)
+    first = alpha / m if study.stats.multiplicity == "holm" else alpha
+    need, need_q = min_prompts(first, quantised=False), min_prompts(first, quantised=True)
+    out = []
+    for p in study.panels:
+        n = len(p.prompts)
+        if n < need_q:
+            why = (f"the exact sign-flip test decides at {SIGNFLIP_ALWAYS_UP_TO} prompts or fewer and its smallest p, "
+                   f"{signflip_min_p(n):.3g}, is not below {first:.3g} (alpha {alpha:g}"
+                   + (f" / {m} tests, Holm)" if first < alpha else ")"))
+            out.append(f"panel {p.name!r} has {n} prompts: no verdict is possible in its own table ({why}); "
+                       f"{need} prompts would allow one" if n < need else
+                       f"panel {p.name!r} has {n} prompts: a quantised metric (a 0/1 score, half the prompts on one "
+                       f"value) can get no verdict in its own table below {need_q} prompts (smallest sign-flip p "
+                       f"{signflip_min_p(n):.3g}, level {first:.3g})")
+            if n < need and need_q > need:
+                out[-1] += f" ({need_q} for a quantised metric such as a 0/1 score)"
+    return out
+
+
 @dataclass(frozen=True)
 class Question:
     """What a cell asks, in the metric's direction (``sign`` +1: higher is better).
@@ -366,58 +476,75 @@ class Question:
                 "floor": f"mean value = floor {self.floor:g}"}[self.kind]
 
 
-def _decide_in(cell: Cell, distance: float, alpha: float, power: float) -> str:
-    """How many prompts would likely settle an inconclusive cell."""
-    if distance == 0 or not cell.sd > 0:
+def _decide_in(cell: Cell, boundary: float, alpha: float, power: float) -> str:
+    """How many prompts would likely settle an inconclusive cell, if its estimate is the
+    true mean: the smallest count above the cell's own (and at least ``min_prompts``) whose
+    simulated studies reach a verdict on ``boundary`` with probability ``power``
+    (``plan_prompts``)."""
+    if cell.mean == boundary or not cell.sd > 0:
         return "the estimate sits on the boundary; no prompt count is likely to decide it"
-    need = required_prompts(cell.sd, distance, 1 - alpha, power)
-    if need is not None:
-        need = max(need, min_prompts(alpha, cell.quantised))
-    return (f"about {need} prompts would decide it ({power:.0%} power if the true value is the estimate)"
-            if need is not None else "over 100000 prompts would be needed; the estimate sits near the boundary")
+    plan = plan_prompts(cell, cell.mean, boundary, alpha, power, now=cell.n,
+                        start=max(cell.n + 1, min_prompts(alpha, cell.quantised)))
+    how = (f"{power:.0%} power if the true mean is the estimate and prompts vary as these did, or with as "
+           "heavy a loss tail as this test is validated for (skewness 2); simulated with this test")
+    if cell.quantised:
+        how = (f"{power:.0%} power if the true mean is the estimate and prompts vary as these did; simulated with "
+               "this test")
+    if plan.prompts is None:
+        return (f"more than {plan.cap} prompts would be needed ({how}); the estimate sits near the boundary")
+    now = ("" if plan.power_now is None or plan.power_now < power else
+           f"; this study's {cell.n} prompts had {plan.power_now:.0%} power under the same assumption, so it "
+           "fell short by chance: a study of its size on new prompts would likely decide it too")
+    return f"about {plan.prompts} prompts would decide it ({how}){now}"
 
 
-def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[str, str, list[float]]:
-    """(word, detail, rests on) for one cell at its family-adjusted significance
-    ``alpha``, read from the union test (so from the interval at 1 - alpha, which is every
-    mu it accepts); "rests on" lists the null values whose tests decided the word (the p
-    printed beside it is the largest of their adjusted p-values)."""
+def verdict(cell: Cell, q: Question, alpha: float, power: float) -> tuple[VerdictCode, str, list[float]]:
+    """(code, detail, rests on) for one cell at its family-adjusted significance
+    ``alpha``, read from the cell's test (so from its interval at 1 - alpha, every mu the
+    test accepts) in the CONSORT wording of ``verdicts``; "rests on" lists the null values
+    whose tests decided the word, the deciding one (its p printed beside the word) last.
+    A metric without a margin is read with margin 0, a floor as the loss edge."""
     if cell.n < 2:
-        return "no test", "fewer than 2 prompts: no interval and no test; add prompts", []
+        return "inconclusive", "fewer than 2 prompts: no interval and no test; add prompts", [q.null]
 
     def rejects(mu: float) -> bool:
         p = cell.p(mu)
         return p is not None and p < alpha
 
     e = q.sign * (cell.mean - (q.floor if q.kind == "floor" else 0.0))  # estimate, better-direction units
-    flat = (f"every prompt's value is {cell.mean:.4g} (zero spread): an interval needs spread, and the sign-flip "
-            "test says only that the sign is consistent")
-    if q.kind == "difference":
-        if rejects(0.0):
-            word = "better" if e > 0 else "worse"
-            return word, f"treatment {word} than control" + (f"; {flat}" if cell.flat else ""), [0.0]
-        if cell.flat:
-            return "no detectable difference", f"no detectable difference at n={cell.n}; {flat}", [0.0]
-        d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
-        return "no detectable difference", (f"no detectable difference at n={cell.n}; the smallest detectable "
-                                            f"difference is {d:.3g} ({power:.0%} power); this is not equivalence"),\
-            [0.0]
+    flat = (f"every prompt's value is {cell.mean:.4g} (zero spread): no test of the mean and no interval (an "
+            "interval needs spread; the sign-flip p says only that the sign is consistent)")
     if cell.flat:
         return "inconclusive", flat, [q.null]
+    if q.kind == "difference":
+        if rejects(0.0):
+            side = "better" if e > 0 else "worse"
+            return ("superior" if e > 0 else "inferior"), (
+                f"the whole interval is on the {side} side of 0 (no margin declared, so the margin is 0)"), [0.0]
+        d = detectable_effect(cell.sd, cell.n, 1 - alpha, power)
+        return "inconclusive", (f"no detectable difference at n={cell.n}; the smallest detectable difference is "
+                                f"{d:.3g} ({power:.0%} power); this is not equivalence (declare a margin under "
+                                "stats/margins for a non-inferiority or equivalence question)"), [0.0]
     if q.kind == "floor":
         if rejects(q.floor):
-            return ("meets floor" if e > 0 else "misses floor"), (
-                f"mean value {'clears' if e > 0 else 'misses'} the floor {q.floor:g}"), [q.floor]
-        return "inconclusive", _decide_in(cell, abs(e), alpha, power), [q.floor]
+            if e > 0:
+                return "non_inferior", f"the whole interval clears the floor {q.floor:g}", [q.floor]
+            return "inferior", f"the whole interval is beyond the floor {q.floor:g}", [q.floor]
+        return "inconclusive", (f"the interval holds the floor {q.floor:g}; "
+                                + _decide_in(cell, q.floor, alpha, power)), [q.floor]
     d, loss, gain = q.margin, -q.sign * q.margin, q.sign * q.margin
     if rejects(loss) and e > -d:
         if rejects(gain) and e < d:
-            return "equivalent", f"both bounds inside +-{d:g}", [loss, gain]
+            return "equivalent", f"the whole interval is inside +-{d:g}", [loss, gain]
         if rejects(0.0) and e > 0:
-            return "superior", f"better than control, and the loss bound is inside the margin {d:g}", [loss, 0.0]
-        return "non-inferior", f"any loss is inside the margin {d:g}", [loss]
+            return "superior", f"the whole interval is on the better side of 0 (and inside the margin {d:g})", [
+                loss, 0.0]
+        return "non_inferior", f"the whole interval is on the better side of the loss edge -{d:g}", [loss]
     if rejects(loss):
-        return "inferior", f"the loss exceeds the margin {d:g}", [loss]
+        return "inferior", f"the whole interval is beyond the margin: a loss of more than {d:g}", [loss]
     if rejects(0.0) and e < 0:
-        return "inferior", f"worse than control, and a loss beyond the margin {d:g} is not excluded", [0.0]
-    return "inconclusive", _decide_in(cell, abs(e + d), alpha, power), [loss]
+        return "worse_non_inferiority_not_shown", (f"the whole interval is on the worse side of 0 but holds the loss "
+                                                   f"edge -{d:g}: worse than control, by an amount that may be "
+                                                   "inside the margin"), [0.0]
+    return "inconclusive", (f"the interval holds 0 and the loss edge -{d:g}; "
+                            + _decide_in(cell, loss, alpha, power)), [loss]

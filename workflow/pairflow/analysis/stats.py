@@ -11,10 +11,12 @@ skew-corrected t and the exact sign-flip permutation test, inverted into an inte
 skewed, 0/1, clustered and ratio data: BENCHMARKS.md; why in config/README.md). Zero spread
 gives no interval, and a prompt count at which the sign-flip test cannot reach the level
 gives an unbounded one; the table says which. Each cell answers one question (``Question``):
-a metric with a margin (``stats.margins``) gets non-inferior / equivalent / superior /
-inferior / inconclusive; an FR metric with a floor (``stats.floors``) meets or misses it,
-counted on pairs whose videos differ (bit-identical pairs are counted apart); any other
-metric a difference test that never reads as equivalence. The study's cells form one
+a metric with a margin (``stats.margins``) gets one of CONSORT's six verdicts
+(``analysis.verdicts``: superior, non-inferior, equivalent, worse, non-inferiority not
+shown, inferior, inconclusive); an FR metric with a floor (``stats.floors``) is read against
+it as a loss edge, counted on pairs whose videos differ (bit-identical pairs are counted
+apart); any other metric with margin 0, never reading as equivalence. A 0/1 metric is
+tested exactly (``analysis.exact``). The study's cells form one
 multiplicity family (Holm or Benjamini-Hochberg, ``stats.multiplicity``): each cell's
 interval is at its adjusted level, and its verdict is read from that interval, so the word
 and the adjusted p beside it agree. Speedup is the geometric mean over prompts of the
@@ -63,10 +65,13 @@ from ..records.types import (
     ScoreRecord,
     ScoringSetup,
     StudyStats,
+    TailPrompt,
+    TailStatement,
     TimingRecord,
 )
-from . import sequential
+from . import exact, sequential, tail
 from .inference import (
+    MULTIPLICITY_NAMES,
     PROCEDURE,
     SD_UPPER_CONFIDENCE,
     SIGNFLIP_ALWAYS_UP_TO,
@@ -76,13 +81,14 @@ from .inference import (
     detectable_effect,
     family_levels,
     min_prompts,
-    required_prompts,
+    plan_prompts,
     sd_upper,
     signflip_min_p,
     signflip_signs,
     variance_split,
     verdict,
 )
+from .verdicts import PHRASES, family_label
 
 ESTIMAND = ("unit: (prompt, seed) pair; per prompt, mean over seeds of treatment - control (FR metrics: of the "
             "value against control, on pairs whose videos differ); summary: mean over prompts; test and interval: "
@@ -142,6 +148,20 @@ def _interval(x: np.ndarray, level: float) -> tuple[float | None, float | None, 
         return None, None, None
     lo, hi, p = t_procedure(x, level)
     return float(lo), float(hi), float(p)
+
+
+def _ratio_interval(log_ratio: np.ndarray, level: float, what: str) -> tuple[float | None, float | None, str | None]:
+    """(low, high, why) of a ratio's t-interval on the log scale, with the scores' zero-spread
+    rule: every prompt's ratio equal (a timer's tick, an exact FLOP count) gives no
+    interval, never a zero-width one, and ``why`` says so; fewer than 2 prompts none either."""
+    if len(log_ratio) < 2:
+        return None, None, f"{what}: no interval: fewer than 2 prompts"
+    if Cell(log_ratio, np.ones((1, len(log_ratio)))).flat:
+        return None, None, (f"{what}: no interval: every prompt's ratio is {math.exp(float(log_ratio[0])):.6g} (zero "
+                            "spread, e.g. latencies on a coarse timer's ticks or identical FLOP counts); an interval "
+                            "needs spread")
+    lo, hi, _p = _interval(log_ratio, level)
+    return lo, hi, None
 
 
 def holm(pvalues: list[float]) -> list[float]:
@@ -272,7 +292,7 @@ def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Ke
         notes.append(f"latency: {over_cv} of {len(timed)} timed pair(s) vary between repeats more than timing/max_cv "
                      f"({timings['control'][timed[0]]['timing'].get('max_cv')}); a noisy machine or too few repeats")
     log_ratio = _per_prompt({k: math.log(lat_c[k] / lat_t[k]) for k in timed})
-    lo, hi, _p = _interval(log_ratio, s.level)
+    lo, hi, why = _ratio_interval(log_ratio, s.level, "speedup")
     design = _sequential_design(timings, treatment, keys, timed, lat_c, lat_t, log_ratio, s, notes)
     if design.get("half_width") is not None and lo is not None and hi is not None:
         # Stein's interval: valid whatever N the pilot chose; the wider of it and the t-interval.
@@ -298,7 +318,8 @@ def _latency_summary(timings: Index[TimingRecord], treatment: str, keys: list[Ke
                            for k in timed}),
         "design": design}
     speedup: RatioSummary = {"geomean": float(math.exp(log_ratio.mean())),
-                             "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)]}
+                             "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)],
+                             "ci_note": why}
     return timed, latency, speedup
 
 
@@ -456,14 +477,14 @@ def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: S
     if any(v <= 0 for v in work["control"].values()):
         return None
     log_ratio = _per_prompt({k: math.log(work[treatment][k] / work["control"][k]) for k in keys})
-    lo, hi, _p = _interval(log_ratio, s.level)
+    lo, hi, why = _ratio_interval(log_ratio, s.level, "compute ratio")
 
     def total(a: str, f: Literal["blocks_computed", "blocks_skipped", "attention_computed", "attention_skipped",
                                  "generations"]) -> int:
         return sum(int(_counts(v).get(f, 0)) for v in counted[a].values())
 
     return {"ratio": float(math.exp(log_ratio.mean())),
-            "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)],
+            "ci": [None, None] if lo is None or hi is None else [math.exp(lo), math.exp(hi)], "ci_note": why,
             "control_flops_mean": float(np.mean(list(work["control"].values()))),
             "treatment_flops_mean": float(np.mean(list(work[treatment].values()))),
             "control_blocks_computed": total("control", "blocks_computed"),
@@ -495,6 +516,7 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
     spec = scores[treatment][subset[0]]["scores"][name]["spec"]
     sign = 1 if spec["higher_is_better"] else -1
     t = {k: float(scores[treatment][k]["scores"][name]["value"]) for k in subset}
+    c: dict[Key, float] = {}
     c_mean: float | None = None
     question: Question | None
     if spec["kind"] == "FR":
@@ -516,7 +538,9 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
         question = (Question("margin", sign, margin=s.margins[name]) if name in s.margins
                     else Question("difference", sign))
     x = _per_prompt(values) if values else np.zeros(0)
-    cell = Cell(x, signflip_signs(len(x), s.resamples, s.seed))
+    # A 0/1 metric's differences follow a trinomial law: the exact paired-proportions test decides there.
+    binary = spec["kind"] == "NR" and exact.is_binary(list(c.values()), list(t.values()), x)
+    cell = (exact.BinaryCell if binary else Cell)(x, signflip_signs(len(x), s.resamples, s.seed))
     nr = spec["kind"] == "NR"
     sd = cell.sd if cell.n > 1 else None
     tie = 1e-12 * max(1.0, float(np.abs(x).max())) if len(x) else 0.0
@@ -537,8 +561,35 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
         "p_value": cell.p(question.null) if question is not None else None, "p_adjusted": None,
         "p_signflip": cell.p_signflip(question.null) if question is not None and cell.n > 1 else None,
         "signflip_min_p": signflip_min_p(cell.n), "skewness": cell.skew, "diagnostics": diagnostics(cell),
-        "verdict": None, "verdict_detail": None, "p_verdict": None, "verdict_rests_on": [], "planning": None}
+        "test": exact.PROCEDURE if binary else PROCEDURE,
+        "verdict": None, "verdict_code": None, "verdict_detail": None, "p_verdict": None, "p_verdict_test": None,
+        "p_verdict_family": None, "verdict_rests_on": [], "planning": None,
+        "tail": _tail(gen, treatment, values, sign, question.margin, s.level)
+        if question is not None and question.kind == "margin" and values else None}
+    if m["tail"] is not None and m["tail"]["flag"]:
+        m["diagnostics"].append(tail.flag_text(m["tail"]))
     return m, cell, question, values
+
+
+def _tail(gen: Index[GenerationRecord], treatment: str, values: dict[Key, float], sign: int, margin: float,
+          level: float) -> TailStatement:
+    """The cell's tail statement (``tail.statement``): per-prompt losses (the mean over
+    seeds, in the metric's bad direction) and its ``tail.WORST`` worst prompts, each named
+    by its worst pair: the gallery anchor and both videos."""
+    loss = {k: -sign * v for k, v in values.items()}
+    by_prompt: dict[str, list[Key]] = defaultdict(list)
+    for k in sorted(loss):
+        by_prompt[k[0]].append(k)
+    per_prompt = {p: float(np.mean([loss[k] for k in ks])) for p, ks in by_prompt.items()}
+    worst: list[TailPrompt] = []
+    for p in sorted(per_prompt, key=lambda p: (-per_prompt[p], p))[:tail.WORST]:
+        k = max(by_prompt[p], key=lambda k: (loss[k], -k[1]))
+        panel, prompt_id = p.split("/", 1)
+        worst.append({"prompt": p, "loss": per_prompt[p], "seed": k[1],
+                      "anchor": f"{panel}-{treatment}-{prompt_id}-s{k[1]}",
+                      "control_video": gen["control"][k]["video"]["path"],
+                      "treatment_video": gen[treatment][k]["video"]["path"]})
+    return tail.statement(per_prompt, worst, margin, level)
 
 
 def diagnostics(cell: Cell) -> list[str]:
@@ -569,44 +620,64 @@ def decide(cells: Pending, s: StatsSpec) -> int:
         lo, hi, why = cell.interval(1 - level_alpha)
         m["ci"], m["ci_level"], m["ci_note"], m["p_adjusted"] = [lo, hi], 1 - level_alpha, why, p_adj
         if m["kind"] == "FR" and cell.n == 0:
-            m["verdict"], m["verdict_detail"] = "identical", "every pair is bit-identical to control"
+            m["verdict_detail"] = "value only: every pair is bit-identical to control"
             continue
         if q is None:
-            m["verdict"] = "no floor declared" if m["kind"] == "FR" else None
             m["verdict_detail"] = ("value only; declare a floor under stats/floors for a verdict"
                                    if m["kind"] == "FR" else None)
             continue
-        m["verdict"], m["verdict_detail"], rests_on = verdict(cell, q, level_alpha, s.power)
-        m["p_verdict"] = _p_verdict(cell, q, rests_on, p_adj, level_alpha, 1 - s.level)
-        m["verdict_rests_on"] = [q.hypothesis if mu == q.null else f"mean = {mu:g}" for mu in rests_on]
+        code, m["verdict_detail"], rests_on = verdict(cell, q, level_alpha, s.power)
+        m["verdict_code"], m["verdict"] = code, PHRASES[code]
+        m["p_verdict"], m["p_verdict_test"], in_family = _p_verdict(cell, q, rests_on, p_adj, level_alpha,
+                                                                    1 - s.level)
+        m["p_verdict_family"] = None if in_family is None else family_label(
+            in_family, MULTIPLICITY_NAMES.get(s.multiplicity, s.multiplicity), len(tested))
+        m["verdict_rests_on"] = [_test_name(q, mu) for mu in rests_on]
         m["planning"] = _planning(cell, q, values, level_alpha, s)
     return len(tested)
 
 
+def _test_name(q: Question, mu: float) -> str:
+    """What the test of "mean = mu" asks, in the words of the cell's question."""
+    if mu == q.null:
+        return {"difference": "difference from 0", "margin": f"non-inferiority (loss = margin {q.margin:g})",
+                "floor": f"floor (mean value = {q.floor:g})"}[q.kind]
+    if mu == 0:
+        return "difference from 0"
+    return f"equivalence's upper edge (gain = margin {q.margin:g})"
+
+
 def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | None, alpha_cell: float,
-               alpha: float) -> float | None:
-    """The adjusted p of the tests a verdict word rests on (the largest, as every one of
-    them must reject): the family-adjusted p for the cell's own question, and for a second
-    value read from the same interval (0 for superior or worse, +margin for equivalent) its
-    raw p scaled to the cell's level, min(1, p * alpha / alpha_cell), so that it is below
-    alpha exactly when the interval at the cell's level excludes that value."""
-    out = []
+               alpha: float) -> tuple[float | None, str | None, bool | None]:
+    """(p, test, in the family) of the test that decided a verdict word: of the tests it
+    rests on, the one with the largest p (every one of them must reject for a claim). The
+    cell's own question is in the family and has its adjusted p; a second value read from
+    the same interval (0 for superior or worse, +margin for equivalent) is tested outside
+    the family at the cell's level, its raw p scaled to it, min(1, p * alpha / alpha_cell),
+    so that it too is below alpha exactly when the interval excludes that value. (None,
+    None, None) where no test was run (fewer than 2 prompts, zero spread)."""
+    best: tuple[float | None, str | None, bool | None] = (None, None, None)
     for mu in rests_on:
         if mu == q.null:
-            out.append(p_adj)
+            p = p_adj
         else:
             raw = cell.p(mu)
-            out.append(None if raw is None else min(1.0, raw * alpha / alpha_cell))
-    vals = [v for v in out if v is not None]
-    return max(vals) if vals else None
+            p = None if raw is None else min(1.0, raw * alpha / alpha_cell)
+        if p is not None and (best[0] is None or p >= best[0]):
+            best = (p, _test_name(q, mu), mu == q.null)
+    return best
 
 
 def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:
     """Sample size from this study as a pilot, carrying the pilot's uncertainty: the
     per-prompt SD and its one-sided upper bound (``SD_UPPER_CONFIDENCE``), the effect
-    detectable at this n, the prompts needed to show non-inferiority at the margin if the
-    true difference is 0 (at the SD and at its upper bound), and the seed vs prompt split of
-    the per-prompt mean's variance with the answer to "more prompts or more seeds?"."""
+    detectable at this n (t-test), the prompts needed to show non-inferiority at the margin
+    if the true difference is 0, and the seed vs prompt split of the per-prompt mean's
+    variance with the answer to "more prompts or more seeds?". Prompts needed: simulated
+    studies analysed by the union test itself, drawn as a smoothed bootstrap of this cell's
+    values (``planning``), their SD drawn around this one (its uncertainty), and, the larger
+    N, on a loss tail of skewness 2 at that SD (``planning``'s stressed model); again with
+    the SD fixed at its upper bound."""
     sd = cell.sd if cell.n > 1 else None
     up = sd_upper(sd, cell.n) if sd is not None else None
     target = q.margin if q.kind == "margin" else None
@@ -619,8 +690,12 @@ def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s
         advice = "add seeds (seed noise dominates; more seeds per prompt shrink it on the same panel)"
 
     def need(sd_: float | None) -> int | None:
-        n = None if sd_ is None or target is None else required_prompts(sd_, target, 1 - alpha, s.power)
-        return None if n is None else max(n, min_prompts(alpha, cell.quantised))
+        if sd_ is None or target is None:
+            return None
+        # A new study whose true difference is 0, shaped as this one: the smallest N at which the union
+        # test shows non-inferiority at the margin with probability s.power (simulated, inference.plan_prompts).
+        return plan_prompts(cell, 0.0, -q.sign * target, alpha, s.power, start=min_prompts(alpha, cell.quantised),
+                            scale=None if sd_ == sd else sd_ / sd if sd else None, seed=s.seed).prompts
 
     return {"sd_prompt": sd, "sd_upper": up, "sd_upper_confidence": SD_UPPER_CONFIDENCE, "power": s.power,
             "target_effect": target,

@@ -36,6 +36,9 @@ Decoding = Literal["bt709", "bt601"]
 StaticFilter = Literal["none", "intersection"]
 FailureClass = Literal["device_oom", "host_oom_or_killed", "other"]
 Clock = Literal["cuda_events", "perf_counter"]
+VerdictCode = Literal["superior", "non_inferior", "equivalent", "worse_non_inferiority_not_shown", "inferior",
+                      "inconclusive"]
+"""A cell's verdict, machine-readable (``analysis.verdicts`` words it)."""
 
 
 class CandidateFields(TypedDict):
@@ -425,6 +428,35 @@ class Planning(TypedDict):
     advice: str
 
 
+class TailPrompt(TypedDict):
+    """One of a cell's worst prompts (``analysis.tail``): its loss (mean over seeds, in the
+    metric's bad direction), the seed of its worst pair, that pair's gallery anchor and the
+    two videos (paths inside the panel's folder)."""
+
+    prompt: str
+    loss: float
+    seed: int
+    anchor: str
+    control_video: str
+    treatment_video: str
+
+
+class TailStatement(TypedDict):
+    """What a cell's prompts rule out about prompts that break (``analysis.tail``)."""
+
+    margin: float
+    n_prompts: int
+    exceed: int
+    share: float
+    upper: float
+    upper_level: float
+    outlier_z: float | None
+    flag: bool
+    target_share: float
+    prompts_to_bound: int | None
+    worst: list[TailPrompt]
+
+
 class MetricResult(TypedDict):
     """One metric of one comparison: the paired estimate, its interval at the family's
     adjusted level, the test of its question and the verdict read from them."""
@@ -456,11 +488,16 @@ class MetricResult(TypedDict):
     signflip_min_p: float
     skewness: float | None
     diagnostics: list[str]
+    test: str
     verdict: str | None
+    verdict_code: VerdictCode | None
     verdict_detail: str | None
     p_verdict: float | None
+    p_verdict_test: str | None
+    p_verdict_family: str | None
     verdict_rests_on: list[str]
     planning: Planning | None
+    tail: TailStatement | None
 
 
 LatencySummary = TypedDict("LatencySummary", {
@@ -477,11 +514,13 @@ LatencySummary = TypedDict("LatencySummary", {
 class RatioSummary(TypedDict):
     geomean: float
     ci: list[float | None]
+    ci_note: str | None
 
 
 class ComputeSummary(TypedDict):
     ratio: float
     ci: list[float | None]
+    ci_note: str | None
     control_flops_mean: float
     treatment_flops_mean: float
     control_blocks_computed: int

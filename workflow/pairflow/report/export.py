@@ -8,9 +8,11 @@ opens in pandas without reading JSON records:
   pair was not sampled), the exact compute (``work_flops``: transformer and verifier
   FLOPs; transformer blocks computed and skipped), and the digests of the generation,
   score and timing records the row was read from (``xxh3_128:<hex>``);
-* ``summary.<ext>``: one row per (arm, metric) from the study statistics, plus one
-  ``speedup`` and one ``compute_ratio`` row per arm, each with the digest of the
-  ``stats.json`` it came from;
+* ``summary.<ext>``: one row per (arm, metric) from the study statistics (the verdict as a
+  code, a phrase and the text every report prints with the deciding test's p and family;
+  a metric with a margin also carries its tail statement, ``tail_*`` columns),
+  plus one ``speedup`` and one ``compute_ratio`` row per arm (``ci_note``: why an interval
+  is missing), each with the digest of the ``stats.json`` it came from;
 * ``ledger.<ext>``: one row per job of the study (``budget.ledger``): rule, wildcards,
   attempt, status, Slurm job id, what it held (GPUs, CPUs, nodes, from when to when,
   GPU-, CPU- and slot-seconds, and from which source), its work and busy share, each
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from ..analysis.verdicts import verdict_text
 from ..atomic import write_bytes, write_text
 from ..errors import ConfigError
 from ..identity import digest_file
@@ -89,21 +92,37 @@ def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
                 "level": stats["level"], "stats_digest": digest}
         sp = c["speedup"]
         rows.append({**base, "metric": "speedup", "estimate": sp["geomean"], "ci_low": sp["ci"][0],
-                     "ci_high": sp["ci"][1]})
+                     "ci_high": sp["ci"][1], "ci_note": sp.get("ci_note")})
         if c.get("compute"):
             cp = c["compute"]
             rows.append({**base, "metric": "compute_ratio", "estimate": cp["ratio"], "ci_low": cp["ci"][0],
-                         "ci_high": cp["ci"][1]})
+                         "ci_high": cp["ci"][1], "ci_note": cp.get("ci_note")})
         for m in c["metrics"]:
             point = m["diff"] if m.get("diff") is not None else m.get("treatment_mean")
             rows.append({**base, "metric": m["metric"], "kind": m["kind"], "higher_is_better": m["higher_is_better"],
                          "estimate": point, "ci_low": m["ci"][0], "ci_high": m["ci"][1],
                          "control_mean": m.get("control_mean"), "treatment_mean": m.get("treatment_mean"),
                          "p_value": m.get("p_value"), "p_adjusted": m.get("p_adjusted"),
-                         "verdict": m.get("verdict"), "verdict_detail": m.get("verdict_detail"),
-                         "p_verdict": m.get("p_verdict"), "wins": m.get("wins"), "ties": m.get("ties"),
-                         "losses": m.get("losses")})
+                         "verdict": m.get("verdict"), "verdict_code": m.get("verdict_code"),
+                         "verdict_text": verdict_text(m), "verdict_detail": m.get("verdict_detail"),
+                         "p_verdict": m.get("p_verdict"), "p_verdict_test": m.get("p_verdict_test"),
+                         "p_verdict_family": m.get("p_verdict_family"), "wins": m.get("wins"), "ties": m.get("ties"),
+                         "losses": m.get("losses"), **tail_columns(m.get("tail"))})
     return rows
+
+
+def tail_columns(t: dict[str, Any] | None) -> dict[str, Any]:
+    """A metric row's tail statement (``analysis.tail``; empty for a metric without a
+    margin): prompts losing more than the margin, the exact upper bound of that share and its
+    level, the outlier flag and robust z, the prompts that would bound the share below the
+    target, and the worst prompts as ``panel/prompt:seed=loss`` joined by ``;``."""
+    if not t:
+        return {}
+    return {"tail_exceed": t["exceed"], "tail_upper": t["upper"], "tail_upper_level": t["upper_level"],
+            "tail_flag": t["flag"], "tail_outlier_z": t["outlier_z"], "tail_target_share": t["target_share"],
+            "tail_prompts_to_bound": t["prompts_to_bound"],
+            "tail_worst": ";".join(f"{w['prompt']}:{w['seed']}={w['loss']:.6g}" for w in t["worst"]),
+            "tail_worst_videos": ";".join(w["treatment_video"] for w in t["worst"])}
 
 
 LEDGER_COLUMNS = ("job", "rule", "wildcards", "attempt", "status", "slurm_job", "host", "start", "end", "elapsed_s",

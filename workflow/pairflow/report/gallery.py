@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis.verdicts import verdict_text
 from ..atomic import write_text
 from ..errors import VideoReadError
 from ..identity import digest_file
@@ -219,6 +220,20 @@ _STYLE = ("body{font-family:sans-serif;margin:1em;max-width:1400px} "
           ".worse{background:#fdd} .better{background:#dfd} nav a{margin-right:1em}")
 
 
+def arm_verdicts(stats: Mapping[str, Any] | None) -> dict[str, str]:
+    """Per treatment arm of the study statistics, each metric's verdict as every report
+    words it (``verdicts.verdict_text``: the phrase, the deciding test's p and its family),
+    e.g. ``temporal_flickering: inferior (p 0.003: ...)``; metrics without a question are
+    left out."""
+    out = {}
+    for c in (stats or {}).get("comparisons", []):
+        words = [f"{m['metric']}: {verdict_text(m)}" for m in sorted(c["metrics"], key=lambda m: m["metric"])
+                 if m.get("verdict_code")]
+        if words:
+            out[c["treatment"]] = "; ".join(words)
+    return out
+
+
 def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[ScoreRecord],
                   timings: list[TimingRecord], out: Path, stats_json: Path | None = None) -> dict[str, int]:
     """Write the gallery page ``out`` (one HTML file, filmstrips inlined) atomically.
@@ -228,6 +243,7 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
     views = pairs(study, gen, scores, timings)
     colours = arm_colours([a.name for a in study.arms])
     used = {"pairs": 0, "shown": 0, "bytes": 0}
+    verdicts = arm_verdicts(json.loads(stats_json.read_text()) if stats_json and stats_json.is_file() else None)
     made: dict[Path, str] = {}  # video -> image key: a control strip is stored once, shown beside every arm
     uris: dict[str, str] = {}
     body = []
@@ -265,7 +281,9 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
             used["shown"] += shown
             body.append(f"<h2 id='{html.escape(panel)}-{html.escape(arm)}'>panel {html.escape(panel)}: "
                         f"<span style='color:{colours.get(arm, '#000')}'>{html.escape(arm)}</span> against control"
-                        f"</h2><p>{len(vs)} pairs, worst first; {shown} with filmstrips.</p>")
+                        f"</h2><p>{len(vs)} pairs, worst first; {shown} with filmstrips.</p>"
+                        + (f"<p class='verdicts'>Study verdicts: {html.escape(verdicts[arm])}</p>"
+                           if arm in verdicts else ""))
             body += [_pair_html(v, colours) for v in vs]
     nav = "".join(f"<a href='#{html.escape(p)}-{html.escape(a)}'>{html.escape(p)}: {html.escape(a)}</a>"
                   for p, a in views)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.verdicts import verdict_text
 from ..atomic import atomic_path
 from ..records.types import ScoreRecord, StudyStats, TimingRecord
 from .table import UNITS, direction
@@ -146,7 +147,8 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
             if m is None or point is None:
                 continue
             ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
-            ax.annotate(m.get("verdict") or "", (point, i), fontsize=6, xytext=(0, 5), textcoords="offset points",
+            ax.annotate(verdict_text(m) if m.get("verdict_code") else "", (point, i), fontsize=6, xytext=(0, 5),
+                        textcoords="offset points",
                         ha="center", color=col[c["treatment"]])
         ax.set_title(forest_title(stats, name), fontsize=9)
         if any(m["kind"] == "NR" for m in ms):

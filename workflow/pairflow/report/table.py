@@ -9,8 +9,10 @@ import math
 from html import escape
 from typing import Any
 
+from ..analysis import tail
 from ..analysis.inference import MULTIPLICITY_NAMES
 from ..analysis.stats import NO_EFFECT
+from ..analysis.verdicts import verdict_text
 from ..records.types import Comparison, ComputeSummary, MetricResult, StudyStats
 
 
@@ -56,15 +58,14 @@ def estimate(m: MetricResult, d: int) -> str:
 
 
 def cell(m: MetricResult, level: float, decimals: int | None = None, method: str = "holm") -> str:
-    """One metric's cell: the verdict, the paired difference (value, for FR metrics) with
-    its interval at the family-adjusted level (``decimals`` fixed decimals; default: the
-    cell's own), the adjusted p of the cell's question named by its procedure, the
-    wins / ties / losses over prompts, and a warning where the prompt count is too small
-    for the sign-flip test to reach the level."""
-    out = (f"{m['verdict']}: " if m.get("verdict") else "") + estimate(m, column_decimals([m]) if decimals is None
-                                                                        else decimals)
-    if m.get("p_verdict") is not None:
-        out += f" p={_fmt(m['p_verdict'], 2)} ({MULTIPLICITY_NAMES.get(method, method)})"
+    """One metric's cell: the verdict with the p of the test that decided it and that
+    test's family (``verdicts.verdict_text``), the paired difference (value, for FR
+    metrics) with its interval at the family-adjusted level (``decimals`` fixed decimals;
+    default: the cell's own), the wins / ties / losses over prompts, and a warning where
+    the prompt count is too small for the sign-flip test to reach the level. ``method`` is
+    kept for callers; the family is named in the verdict."""
+    out = (f"{verdict_text(m)}: " if m.get("verdict_code") else "") + estimate(
+        m, column_decimals([m]) if decimals is None else decimals)
     if m.get("wins") is not None:
         out += f", W/T/L {m['wins']}/{m['ties']}/{m['losses']}"
     if m.get("n_identical_pairs"):
@@ -102,7 +103,8 @@ def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
         no_effect = any(f.startswith(NO_EFFECT) for f in c["flags"])
         cells = [c["treatment"] + (f" ({NO_EFFECT})" if no_effect else ""), str(c["n_pairs"]),
                  f"{_fmt(lat.get('control_geomean_s'), 3)} / {_fmt(lat.get('treatment_geomean_s'), 3)}",
-                 ratio(c["speedup"]["geomean"], c["speedup"]["ci"]), compute_cell(c.get("compute")),
+                 ratio(c["speedup"]["geomean"], c["speedup"]["ci"], c["speedup"].get("ci_note")),
+                 compute_cell(c.get("compute")),
                  (f"{timed_cell(lat)}; {_pct(lat.get('control_cv_median'))} / "
                   f"{_pct(lat.get('treatment_cv_median'))}; {lat.get('pairs_over_max_cv', 0)}")]
         if eff:
@@ -168,9 +170,12 @@ def _convention(stats: StudyStats) -> str:
     return next(c["efficiency"]["convention"] for c in stats["comparisons"] if c.get("efficiency"))
 
 
-def ratio(point: float, ci: list[float | None]) -> str:
-    """A ratio with its interval: ``1.234× [1.1, 1.4]``."""
-    return f"{point:.3f}× " + ("[no CI]" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]")
+def ratio(point: float, ci: list[float | None], note: str | None = None) -> str:
+    """A ratio with its interval: ``1.234× [1.1, 1.4]``; ``[no CI: zero spread]`` where the
+    statistics' reason (``note``) is zero spread, ``[no CI]`` otherwise (the notes say why)."""
+    if ci[0] is None or ci[1] is None:
+        return f"{point:.3f}× [no CI{': zero spread' if note and 'zero spread' in note else ''}]"
+    return f"{point:.3f}× [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def compute_cell(compute: ComputeSummary | None) -> str:
@@ -180,7 +185,7 @@ def compute_cell(compute: ComputeSummary | None) -> str:
         return "n/a"
     skipped = compute["blocks_skipped"]
     total = skipped + compute["blocks_computed"]
-    return ratio(compute["ratio"], compute["ci"]) + f"; skipped {skipped}/{total} blocks"
+    return ratio(compute["ratio"], compute["ci"], compute.get("ci_note")) + f"; skipped {skipped}/{total} blocks"
 
 
 def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
@@ -200,7 +205,7 @@ def pareto(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
         front = [n for n in metric_names if n in by and on_front(stats, c["treatment"], n)]
         rows.append([c["treatment"] + (f" ({NO_EFFECT})" if any(f.startswith(NO_EFFECT) for f in c["flags"]) else ""),
                      ", ".join(c.get("kinds", [])) or "n/a", compute_cell(c.get("compute")),
-                     ratio(c["speedup"]["geomean"], c["speedup"]["ci"])]
+                     ratio(c["speedup"]["geomean"], c["speedup"]["ci"], c["speedup"].get("ci_note"))]
                     + [("" if n not in by else estimate(by[n], decimals[n])) for n in metric_names]
                     + [", ".join(front) or "none"])
     return head, rows
@@ -272,8 +277,8 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     verdict and why, and where the data lie outside what the procedure was checked for."""
     method = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
     head = ["arm", "metric", "question", "estimate [CI] (level)", "% of control", "standardised",
-            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness", "verdict",
-            f"verdict rests on ({method} p)", "why", "diagnostics"]
+            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness",
+            "verdict (p of the deciding test: test, family)", "verdict rests on", "why", "diagnostics"]
     rows = []
     for c in stats["comparisons"]:
         for m in c["metrics"]:
@@ -287,11 +292,58 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
                          "n/a" if m["relative_effect"] is None else f"{m['relative_effect']:+.1%}",
                          _fmt(m["standardised_effect"], 2), wtl,
                          f"{_fmt(m['p_value'], 2)} → {_fmt(m['p_adjusted'], 2)}", _fmt(m["p_signflip"], 2),
-                         _fmt(m["skewness"], 2), m["verdict"] or "n/a",
-                         f"{'; '.join(m.get('verdict_rests_on') or []) or 'n/a'} ({_fmt(m.get('p_verdict'), 2)})",
+                         _fmt(m["skewness"], 2), verdict_text(m),
+                         "; ".join(m.get("verdict_rests_on") or []) or "n/a",
                          m["verdict_detail"] or "",
                          "; ".join(m["diagnostics"]) or "none"])
     return head, rows
+
+
+def tails(stats: StudyStats, link: Any = None) -> tuple[list[str], list[list[str]]]:
+    """One row per (arm, metric) with a margin: how many prompts lost more than the margin
+    with the exact upper bound of the share that could, the worst prompts (loss, and
+    ``link(label, anchor)`` to their pair in the gallery; Markdown links by default),
+    whether the cell is flagged (an outlying prompt), and the prompts that would bound the
+    breaking share."""
+    def md(label: str, anchor: str) -> str:
+        return f"[{label}]({GALLERY_LINK}#{anchor})"
+
+    link = link or md
+    head = ["arm", "metric", "prompts losing more than the margin (exact upper bound)",
+            "worst prompts (loss; pair in the gallery)", "outlying prompt (robust z)", "prompts to bound the share"]
+    rows = []
+    for c in stats["comparisons"]:
+        for m in c["metrics"]:
+            t = m.get("tail")
+            if not t:
+                continue
+            worst = ", ".join(f"{link(w['prompt'] + ' s' + str(w['seed']), w['anchor'])} {w['loss']:+.4g}"
+                              for w in t["worst"])
+            z = "n/a" if t["outlier_z"] is None else f"{t['outlier_z']:.1f}"
+            rows.append([c["treatment"], m["metric"], tail.sentence(t), worst,
+                         ("yes ⚠ " if t["flag"] else "no ") + f"({z})", tail.to_bound(t)])
+    return head, rows
+
+
+_TAILS_TEXT = ("A test of the mean cannot see a failure the sample did not draw. Per metric with a margin: the prompts "
+               "whose loss (mean over seeds, in the metric's bad direction) exceeds the margin, and the exact "
+               "Clopper-Pearson upper bound of the share of prompts that could (the upper end of the two-sided "
+               "interval at the study's level, not adjusted across cells); the worst prompts, linked to their worst "
+               "pair in the gallery; a flag where the worst loss lies more than "
+               f"{tail.OUTLIER_Z:g} robust SDs (1.4826 MAD) beyond the median (the mean's interval was checked for "
+               "normal, t3 and |skewness| <= 2 values, not this); and how many prompts, none of the added ones "
+               f"breaking, would bound the breaking share below {tail.TAIL_SHARE:.0%}.")
+
+
+def _html_tails(stats: StudyStats, esc: Any) -> list[str]:
+    head, rows = tails(stats, lambda label, anchor: f"<a href='{esc(GALLERY_LINK)}#{esc(anchor)}'>{esc(label)}</a>")
+    if not rows:
+        return []
+    # cells are escaped here, except the worst-prompts column, whose links were escaped as built
+    return [f"<h2>Tails: what the prompts rule out</h2><p>{esc(_TAILS_TEXT)}</p><table><tr>",
+            "".join(f"<th>{esc(h)}</th>" for h in head), "</tr>",
+            *("<tr>" + "".join(f"<td>{c if i == 3 else esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+              for r in rows), "</table>"]
 
 
 def _arm_notes(stats: StudyStats) -> list[str]:
@@ -299,7 +351,9 @@ def _arm_notes(stats: StudyStats) -> list[str]:
     for (three arms with the same timing-noise warning make one line, not three)."""
     arms: dict[str, list[str]] = {}
     for c in stats["comparisons"]:
-        for f in c["flags"] + c["notes"]:
+        cp = c.get("compute")
+        ratios = [c["speedup"].get("ci_note"), cp.get("ci_note") if cp else None]
+        for f in c["flags"] + c["notes"] + [r for r in ratios if r]:
             arms.setdefault(f, [])
             if c["treatment"] not in arms[f]:
                 arms[f].append(c["treatment"])
@@ -308,11 +362,13 @@ def _arm_notes(stats: StudyStats) -> list[str]:
 
 def answer(stats: StudyStats) -> list[str]:
     """The answer first, one line per treatment arm: the speedup with its interval, the
-    compute ratio, then each metric's verdict (as the statistics word it: ``worse``,
-    ``non-inferior``, ...; ``value`` where a metric has no question, e.g. an FR metric
-    without a floor) with the estimate and interval it rests on, e.g. ``fbcache: 1.38×
-    faster [1.24, 1.54], compute 0.58× control; temporal_flickering worse, Δ -0.0036
-    [-0.0046, -0.0027]; psnr value 12.8 dB [12.7, 12.9]``."""
+    compute ratio, then each metric's verdict with the p of the test that decided it
+    (``verdicts.verdict_text``; ``value only`` where a metric has no question, e.g. an FR
+    metric without a floor) and the estimate and interval it rests on, e.g. ``fbcache:
+    1.38× faster [1.24, 1.54], compute 0.58× control; temporal_flickering worse,
+    non-inferiority not shown (p 0.003: difference from 0, outside the family, scaled to
+    this cell's Holm level), Δ -0.0036 [-0.0046, -0.0027]; psnr value only, 12.8 dB [12.7,
+    12.9]``."""
     out = []
     for c in stats["comparisons"]:
         sp = c["speedup"]
@@ -340,7 +396,7 @@ def answer(stats: StudyStats) -> list[str]:
             lo_m, hi_m = m["ci"]
             value = "n/a" if point is None else f"{what}{point:.{d}f}{unit}" + (
                 "" if lo_m is None or hi_m is None else f" [{lo_m:.{d}f}, {hi_m:.{d}f}]")
-            metrics.append(f"{m['metric']} {m.get('verdict') or 'value'}, {value}")
+            metrics.append(f"{m['metric']} {verdict_text(m)}, {value}")
         out.append(f"{c['treatment']}: " + ", ".join(parts) + ("; " + "; ".join(metrics) if metrics else ""))
     return out
 
@@ -383,14 +439,19 @@ def _notes(stats: StudyStats) -> list[str]:
     method_name = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
     method = (f"Each cell: the verdict, then treatment − control (FR metrics: the treatment's value against its "
               "control, on pairs whose videos differ) with its interval over prompts at the family-adjusted level, "
-              f"and the {method_name}-adjusted p of the tests the verdict rests on (Verdicts names them); every "
-              f"(arm, metric) test of this table is one family of {stats.get('family_size', 0)}, and the verdict is "
-              "read from the adjusted interval, so verdict and p agree (p < "
+              f"beside the verdict the p of the test that decided it, named with its family: the cell's own "
+              f"question is one of the table's {stats.get('family_size', 0)} tests ({method_name}-adjusted); a "
+              "second value read from the same interval (0 for superior or worse, +margin for equivalent) is "
+              "tested outside the family at the cell's level, its p scaled to that level. The verdict is read "
+              "from the adjusted interval, so verdict and p agree (p < "
               f"{1 - stats['level']:.2g} exactly when the word claims something). "
-              "Questions: a metric with a margin (stats/margins) is non-inferior (any loss "
-              "inside the margin), equivalent (both bounds inside ±margin), superior, inferior or inconclusive; an "
-              "FR metric with a floor (stats/floors) meets it, misses it or is inconclusive; any other metric "
-              "gets a difference test whose 'no detectable difference' is not equivalence. W/T/L: prompts where the "
+              "Verdicts (CONSORT, Piaggio et al. 2012), against a margin (stats/margins): superior (the whole "
+              "interval better than 0), non-inferior (the whole interval better than the loss edge -margin), "
+              "equivalent (the whole interval inside ±margin), worse, non-inferiority not shown (the whole "
+              "interval worse than 0 but holding -margin), inferior (the whole interval beyond -margin), "
+              "inconclusive; a metric without a margin is read with margin 0 (its 'inconclusive' is not "
+              "equivalence), an FR metric's floor (stats/floors) as its loss edge. 0/1 metrics are tested "
+              "exactly (paired proportions). W/T/L: prompts where the "
               "treatment is better / tied / worse in the metric's direction. ⚠: see the diagnostics in Verdicts. "
               "Lower-is-better metrics improve when Δ < 0.")
     fidelity = ("Fidelity metrics (FR) compare each treatment video with its control, frame by frame, on: "
@@ -431,7 +492,9 @@ _PLANNING_TEXT = ("Per-prompt standard deviation of each tested cell and its one
                   "(chi-square: the pilot's SD is itself uncertain), the smallest true difference a two-sided paired "
                   "t-test detects at this prompt count and the cell's adjusted level, and the prompts needed to show "
                   "non-inferiority at the margin (stats/margins) with the planned power if the true difference is "
-                  "0, at the SD and at its upper bound (the union test needs at least as many). 'variance' splits "
+                  "0, at the SD and at its upper bound (simulated with the union test, on this cell's values and on a "
+                  "loss tail of skewness 2 at their SD, the larger; config/README.md, 'How N is planned'). "
+                  "'variance' splits "
                   "the per-prompt mean's variance into prompts and seeds (one-way random effects): where prompts "
                   "dominate, more seeds cannot help.")
 
@@ -484,6 +547,11 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
     v_head, v_rows = verdicts(stats)
     lines += ["", "## Verdicts", "", _VERDICTS_TEXT, "", "| " + " | ".join(v_head) + " |", "|" + "---|" * len(v_head)]
     lines += ["| " + " | ".join(r) + " |" for r in v_rows]
+    t_head, t_rows = tails(stats)
+    if t_rows:
+        lines += ["", "## Tails: what the prompts rule out", "", _TAILS_TEXT, "",
+                  "| " + " | ".join(t_head) + " |", "|" + "---|" * len(t_head)]
+        lines += ["| " + " | ".join(r) + " |" for r in t_rows]
     lines += ["", "## Quality against cost", "", _FRONT_TEXT, "", *(f"- {line}" for line in _front_lines(stats))]
     p_head, p_rows = planning(stats)
     if p_rows:
@@ -512,6 +580,7 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
              *_html_table("Verdicts", _VERDICTS_TEXT, verdicts(stats), escape),
+             *_html_tails(stats, escape),
              f"<h2>Quality against cost</h2><p>{escape(_FRONT_TEXT)}</p><ul>",
              *(f"<li>{escape(line)}</li>" for line in _front_lines(stats)), "</ul>",
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",
