@@ -104,6 +104,28 @@ def reuse_arms_check(project: Path, cfg: dict) -> None:
     assert json.loads(marker.read_text())["key"] == key
 
 
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """A Slurm cluster answers (``bash .ci/slurm-up`` starts the CI's two-node one); else
+    skip, or fail under ``PAIRFLOW_REQUIRE_SLURM=1`` (set by ``.ci/run``)."""
+    from pairflow.fleet.sites.slurm import cluster_unavailable
+
+    why = cluster_unavailable()
+    if why is not None:
+        if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
+            pytest.fail(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+
+
+def slurm_env() -> dict[str, str]:
+    """The environment a test submits Slurm work in: this venv's tools first on PATH, and
+    no SLURM_CONF (jobs read /etc/slurm/slurm.conf; the plugin strips SLURM_CONF)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env.pop("SLURM_CONF", None)
+    return env
+
+
 def copy_project(dest: Path) -> Path:
     """Copy the workflow files (not results, not config) into ``dest`` for a test run."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -10,27 +10,16 @@ Skipped where ``sinfo`` gets no answer, unless ``PAIRFLOW_REQUIRE_SLURM=1`` (``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, small_config, write_config
-
-from pairflow.fleet.sites.slurm import cluster_unavailable
+from conftest import copy_project, slurm_env, small_config, write_config
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
-
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    why = cluster_unavailable()
-    if why is not None:
-        if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
-            pytest.fail(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
-        pytest.skip(why)
 
 
 def test_the_panel_job_packs_from_the_table_the_calibrate_job_measured(slurm, tiny_model: Path,
@@ -42,8 +31,7 @@ def test_the_panel_job_packs_from_the_table_the_calibrate_job_measured(slurm, ti
     cfg = small_config(project, tiny_model, fleet={"calibrate": True, "site": "slurm", "cpu_workers": 2,
                                                    "retries": 1})
     write_config(project, cfg)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("SLURM_CONF", None)  # jobs read /etc/slurm/slurm.conf
+    env = slurm_env()
     scratch = project / "results" / "scratch"
     target = scratch / "panels" / "t" / "generation.json"  # one panel job: calibrate, estimate, that job
     run = subprocess.run([str(BIN / "snakemake"), str(target.relative_to(project)), "--profile", "profiles/slurm",

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 from test_stats import simulate
+from test_verdicts import expected
 
 
 def lognormal_diffs(rng: np.random.Generator, reps: int, n: int, skew: float, sign: float = 1.0) -> np.ndarray:
@@ -354,7 +355,7 @@ def test_a_lower_is_better_margin_reads_each_word_from_the_interval(mean: float,
 
     x = spread(mean)
     ci = ttest_1samp(-x, 0.0).confidence_interval(0.95)
-    assert expected_word(float(ci.low), float(ci.high), margin) == word
+    assert expected(float(ci.low), float(ci.high), margin) == word  # test_verdicts' CONSORT reading
     cell = Cell(x, signflip_signs(10, 2000, 0))
     lo, hi, _why = cell.interval(0.95)
     assert lo is not None and hi is not None and abs(lo + ci.high) < 0.04 and abs(hi + ci.low) < 0.04
@@ -362,19 +363,6 @@ def test_a_lower_is_better_margin_reads_each_word_from_the_interval(mean: float,
     assert code == word
     if word != "worse_non_inferiority_not_shown":  # that word rests on the test of 0 alone
         assert rests_on[0] == margin  # the loss edge of a lower-is-better metric is +margin in raw units
-
-
-def expected_word(lo: float, hi: float, d: float) -> str:
-    """CONSORT's reading of an interval [lo, hi] in the better direction against margin d."""
-    if -d < lo and hi < d:
-        return "equivalent"
-    if lo > 0:
-        return "superior"
-    if lo > -d:
-        return "non_inferior"
-    if hi < -d:
-        return "inferior"
-    return "worse_non_inferiority_not_shown" if hi < 0 else "inconclusive"
 
 
 def test_variance_split_recovers_known_components() -> None:

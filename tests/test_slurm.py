@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project
+from conftest import ROOT, copy_project, slurm_env
 
 from pairflow.fleet.sites.slurm import cluster_unavailable
 
@@ -27,28 +27,13 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    why = cluster_unavailable()
-    if why is not None:
-        if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
-            pytest.fail(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
-        pytest.skip(why)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    env.pop("SLURM_CONF", None)  # jobs read /etc/slurm/slurm.conf (the plugin strips SLURM_CONF)
-    return env
-
 
 @pytest.fixture(scope="module")
 def slurm_study(slurm, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     """The shipped default config and Slurm profile, unchanged, in a fresh project copy."""
     project = copy_project(tmp_path_factory.mktemp("slurm") / "project")
     shutil.copytree(ROOT / "config", project / "config")
-    run = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm"], cwd=project, env=_env(),
+    run = subprocess.run([str(BIN / "snakemake"), "--profile", "profiles/slurm"], cwd=project, env=slurm_env(),
                          capture_output=True, text=True, timeout=1500)
     (project / "snakemake.log").write_text(run.stdout + run.stderr)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
@@ -150,7 +135,7 @@ def test_the_ledger_holds_every_job_at_the_gpu_seconds_slurm_held(slurm_study: P
     assert sorted(j["rule"] for j in ledger["jobs"].values()) == sorted(ran)
     t = ledger["totals"]
     assert 0 < t["busy_share"] < 1 and t["busy_share"] == pytest.approx(t["work_s"] / t["slot_s"])
-    status = subprocess.run([str(BIN / "pairflow"), "status"], cwd=slurm_study, env=_env(), capture_output=True,
+    status = subprocess.run([str(BIN / "pairflow"), "status"], cwd=slurm_study, env=slurm_env(), capture_output=True,
                             text=True, timeout=120).stdout
     assert f"busy {t['busy_share']:.1%} of {t['slot_s']:.1f} slot-s" in status, status
 
@@ -161,7 +146,7 @@ def test_one_allocation_packs_a_worker_per_gpu(slurm, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     cmd = f"{BIN / 'pairflow'} probe-slots --tasks 200 --out {out}"
     run = subprocess.run(["sbatch", "--wait", "--quiet", "--gres=gpu:2", "--cpus-per-task=2", "--time=10",
-                          f"--output={tmp_path / 'probe.log'}", "--wrap", cmd], env=_env(),
+                          f"--output={tmp_path / 'probe.log'}", "--wrap", cmd], env=slurm_env(),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (tmp_path / "probe.log").read_text()[-4000:]
     t = json.loads(out.read_text())
@@ -306,7 +291,7 @@ def two_node_panel(slurm_study: Path, tmp_path_factory) -> tuple[Path, dict]:  #
     with open(project / "snakemake.log", "w") as log:
         run = subprocess.Popen([str(BIN / "snakemake"), "--profile", "profiles/slurm",
                                 f"{panel}/generation.json", f"{panel}/scores.json"],
-                               cwd=project, env=_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+                               cwd=project, env=slurm_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
         try:
             killed = _fail_stop(project, run, timeout_s=900)
             rc = run.wait(timeout=900)

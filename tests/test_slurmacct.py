@@ -8,7 +8,6 @@ from __future__ import annotations
 import calendar
 import json
 import logging
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import slurm_env
 
 from pairflow.fleet.sites import slurmacct
-from pairflow.fleet.sites.slurm import cluster_unavailable
 
 KEYS = {"source", "job_id", "state", "terminal", "exit_code", "submit", "start", "end", "elapsed_s", "nodes",
         "node_list", "cpus", "gpus", "tres", "read_at"}
@@ -344,18 +343,9 @@ def test_outcome_waits_for_slurm_to_call_the_job_ended(monkeypatch: pytest.Monke
 # --- on the CI cluster ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    why = cluster_unavailable()
-    if why is not None:
-        if os.environ.get("PAIRFLOW_REQUIRE_SLURM") == "1":
-            pytest.fail(f"PAIRFLOW_REQUIRE_SLURM=1 but {why}")
-        pytest.skip(why)
-
 
 def _sbatch(tmp_path: Path, *args: str) -> str:
-    env = dict(os.environ)
-    env.pop("SLURM_CONF", None)  # jobs read /etc/slurm/slurm.conf
+    env = slurm_env()
     run = subprocess.run(["sbatch", "--parsable", "--wait", f"--output={tmp_path}/slurm-%j.out", *args,
                           "--wrap", "sleep 2"], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr
