@@ -142,7 +142,7 @@ def _alive(account: dict[str, Any]) -> bool:
 KILLED_STATES = ("CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "BOOT_FAIL")
 
 
-def _status(account: dict[str, Any] | None, sched: dict[str, Any] | None, mtime: float | None) -> str:
+def _status(account: dict[str, Any] | None, sched: dict[str, Any] | None) -> str:
     """ok, failed, killed, running or unknown: the scheduler's end state where it has one."""
     if sched is not None and sched.get("terminal") and sched.get("state") != "COMPLETED":
         return "killed" if sched.get("state") in KILLED_STATES else "failed"
@@ -156,9 +156,11 @@ def _status(account: dict[str, Any] | None, sched: dict[str, Any] | None, mtime:
 
 
 def held(account: dict[str, Any] | None, sched: dict[str, Any] | None, share: float, now: float,
-         mtime: float | None) -> dict[str, Any]:
+         mtime: float | None, status: str) -> dict[str, Any]:
     """What a job held: GPUs, CPUs and nodes, from when to when; GPU-, CPU- and slot-seconds
-    (``share`` of the Slurm job's, for several rules run in one Slurm job)."""
+    (``share`` of the Slurm job's, for several rules run in one Slurm job). Without the
+    scheduler's start, a ``killed`` job (``_status``) ended at its account's last touch
+    (``mtime``); one still running, now."""
     if sched is not None and sched.get("start") is not None:
         start = float(sched["start"])
         end = float(sched["end"]) if sched.get("end") is not None and sched.get("terminal") else None
@@ -169,8 +171,8 @@ def held(account: dict[str, Any] | None, sched: dict[str, Any] | None, share: fl
         assert account is not None
         start = float(account["start"])
         end = account.get("end")
-        if end is None and account.get("status") == "running":
-            end = mtime if mtime is not None and not _alive(account) else None
+        if end is None and status == "killed":
+            end = mtime
         elapsed = (float(end) if end is not None else now) - start
         res = account.get("resources") or {}
         gpus = int(res.get("gpu") or 0) if not account.get("slurm_job") else len(
@@ -236,8 +238,8 @@ def rows_of(account: dict[str, Any] | None, h: dict[str, Any], status: str) -> t
 def job_entry(account: dict[str, Any] | None, sched: dict[str, Any] | None, share: float, now: float,
               mtime: float | None = None, submission: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ledger entry: the job, its status, what it held, its work and busy share."""
-    status = _status(account, sched, mtime)
-    h = held(account, sched, share, now, mtime)
+    status = _status(account, sched)
+    h = held(account, sched, share, now, mtime, status)
     rows, source = rows_of(account, h, status)
     work_s = sum(v for k, v in rows.items() if k.endswith("|work"))
     a = account or {}
