@@ -213,9 +213,11 @@ def union_p(x: np.ndarray, mu: float | np.ndarray, signs: np.ndarray) -> np.ndar
     p_sf = np.mean(np.abs(y @ signs.T) >= (obs - 1e-9 * np.abs(y).sum(axis=1))[:, None], axis=1)
     mean, sd = x.mean(axis=1), x.std(axis=1, ddof=1)
     flat = sd <= 1e-12 * np.maximum(1.0, np.abs(mean))
-    m2 = np.mean((x - mean[:, None]) ** 2, axis=1)
+    r = x - mean[:, None]
+    m2 = np.mean(r * r, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        g1 = np.where(m2 > 0, np.mean((x - mean[:, None]) ** 3, axis=1) / m2 ** 1.5, 0.0)
+        # r * r * r, not r ** 3: numpy's power has no fast path for 3 (about 90x slower on planning's arrays)
+        g1 = np.where(m2 > 0, np.mean(r * r * r, axis=1) / m2 ** 1.5, 0.0)
         skew = g1 * math.sqrt(n * (n - 1)) / (n - 2) if n >= 3 else np.zeros_like(g1)
         t = np.where(flat, 0.0, math.sqrt(n) * y.mean(axis=1) / sd)  # y's mean is mean - mu
     a = SKEW_FACTOR * skew / (3 * math.sqrt(n))
@@ -239,7 +241,7 @@ def parametric_p(x: np.ndarray, mu: float) -> np.ndarray:
     mean, sd = x.mean(axis=1), x.std(axis=1, ddof=1)
     r = x - mean[:, None]
     m2 = np.mean(r * r, axis=1)
-    g1 = np.mean(r ** 3, axis=1) / m2 ** 1.5
+    g1 = np.mean(r * r * r, axis=1) / m2 ** 1.5  # r * r * r: see union_p
     a = SKEW_FACTOR * g1 * math.sqrt(n * (n - 1)) / (n - 2) / (3 * math.sqrt(n))
     t = math.sqrt(n) * (mean - mu) / sd
     g = t + a * t * t + a * a * t ** 3 / 3 + a / 2
