@@ -179,15 +179,55 @@ def _copy(dest: Path) -> None:
             shutil.copy2(src, dest / f)
 
 
-def _pytest_args(module: str) -> list[str]:
+def _pytest_args(module: str, tests: list[str] | None = None) -> list[str]:
+    """The test command: every analysis test file, ``module``'s own first; with ``tests``
+    (node ids, in collection order), those tests only, ``module``'s own file's first."""
     own = OWN_TESTS[module]
-    order = [own] + [t for t in TESTS if t != own]
-    return ["-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=",
-            *[f"tests/{t}.py" for t in order]]
+    if tests is None:
+        chosen = [f"tests/{t}.py" for t in [own] + [t for t in TESTS if t != own]]
+    else:
+        chosen = sorted(tests, key=lambda t: not t.startswith(f"tests/{own}.py::"))  # stable: keeps the order
+    return ["-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", "-p", "mutation_plugin",
+            *chosen]
 
 
-def _env(copy: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(copy / "workflow"), PYTHONDONTWRITEBYTECODE="1")
+def _statement_lines(source: str) -> dict[int, tuple[int, int]]:
+    """Per line, the lines of the innermost statement holding it (a compound statement's
+    header only: an ``if``'s test, a ``def``'s signature), where coverage.py records it."""
+    tree = ast.parse(source)
+    out: dict[int, tuple[int, int]] = {}
+    stmts = sorted((n for n in ast.walk(tree) if isinstance(n, ast.stmt)),
+                   key=lambda n: (n.end_lineno or n.lineno) - n.lineno, reverse=True)
+    for n in stmts:  # widest first, so the innermost statement has the last word
+        end = n.end_lineno or n.lineno
+        body = [b for f in ("body", "orelse", "handlers", "finalbody") for b in getattr(n, f, []) or []]
+        if body:
+            end = min(end, min(b.lineno for b in body) - 1)
+            end = max(end, n.lineno)
+        for line in range(n.lineno, end + 1):
+            out[line] = (n.lineno, end)
+    return out
+
+
+def reaching(m: dict[str, Any], contexts: dict[str, dict[str, list[str]]], order: list[str]) -> list[str] | None:
+    """The tests (node ids, in collection order) that run mutant ``m``'s statement; None
+    where a line of it runs at import (a constant, a default, a class attribute: every
+    test sees it, so all run)."""
+    lines_of = _statement_lines((ROOT / m["file"]).read_text(encoding="utf-8"))
+    first, last = lines_of.get(m["line"], (m["line"], m["line"]))
+    by_line = next((v for k, v in contexts.items() if k.endswith(m["file"])), {})
+    seen: set[str] = set()
+    for line in range(first, last + 1):
+        seen.update(by_line.get(str(line), []))
+    if "" in seen or m["function"] == "<module>":
+        return None
+    rank = {t: i for i, t in enumerate(order)}
+    return sorted(seen, key=lambda t: rank.get(t, len(rank)))
+
+
+def _env(copy: Path, coverage_lib: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(copy / "workflow"), coverage_lib])),
+               PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_ADDOPTS", None)
     return env
 
@@ -219,11 +259,13 @@ def serve() -> None:
     loaded = sorted(m for m in sys.modules if m.startswith("pairflow.analysis"))
     if loaded:
         sys.exit(f"preloading imported {loaded}: a mutant would be tested against the unmutated module")
+    sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))  # -p mutation_plugin
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         job = json.loads(line)
         pid = os.fork()
         if pid == 0:
+            os.environ.update(job.get("env", {}))
             fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
@@ -238,20 +280,20 @@ def serve() -> None:
 class Worker:
     """A private copy of the checkout and its fork server."""
 
-    def __init__(self, copy: Path, python: str) -> None:
+    def __init__(self, copy: Path, python: str, coverage_lib: str) -> None:
         self.copy = copy
         _copy(copy)
         self.proc = subprocess.Popen([python, str(copy / "benchmarks" / "mutation.py"), "--serve"], cwd=copy,
-                                     env=_env(copy), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     env=_env(copy, coverage_lib), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         ready = self.proc.stdout.readline()
         if not ready.startswith('{"ready"'):
             sys.exit(f"the fork server in {copy} did not start: {ready!r}")
 
-    def pytest(self, args: list[str], timeout: float) -> tuple[int, str]:
+    def pytest(self, args: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         log = self.copy / "pytest.log"
-        self.proc.stdin.write(json.dumps({"args": args, "timeout": timeout, "log": str(log)}) + "\n")
+        self.proc.stdin.write(json.dumps({"args": args, "timeout": timeout, "log": str(log), "env": env or {}}) + "\n")
         self.proc.stdin.flush()
         rc = int(json.loads(self.proc.stdout.readline())["rc"])
         return rc, log.read_text(errors="replace")
@@ -262,8 +304,9 @@ class Worker:
         self.proc.wait(timeout=30)
 
 
-def run_one(m: dict[str, Any], w: Worker, timeout: float) -> dict[str, Any]:
-    """Apply mutant ``m`` in ``w``'s copy, run the tests, put the module back."""
+def run_one(m: dict[str, Any], w: Worker, timeout: float, tests: list[str] | None) -> dict[str, Any]:
+    """Apply mutant ``m`` in ``w``'s copy, run the tests (``tests``: only these node ids;
+    an empty list: no test reaches it, so it survives unrun), put the module back."""
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
@@ -273,16 +316,19 @@ def run_one(m: dict[str, Any], w: Worker, timeout: float) -> dict[str, Any]:
     if mutated is None:
         return {**m, "outcome": "no mutation", "seconds": 0.0}
     new_line = mutated.splitlines()[m["line"] - 1].strip()
+    ran = "all" if tests is None else len(tests)
+    if tests == []:
+        return {**m, "mutated": new_line, "outcome": "survived", "failed": "", "tests": 0, "seconds": 0.0}
     t0 = time.monotonic()
     try:
         target.write_text(mutated, encoding="utf-8")
-        rc, log = w.pytest(_pytest_args(m["module"]), timeout)
+        rc, log = w.pytest(_pytest_args(m["module"], tests), timeout)
     finally:
         target.write_text(original, encoding="utf-8")
     outcome = ("survived" if rc == 0 else "killed" if rc == 1 else "killed (timeout)" if rc == -14
                else f"killed (pytest exit {rc})")
     failed = next((ln for ln in log.splitlines() if ln.startswith(("FAILED", "ERROR"))), "")
-    return {**m, "mutated": new_line, "outcome": outcome, "failed": failed[:300],
+    return {**m, "mutated": new_line, "outcome": outcome, "failed": failed[:300], "tests": ran,
             "seconds": round(time.monotonic() - t0, 1)}
 
 
@@ -306,6 +352,8 @@ def main() -> None:
     ap.add_argument("--modules", nargs="+", default=list(MODULES))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--python", default=str(Path("/work/main/.venv/bin/python")))
+    ap.add_argument("--coverage-lib", default="/tmp/covlib", help="a folder holding coverage.py for --python "
+                    "(pip install --target it coverage); empty: every mutant runs every analysis test")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run (then killed)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "mutation.json")
     ap.add_argument("--rerun", type=Path, help="a previous JSON: run only its survivors (by module, operator, "
@@ -348,21 +396,32 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="pairflow-mutation-") as tmp:
         workers: queue.Queue[Worker] = queue.Queue()
-        started = [Worker(Path(tmp) / f"w{i}", args.python) for i in range(args.workers)]
-        with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:  # the unmutated baseline passes
-            for w, (rc, log) in zip(started, pool.map(lambda w: w.pytest(_pytest_args("inference"), args.timeout),
-                                                      started), strict=True):
+        started = [Worker(Path(tmp) / f"w{i}", args.python, args.coverage_lib) for i in range(args.workers)]
+        cov_file = Path(tmp) / "coverage.data"
+
+        def baseline(w: Worker) -> tuple[int, str]:  # the unmutated tests pass; the first copy measures coverage
+            env = {"PAIRFLOW_MUTATION_COVERAGE": str(cov_file)} if w is started[0] and args.coverage_lib else None
+            return w.pytest(_pytest_args("inference"), args.timeout, env)
+
+        with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+            for w, (rc, log) in zip(started, pool.map(baseline, started), strict=True):
                 if rc != 0:
                     sys.exit(f"the tests fail before any mutation (exit {rc}):\n{log[-3000:]}")
                 workers.put(w)
-        print(f"baseline passes in {time.monotonic() - t0:.0f} s", flush=True)
+        cov: dict[str, Any] | None = None
+        if args.coverage_lib:
+            cov = json.loads(Path(f"{cov_file}.json").read_text())
+            cov["lines"] = {f.replace(str(started[0].copy) + "/", ""): v for f, v in cov["lines"].items()}
+        print(f"baseline passes in {time.monotonic() - t0:.0f} s"
+              + (f" ({len(cov['order'])} tests, coverage per test)" if cov else ""), flush=True)
 
         def work(m: dict[str, Any]) -> dict[str, Any]:
             if time.monotonic() - t0 > 60 * args.budget:
                 return {**m, "outcome": "not run (budget)"}
+            tests = reaching(m, cov["lines"], cov["order"]) if cov else None
             w = workers.get()
             try:
-                return run_one(m, w, args.timeout)
+                return run_one(m, w, args.timeout, tests)
             finally:
                 workers.put(w)
 
@@ -385,6 +444,9 @@ def main() -> None:
     total = {"killed": sum(s["killed"] for s in score.values()), "total": sum(s["total"] for s in score.values())}
     out = {"tool": f"cosmic-ray {version('cosmic-ray')}", "python": args.python,
            "command": "pytest " + " ".join(_pytest_args("inference")).replace("test_inference.py", "<own>.py", 1),
+           "per_mutant": ("the tests that run the mutated statement (coverage.py, one context per test, caches "
+                          "cleared before each), its own module's tests first; every test for a statement run at "
+                          "import" if cov else "every analysis test"),
            "selection": {"operators": list(OPERATORS), "formula_functions": {k: sorted(v) for k, v in
                                                                                 FORMULA_FUNCTIONS.items()},
                          "left_out": dict(left)},

@@ -33,7 +33,17 @@ def expected(lo: float, hi: float, margin: float | None) -> str:
 
 
 @pytest.mark.parametrize("higher_is_better", [True, False])
-def test_every_interval_position_against_0_and_the_margin_reads_its_consort_word(higher_is_better: bool) -> None:
+def test_every_interval_position_against_0_and_the_margin_reads_its_consort_word(higher_is_better: bool,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sample-size planning beside each cell (simulated studies: 80% of this walk's time) is not
+    # what this walk reads; its answers are tested in test_planning and test_inference.
+    from pairflow.analysis import inference, planning, stats
+
+    def unplanned(*_a: object, **_k: object) -> planning.Plan:
+        return planning.Plan(None, 0.0, planning.PLAN_CAP)
+
+    monkeypatch.setattr(stats, "plan_prompts", unplanned)
+    monkeypatch.setattr(inference, "plan_prompts", unplanned)
     sign = 1 if higher_is_better else -1
     seen: dict[float | None, set[str]] = {}
     for margin in (None, 0.15, 0.4, 1.0):
@@ -111,3 +121,13 @@ def test_a_lower_is_better_metric_is_the_mirror_image_of_a_higher_is_better_one(
     # the tail's losses are the drops of the higher-is-better metric, counted by hand against the margin
     assert up["tail"]["exceed"] == sum(-v > margin for v in d)
     assert up["tail"]["worst"][0]["loss"] == pytest.approx(-min(d))
+
+
+def test_a_p_is_shown_to_two_digits_and_never_as_zero() -> None:
+    def shown(p: float) -> str:
+        return verdict_text({"verdict_code": "superior", "verdict": "superior", "p_verdict": p,
+                             "p_verdict_test": "difference from 0", "p_verdict_family": "Holm"})
+
+    assert shown(0.0123) == "superior (p 0.012: difference from 0, Holm)"
+    assert shown(1e-4) == "superior (p 0.0001: difference from 0, Holm)"  # the smallest shown as a number
+    assert shown(9.9e-5) == shown(1e-12) == "superior (p < 0.0001: difference from 0, Holm)"

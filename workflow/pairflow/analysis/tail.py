@@ -41,6 +41,8 @@ OUTLIER_Z = 5.0
 """Robust z of the worst loss above which a cell is flagged (benchmarks/tail_bench.py)."""
 MIN_PROMPTS_FLAG = 5
 """Fewest prompts for the flag: below it a median and MAD say nothing."""
+BOUND_LIMIT = 100_000
+"""Most prompts ``prompts_to_bound`` counts to (beyond: None, "no panel under ...")."""
 
 
 def cp_upper(k: int, n: int, level: float) -> float:
@@ -55,15 +57,16 @@ def cp_upper(k: int, n: int, level: float) -> float:
     return 1.0 if k == n else float(beta.ppf(1 - (1 - level) / 2, k + 1, n - k))
 
 
-def prompts_to_bound(k: int, n: int, share: float, level: float, limit: int = 100_000) -> int | None:
+def prompts_to_bound(k: int, n: int, share: float, level: float, limit: int = BOUND_LIMIT) -> int | None:
     """Fewest prompts N >= n at which ``k`` breaking prompts would put the upper bound
     (``cp_upper``) at or below ``share``: the panel's size if every prompt added to it holds.
-    With k = 0 it solves (1 - share)^N <= (1 - level) / 2. None beyond ``limit``."""
+    With k = 0 it solves (1 - share)^N <= (1 - level) / 2. None when that N exceeds ``limit``."""
     if not 0 < share < 1:
         raise StatsError(f"a breaking share to bound must lie in (0, 1), got {share}")
     if k == 0:
-        return max(n, math.ceil(math.log((1 - level) / 2) / math.log1p(-share) - 1e-9))
-    lo, hi = max(n, k + 1), max(n, k + 1)
+        need = max(n, math.ceil(math.log((1 - level) / 2) / math.log1p(-share) - 1e-9))
+        return need if need <= limit else None
+    lo = hi = max(n, k + 1)  # N = k is never enough: its bound is 1
     while cp_upper(k, hi, level) > share:  # the bound falls as N grows: double, then bisect
         if hi > limit:
             return None
@@ -74,7 +77,7 @@ def prompts_to_bound(k: int, n: int, share: float, level: float, limit: int = 10
             hi = mid
         else:
             lo = mid + 1
-    return hi
+    return hi if hi <= limit else None
 
 
 def robust_z(loss: np.ndarray) -> np.ndarray:
@@ -126,7 +129,7 @@ def to_bound(t: TailStatement) -> str:
     """How many prompts would bound the breaking share below ``target_share``."""
     need = t["prompts_to_bound"]
     if need is None:
-        return f"no panel under 100000 prompts would bound the breaking share below {t['target_share']:.0%}"
+        return f"no panel under {BOUND_LIMIT} prompts would bound the breaking share below {t['target_share']:.0%}"
     more = need - t["n_prompts"]
     if more <= 0:
         return f"the breaking share is bounded below {t['target_share']:.0%}"
