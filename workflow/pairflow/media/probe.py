@@ -395,7 +395,7 @@ def _declared(info: ProbeInfo, name: str) -> set[str]:
 
 
 def _sources(info: ProbeInfo, name: str) -> str:
-    """What each source declares for colour tag ``name``, for a message: ``'' `` when neither
+    """What each source declares for colour tag ``name``, for a message; empty when neither
     states it."""
     said = [(source, dict(tags)[name]) for source, tags in ((STREAM_SOURCE, info.stream_colour),
                                                            (CONTAINER_SOURCE, info.container_colour))]
