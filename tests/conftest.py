@@ -334,3 +334,29 @@ def timing_record(gen: dict, latency_s: float | None, matches: bool = True, gpu:
                              synchronised=True)
         rec["worker"]["device"] = "cuda"
     return rec
+
+
+_SPS_COLOUR = {"video_full_range_flag": "full_range", "colour_primaries": "primaries",
+               "transfer_characteristics": "transfer", "matrix_coefficients": "matrix"}
+
+
+def ffmpeg_colour_reading(ffmpeg: str, path: Path) -> tuple[dict[str, set[int]], list[dict[str, int]]]:
+    """What ffmpeg's own parsers read of a video's colour tags, independently of PyAV and of
+    PairFlow's readers: the H.264 SPS fields (``full_range``, ``primaries``, ``transfer``,
+    ``matrix``: every value of every SPS, absent when no SPS has the field) as the
+    ``trace_headers`` bitstream filter logs them, and each MP4 ``colr`` box ({'kind',
+    'primaries', 'transfer', 'matrix', and 'full_range' for nclx}) as the mov demuxer logs it
+    at trace level."""
+    import re
+
+    headers = subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "info", "-i", str(path), "-c", "copy", "-bsf:v",
+                              "trace_headers", "-f", "null", "-"], check=True, capture_output=True, text=True).stderr
+    stream: dict[str, set[int]] = {}
+    for field, value in re.findall(r"\] \d+\s+(" + "|".join(_SPS_COLOUR) + r")\s+[01]+ = (\d+)", headers):
+        stream.setdefault(_SPS_COLOUR[field], set()).add(int(value))
+    log = subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "trace", "-i", str(path), "-frames:v", "1", "-f", "null",
+                          "-"], check=True, capture_output=True, text=True, errors="replace").stderr
+    boxes = [{"kind": kind, "primaries": int(p), "transfer": int(t), "matrix": int(m),
+              **({"full_range": int(full)} if full else {})}
+             for kind, p, t, m, full in re.findall(r"(nclx|nclc): pri (\d+) trc (\d+) matrix (\d+)(?: full (\d+))?", log)]
+    return stream, boxes

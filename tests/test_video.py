@@ -637,3 +637,111 @@ def test_another_container_is_refused(encoder_spec, recipe_video: Path, tmp_path
     path = ff(encoder_spec, tmp_path / "v.mkv", "-i", str(recipe_video), "-c", "copy")
     with pytest.raises(E.StreamPropertyError, match="container format is 'matroska,webm'"):
         read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+# ---------------------------------------------------------------- one reading of every colour tag
+#
+# An MP4 states its colour twice: in the H.264 stream (the SPS's VUI) and in the container
+# (the sample entry's colr box). ffmpeg's decoder takes the stream's tag where it states one
+# and the container's otherwise, so each case is checked by source. Every case starts from one
+# untagged stream converted with the BT.709 limited-range matrix, then tags it by stream copy
+# (the coded pixels stay the same): in the stream with h264_metadata, in the container with
+# the -color_* options (the mov muxer writes them into colr; the bitstream filter does not).
+
+BT709_STREAM = "h264_metadata=colour_primaries=1:transfer_characteristics=1:matrix_coefficients=1:video_full_range_flag="
+BT709_BOX = ["-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709"]
+SPS709 = {"primaries": {1}, "transfer": {1}, "matrix": {1}}
+BOX709 = {"kind": "nclx", "primaries": 1, "transfer": 1, "matrix": 1}
+SOURCES = {  # name: (stream copy options, what ffmpeg reads: (SPS fields, colr boxes), None or (error, message))
+    "container_only": ([*BT709_BOX, "-color_range", "tv"], ({}, [{**BOX709, "full_range": 0}]), None),
+    "stream_only": (["-bsf:v", BT709_STREAM + "0"], ({**SPS709, "full_range": {0}}, []), None),
+    "both_agree": (["-bsf:v", BT709_STREAM + "0", *BT709_BOX, "-color_range", "tv"],
+                   ({**SPS709, "full_range": {0}}, [{**BOX709, "full_range": 0}]), None),
+    "range_disagrees": (["-bsf:v", BT709_STREAM + "0", *BT709_BOX, "-color_range", "pc"],
+                        ({**SPS709, "full_range": {0}}, [{**BOX709, "full_range": 1}]),
+                        (E.ColourTagError, "colour range is 'tv' and 'pc': the H.264 stream .* declares 'tv' and the "
+                                           "MP4 container .* declares 'pc'.* The two disagree")),
+    "matrix_disagrees": (["-bsf:v", BT709_STREAM + "0", *BT709_BOX[:4], "-colorspace", "smpte170m", "-color_range", "tv"],
+                         ({**SPS709, "full_range": {0}}, [{**BOX709, "matrix": 6, "full_range": 0}]),
+                         (E.ColourTagError, "colour matrix is 'bt709' and 'smpte170m': the H.264 stream .* declares "
+                                            "'bt709' and the MP4 container .* declares 'smpte170m'.* The two disagree")),
+    "container_full_range_stream_untagged": (  # the issue's case: decoded as limited range, 20 levels off
+        [*BT709_BOX, "-color_range", "pc"], ({}, [{**BOX709, "full_range": 1}]),
+        (E.ColourTagError, "colour range is 'pc': the H.264 stream .* declares none and the MP4 container .* "
+                           "declares 'pc'")),
+    "container_bt601_stream_untagged": (
+        [*BT709_BOX[:4], "-colorspace", "smpte170m", "-color_range", "tv"], ({}, [{**BOX709, "matrix": 6, "full_range": 0}]),
+        (E.ColourTagError, "colour matrix is 'smpte170m': the H.264 stream .* declares none and the MP4 container .* "
+                           "declares 'smpte170m'")),
+    "container_only_pq": ([*BT709_BOX[:2], "-color_trc", "smpte2084", *BT709_BOX[4:], "-color_range", "tv"],
+                          ({}, [{**BOX709, "transfer": 16, "full_range": 0}]),
+                          (E.HDRVideoError, "HDR transfer PQ .*the MP4 container .*: 'smpte2084'")),
+    "stream_only_full_range": (["-bsf:v", BT709_STREAM + "1"], ({**SPS709, "full_range": {1}}, []),
+                               (E.ColourTagError, "colour range is 'pc': the H.264 stream .* declares 'pc' and the MP4 "
+                                                  "container .* declares none")),
+}
+
+
+@pytest.fixture
+def untagged_bt709(encoder_spec, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """An H.264 stream converted with the BT.709 limited-range matrix that states no colour
+    anywhere (setparams clears the frames' tags, so neither the SPS nor a colr box has one)."""
+    return ff(encoder_spec, tmp_path / "untagged.mp4", *LAVFI, "-vf", "scale=out_color_matrix=bt709:out_range=tv,"
+              "setparams=color_primaries=unknown:color_trc=unknown:colorspace=unknown:range=unknown", *X264)
+
+
+def by_source(encoder_spec, untagged: Path, name: str) -> Path:  # type: ignore[no-untyped-def]
+    """The SOURCES case ``name`` made from ``untagged``, checked to carry what the case claims
+    as ffmpeg's own parsers read it (its SPS parser and its mov demuxer)."""
+    from conftest import ffmpeg_colour_reading
+
+    options, claimed, _ = SOURCES[name]
+    path = ff(encoder_spec, untagged.with_name(f"{name}.mp4"), "-i", str(untagged), "-c", "copy", *options)
+    assert ffmpeg_colour_reading(ffmpeg_binary(encoder_spec), path) == claimed, name
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(n for n, case in SOURCES.items() if case[2] is not None))
+def test_a_colour_tag_one_source_states_otherwise_is_refused_naming_both(encoder_spec, untagged_bt709: Path,  # type: ignore[no-untyped-def]
+                                                                       name: str) -> None:
+    """Regression (issue 40): an MP4 whose colr box says full range or BT.601 while the
+    stream states nothing, or something else, was accepted and decoded by the stream's tag."""
+    path = by_source(encoder_spec, untagged_bt709, name)
+    err, match = SOURCES[name][2]  # type: ignore[misc]
+    with pytest.raises(err, match=match) as info:
+        read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    message = str(info.value)
+    assert str(path) in message and ("re-encode" in message.lower() or "re-render" in message.lower())
+    assert "H.264 stream" in message and "MP4 container" in message
+
+
+def test_the_recipe_tags_stated_by_either_source_or_both_read_alike(encoder_spec, untagged_bt709: Path) -> None:  # type: ignore[no-untyped-def]
+    """BT.709 limited range stated by the container alone, the stream alone or both is one
+    reading: accepted, decoded to the same frames, and probed as each source states it."""
+    from pairflow.media.probe import COLOUR_TAGS
+
+    recipe_tags = dict(zip(COLOUR_TAGS, ("bt709", "tv", "bt709", "bt709"), strict=True))
+    unknown = dict.fromkeys(COLOUR_TAGS, "unknown")
+    frames = {}
+    for name, stream, container in (("container_only", unknown, recipe_tags), ("stream_only", recipe_tags, unknown),
+                                    ("both_agree", recipe_tags, recipe_tags)):
+        path = by_source(encoder_spec, untagged_bt709, name)
+        info = probe(path)
+        assert (dict(info.stream_colour), dict(info.container_colour)) == (stream, container), name
+        assert (info.colorspace, info.color_range, info.color_primaries, info.color_trc) == tuple(recipe_tags.values())
+        frames[name] = read_video(path, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert all(np.array_equal(f, frames["both_agree"]) for f in frames.values())
+    with pytest.raises(E.ColourTagError, match="none declared"):  # and stated by neither: untagged, refused
+        read_video(untagged_bt709, encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
+def test_an_icc_profile_in_the_container_is_refused(encoder_spec, recipe_video: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A colr box of type 'prof' (an ICC profile) instead of nclx: a colour declaration the
+    recipe never writes (the box is retyped in place, so nothing else changes). ffmpeg hands
+    the profile to every frame as side data, refused first; the container's reading names it too."""
+    data = recipe_video.read_bytes()
+    assert data.count(b"colrnclx") == 1
+    (tmp_path / "icc.mp4").write_bytes(data.replace(b"colrnclx", b"colrprof"))
+    with pytest.raises(E.ColourTagError, match="frame side data ICC_PROFILE"):
+        read_video(tmp_path / "icc.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+    assert dict(probe(tmp_path / "icc.mp4").container_colour)["color_primaries"] == "ICC profile (prof)"

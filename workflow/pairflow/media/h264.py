@@ -1,17 +1,21 @@
-"""What an H.264 stream's sequence parameter sets declare that PyAV does not report.
+"""What an H.264 stream's sequence parameter sets declare that PyAV does not report alone.
 
 The reader (``video``) refuses any declared property that changes decoded pixels and
-that the recipe does not write. PyAV reports the colour tags, range, sample aspect ratio
-and field order, but not the chroma sample location (H.273 ``chroma_sample_loc_type``,
-which tells a decoder where the 4:2:0 chroma samples sit), so it is read here from every
-sequence parameter set: the ``avcC`` record in the container's extradata and any SPS sent
-in-band with the packets. Parsing follows ITU-T H.264 section 7.3.2.1.1 (SPS) and E.1.1
-(VUI) up to the chroma location fields.
+that the recipe does not write. PyAV reports the sample aspect ratio and field order, but
+not the chroma sample location (H.273 ``chroma_sample_loc_type``, which tells a decoder
+where the 4:2:0 chroma samples sit), and it reports the colour tags (range, primaries,
+transfer, matrix) only merged with the container's: the decoder starts from the values
+of the MP4 ``colr`` box and overwrites each with the stream's where the stream states one,
+so a disagreement between the two never shows (``mp4`` reads the container's). Both are
+read here from every sequence parameter set: the ``avcC`` record in the container's
+extradata and any SPS sent in-band with the packets. Parsing follows ITU-T H.264 section
+7.3.2.1.1 (SPS) and E.1.1 (VUI) up to the chroma location fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 CHROMA_LOCATIONS = ("left", "center", "topleft", "top", "bottomleft", "bottom")
 """``chroma_sample_loc_type`` 0-5 by ffmpeg's names (0, ``left``, is H.264's default)."""
@@ -61,10 +65,31 @@ def _rbsp(nal: bytes) -> bytes:
     return bytes(out)
 
 
+@dataclass(frozen=True)
+class SpsDeclaration:
+    """What one SPS declares in its VUI. ``chroma_location``: ``UNSET`` or a name of
+    ``CHROMA_LOCATIONS`` (``top/bottom`` field names joined by ``/`` when they differ).
+    The colour tags are ITU-T H.273 code points, None where the SPS states nothing:
+    ``full_range`` (``video_full_range_flag``, 0 limited, 1 full) needs
+    ``video_signal_type_present_flag``; ``primaries``, ``transfer`` and ``matrix`` need
+    ``colour_description_present_flag`` too (and may still be 2, "unspecified")."""
+
+    chroma_location: str = UNSET
+    full_range: int | None = None
+    primaries: int | None = None
+    transfer: int | None = None
+    matrix: int | None = None
+
+
 def sps_chroma_location(nal: bytes) -> str:
-    """The chroma location one SPS NAL unit (header byte included) declares: ``UNSET`` or a
-    name of ``CHROMA_LOCATIONS`` (``top/bottom`` field names joined by ``/`` when they
-    differ). Raises ValueError or IndexError for an SPS that does not parse."""
+    """The chroma location one SPS NAL unit (header byte included) declares
+    (``sps_declaration``). Raises ValueError or IndexError for an SPS that does not parse."""
+    return sps_declaration(nal).chroma_location
+
+
+def sps_declaration(nal: bytes) -> SpsDeclaration:
+    """What one SPS NAL unit (header byte included) declares in its VUI. Raises ValueError
+    or IndexError for an SPS that does not parse."""
     r = _Bits(_rbsp(nal))
     profile = r.u(8)
     r.u(16)  # constraint flags, level
@@ -97,20 +122,23 @@ def sps_chroma_location(nal: bytes) -> str:
     if r.u(1):  # frame_cropping_flag
         r.ue(), r.ue(), r.ue(), r.ue()
     if not r.u(1):  # vui_parameters_present_flag
-        return UNSET
+        return SpsDeclaration()
     if r.u(1) and r.u(8) == 255:  # aspect_ratio_info_present_flag, aspect_ratio_idc (255: explicit)
         r.u(32)
     if r.u(1):  # overscan_info_present_flag
         r.u(1)
+    full_range = primaries = transfer = matrix = None
     if r.u(1):  # video_signal_type_present_flag
-        r.u(4)  # video_format, video_full_range_flag
+        r.u(3)  # video_format
+        full_range = r.u(1)
         if r.u(1):  # colour_description_present_flag
-            r.u(24)
-    if not r.u(1):  # chroma_loc_info_present_flag
-        return UNSET
-    top, bottom = r.ue(), r.ue()
-    names = [CHROMA_LOCATIONS[t] if t < len(CHROMA_LOCATIONS) else f"type-{t}" for t in (top, bottom)]
-    return names[0] if top == bottom else "/".join(names)
+            primaries, transfer, matrix = r.u(8), r.u(8), r.u(8)
+    location = UNSET
+    if r.u(1):  # chroma_loc_info_present_flag
+        top, bottom = r.ue(), r.ue()
+        names = [CHROMA_LOCATIONS[t] if t < len(CHROMA_LOCATIONS) else f"type-{t}" for t in (top, bottom)]
+        location = names[0] if top == bottom else "/".join(names)
+    return SpsDeclaration(location, full_range, primaries, transfer, matrix)
 
 
 def _avcc_nals(extradata: bytes) -> Iterator[bytes]:
@@ -138,21 +166,32 @@ def _annex_b(data: bytes) -> Iterator[bytes]:
             yield chunk.rstrip(b"\x00")
 
 
-def chroma_location(extradata: bytes | None, packets: Iterable[bytes]) -> str:
-    """Every chroma location the stream's SPSs declare (its ``avcC`` or Annex B extradata
-    and in-band SPSs in ``packets``), joined by ``|`` when they differ; ``UNSET`` when none
-    declares one, ``unparsable`` when an SPS does not parse (refused, being unknown)."""
+def declarations(extradata: bytes | None, packets: Iterable[bytes]) -> list[SpsDeclaration | None]:
+    """What every SPS of the stream declares (its ``avcC`` or Annex B extradata, then the
+    in-band SPSs in ``packets``), in order; None for an SPS that does not parse."""
     extradata = extradata or b""
     avcc = bool(extradata) and extradata[0] == 1
     length_size = (extradata[4] & 3) + 1 if avcc and len(extradata) > 4 else 4
     nals = list(_avcc_nals(extradata) if avcc else _annex_b(extradata))
     for data in packets:
         nals.extend(_length_prefixed(data, length_size) if avcc else _annex_b(data))
-    seen = set()
+    out: list[SpsDeclaration | None] = []
     for nal in nals:
         if nal and nal[0] & 0x1F == _SPS:
             try:
-                seen.add(sps_chroma_location(nal))
+                out.append(sps_declaration(nal))
             except (ValueError, IndexError):
-                seen.add("unparsable")
-    return "|".join(sorted(seen)) or UNSET
+                out.append(None)
+    return out
+
+
+def chroma_location(extradata: bytes | None, packets: Iterable[bytes]) -> str:
+    """Every chroma location the stream's SPSs declare (``declarations``), joined by ``|``
+    when they differ; ``UNSET`` when none declares one, ``unparsable`` when an SPS does not
+    parse (refused, being unknown)."""
+    return chroma_locations(declarations(extradata, packets))
+
+
+def chroma_locations(sps: Iterable[SpsDeclaration | None]) -> str:
+    """``chroma_location`` of already parsed ``declarations``."""
+    return "|".join(sorted({d.chroma_location if d is not None else "unparsable" for d in sps})) or UNSET

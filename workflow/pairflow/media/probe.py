@@ -26,7 +26,8 @@ from ..errors import (
     TruncatedVideoError,
     VideoReadError,
 )
-from .h264 import UNSET, chroma_location
+from .h264 import UNSET, SpsDeclaration, chroma_locations, declarations
+from .mp4 import UNPARSABLE, ColourBox, colour_boxes
 
 _HDR_TRC = {"smpte2084": "PQ (SMPTE ST 2084)", "arib-std-b67": "HLG (ARIB STD-B67)"}
 _BT2020 = ("bt2020", "bt2020nc", "bt2020c")
@@ -37,7 +38,9 @@ _BT2020 = ("bt2020", "bt2020nc", "bt2020c")
 # The general rule: a video is read only if every property it declares that changes its
 # decoded pixels has the value the fixed recipe writes (``recipe_declaration``). Anything
 # else is refused by name, with its own error and the fix; nothing is guessed, rotated,
-# stretched, deinterlaced or concealed.
+# stretched, deinterlaced or concealed. A colour tag is read from each place it can be
+# stated, the H.264 stream and the MP4 container, and both must say the recipe's value or
+# nothing (``_check_sources``), so no decoder can read the file two ways.
 
 # ITU-T H.273 code points, as PyAV reports them (ints), to ffmpeg's names.
 _TRC = {1: "bt709", 2: "unknown", 4: "gamma22", 5: "gamma28", 6: "smpte170m", 7: "smpte240m", 8: "linear",
@@ -47,6 +50,7 @@ _PRIMARIES = {1: "bt709", 2: "unknown", 4: "bt470m", 5: "bt470bg", 6: "smpte170m
 _MATRIX = {0: "gbr", 1: "bt709", 2: "unknown", 4: "fcc", 5: "bt470bg", 6: "smpte170m", 7: "smpte240m", 8: "ycgco",
            9: "bt2020nc", 10: "bt2020c", 14: "ictcp"}
 _RANGE = {0: "unknown", 1: "tv", 2: "pc"}
+_FULL_RANGE_FLAG = {0: "tv", 1: "pc"}  # H.264's video_full_range_flag and the nclx box's full_range_flag
 _FIELD_ORDER = {0: "unknown", 1: "progressive", 2: "tt", 3: "bb", 4: "tb", 5: "bt"}
 _UNSPECIFIED = {"unknown"}
 
@@ -55,16 +59,58 @@ def _code_name(table: dict[int, str], value: Any) -> str:
     return table.get(int(value), f"code-{int(value)}")
 
 
+COLOUR_TAGS = ("colorspace", "color_range", "color_primaries", "color_trc")
+"""The ``ProbeInfo`` colour tags that a stream and its container each declare."""
+STREAM_SOURCE, CONTAINER_SOURCE = "the H.264 stream (its SPS VUI)", "the MP4 container (its colr box)"
+_TABLES = {"colorspace": _MATRIX, "color_primaries": _PRIMARIES, "color_trc": _TRC}
+
+
+def _source_tags(declared: list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Each colour tag as one source's declarations (SPSs or boxes) state it: ``unknown``
+    when none states it, the stated names joined by ``|`` when they differ."""
+    out = []
+    for name in COLOUR_TAGS:
+        stated = {d[name] for d in declared if d.get(name, "unknown") not in _UNSPECIFIED}
+        out.append((name, _joined(stated) or "unknown"))
+    return tuple(out)
+
+
+def _named(tags: SpsDeclaration | ColourBox) -> dict[str, str]:
+    """The colour tags an SPS or a colr box states (H.273 code points), by ffmpeg's names."""
+    codes = {"colorspace": tags.matrix, "color_primaries": tags.primaries, "color_trc": tags.transfer}
+    out = {name: _code_name(_TABLES[name], code) for name, code in codes.items() if code is not None}
+    if tags.full_range is not None:
+        out["color_range"] = _FULL_RANGE_FLAG[tags.full_range]
+    return out
+
+
+def _sps_tags(sps: SpsDeclaration | None) -> dict[str, str]:
+    return dict.fromkeys(COLOUR_TAGS, UNPARSABLE) if sps is None else _named(sps)
+
+
+def _box_tags(box: ColourBox) -> dict[str, str]:
+    if box.kind in ("prof", "rICC"):  # an ICC profile states primaries and transfer its own way
+        return {"color_primaries": f"ICC profile ({box.kind})", "color_trc": f"ICC profile ({box.kind})"}
+    if box.kind not in ("nclx", "nclc"):  # unparsable, or a colour type the reader does not know
+        return dict.fromkeys(COLOUR_TAGS, box.kind if box.kind == UNPARSABLE else f"colr type {box.kind!r}")
+    return _named(box)
+
+
 @dataclass(frozen=True)
 class ProbeInfo:
     """Every property of a file that changes its decoded pixels, as PyAV reports it: the
     container's streams, the video stream's codec parameters, every packet's timing and
-    every decoded frame's tags and side data. A tag is read from the container and from
-    every frame; values that disagree are joined with ``|`` (and so match no allowed value).
+    every decoded frame's tags and side data. A ``color_*`` tag is read as decoded, from the
+    codec context and every frame; values that disagree are joined with ``|`` (and so match
+    no allowed value).
 
     ``mid_stream``: empty when every frame has the first frame's size and pixel format,
     else what changes where; ``side_data``: the frame side-data types seen (``av.sidedata.Type`` names);
     ``chroma_location``: what the H.264 sequence parameter sets declare (``h264``);
+    ``stream_colour`` and ``container_colour``: the four colour tags (``COLOUR_TAGS``) as
+    each source alone declares them, the H.264 SPSs' VUI (``h264``) and the MP4 ``colr``
+    boxes (``mp4``), ``unknown`` where it states none (the ``color_*`` fields merge
+    them: the decoder takes the stream's tag where it states one, else the container's);
     ``timing``: empty when the frames are shown at 0, 1/fps, 2/fps, ... with nothing
     discarded, else what differs; ``corrupt``: empty when every packet decoded cleanly
     with error detection on, else where it failed."""
@@ -86,6 +132,8 @@ class ProbeInfo:
     sar: str
     field_order: str
     chroma_location: str
+    stream_colour: tuple[tuple[str, str], ...]
+    container_colour: tuple[tuple[str, str], ...]
     streams: tuple[str, ...]
     side_data: tuple[str, ...]
     rotation: float
@@ -169,7 +217,9 @@ def _joined(values: set[str]) -> str:
 
 
 def _tag(table: dict[int, str], container_value: Any, frame_values: set[int]) -> str:
-    """A tag as the frames declare it, with the container's value when it states one."""
+    """A tag as decoded: every frame's, with the codec context's when it states one. Both merge
+    the two sources (the container's tag, overwritten by the stream's where the stream states
+    one); ``stream_colour`` and ``container_colour`` keep them apart."""
     names = {_code_name(table, v) for v in frame_values}
     declared = _code_name(table, container_value)
     if declared not in _UNSPECIFIED or not names:
@@ -177,12 +227,24 @@ def _tag(table: dict[int, str], container_value: Any, frame_values: set[int]) ->
     return _joined(names)
 
 
-def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[ProbeInfo, list[np.ndarray]]:
+def _container_colour(container: Any, path: Path, data: bytes | None) -> tuple[tuple[str, str], ...]:
+    """The colour tags the MP4 container's ``colr`` boxes state (``mp4``), read from ``data``
+    (the file's bytes) when given, else from ``path``; none for another container format
+    (refused by name anyway)."""
+    if "mp4" not in container.format.name.split(","):
+        return _source_tags([])
+    with io.BytesIO(data) if data is not None else open(path, "rb") as fh:
+        return _source_tags([_box_tags(b) for b in colour_boxes(fh)])
+
+
+def _scan(container: Any, path: Path, rgb: dict[str, Any] | None,
+          data: bytes | None = None) -> tuple[ProbeInfo, list[np.ndarray]]:
     """Demux and decode every packet of the first video stream with the decoder's error
     detection on (ffmpeg's ``-err_detect explode``: a damaged packet is an error, never
     concealed) and report every declared property. With ``rgb`` (``VideoFrame.reformat``
     arguments) each frame is also converted to uint8 RGB; conversion stops at the first
-    damaged packet."""
+    damaged packet. ``data``: the file's bytes when ``container`` was opened from them
+    (the container's colour boxes are read from them, else from ``path``)."""
     import av
 
     streams = tuple(s.type for s in container.streams)
@@ -230,6 +292,7 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
     sars = {s for s in (cc.sample_aspect_ratio, stream.sample_aspect_ratio) if s}
     rate = stream.average_rate or stream.guessed_rate
     first = next(iter(layouts), (cc.width, cc.height, fmt.name if fmt is not None else "unknown"))
+    sps = declarations(cc.extradata, (bytes(p) for p in packets)) if cc.name == "h264" else []
     info = ProbeInfo(
         container=container.format.name, codec=cc.name, pix_fmt=first[2], bits=bits,
         width=first[0], height=first[1], frames=frames,
@@ -243,8 +306,9 @@ def _scan(container: Any, path: Path, rgb: dict[str, Any] | None) -> tuple[Probe
         color_range=_tag(_RANGE, cc.color_range, tags["range"]),
         sar=_joined({f"{s.numerator}:{s.denominator}" for s in sars}) or "unset",
         field_order=_joined(field_order),
-        chroma_location=(chroma_location(cc.extradata, (bytes(p) for p in packets)) if cc.name == "h264"
-                         else f"not declared by {cc.name}"),
+        chroma_location=chroma_locations(sps) if cc.name == "h264" else f"not declared by {cc.name}",
+        stream_colour=_source_tags([_sps_tags(d) for d in sps]),
+        container_colour=_container_colour(container, path, data),
         streams=streams, side_data=tuple(sorted(side_data)),
         rotation=rotation, timing=_timing(container, stream, pts, sum(bool(p.is_discard) for p in packets)),
         corrupt=corrupt)
@@ -286,13 +350,15 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
         raise CorruptVideoError(f"{path}: the stream is damaged: {info.corrupt}; the decoder's error detection "
                                 "(err_detect=explode) refuses it, so its frames would not be reproducible. "
                                 "Delete it and regenerate (rerun the panel)")
-    if any(t in _HDR_TRC for t in info.color_trc.split("|")):
-        names = ", ".join(_HDR_TRC[t] for t in info.color_trc.split("|") if t in _HDR_TRC)
-        raise HDRVideoError(f"{path}: HDR transfer {names}; PairFlow scores SDR "
+    trc = _declared(info, "color_trc")
+    if trc & set(_HDR_TRC):
+        names = ", ".join(_HDR_TRC[t] for t in sorted(trc & set(_HDR_TRC)))
+        raise HDRVideoError(f"{path}: HDR transfer {names}{_sources(info, 'color_trc')}; PairFlow scores SDR "
                             "BT.709 only and never tone-maps silently. Re-render SDR, or tone-map "
                             "explicitly before scoring and record how")
-    if {*info.color_primaries.split("|"), *info.colorspace.split("|")} & set(_BT2020):
-        raise GamutError(f"{path}: BT.2020 primaries/matrix ({info.color_primaries}/{info.colorspace}); "
+    if (_declared(info, "color_primaries") | _declared(info, "colorspace")) & set(_BT2020):
+        raise GamutError(f"{path}: BT.2020 primaries/matrix ({info.color_primaries}/{info.colorspace}"
+                         f"{_sources(info, 'color_primaries')}{_sources(info, 'colorspace')}); "
                          "convert to BT.709 explicitly (e.g. zscale) before scoring")
     if info.bits > 8:
         raise BitDepthError(f"{path}: {info.bits}-bit samples ({info.pix_fmt}); PairFlow does not "
@@ -321,9 +387,48 @@ def check_probe(info: ProbeInfo, path: Path, *, frames: int, height: int, width:
         raise err(f"{path}: {info.frames} frames decoded, {frames} expected; regenerate it")
 
 
+def _declared(info: ProbeInfo, name: str) -> set[str]:
+    """Every value colour tag ``name`` has: as decoded, and as the stream and the container
+    each declare it."""
+    values = {getattr(info, name), dict(info.stream_colour)[name], dict(info.container_colour)[name]}
+    return {v for value in values for v in value.split("|")}
+
+
+def _sources(info: ProbeInfo, name: str) -> str:
+    """What each source declares for colour tag ``name``, for a message; empty when neither
+    states it."""
+    said = [(source, dict(tags)[name]) for source, tags in ((STREAM_SOURCE, info.stream_colour),
+                                                           (CONTAINER_SOURCE, info.container_colour))]
+    if all(v in _UNSPECIFIED for _, v in said):
+        return ""
+    return " (" + ", ".join(f"{source}: {'none' if v in _UNSPECIFIED else repr(v)}" for source, v in said) + ")"
+
+
+def _check_sources(info: ProbeInfo, path: Path, name: str, allowed: tuple[str, ...], meaning: str) -> None:
+    """One reading of colour tag ``name``: the stream and the container each state an
+    allowed value or nothing, and never two different ones (a player decodes by either
+    source, ffmpeg by the stream's where it states one). Raises ColourTagError naming both
+    sources and what each declares."""
+    said = {source: dict(tags)[name] for source, tags in ((STREAM_SOURCE, info.stream_colour),
+                                                          (CONTAINER_SOURCE, info.container_colour))}
+    values = list(dict.fromkeys(v for v in said.values() if v not in _UNSPECIFIED))
+    if len(values) < 2 and all(v in allowed for v in values):
+        return
+    wanted = " or ".join(repr(v) for v in allowed if v not in _UNSPECIFIED) or "none"
+    declared = " and ".join(f"{source} {'declares none' if v in _UNSPECIFIED else f'declares {v!r}'}"
+                            for source, v in said.items())
+    why = (" The two disagree, so the frames depend on which one a decoder reads (ffmpeg's takes the stream's "
+           "where it states one, a player may take the container's), and PairFlow never picks one."
+           if len(values) > 1 else "")
+    raise ColourTagError(f"{path}: {meaning} is {' and '.join(repr(v) for v in values)}: {declared}; the recipe "
+                         f"writes {wanted} in both.{why} {_COLOUR_FIX}")
+
+
 def _check_declaration(info: ProbeInfo, path: Path, allowed: dict[str, tuple[str, ...]]) -> None:
     """The general rule: every property in ``allowed`` has an allowed value, else the
-    property's error, naming the property, the value, what the recipe writes and the fix."""
+    property's error, naming the property, the value, what the recipe writes and the fix.
+    The colour tags are checked first as each source declares them (``_check_sources``),
+    then as decoded."""
     extra = sorted(set(info.side_data) - set(allowed["side_data"]))
     if extra:
         err: type[VideoReadError] = (DisplayTransformError if set(extra) & _DISPLAY_SIDE_DATA else
@@ -333,7 +438,12 @@ def _check_declaration(info: ProbeInfo, path: Path, allowed: dict[str, tuple[str
         raise err(f"{path}: frame side data {', '.join(extra)}{turn}, which the recipe never writes and which "
                   "changes how the frames are shown; PairFlow neither applies nor ignores it silently. "
                   + _REENCODE)
+    sources_checked = False
     for name, (err, meaning, fix) in _PROPERTY_RULES.items():
+        if name in COLOUR_TAGS and not sources_checked:  # every tag by source before any merged one: a tag
+            for tag in COLOUR_TAGS:  # one source states is named with that source, not as another's absence
+                _check_sources(info, path, tag, allowed[tag], _PROPERTY_RULES[tag][1])
+            sources_checked = True
         value = getattr(info, name)
         if name == "streams":
             ok = tuple(value) == allowed[name]

@@ -7,7 +7,8 @@ verified, fsynced and renamed.
 
 Reading is one rule: a video is decoded only if every property it declares that changes
 its pixels has the value the recipe writes (``recipe_declaration``: mp4, H.264, one
-video stream, BT.709 matrix/primaries/transfer, limited range, square pixels,
+video stream, BT.709 matrix/primaries/transfer, limited range (stated by the H.264
+stream, the MP4 container or both, never two different values), square pixels,
 progressive, H.264's default chroma location, no display matrix, film grain or other
 side data, frames shown at i/fps from 0 with no edit list), and every frame's size,
 pixel format, bit depth, rate and the frame count are the recorded ones. Anything
@@ -19,8 +20,9 @@ the limited-range matrix stated explicitly.
 
 ffmpeg is driven through ffmpeg-python (argv lists, no shell); probing and decoding use PyAV.
 This module writes and reads; the concerns it composes are modules of their own: ``frames``
-(frame checks), ``recipe`` (the encoder recipe), ``tools`` (the tool runner) and ``probe``
-(what a video declares and the read rule). Their public names are re-exported here.
+(frame checks), ``recipe`` (the encoder recipe), ``tools`` (the tool runner), ``probe``
+(what a video declares and the read rule), ``h264`` and ``mp4`` (what the stream's SPSs
+and the container's colr boxes declare). Their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def _check_output(tmp: Path, *, frames: int, height: int, width: int, fps: int, 
         data = fh.read()
         digest = digest_bytes(data)
         with _open(tmp, data) as container:
-            info = _scan(container, tmp, None)[0]
+            info = _scan(container, tmp, None, data)[0]
         check_probe(info, tmp, frames=frames, height=height, width=width, fps=fps, pix_fmt=pix_fmt)
         os.fsync(fh.fileno())
     return _Checked(digest, len(data), info)
