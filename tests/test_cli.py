@@ -215,6 +215,20 @@ def test_check_config_refuses_an_arm_named_as_a_windows_device(tmp_path: Path,
             "which could then not be copied there; rename the arm\n") == err
 
 
+@pytest.mark.parametrize("argv, shown", [
+    (["build-tiny-model", "/proc/x/model"], "OUT /proc/x/model (in /proc/x)"),
+    (["build-test-mirror", "/proc/x/mirror"], "DEST /proc/x/mirror"),
+    (["probe-slots", "--out", "/proc/x/probe.json"], "--out /proc/x/probe.json (in /proc/x)")])
+def test_every_output_path_that_cannot_be_written_is_refused_in_one_line_before_any_work(
+        argv: list[str], shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: an output path under /proc ended in a raw traceback (export's --out,
+    tested in test_export); every command that writes to a path refuses it first."""
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot write {shown}: creating a file in /proc failed (No such file or directory); give "
+                   "a path on a file system this user can write (missing folders are created)\n")
+
+
 def default_text_project(tmp_path: Path, text: str, sheet: bytes | None = None) -> Path:
     """A project whose config/one.yaml is ``text`` as written (not re-dumped: a key
     written twice must reach the loaders) and whose smoke sheet is ``sheet``."""
