@@ -116,7 +116,7 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
 
 @pytest.mark.parametrize("out, why", [("/proc/x", "creating a file in /proc failed (No such file or directory)"),
                                       ("/sys/x", "creating a file in /sys failed (Permission denied)"),
-                                      ("FILE/x", "FILE is a file, not a folder")])
+                                      ("FILE/x", ": FILE is a file, not a folder;")])
 def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_and_the_fix(
         scratch: StudySpec, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, why: str) -> None:
     """Issue 40: ``--out /proc/x`` ended in a raw FileNotFoundError traceback."""

@@ -318,9 +318,10 @@ def writable(path: Path, flag: str, shown: Path | None = None) -> Path:
         raise ConfigError(f"{flag} {given}{where}: {path} is a file, not a folder; give a folder (created when "
                           "missing)")
     existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"cannot write {flag} {given}{where}: {existing} is a file, not a folder; give a path on "
+                          "a file system this user can write (missing folders are created)")
     try:
-        if not existing.is_dir():
-            raise NotADirectoryError(20, f"{existing} is a file, not a folder")
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
