@@ -269,3 +269,76 @@ def test_a_real_pool_starts_the_calibrated_cpu_workers_and_records_them(tiny_mod
         assert f"max_workers_per_node={seen[peak][0]}" in t["parsl_config"]
     assert seen[600.0][:2] == (1, 1) and seen[600.0][2] == 1
     assert seen[100.0][:2] == (2, 2) and seen[100.0][2] == 2
+
+
+def _fake_ffmpeg(tmp: Path, body: str) -> Path:
+    """An ffmpeg that answers ``-version`` as the real one (the recipe's fingerprint) and
+    otherwise runs ``body`` (shell)."""
+    from pairflow.media.video import ffmpeg_binary
+    from pairflow.plan.config import EncoderSpec
+
+    real = ffmpeg_binary(EncoderSpec("", "libx264", 18, "medium", "yuv420p", 9, 1, False, False))
+    fake = tmp / "fake-ffmpeg"
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" -version "*) exec {real} "$@";; esac\n{body}\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_hung_ffmpeg_in_the_calibration_worker_is_ended_by_the_stall_rule(tiny_model, tmp_path):
+    """Issue 40: in rule calibrate a hung ffmpeg was bounded only by its own 120 s
+    timeout. The worker is watched as a fan-out's are: no progress for
+    fleet.stall_timeout_s (here 10 s, the least allowed) ends it, its ffmpeg with it, and StalledError names
+    the limit and what it last did."""
+    import psutil
+
+    from pairflow.errors import StalledError
+
+    marker = tmp_path / "hung.pid"
+    fake = _fake_ffmpeg(tmp_path, f"echo $$ > {marker}\nexec sleep 600")
+    study = _study(tmp_path, tiny_model, encoder={"ffmpeg": str(fake)},
+                   fleet={"cpu_workers": 1, "calibrate": True, "stall_timeout_s": 10})
+    with pytest.raises(StalledError) as e:
+        calibrate(study)
+    ended = time.time()
+    assert str(e.value).startswith("the calibration worker: stalled: no progress for ")
+    assert "(fleet/stall_timeout_s: 10); it last reported: fake-ffmpeg: consumed " in str(e.value)
+    assert ended - marker.stat().st_mtime < 10 + 10  # the stall rule, not ffmpeg's 120 s timeout
+    assert not psutil.pid_exists(int(marker.read_text())) or psutil.Process(
+        int(marker.read_text())).status() == psutil.STATUS_ZOMBIE  # the hung ffmpeg went with its worker
+
+
+def test_a_failed_calibration_worker_is_headed_by_its_exception_not_by_warnings(tiny_model, tmp_path, monkeypatch):
+    """Issue 40: the failure's headline was an unrelated kernels/Hub warning quoted as if
+    it were the stderr tail. The worker's stderr here starts with real warnings (a
+    sitecustomize on its path emits a FutureWarning and a library WARNING log line);
+    the message is headed by the exception that ended it and quotes its traceback only."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import logging, warnings\n"
+        "warnings.warn('kernels: the Hub kernel cache is not configured', FutureWarning)\n"
+        "logging.basicConfig()\n"
+        "logging.getLogger('bitsandbytes').warning('compiled without GPU support')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    fake = _fake_ffmpeg(tmp_path, "echo 'broken encoder' >&2\nexit 1")
+    study = _study(tmp_path, tiny_model, encoder={"ffmpeg": str(fake)}, fleet={"cpu_workers": 1, "calibrate": True})
+    with pytest.raises(CalibrationError) as e:
+        calibrate(study)
+    text = str(e.value)
+    assert text.startswith("the calibration worker failed (exit 1): EncodeError: "), text[:500]
+    assert "broken encoder" in text.split("its stderr ends (warnings left out)")[0]  # the exception, ffmpeg's words
+    assert "kernels" not in text and "bitsandbytes" not in text and "Warning" not in text
+    assert "its stderr ends (warnings left out):\nTraceback (most recent call last):" in text
+
+
+def test_the_quoted_tail_keeps_the_last_traceback_without_warning_lines():
+    from pairflow.budget.calibrate import quoted_tail
+
+    stderr = ("/x/kernels/hub.py:12: FutureWarning: kernels cache\n  warnings.warn(\n"
+              "WARNING:bitsandbytes:compiled without GPU support\n"
+              "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
+              "/y/z.py:3: UserWarning: from another thread\n"
+              "pairflow.errors.EncodeError: ffmpeg failed\n")
+    assert quoted_tail(stderr) == ("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
+                                   "pairflow.errors.EncodeError: ffmpeg failed")
+    assert quoted_tail("FutureWarning: x\nreal line\n") == "real line"

@@ -204,6 +204,31 @@ def test_check_config_takes_the_config_as_every_other_command_does(tmp_path: Pat
     assert "--directory" in capsys.readouterr().err
 
 
+def test_check_config_refuses_an_arm_named_as_a_windows_device(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: arm names CON and NUL were accepted; each names folders of the tree."""
+    project = default_text_project(tmp_path, DEFAULT_TEXT.replace("  fewstep:", "  NUL:"))
+    assert main(["check-config", str(project / "config" / "one.yaml"), "--directory", str(project)]) == 3
+    err = capsys.readouterr().err
+    assert (f"error: {project / 'config' / 'one.yaml'}: key 'arms/NUL': arm name 'NUL' is a device name Windows "
+            "reserves (CON, PRN, AUX, NUL, COM0-9, LPT0-9, in any case), and it names a folder of the results tree, "
+            "which could then not be copied there; rename the arm\n") == err
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["build-tiny-model", "/proc/x/model"], "OUT /proc/x/model (in /proc/x)"),
+    (["build-test-mirror", "/proc/x/mirror"], "DEST /proc/x/mirror"),
+    (["probe-slots", "--out", "/proc/x/probe.json"], "--out /proc/x/probe.json (in /proc/x)")])
+def test_every_output_path_that_cannot_be_written_is_refused_in_one_line_before_any_work(
+        argv: list[str], shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: an output path under /proc ended in a raw traceback (export's --out,
+    tested in test_export); every command that writes to a path refuses it first."""
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot write {shown}: creating a file in /proc failed (No such file or directory); give "
+                   "a path on a file system this user can write (missing folders are created)\n")
+
+
 def default_text_project(tmp_path: Path, text: str, sheet: bytes | None = None) -> Path:
     """A project whose config/one.yaml is ``text`` as written (not re-dumped: a key
     written twice must reach the loaders) and whose smoke sheet is ``sheet``."""
@@ -226,6 +251,9 @@ BAD_INPUTS = {
     "a ragged row": (DEFAULT_TEXT, b"prompt_id\tprompt\na\tred\tfox\n",
                      "config/panels/smoke.tsv:2: expected 2 tab-separated fields (prompt_id, prompt), got 3"),
     "a binary sheet": (DEFAULT_TEXT, bytes(range(256)), "config/panels/smoke.tsv:1: byte 1 is a NUL byte"),
+    "prompt ids differing by case": (DEFAULT_TEXT, b"prompt_id\tprompt\np01\ta fox\nP01\ta wave\n",
+                                     "config/panels/smoke.tsv:3: prompt_id 'P01' differs from 'p01' (line 2) only "
+                                     "by case"),
 }
 
 

@@ -102,6 +102,50 @@ def test_duplicate_prompt_id_and_bad_header(tmp_path: Path) -> None:
         read_sheet(sheet, "p")
 
 
+def test_prompt_ids_that_differ_only_by_case_are_refused_naming_both_lines(tmp_path: Path) -> None:
+    """p01 and P01 are one file on a case-insensitive file system (issue 40)."""
+    sheet = tmp_path / "s.tsv"
+    sheet.write_text("prompt_id\tprompt\np01\tx\np02\ty\nP01\tz\n")
+    with pytest.raises(ConfigError) as e:
+        read_sheet(sheet, "p")
+    assert str(e.value) == (f"{sheet}:4: prompt_id 'P01' differs from 'p01' (line 2) only by case; each names files "
+                            "of the results tree, and on a case-insensitive file system (macOS, Windows, SMB shares "
+                            "and some object stores) their files are one file; rename one of them")
+
+
+@pytest.mark.parametrize("where, name", [("arms", "CON"), ("arms", "nul"), ("arms", "Com1"), ("panels", "LPT9"),
+                                         ("panels", "aux"), ("study", "PRN")])
+def test_reserved_device_names_are_refused_naming_the_key_and_the_fix(where: str, name: str) -> None:
+    raw = default_raw()
+    if where == "study":
+        raw["study"] = name
+    else:
+        raw[where][name] = raw[where].pop("fewstep" if where == "arms" else "motion")
+    key = "study" if where == "study" else f"{where}/{name}"
+    with pytest.raises(ConfigError, match=rf"^x.yaml: key '{key}': \w+ name '{name}' is a device name Windows "
+                       r"reserves \(CON, PRN, AUX, NUL, COM0-9, LPT0-9, in any case\).*; rename the \w+$"):
+        study_from_raw(raw, ROOT, source="x.yaml")
+
+
+def test_reserved_name_reads_any_case_and_extension_and_only_whole_names() -> None:
+    assert all(config.reserved_name(n) for n in ("CON", "con", "Nul", "COM0", "lpt9", "NUL.json", "aux.tar.gz"))
+    assert not any(config.reserved_name(n) for n in ("CONS", "control", "COM10", "p01", "nul-arm", "LPT"))
+
+
+@pytest.mark.parametrize("where", ["arms", "panels"])
+def test_arm_and_panel_names_that_differ_only_by_case_are_refused(where: str) -> None:
+    raw = default_raw()
+    name = "fewstep" if where == "arms" else "motion"
+    raw[where][name.upper()] = copy.deepcopy(raw[where][name])
+    what = where[:-1]
+    with pytest.raises(ConfigError) as e:
+        study_from_raw(raw, ROOT, source="x.yaml")
+    assert str(e.value) == (f"x.yaml: {what}s {name!r} ({where}/{name}) and {name.upper()!r} ({where}/{name.upper()}) "
+                            "differ only by case; each names a folder of the results tree, and on a case-insensitive "
+                            "file system (macOS, Windows, SMB shares and some object stores) the two are one folder; "
+                            "rename one of them")
+
+
 def test_missing_sheet_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         read_sheet(tmp_path / "nope.tsv", "p")

@@ -499,6 +499,39 @@ def test_symlinks_in_the_results_tree_are_refused_and_the_record_healed(
     assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
 
 
+def test_a_linked_panel_folder_and_a_stray_link_are_named_by_the_plain_run_as_verify_names_them(
+        study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: a panel folder replaced by a symlink to a byte-identical copy outside the
+    tree, and a stray symlink to a system file at another panel's top level, used to pass
+    a plain run silently ("Nothing to be done") while verify and the archive refused them.
+    The plain run names each, as verify does and with its fix, as it names an extra file."""
+    scratch = study / SCRATCH
+    panel = scratch / "panels/u"
+    copy = tmp_path / "outside" / "u"
+    shutil.copytree(panel, copy, symlinks=True)
+    shutil.rmtree(panel)
+    panel.symlink_to(copy)
+    stray = scratch / "panels/t/hostname"
+    stray.symlink_to("/etc/hostname")
+    want = [f"symlink: {stray}: a symlink (to /etc/hostname); evidence is a regular file inside its tree and the "
+            f"archive refuses links. Replace it with the file itself or remove it: rm {stray}",
+            f"symlink: {panel}: a symlink (to {copy}); evidence is a regular file inside its tree and the archive "
+            f"refuses links. Replace it with the folder itself or remove it: rm {panel}"]
+    assert verify(scratch, capsys) == (1, [*want, f"verify {scratch}: 2 problem(s)"])
+    for _ in range(2):  # the first plan after the change and one whose memo found the panels clean
+        log = snakemake(study)
+        for line in want:
+            assert f"PairFlow: no rerun heals this, pairflow verify fails until it is removed: {line}" in log, log
+    dry = snakemake(study, "-n")
+    assert all(line in dry for line in want), dry
+    stray.unlink()
+    panel.unlink()
+    shutil.copytree(copy, panel, symlinks=True)
+    log = snakemake(study)
+    assert "no rerun heals" not in log, log
+    assert verify(scratch, capsys) == (0, [f"verify {scratch}: OK"])
+
+
 def test_outputs_of_candidates_no_longer_in_the_config_are_extra(study: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A prompt removed from the sheet: after the rerun its records, videos, scores and

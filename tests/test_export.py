@@ -114,6 +114,21 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
         export(scratch, out, "csv")
 
 
+@pytest.mark.parametrize("out, why", [("/proc/x", "creating a file in /proc failed (No such file or directory)"),
+                                      ("/sys/x", "creating a file in /sys failed (Permission denied)"),
+                                      ("FILE/x", ": FILE is a file, not a folder;")])
+def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_and_the_fix(
+        scratch: StudySpec, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, why: str) -> None:
+    """Issue 40: ``--out /proc/x`` ended in a raw FileNotFoundError traceback."""
+    (tmp_path / "f").write_text("")
+    out, why = out.replace("FILE", str(tmp_path / "f")), why.replace("FILE", str(tmp_path / "f"))
+    assert main(["export", str(scratch.scratch), "--out", out]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write --out {out}: ") and why in err and err.endswith(
+        "give a path on a file system this user can write (missing folders are created)\n"), err
+    assert len(err.splitlines()) == 1
+
+
 def test_parquet_round_trips_or_names_the_missing_package(scratch: StudySpec, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     if importlib.util.find_spec("pyarrow") is None:

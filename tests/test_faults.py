@@ -309,6 +309,41 @@ def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, enco
     assert info.frames == 9 and read_record(small_fs / "r.json", "retirement")["why"] == "y"
 
 
+def _fill(folder: Path) -> Path:
+    """Fill the file system of ``folder`` with a ballast file (until ENOSPC); returns it."""
+    ballast = folder / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # ENOSPC: the file system is full
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def test_a_full_disk_fails_a_task_on_its_heartbeat_with_the_named_storage_error(small_fs: Path) -> None:
+    """Issue 40: on a full scratch disk a task died on a raw heartbeat OSError before any
+    writer could name the disk. The heartbeat is a writer too: StorageError names the
+    file and the fix, no temporary file is left, and the task's work never started."""
+    from pairflow.errors import StorageError
+    from pairflow.fleet.pool import traced
+
+    beats = small_fs / "heartbeats"
+    beats.mkdir()
+    (beats / "filler").write_bytes(b"")  # the folder's own block, before the disk fills
+    ballast = _fill(small_fs)
+    ran: list[dict] = []
+    with pytest.raises(StorageError, match=rf"^no space left on device writing {beats}/.+\.json \(\[Errno 28\] "
+                       r"No space left on device.*\); nothing was written under that name. Free space on "):
+        traced(lambda p: ran.append(p) or {}, {"x": 1}, beat_dir=str(beats), what="task 0", task=0)
+    assert ran == [] and sorted(p.name for p in beats.iterdir()) == ["filler"]
+    ballast.unlink()
+    assert traced(lambda p: {"got": p["x"]}, {"x": 1}, beat_dir=str(beats), what="task 0", task=0)["result"] == {
+        "got": 1}
+
+
 def _worker_running_a_task(scratch: Path) -> tuple[int, str] | None:
     """A Parsl worker found by its role: the process whose heartbeat file (``fleet.traced``,
     ``<host>-<pid>.json``) says it is running a task now; with its parent's command line

@@ -166,3 +166,26 @@ def test_each_arm_carries_its_study_verdicts_worded_as_every_report_words_them()
     out = arm_verdicts({"comparisons": [{"treatment": "a", "metrics": [m, free]}]})
     assert out == {"a": f"q: {verdict_text(m)}"} and "inferior (p 0.01: non-inferiority" in out["a"]
     assert arm_verdicts(None) == {}
+
+
+def test_a_hung_ffmpeg_making_a_filmstrip_is_killed_at_its_bound(tree: tuple[Any, ...], tmp_path: Path) -> None:
+    """Issue 40: the gallery's ffmpeg had no bound at all. It runs through the one tool
+    seam now, killed at min(the work's tool timeout, fleet.stall_timeout_s)."""
+    import dataclasses
+    import time
+
+    from pairflow.errors import ToolTimeoutError
+
+    study, gen, _, _ = tree
+    video = Layout(study.scratch).panel("t") / gen[0]["video"]["path"]
+    hung = tmp_path / "hung-ffmpeg"
+    hung.write_text("#!/bin/sh\nexec sleep 600\n")
+    hung.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(ToolTimeoutError, match=r"hung-ffmpeg ran past its 2 s timeout \(a test's bound\) and was "
+                       r"killed; command: "):
+        gallery.filmstrip(video, 5, tmp_path / "x.jpg", str(hung), 2.0, "a test's bound")
+    assert time.monotonic() - started < 30 and not (tmp_path / "x.jpg").exists()
+    assert gallery.strip_timeout(study)[1] == ""  # tiny videos: the work's 120 s bound, under the stall rule's 600 s
+    short = dataclasses.replace(study, fleet=dataclasses.replace(study.fleet, stall_timeout_s=30.0))
+    assert gallery.strip_timeout(short) == (30.0, "fleet/stall_timeout_s: one filmstrip is one step of the gallery")

@@ -413,6 +413,20 @@ def test_truncated_file_is_detected(encoder_spec, tmp_path: Path) -> None:  # ty
         read_video(tmp_path / "t.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
 
 
+def test_a_byte_flip_in_the_containers_metadata_is_refused_as_corrupt(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Found by benchmarks/flip_rate.py (issue 40): a flip inside a metadata string (the
+    ftyp box's major brand, which PyAV reads as container metadata) made PyAV raise a raw
+    UnicodeDecodeError from av.open."""
+    u8, _ = prepare_frames(smooth(), encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)
+    data = bytearray((tmp_path / "v.mp4").read_bytes())
+    assert data[4:8] == b"ftyp"
+    data[9] = 0x9E  # the major brand's second byte: not UTF-8
+    (tmp_path / "m.mp4").write_bytes(bytes(data))
+    with pytest.raises(E.TruncatedVideoError, match="cannot be opened as a video .*'utf-8' codec can't decode"):
+        read_video(tmp_path / "m.mp4", encoder_spec, frames=F, height=H, width=W, fps=FPS)
+
+
 def test_size_and_rate_must_match_the_record(encoder_spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     u8, _ = prepare_frames(smooth(), encoder_spec)
     encode(u8, tmp_path / "v.mp4", encoder_spec, FPS)

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -33,7 +34,7 @@ from typing import Any
 
 from .analysis.inference import too_few_prompts
 from .arms import check_arms
-from .atomic import write_text
+from .atomic import FULL, no_space, write_text
 from .budget.calibrate import calibrate, read_table, table_path
 from .budget.estimate import check_budget, estimate, summary_lines
 from .errors import ConfigError, PairFlowError
@@ -231,7 +232,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "export":
         _require_tree(args.path)
         study = recorded_study(args.path)
-        for written in export(study, args.out or Layout(args.path).export, args.format):
+        out = writable(args.out, "--out") if args.out is not None else Layout(args.path).export
+        for written in export(study, out, args.format):
             print(written)
         return EXIT_OK
     if args.cmd == "archive":
@@ -248,6 +250,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
         return EXIT_OK
     if args.cmd == "build-tiny-model":
+        writable(args.out.parent, "OUT", shown=args.out)  # the pipeline replaces OUT in one rename
         build_tiny_model(args.out, args.family)
         return EXIT_OK
     if args.cmd == "check-config":
@@ -269,12 +272,17 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"warning: {line}", file=sys.stderr)
         return EXIT_OK
     if args.cmd in ("mirror", "build-test-mirror"):
+        writable(args.dest, "--dest" if args.cmd == "mirror" else "DEST")
         lock = fetch(args.dest) if args.cmd == "mirror" else build_test_mirror(args.dest)
         for rel, digest in sorted(lock.files.items()):
             print(f"{digest}  {rel}")
         print(f"{args.dest}: {len(lock.files)} file(s), origin {lock.origin}, lock {lock.digest}")
         return EXIT_OK
     if args.cmd == "probe-slots":
+        if args.out.is_dir():
+            raise ConfigError(f"--out {args.out} is a folder; give the telemetry JSON file to write, e.g. --out "
+                              f"{args.out / 'probe.json'}")
+        writable(args.out.parent, "--out", shown=args.out)
         return probe_slots(args.tasks, args.cpu_workers, args.out)
     if args.cmd == "rerun-panel":
         return rerun_panel(args.panel, args.configfile, extra)
@@ -295,6 +303,34 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         check_budget(study, est, str(args.configfile))
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
+
+
+def writable(path: Path, flag: str, shown: Path | None = None) -> Path:
+    """Refuse an output folder ``path`` this process cannot create or write, before a
+    command does any work and without creating anything: a file is created and removed
+    in the nearest folder of ``path`` that exists (the folder itself when it does).
+    Raises ConfigError in one line (``flag``, the path as given, ``shown`` when that is
+    not the folder itself, the system's reason and the fix), or StorageError when that
+    disk is full. Returns ``path``."""
+    given = shown if shown is not None else path
+    where = "" if shown is None else f" (in {path})"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {given}{where}: {path} is a file, not a folder; give a folder (created when "
+                          "missing)")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"cannot write {flag} {given}{where}: {existing} is a file, not a folder; give a path on "
+                          "a file system this user can write (missing folders are created)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        if e.errno in FULL:
+            raise no_space(path, e) from None
+        raise ConfigError(f"cannot write {flag} {given}{where}: creating a file in {existing} failed "
+                          f"({e.strerror or e}); give a path on a file system this user can write (missing folders "
+                          "are created)") from None
+    return path
 
 
 def status(configfile: Path, watch: int | None, check: bool, as_json: bool = False) -> int:

@@ -51,10 +51,12 @@ shared over its slots. The timed pass always runs one worker alone on its GPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,10 +65,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from ..arms.registry import arm_digest
 from ..atomic import write_text
 from ..envinfo import environment
-from ..errors import CalibrationError
+from ..errors import CalibrationError, StalledError
 from ..fleet.sites import Grant, Packing
 from ..identity import digest_obj
 from ..layout import Layout
@@ -285,21 +289,102 @@ def _phases(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _fresh_worker(study: StudySpec) -> dict[str, Any]:
     """``calibworker.measure_worker`` in a new Python process (``python -m
     pairflow.stages.calibworker``: nothing
-    imported yet, as a fan-out worker starts), this package first on its path. Raises
-    CalibrationError with the worker's stderr when it fails."""
+    imported yet, as a fan-out worker starts), this package first on its path, watched
+    by the stall rule (``watch_worker``). Raises CalibrationError headed by the
+    exception that ended the worker, with its stderr's tail (warnings left out), or
+    StalledError when it stalled."""
     with tempfile.TemporaryDirectory(prefix="pairflow-calibrate-") as tmp:
-        spec, out = Path(tmp) / "study.pkl", Path(tmp) / "measured.json"
+        spec, out, beat = Path(tmp) / "study.pkl", Path(tmp) / "measured.json", Path(tmp) / "beat"
         spec.write_bytes(pickle.dumps(study))
         package_parent = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [package_parent, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-        done = subprocess.run([sys.executable, "-m", "pairflow.stages.calibworker", str(spec), str(out)], env=env,
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not out.is_file():
-            raise CalibrationError(f"the calibration worker failed (exit {done.returncode}); its stderr ends: "
-                                   f"{done.stderr[-3000:]}")
+        argv = [sys.executable, "-m", "pairflow.stages.calibworker", str(spec), str(out), str(beat)]
+        code, stderr = watch_worker(argv, env, beat, study.fleet.stall_timeout_s, study.fleet.startup_timeout_s,
+                                    "the calibration worker")
+        if code != 0 or not out.is_file():
+            raise CalibrationError(f"the calibration worker failed (exit {code}): {_headline(beat, stderr)}; "
+                                   f"its stderr ends (warnings left out):\n{quoted_tail(stderr)}")
         measured: dict[str, Any] = json.loads(out.read_text())
         return measured
+
+
+POLL_S = 1.0
+"""How often ``watch_worker`` looks at its worker's heartbeat."""
+
+
+def watch_worker(argv: list[str], env: dict[str, str], beat: Path, stall_s: float, startup_s: float,
+                 what: str) -> tuple[int, str]:
+    """Run a worker process (``argv``, stderr kept in a file beside
+    ``beat``) under the stall rule of a fan-out (``fleet.stall_timeout_s``): once it has
+    reported progress (rewritten ``beat``), it is killed with everything it started (a
+    hung ffmpeg included) when ``beat`` has not moved for ``stall_s``; before that, after
+    ``startup_s`` (imports, model load). Returns (exit code, stderr). Raises StalledError
+    naming ``what``, the limit and the worker's last report; on any exception (SIGTERM's
+    too) the worker's process group is killed first."""
+    err_path = beat.with_name(beat.name + ".stderr")
+    start = time.time()
+    with open(err_path, "wb") as err:
+        # In this job's process group (not a session of its own): a kill of the job's
+        # group (Snakemake's, a scheduler's) reaches the worker and its ffmpeg too.
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        while True:
+            try:
+                code = proc.wait(POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.time()
+            try:
+                st = beat.stat()
+            except FileNotFoundError:
+                if now - start > startup_s:
+                    raise StalledError(
+                        f"{what}: no progress within {now - start:.0f}s of its start (fleet/startup_timeout_s: "
+                        f"{startup_s:g}): its imports or model load hang. It was killed; rerun, or raise "
+                        "fleet/startup_timeout_s on a slow file system") from None
+                continue
+            if now - st.st_mtime > stall_s:
+                last = beat.read_text(errors="replace").strip()
+                raise StalledError(
+                    f"{what}: stalled: no progress for {now - st.st_mtime:.0f}s (fleet/stall_timeout_s: {stall_s:g}); "
+                    f"it last reported: {last}. It was killed with every process it started; rerun, or raise "
+                    "fleet/stall_timeout_s if a single step (one denoising step, one metric on one video) really "
+                    "takes that long")
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                for child in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
+            proc.kill()
+            proc.wait()
+    return code, err_path.read_text(errors="replace")
+
+
+def _headline(beat: Path, stderr: str) -> str:
+    """The exception that ended a worker (``calibworker`` wrote its type and message),
+    else the last line its stderr's traceback names, else its last non-warning line."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        e = json.loads(beat.with_name(beat.name + ".error").read_text())
+        return f"{e['type']}: {e['message']}"
+    lines = quoted_tail(stderr).splitlines()
+    return lines[-1] if lines else "no exception and no stderr (killed by a signal?)"
+
+
+WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b|^\s*warnings\.warn\(|\bWARNING\b")
+"""A line of a warning (Python's ``warnings``: ``...: FutureWarning: ...`` and its source
+line; a library's ``WARNING`` log line), not of the failure."""
+
+
+def quoted_tail(stderr: str, limit: int = 3000) -> str:
+    """What of a failed process's ``stderr`` to quote: from its last traceback on (the
+    failure; everything a library warned before it is not), without warning lines, the
+    last ``limit`` characters."""
+    at = stderr.rfind("Traceback (most recent call last):")
+    text = stderr[at:] if at >= 0 else stderr
+    return "\n".join(line for line in text.strip().splitlines() if not WARNING_LINE.search(line))[-limit:]
 
 
 # --- the driver ------------------------------------------------------------------------------

@@ -226,8 +226,10 @@ def _write_memo(layout: Layout, study: StudySpec, report: Report, old: dict[str,
     folder) beside the ones it skipped, the timing manifest when every panel is clean
     and nothing is wrong with it or any timing record, and every video hashed (or
     trusted) and matched. Written only when it changed."""
-    dirty = {Path(p.file).relative_to(layout.panels).parts[0] for p in report.problems
+    dirty = {(Path(p.file).relative_to(layout.panels).parts or ("",))[0] for p in report.problems
              if Path(p.file).is_relative_to(layout.panels)}
+    if "" in dirty:  # the panels folder itself (a symlink): no panel is clean
+        dirty = {p.name for p in study.panels}
     panels = dict(hits)
     for name, entry in pending.items():
         if name not in dirty:

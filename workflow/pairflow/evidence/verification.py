@@ -155,8 +155,9 @@ class Shortcuts(Protocol):
 
 def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | None = None) -> Report:
     """Completeness and consistency of ``study``'s results tree (see the module docstring).
-    ``deep`` (``pairflow verify``) re-hashes every video and looks for symlinks anywhere;
-    without it, ``shortcuts`` (the plan-time memo, see ``healing``) skips the panels and
+    ``deep`` (``pairflow verify``) re-hashes every video and lists symlinks anywhere
+    (without it, everywhere but inside the per-candidate folders, whose links the checks
+    of their panel name); without it, ``shortcuts`` (the plan-time memo, see ``healing``) skips the panels and
     videos it vouches for, and temporary files, which heal nothing, are not collected."""
     report = Report()
     layout = Layout(study.scratch)
@@ -180,13 +181,16 @@ def check_results(study: StudySpec, deep: bool = True, shortcuts: Shortcuts | No
     timing.manifest()
     _check_study(study, layout.study_manifest, report.roots, report)
     _check_panel_folders(study, layout, report)
-    if deep:
-        named = {p.file for p in report.problems}
-        for link in links(study.scratch):
-            if str(link) not in named:
-                report.add("symlink", link, f"a symlink (to {os.readlink(link)}); evidence is a regular file inside "
-                           f"its tree and the archive refuses links. Replace it with the file itself or remove it: "
-                           f"rm {shlex.quote(str(link))}")
+    # Symlinks anywhere (deep), or (the plan) everywhere but inside the per-candidate
+    # folders, where each link is already a problem of a panel checked in full, and a
+    # panel the memo skips had none when it was found clean (its signature names links).
+    named = {p.file for p in report.problems}
+    for link in links(study.scratch, candidates=deep):
+        if str(link) not in named:
+            what = "folder" if os.path.isdir(link) else "file"
+            report.add("symlink", link, f"a symlink (to {os.readlink(link)}); evidence is a regular file inside "
+                       f"its tree and the archive refuses links. Replace it with the {what} itself or remove it: "
+                       f"rm {shlex.quote(str(link))}")
     # Temp files are notes, which heal nothing: the plan (``shortcuts``) does not walk the tree for them.
     for t in temp_files(study.scratch) if quick is None else []:
         report.add("temp", t, "left by an interrupted write; safe to delete")
@@ -461,12 +465,27 @@ def _extras(pdir: Path, implied: set[str], report: Report) -> None:
                            f"remove it: rm {shlex.quote(str(f))}")
 
 
-def links(root: Path) -> list[Path]:
-    """Symlinks under ``root`` (Parsl run directories skipped), never followed."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        out += [Path(dirpath) / n for n in filenames + dirnames if os.path.islink(os.path.join(dirpath, n))]
-        dirnames[:] = [d for d in dirnames if d != "run"]
+def links(root: Path, candidates: bool = True) -> list[Path]:
+    """Symlinks under ``root`` (Parsl run directories skipped), never followed. Without
+    ``candidates``, the contents of each panel's per-candidate folders (``EXTRA_READS``,
+    hundreds of thousands of files at scale) are not listed, the folders themselves
+    are: the plan-time walk costs O(panels), not O(candidates)."""
+    out: list[Path] = []
+    panels = os.path.join(root, "panels")
+
+    def walk(folder: str) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        skip = not candidates and os.path.dirname(folder) == panels
+        for e in entries:
+            if e.is_symlink():
+                out.append(Path(e.path))
+            elif e.is_dir() and e.name != "run" and not (skip and e.name in EXTRA_READS):
+                walk(e.path)
+
+    walk(str(root))
     return sorted(out)
 
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import InterchangeLostError, PairFlowError, StalledError, TaskError, TaskFailedError
+from ..atomic import FULL, no_space
+from ..errors import InterchangeLostError, PairFlowError, StalledError, StorageError, TaskError, TaskFailedError
 from ..plan.config import FleetSpec
 from ..records.store import write_record
 from . import orphans
@@ -132,10 +133,13 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
         now, kind = time.monotonic(), note.split(" ", 1)[0]
         if beat is not None and (kind != written[1] or now - written[0] >= PROGRESS_WRITE_S):
             written[0], written[1] = now, kind
-            _beat(beat, {**state, "progress": note, "at": time.time()})
+            # Best effort, as every progress sink: on a full disk the work's own writes
+            # name it (StorageError), and a task that cannot write stops its heartbeat.
+            with contextlib.suppress(StorageError):
+                _beat(beat, {**state, "progress": note, "at": time.time()})
 
     if beat is not None:
-        _beat(beat, state)
+        _beat(beat, state)  # a full disk: StorageError at once, before any work is spent
     try:
         with progress.reporting_to(sink):
             result = fn(payload)
@@ -148,7 +152,7 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
         return {"result": result, "span": {"started": started, "finished": time.time(), **slot}}
     finally:
         if beat is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, StorageError):
                 _beat(beat, {**state, "phase": "idle", "what": f"idle after {what}", "since": time.time()})
     raise error
 
@@ -161,7 +165,7 @@ slot time spent on attempts Parsl retried, or that failed for good, is counted (
 def _attempt(beat_dir: Path, task: int | None, span: dict[str, Any]) -> None:
     """Record one failed attempt's span (``attempts/<task>-<pid>-<start>.json``)."""
     folder = beat_dir.parent / ATTEMPTS_DIR
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, StorageError):
         folder.mkdir(exist_ok=True)
         _beat(folder / f"{task}-{os.getpid()}-{span['started']:.6f}.json", {"task": task, **span})
 
@@ -195,10 +199,19 @@ def _attempt_files(beat_dir: Path, task: int) -> list[dict[str, Any]]:
 
 def _beat(path: Path, state: dict[str, Any]) -> None:
     """Replace a heartbeat file in one rename. No fsync (unlike ``atomic``): it is
-    ephemeral and written twice per task, and probe-slots measures per-task overhead."""
+    ephemeral and written twice per task, and probe-slots measures per-task overhead.
+    Raises StorageError (``atomic.no_space``: the path and the fix) when the disk is full
+    or over quota, leaving no temporary file; OSError otherwise."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if e.errno in FULL:
+            raise no_space(path, e) from e
+        raise
 
 
 TRACEBACK_CHARS = 8000

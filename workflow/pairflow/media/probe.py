@@ -198,7 +198,7 @@ _PROPERTY_RULES: dict[str, tuple[type[VideoReadError], str, str]] = {
 def _open(path: Path, data: bytes | None = None) -> Any:
     """The file opened with PyAV, or ``data`` (its bytes, already read) when given.
     Raises MissingVideoError (absent, zero bytes) or TruncatedVideoError (not a container
-    PyAV can open)."""
+    PyAV can open, or one whose metadata is not UTF-8: PyAV's own UnicodeDecodeError)."""
     import av
 
     if data is None and not path.is_file():
@@ -207,7 +207,7 @@ def _open(path: Path, data: bytes | None = None) -> Any:
         raise MissingVideoError(f"{path}: zero bytes; the write was interrupted, regenerate it")
     try:
         return av.open(io.BytesIO(data) if data is not None else str(path))
-    except av.error.FFmpegError as e:
+    except (av.error.FFmpegError, UnicodeDecodeError) as e:  # a damaged metadata string: UnicodeDecodeError
         raise TruncatedVideoError(f"{path}: cannot be opened as a video ({e}); the file is "
                                   "truncated or corrupt, delete it and regenerate") from e
 

@@ -41,11 +41,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             stream.close()
 
 
-def _timed_out(argv: list[str], path: Path, timeout_s: float) -> ToolTimeoutError:
+def _timed_out(argv: list[str], path: Path, timeout_s: float, bound: str = "") -> ToolTimeoutError:
     name = Path(argv[0]).name
+    bound = bound or (f"derived from the work: {TOOL_TIMEOUT_FLOOR_S:.0f} s + {TOOL_TIMEOUT_S_PER_PIXEL:g} s per "
+                      "pixel")
     return ToolTimeoutError(
-        f"{path}: {name} ran past its {timeout_s:.0f} s timeout (derived from the work: "
-        f"{TOOL_TIMEOUT_FLOOR_S:.0f} s + {TOOL_TIMEOUT_S_PER_PIXEL:g} s per pixel) and was killed; command: "
+        f"{path}: {name} ran past its {timeout_s:.0f} s timeout ({bound}) and was killed; command: "
         f"{subprocess.list2cmdline(argv)[:2000]}. The tool hung or the node is overloaded: run that command "
         "by hand to see which (set 'encoder/ffmpeg' to a working ffmpeg, or leave it empty for the bundled "
         "one), then rerun")
@@ -65,7 +66,7 @@ WRITE_BYTES = 1 << 20
 
 def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | None = None,
              chunk: int = 1 << 20, progress_lines: bool = False,
-             at_end: Callable[[], object] | None = None) -> tuple[int, bytes, bytes]:
+             at_end: Callable[[], object] | None = None, bound: str = "") -> tuple[int, bytes, bytes]:
     """Run an external tool (argv, no shell) about ``path``, feeding it ``feed`` on stdin;
     return (exit code, stderr, stdout).
 
@@ -76,7 +77,8 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
     (ffmpeg writes it after closing its outputs, then tears down and exits: work on the
     output overlaps that); it must not raise what it means the caller to see before the
     exit code. After ``timeout_s`` the tool is killed and ToolTimeoutError names the
-    file, the command and the fix.
+    file, the command, where the limit came from (``bound``; default ``tool_timeout``'s
+    derivation) and the fix.
 
     One loop over a selector, as ``Popen.communicate`` does, but reporting progress while
     it runs (``communicate`` says nothing until the tool ends). Not threads: starting the
@@ -110,7 +112,7 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
             while sel.get_map():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise _timed_out(argv, path, timeout_s)
+                    raise _timed_out(argv, path, timeout_s, bound)
                 for key, _ in sel.select(remaining):
                     fd = int(key.fd)
                     if fd == in_fd:
@@ -151,7 +153,7 @@ def run_tool(argv: list[str], path: Path, timeout_s: float, feed: memoryview | N
         try:
             code = proc.wait(max(deadline - time.monotonic(), 1.0))  # it closed its output: it is ending
         except subprocess.TimeoutExpired:
-            raise _timed_out(argv, path, timeout_s) from None
+            raise _timed_out(argv, path, timeout_s, bound) from None
     finally:
         # Whatever ends the loop (a timeout, SIGTERM's exception, an interrupt), the tool
         # does not outlive it and no descriptor leaks.

@@ -58,6 +58,41 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 """Unicode's control characters (category Cc): none belongs in a one-line prompt."""
+RESERVED_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"{d}{i}" for d in ("COM", "LPT") for i in range(10))})
+"""Device names Windows reserves as file and folder names, whatever the case and with any
+extension (``NUL.json`` is the device too). ``NAME_PATTERN`` already keeps out dots,
+spaces and so a trailing dot or space, which Windows strips."""
+CASE_INSENSITIVE = "macOS, Windows, SMB shares and some object stores"
+"""Where two names that differ only by case are one file."""
+
+
+def reserved_name(name: str) -> bool:
+    """Whether ``name`` (a study, arm or panel name: a file or folder name in the
+    results tree) is a device name Windows reserves (``RESERVED_NAMES``), in any case and
+    with any extension."""
+    return name.split(".", 1)[0].upper() in RESERVED_NAMES
+
+
+def check_names(raw: dict[str, Any], source: str) -> None:
+    """Refuse a study, arm or panel name (each a folder of the results tree) that is a
+    reserved device name on Windows, and two arm or panel names that differ only by case
+    (one folder on a case-insensitive file system). Raises ConfigError naming the key,
+    the value(s), the config and the fix."""
+    named = [("study", raw["study"], "study")]
+    named += [(f"arms/{a}", a, "arm") for a in raw["arms"]] + [(f"panels/{p}", p, "panel") for p in raw["panels"]]
+    for key, name, what in named:
+        if reserved_name(name):
+            raise ConfigError(f"{source}: key {key!r}: {what} name {name!r} is a device name Windows reserves "
+                              "(CON, PRN, AUX, NUL, COM0-9, LPT0-9, in any case), and it names a folder of the "
+                              f"results tree, which could then not be copied there; rename the {what}")
+    for group, what in (("arms", "arm"), ("panels", "panel")):
+        folded: dict[str, str] = {}
+        for name in raw[group]:
+            other = folded.setdefault(name.lower(), name)
+            if other != name:
+                raise ConfigError(f"{source}: {what}s {other!r} ({group}/{other}) and {name!r} ({group}/{name}) differ "
+                                  f"only by case; each names a folder of the results tree, and on a case-insensitive "
+                                  f"file system ({CASE_INSENSITIVE}) the two are one folder; rename one of them")
 
 
 @dataclass(frozen=True)
@@ -476,8 +511,8 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
 
     Raises ConfigError naming the sheet, the line and the fix for a missing or unreadable
     file, a binary file (NUL bytes), invalid UTF-8, a missing header, a row without
-    exactly two fields, an unsafe or duplicate prompt id, an empty or oversize prompt, or
-    a control character in a prompt.
+    exactly two fields, an unsafe or duplicate prompt id (or two that differ only by
+    case), an empty or oversize prompt, or a control character in a prompt.
     """
     key = f"'panels/{panel}/sheet'"
     try:
@@ -503,7 +538,8 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
     if not lines or lines[0] != "prompt_id\tprompt":
         raise ConfigError(f"{path}:1: the first line must be the header 'prompt_id<TAB>prompt', got "
                           f"{_clip(lines[0]) if lines else 'an empty file'}; add that header line")
-    prompts, seen = [], set()
+    prompts: list[Prompt] = []
+    seen: dict[str, tuple[str, int]] = {}  # case-folded id: the id as written, its line
     for lineno, line in enumerate(lines[1:], start=2):
         if not line:
             continue
@@ -515,8 +551,14 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
         if not _NAME.fullmatch(pid):
             raise ConfigError(f"{path}:{lineno}: prompt_id {_clip(pid)} is not allowed; use 1-64 ASCII "
                               "letters, digits, '-' and '_' (no path separators, dots or spaces)")
-        if pid in seen:
-            raise ConfigError(f"{path}:{lineno}: prompt_id {pid!r} appears twice; ids must be unique")
+        first, first_line = seen.get(pid.lower(), (None, 0))
+        if first == pid:
+            raise ConfigError(f"{path}:{lineno}: prompt_id {pid!r} appears twice (first on line {first_line}); ids "
+                              "must be unique")
+        if first is not None:
+            raise ConfigError(f"{path}:{lineno}: prompt_id {pid!r} differs from {first!r} (line {first_line}) only by "
+                              f"case; each names files of the results tree, and on a case-insensitive file system "
+                              f"({CASE_INSENSITIVE}) their files are one file; rename one of them")
         size = len(text_.encode("utf-8"))
         if size > MAX_PROMPT_BYTES:
             raise ConfigError(f"{path}:{lineno}: prompt {pid!r} is {size} bytes, over the {MAX_PROMPT_BYTES}-byte "
@@ -528,7 +570,7 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
                               "printable text, remove it")
         if not text_.strip():
             raise ConfigError(f"{path}:{lineno}: prompt {pid!r} is empty; write the prompt or remove the row")
-        seen.add(pid)
+        seen[pid.lower()] = (pid, lineno)
         prompts.append(Prompt(pid, text_))
     if not prompts:
         raise ConfigError(f"{path}: no prompts; add at least one row under the header")
@@ -541,6 +583,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
     ``prompts`` (panel name → prompts) replaces reading the sheets, for a study rebuilt
     from the config snapshot its manifests record (``provenance.study_from_snapshot``)."""
     raw = validate_raw(raw, source)
+    check_names(raw, source)
     root = Path(root).resolve()
 
     def resolve(p: str) -> Path:

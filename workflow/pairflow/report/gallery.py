@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from ..errors import VideoReadError
 from ..identity import digest_file
 from ..layout import Layout
 from ..media.recipe import ffmpeg_binary
+from ..media.tools import TOOL_TIMEOUT_FLOOR_S, run_tool, tool_timeout
 from ..plan.config import StudySpec
 from ..records.types import GenerationRecord, ScoreRecord, TimingRecord
 from .plots import arm_colours
@@ -164,20 +164,35 @@ def frame_indices(frames: int, n: int = FRAMES) -> list[int]:
     return sorted({round(i * (frames - 1) / (n - 1)) for i in range(n)})
 
 
-def filmstrip(video: Path, frames: int, out: Path, binary: str) -> None:
+def filmstrip(video: Path, frames: int, out: Path, binary: str, timeout_s: float = TOOL_TIMEOUT_FLOOR_S,
+              bound: str = "") -> None:
     """Decode ``video`` with FFmpeg and tile ``frame_indices(frames)`` in one row,
-    ``STRIP_HEIGHT`` pixels high, into the JPEG ``out``. Raises VideoReadError with FFmpeg's
-    stderr when decoding fails."""
+    ``STRIP_HEIGHT`` pixels high, into the JPEG ``out``, through the one seam to external
+    tools (``media.tools.run_tool``: killed after ``timeout_s``, ``bound`` saying where
+    that limit came from). Raises VideoReadError with FFmpeg's stderr when decoding
+    fails, ToolTimeoutError when it hangs."""
     idx = frame_indices(frames)
     select = "+".join(f"eq(n\\,{i})" for i in idx)
     vf = f"select='{select}',scale=-2:{STRIP_HEIGHT}:flags=area,tile={len(idx)}x1"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = [binary, "-nostdin", "-v", "error", "-y", "-i", str(video), "-vf", vf, "-frames:v", "1",
             "-q:v", str(QUALITY), "-update", "1", str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode or not out.is_file():
-        raise VideoReadError(f"{video}: FFmpeg could not make the gallery's filmstrip ({proc.stderr.strip()[-500:]}); "
-                         "run `pairflow verify` on the results tree: the video may be damaged")
+    code, err, _ = run_tool(argv, video, timeout_s, bound=bound)
+    if code or not out.is_file():
+        raise VideoReadError(f"{video}: FFmpeg could not make the gallery's filmstrip "
+                             f"({err.decode(errors='replace').strip()[-500:]}); run `pairflow verify` on the "
+                             "results tree: the video may be damaged")
+
+
+def strip_timeout(study: StudySpec) -> tuple[float, str]:
+    """How long one filmstrip may take, and why: the work's ffmpeg timeout
+    (``tool_timeout`` over one video), never more than the stall rule
+    (``fleet.stall_timeout_s``: a filmstrip is one step that reports no progress)."""
+    g = study.generation
+    work = tool_timeout(g.frames, g.height, g.width)
+    if work <= study.fleet.stall_timeout_s:
+        return work, ""
+    return study.fleet.stall_timeout_s, "fleet/stall_timeout_s: one filmstrip is one step of the gallery"
 
 
 def _fmt(x: float | None) -> str:
@@ -240,6 +255,7 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
     Returns counts: pairs, pairs with images, image bytes. Raises VideoReadError when
     FFmpeg cannot decode a video."""
     binary = ffmpeg_binary(study.encoder)
+    limit = strip_timeout(study)
     views = pairs(study, gen, scores, timings)
     colours = arm_colours([a.name for a in study.arms])
     used = {"pairs": 0, "shown": 0, "bytes": 0}
@@ -256,7 +272,7 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
             if used["bytes"] >= MAX_BYTES:
                 return None
             jpeg = Path(tmp) / f"{len(made)}.jpg"
-            filmstrip(video, frames, jpeg, binary)
+            filmstrip(video, frames, jpeg, binary, *limit)
             data = jpeg.read_bytes()
             used["bytes"] += len(data)
             made[video] = f"i{len(made)}"

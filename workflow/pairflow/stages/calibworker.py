@@ -10,6 +10,7 @@ check and the table in a cache that rules check_arms and calibrate copy from."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import progress
 from ..arms import arms_check_inputs, arms_check_key, verifier_for, write_arms_check
 from ..atomic import write_text
 from ..budget.calibrate import _capacity, calibrate
@@ -224,9 +226,28 @@ def prepare(study: StudySpec, job: str, build: Callable[[], object] | None = Non
 
 
 def _main(argv: list[str]) -> int:
-    """The fresh worker: ``python -m pairflow.stages.calibworker STUDY.pkl OUT.json``."""
+    """The fresh worker: ``python -m pairflow.stages.calibworker STUDY.pkl OUT.json
+    [BEAT]``. Each ``progress.report`` rewrites BEAT with what was just done (the caller's
+    stall check reads its mtime, ``calibrate.watch_worker``); an exception that ends the
+    worker is written first to ``BEAT.error`` (its type and message: the failure's
+    headline, whatever warnings its stderr holds), then raised."""
     study = pickle.loads(Path(argv[0]).read_bytes())  # written by _fresh_worker in this run
-    write_text(Path(argv[1]), json.dumps(measure_worker(study)) + "\n")
+    beat = Path(argv[2]) if len(argv) > 2 else None
+
+    def sink(note: str) -> None:
+        if beat is not None:
+            beat.write_text(note)  # best effort (progress.report drops an OSError): the mtime is the beat
+
+    try:
+        with progress.reporting_to(sink):
+            measured = measure_worker(study)
+    except BaseException as e:
+        if beat is not None:
+            with contextlib.suppress(OSError):
+                beat.with_name(beat.name + ".error").write_text(json.dumps({"type": type(e).__name__,
+                                                                            "message": str(e)}))
+        raise
+    write_text(Path(argv[1]), json.dumps(measured) + "\n")
     return 0
 
 
