@@ -332,19 +332,45 @@ def run_one(m: dict[str, Any], w: Worker, timeout: float, tests: list[str] | Non
             "seconds": round(time.monotonic() - t0, 1)}
 
 
+JUSTIFIED = ROOT / "benchmarks" / "mutation_justified.json"
+"""Every survivor's justification, keyed by module, source line and mutated line (so a
+justification outlives line numbers): ``[{"module", "code", "mutated", "why"}, ...]``."""
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, str]:
+    return r["module"], r["code"], r.get("mutated", "")
+
+
 def markdown(out: dict[str, Any]) -> str:
-    """The score per module and one row per survivor (its justification left to fill in)."""
-    rows = ["| module | killed | total | score |", "|---|---:|---:|---:|"]
+    """The score per module and one row per survivor, with its justification from
+    ``JUSTIFIED`` (or **open**)."""
+    why = {_key(j): j["why"] for j in json.loads(JUSTIFIED.read_text())} if JUSTIFIED.exists() else {}
+    rows = ["| module | killed | run | score |", "|---|---:|---:|---:|"]
     for module, sc in out["score"].items():
         rows.append(f"| {module}.py | {sc['killed']} | {sc['total']} | {100 * sc['killed'] / max(1, sc['total']):.1f}% |")
     t = out["total"]
     rows.append(f"| all | {t['killed']} | {t['total']} | {100 * t['killed'] / max(1, t['total']):.1f}% |")
-    rows += ["", "| where | operator | code | mutant | why it survives |", "|---|---|---|---|---|"]
+    rows += ["", "| where | mutant | why it survives |", "|---|---|---|"]
     for r in out["mutants"]:
         if r["outcome"] == "survived":
-            rows.append(f"| {r['module']}.py:{r['line']} `{r['function']}` | {r['operator']} | `{r['code']}` | "
-                        f"`{r['mutated']}` | |")
+            rows.append(f"| {r['module']}.py:{r['line']} `{r['function']}` | `{r['code']}` -> `{r['mutated']}` | "
+                        f"{why.get(_key(r), '**open**')} |")
     return "\n".join(rows)
+
+
+def combine(paths: list[Path]) -> dict[str, Any]:
+    """One result from runs over disjoint modules (each module's latest run wins)."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    by_module: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for module in run["score"]:
+            by_module[module] = run
+    mutants = [m for module, run in by_module.items() for m in run["mutants"] if m["module"] == module]
+    score = {module: run["score"][module] for module, run in sorted(by_module.items())}
+    total = {"killed": sum(s["killed"] for s in score.values()), "total": sum(s["total"] for s in score.values())}
+    return {**runs[-1], "runs": [str(p) for p in paths], "seconds": sum(r["seconds"] for r in runs),
+            "not_run": sum(r.get("not_run", 0) for r in runs), "score": score, "total": total,
+            "mutants": sorted(mutants, key=lambda r: (r["module"], r["line"], r["col"], r["operator"]))}
 
 
 def main() -> None:
@@ -357,18 +383,23 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run (then killed)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "mutation.json")
     ap.add_argument("--rerun", type=Path, help="a previous JSON: run only its survivors (by module, operator, "
-                    "line, column), and merge the outcomes into it")
+                    "source line and column, so edits elsewhere do not lose them), and merge the outcomes into it")
     ap.add_argument("--budget", type=float, default=18.0, help="minutes: mutants not started by then are "
                     "recorded as not run (they run in a seeded shuffled order, so those run are a random sample)")
     ap.add_argument("--list", action="store_true", help="count the mutants and exit")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--markdown", type=Path, help="print the score and survivor tables of this JSON and exit")
+    ap.add_argument("--combine", type=Path, nargs="+", help="runs over disjoint modules: write them as one to --out "
+                    "and exit")
     args = ap.parse_args()
     if args.serve:
         serve()
         return
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
+        return
+    if args.combine:
+        args.out.write_text(json.dumps(combine(args.combine), indent=1) + "\n")
         return
     try:
         import cosmic_ray  # noqa: F401
@@ -385,8 +416,8 @@ def main() -> None:
     previous: list[dict[str, Any]] = []
     if args.rerun:
         previous = json.loads(args.rerun.read_text())["mutants"]
-        key = {(p["module"], p["operator"], p["line"], p["col"]) for p in previous if p["outcome"] == "survived"}
-        mutants = [m for m in mutants if (m["module"], m["operator"], m["line"], m["col"]) in key]
+        key = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous if p["outcome"] == "survived"}
+        mutants = [m for m in mutants if (m["module"], m["operator"], m["code"], m["col"]) in key]
     random.Random(0).shuffle(mutants)
     print(f"{len(mutants)} mutants selected ({dict(Counter(m['module'] for m in mutants))}); left out: {dict(left)}",
           flush=True)
@@ -434,8 +465,8 @@ def main() -> None:
         for w in started:
             w.close()
     if args.rerun:
-        done = {(r["module"], r["operator"], r["line"], r["col"]): r for r in results}
-        results = [done.get((p["module"], p["operator"], p["line"], p["col"]), p) for p in previous]
+        done = {(r["module"], r["operator"], r["code"], r["col"]): r for r in results}
+        results = [done.get((p["module"], p["operator"], p["code"], p["col"]), p) for p in previous]
     score = {}
     for module in sorted({r["module"] for r in results}):
         rs = [r for r in results if r["module"] == module and r["outcome"].startswith(("killed", "survived"))]

@@ -201,6 +201,22 @@ def test_a_hung_encoder_is_killed_after_a_timeout_derived_from_the_work(encoder_
         os.kill(pid, 0)  # killed and reaped, not left running
 
 
+def test_a_hung_encoder_outside_a_watched_task_is_bounded_by_the_stall_rule(encoder_spec,  # type: ignore[no-untyped-def]
+                                                                           tmp_path: Path) -> None:
+    """Issue 40: in a preparing job's calibration no watcher sees ffmpeg's progress, so a
+    stall limit shorter than the work's timeout bounds ffmpeg, and the error says so."""
+    import time
+
+    spec = dataclasses.replace(encoder_spec, ffmpeg=str(hung_ffmpeg(tmp_path, encoder_spec)))
+    assert tools.tool_timeout(F, H, W) > 3.0
+    u8, _ = prepare_frames(smooth(), spec)
+    started = time.monotonic()
+    with pytest.raises(E.ToolTimeoutError, match=r"ran past its 3 s timeout \(fleet/stall_timeout_s: one encode"):
+        encode(u8, tmp_path / "v.mp4", spec, FPS, stall_s=3.0)
+    assert time.monotonic() - started < 15
+    assert not list(tmp_path.glob("v.mp4*"))
+
+
 def test_without_a_pidfd_a_write_succeeds_and_a_hung_encoder_is_still_killed(encoder_spec, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                              monkeypatch) -> None:
     """Where the OS gives no pidfd (another OS, a kernel before 5.3, a seccomp filter),

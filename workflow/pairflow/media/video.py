@@ -107,8 +107,12 @@ def _check_output(tmp: Path, *, frames: int, height: int, width: int, fps: int, 
     return _Checked(digest, len(data), info)
 
 
-def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> VideoInfo:
+def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int, stall_s: float | None = None) -> VideoInfo:
     """Encode uint8 (F, H, W, 3) ``frames`` to ``final`` with the fixed recipe.
+
+    ``stall_s``: where no watcher sees ffmpeg's progress (calibration in a preparing job),
+    the stall rule's limit (``fleet.stall_timeout_s``), which then bounds ffmpeg when it is
+    shorter than ``tool_timeout``.
 
     ffmpeg writes a temporary sibling. The file is read once: its digest is taken, every
     frame of those bytes is decoded with error detection on and every declared property
@@ -149,8 +153,11 @@ def encode(frames: np.ndarray, final: Path, spec: EncoderSpec, fps: int) -> Vide
                 early.append(e)
 
         try:
-            code, err, _ = run_tool(argv, Path(final), tool_timeout(f, h, w), raw, chunk=h * w * 3,
-                                    progress_lines=True, at_end=at_end)
+            limit, bound = tool_timeout(f, h, w), ""
+            if stall_s is not None and stall_s < limit:
+                limit, bound = stall_s, "fleet/stall_timeout_s: one encode is one step that reports no progress"
+            code, err, _ = run_tool(argv, Path(final), limit, raw, chunk=h * w * 3, progress_lines=True,
+                                    at_end=at_end, bound=bound)
         except OSError as e:
             if e.errno in FULL:
                 raise no_space(Path(final), e) from e

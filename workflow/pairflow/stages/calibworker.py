@@ -137,7 +137,7 @@ def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> 
             frames, _ = prepare_frames(result.frames, study.encoder)
             out = Path(tmp) / f"{arm.name}.mp4"
             _, phases["encode"] = _phase(mem, "encode", lambda out=out, frames=frames: encode(
-                frames, out, study.encoder, study.generation.fps))
+                frames, out, study.encoder, study.generation.fps, stall_s=study.fleet.stall_timeout_s))
             decoded, phases["score:read"] = _phase(mem, "score:read", lambda out=out, frames=frames: {
                 m: read_video(out, study.encoder, frames=frames.shape[0], height=frames.shape[1],
                               width=frames.shape[2], fps=study.generation.fps, matrix=m)
