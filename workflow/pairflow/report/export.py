@@ -127,7 +127,8 @@ def metric_columns(m: Mapping[str, Any]) -> dict[str, Any]:
             "verdict_text": verdict_text(m), "verdict_detail": m.get("verdict_detail"),
             "question": m.get("hypothesis"), "question_p_raw": m.get("p_value"),
             "question_p_adjusted": m.get("p_adjusted"), "wins": m.get("wins"), "ties": m.get("ties"),
-            "losses": m.get("losses"), **tail_columns(m.get("tail"))}
+            "losses": m.get("losses"), "signflip_min_p": m.get("signflip_min_p"),
+            "diagnostics": "; ".join(m.get("diagnostics") or []) or None, **tail_columns(m.get("tail"))}
 
 
 def latency_columns(c: Mapping[str, Any]) -> dict[str, Any]:
