@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,77 @@ def test_a_metric_with_a_margin_exports_its_tail_statement() -> None:
     assert cols["tail_upper"] == m["tail"]["upper"] and cols["tail_worst"].startswith("p/p05:0=2;")
     assert cols["tail_worst_videos"].split(";")[0] == m["tail"]["worst"][0]["treatment_video"]
     assert tail_columns(None) == {}
+
+
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _shown(value: object, token: str) -> bool:
+    """Whether ``value`` prints as ``token`` in one of the table's formats: fixed decimals,
+    significant digits, a percentage, or the p format ("< 0.0001" aside)."""
+    if value is None or value == "" or isinstance(value, bool):
+        return False
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    decimals = len(token.split(".")[1]) if "." in token and "e" not in token else 0
+    return token in {f"{x:.{decimals}f}", *(f"{x:.{k}g}" for k in range(1, 7)), f"{100 * x:.{max(decimals, 1)}f}"}
+
+
+def test_the_export_reproduces_every_number_of_the_study_table(finished_study: Path, tmp_path: Path) -> None:
+    """Issue 41: one number for one cell. On the session's finished study (real Snakemake,
+    an arm with pairs identical to control), every number of the study table's rows is a
+    number of the export's summary rows for that arm, the verdict is worded with the same
+    p, and pandas over the candidates (identical pairs left out, per prompt then over
+    prompts: the estimand) gives the table's fidelity and difference estimates."""
+    import pandas as pd
+    from conftest import study_config
+
+    study = study_from_raw(study_config(finished_study), finished_study)
+    export(study, tmp_path, "csv")
+    summary = pd.read_csv(tmp_path / "summary.csv", keep_default_na=False)
+    cand = pd.read_csv(tmp_path / "candidates.csv")
+    lines = (Layout(study.scratch).study_stats.parent / "table.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| arm | pairs |"))
+    head = [h.strip() for h in lines[start].strip("|").split("|")]
+    body = lines[start + 2:lines.index("", start)]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in body]
+    metrics = [h.split(" ")[0].rstrip(":") for h in head[6:]]
+    assert len(rows) == 5 and metrics == ["psnr", "ssim", "temporal_flickering"]
+    seen_identical = 0
+    for row in rows:
+        arm = row[0].split(" ")[0]
+        mine = summary[summary.arm == arm]
+        values = [v for _i, r in mine.iterrows() for v in r.values] + [
+            int(mine[mine.metric == "compute_ratio"].blocks_skipped.iloc[0])
+            + int(mine[mine.metric == "compute_ratio"].blocks_computed.iloc[0])]
+        for column, text in zip(head[1:], row[1:], strict=True):
+            # the verdict's own words carry its p and its family (the family's size is a number too)
+            for token in NUMBER.findall(text.replace("< 0.0001", "")):
+                assert any(_shown(v, token) for v in values), (arm, column, token, text)
+        for name, text in zip(metrics, row[6:], strict=True):
+            m = mine[mine.metric == name].iloc[0]
+            assert text.startswith(m.verdict_text + ": ") == bool(m.verdict_code), (text, m.verdict_text)
+            if m.verdict_code:  # the table's p is the export's p_verdict, labelled by the same test and family
+                assert f"(p {m.verdict_text.split('(p ')[1].split(':')[0]}: {m.p_verdict_test}, " in text
+            estimate = text[len(m.verdict_text) + 2:] if m.verdict_code else text
+            point = estimate.split(" ")[0]
+            assert _shown(m.estimate, point), (arm, name, point, m.estimate)
+            if m.wins != "":  # small counts: matched by place, not only by value
+                assert f"W/T/L {int(m.wins)}/{int(m.ties)}/{int(m.losses)}" in text, (arm, name, text)
+            if int(m.n_identical_pairs or 0):
+                seen_identical += 1
+                assert f"{m.n_identical_pairs} of {m.n_pairs} pairs identical to control, left out of the mean" in text
+            # pandas over the candidates: the estimand, with the one definition of an identical pair
+            treat = cand[cand.arm == arm].set_index(["panel", "prompt_id", "seed"])
+            ctrl = cand[cand.arm == "control"].set_index(["panel", "prompt_id", "seed"])
+            if m.kind == "FR":
+                per_pair = treat[treat.identical_to_control == False][name]  # noqa: E712 (a pandas mask)
+            else:
+                per_pair = treat[name] - ctrl[name]
+            by_prompt = per_pair.groupby(level=["panel", "prompt_id"]).mean()
+            assert len(by_prompt) == int(m.n_prompts) and _shown(by_prompt.mean(), point), (arm, name, point)
+    assert seen_identical == 2  # best2's psnr and ssim: the study has identical pairs, and says so
+    best2 = cand[(cand.arm == "best2") & cand.psnr.notna()]
+    assert best2.psnr.max() == 80.0 and (best2[best2.psnr == 80.0].identical_to_control == True).all()  # noqa: E712

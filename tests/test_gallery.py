@@ -112,6 +112,24 @@ def test_size_caps_leave_pairs_listed_without_images(tree: tuple[Any, ...], tmp_
     assert used["shown"] == 0 and "reached their 0 KiB cap" in (tmp_path / "g.html").read_text()
 
 
+def test_a_pair_identical_to_control_is_marked_and_its_fidelity_left_out(tree: tuple[Any, ...],
+                                                                          tmp_path: Path) -> None:
+    """Regression (issue 41): the gallery showed an identical pair's capped PSNR unmarked,
+    where the table leaves it out of the mean. One definition: ``records.identical_to_control``."""
+    study, gen, scores, timings = tree
+    ctrl = next(r for r in gen if r["candidate"]["prompt_id"] == "a2" and r["arm"]["name"] == "control")
+    treat = next(r for r in gen if r["candidate"]["prompt_id"] == "a2" and r["arm"]["name"] == "pab")
+    treat["video"]["raw_digest"] = ctrl["video"]["raw_digest"]  # the same frames, bit for bit
+    views = gallery.pairs(study, gen, scores, timings)[("t", "pab")]
+    assert {v.prompt_id: v.identical for v in views} == {"a1": False, "a2": True}
+    gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
+    page = (tmp_path / "g.html").read_text()
+    assert "1 of 2 pairs identical to control: marked, and left out of every fidelity mean" in page
+    assert page.count("data-identical='true'") == 1 and page.count("data-identical='false'") == 1
+    a2 = page[page.index("id='t-pab-a2-s0'"):]
+    assert a2.index("(identical to control)") < a2.index("(vs control; left out of the mean: identical)")
+
+
 def _browser() -> None:
     if not (shutil.which("chromium") and importlib.util.find_spec("playwright")):
         if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):

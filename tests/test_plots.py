@@ -30,6 +30,14 @@ def _score_records() -> list[dict[str, Any]]:
     return out
 
 
+def _gen_records(identical: frozenset[tuple[str, str]] = frozenset()) -> list[dict[str, Any]]:
+    """Generation records as far as the plots read them: each video's raw-frame digest;
+    a treatment's equals control's for the (prompt, arm) pairs in ``identical``."""
+    return [{"candidate": {"panel": "smoke", "prompt_id": p, "seed": 0}, "arm": {"name": arm},
+             "video": {"raw_digest": f"xxh3_128:{p}-{'control' if (p, arm) in identical else arm}"}}
+            for p in PROMPTS for arm in ARMS]
+
+
 def _timing_records() -> list[dict[str, Any]]:
     return [{"candidate": {"panel": "smoke", "prompt_id": p, "seed": 0}, "arm": {"name": arm},
              "timing": {"pass": "timed", "latency_s": 1.0 / (1 + arm_i) + 0.01 * i}}
@@ -62,7 +70,7 @@ def _overlaps(boxes: list[Any]) -> list[tuple[int, int]]:
 
 
 def test_per_prompt_ticks_never_overlap_and_legend_hides_no_bar(drawn: list[Any], tmp_path: Path) -> None:
-    plots.per_prompt(_score_records(), tmp_path / "per_prompt.png")
+    plots.per_prompt(_score_records(), _gen_records(), tmp_path / "per_prompt.png")
     (fig,) = drawn
     renderer = fig.canvas.get_renderer()
     shown = [t.get_window_extent(renderer) for ax in fig.axes for t in ax.get_xticklabels()
@@ -120,9 +128,9 @@ def _stats(n_arms: int) -> dict[str, Any]:
 @pytest.mark.parametrize("figure", ["forest", "pareto", "latency", "scatter", "per_prompt"])
 def test_no_figure_has_overlapping_tick_labels_and_each_names_its_source(
         figure: str, drawn: list[Any], tmp_path: Path) -> None:
-    data = {"forest": _stats(12), "pareto": _stats(12), "latency": _timing_records(),
-            "scatter": _score_records(), "per_prompt": _score_records()}[figure]
-    getattr(plots, figure)(data, tmp_path / f"{figure}.png", "demo: from scratch/study/stats.json (xxh3_128:00)")
+    data = {"forest": (_stats(12),), "pareto": (_stats(12),), "latency": (_timing_records(),),
+            "scatter": (_score_records(),), "per_prompt": (_score_records(), _gen_records())}[figure]
+    getattr(plots, figure)(*data, tmp_path / f"{figure}.png", "demo: from scratch/study/stats.json (xxh3_128:00)")
     (fig,) = drawn
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
@@ -156,7 +164,7 @@ def test_each_arm_keeps_one_colour_in_every_figure(drawn: list[Any], tmp_path: P
     assert len(set(colours.values())) == len(colours)
     assert plots.arm_colours(list(reversed(ARMS))) == colours  # order of the list does not matter
     plots.scatter(_score_records(), tmp_path / "s.png", "c", colours)
-    plots.per_prompt(_score_records(), tmp_path / "p.png", "c", colours)
+    plots.per_prompt(_score_records(), _gen_records(), tmp_path / "p.png", "c", colours)
     import matplotlib.colors as mc
 
     scatter, per_prompt = drawn
@@ -164,3 +172,27 @@ def test_each_arm_keeps_one_colour_in_every_figure(drawn: list[Any], tmp_path: P
     assert seen == {a: colours[a].lower() for a in ARMS[1:]}
     bars = {c.get_label(): mc.to_hex(c.patches[0].get_facecolor()) for c in per_prompt.axes[0].containers}
     assert bars == {a: colours[a].lower() for a in ARMS[1:]}
+
+
+def test_per_prompt_leaves_identical_pairs_out_of_fidelity_bars_marks_and_counts_them(drawn: list[Any],
+                                                                                      tmp_path: Path) -> None:
+    """Regression (issue 41): the per-prompt plot drew an identical pair's capped fidelity
+    (80 dB, SSIM 1) as a bar, unmarked, where the table left it out."""
+    same = frozenset({(PROMPTS[0], "fbcache"), (PROMPTS[3], "pab")})
+    records = _score_records()
+    for r in records:
+        if (r["candidate"]["prompt_id"], r["arm"]["name"]) in same:
+            r["scores"]["ssim"]["value"] = 1.0  # what an identical pair scores
+    plots.per_prompt(records, _gen_records(same), tmp_path / "p.png")
+    (fig,) = drawn
+    ssim = next(ax for ax in fig.axes if ax.get_title().startswith("ssim"))
+    flicker = next(ax for ax in fig.axes if ax.get_title().startswith("temporal_flickering"))
+    assert "2 pair(s) identical to control left out of the mean" in ssim.get_title()
+    assert "identical" not in flicker.get_title()  # a per-video difference keeps every pair (its Δ is 0)
+    heights = {c.get_label(): [b.get_height() for b in c.patches] for c in ssim.containers}
+    assert heights["fbcache"][0] != heights["fbcache"][0]  # NaN: no bar where every pair is identical
+    assert heights["pab"][3] != heights["pab"][3]
+    assert heights["fbcache"][1] == pytest.approx(0.805) and 1.0 not in heights["fbcache"] + heights["pab"]
+    marks = [c for c in ssim.collections if c.get_offsets().shape[0]]
+    assert sorted(float(x) for c in marks for x, _y in c.get_offsets()) == pytest.approx([0.0, 3 + 0.4])
+    assert any(t.get_text() == "every pair identical to control" for t in ssim.get_legend().get_texts())

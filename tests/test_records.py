@@ -14,6 +14,8 @@ from pairflow.records import types as recordtypes
 from pairflow.records.store import (
     build_manifest,
     check_schema,
+    identical_to_control,
+    in_fidelity_mean,
     load_schema,
     read_record,
     seal,
@@ -289,3 +291,15 @@ def test_stale_link_names_both_digests_or_none_when_bound() -> None:
     assert stale_link({"generation_record_digest": "xxh3_128:aa"}, gen) is None
     assert stale_link({"generation_record_digest": "xxh3_128:bb"}, gen) == (
         "names generation record xxh3_128:bb, the current one is xxh3_128:aa")
+
+
+def test_identical_to_control_is_equal_raw_frames_and_leaves_only_fidelity_means() -> None:
+    """The one definition of an identical pair (issue 41): equal raw-frame digests, whatever
+    the encoded files; it leaves FR means and keeps NR differences."""
+    ctrl = generation_record("t", "a1", 0, "control", 1, "same")
+    same = generation_record("t", "a1", 0, "pab", 1, "same")
+    same["video"]["digest"] = "xxh3_128:" + "f" * 32  # another encoded file of the same frames
+    other = generation_record("t", "a1", 0, "pab", 1, "other")
+    assert identical_to_control(ctrl, same) and not identical_to_control(ctrl, other)
+    assert [in_fidelity_mean(kind, ident) for kind in ("FR", "NR") for ident in (True, False)] == [
+        False, True, True, True]

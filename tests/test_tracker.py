@@ -76,7 +76,8 @@ def test_run_holds_the_stats_numbers_the_artifacts_and_the_manifest_digest(finis
     assert "pairflow.code_commit" in tags
     assert sorted(f.path for f in client.list_artifacts(run.info.run_id, "study")) == [
         "study/manifest.json", "study/stats.json", "study/table.html", "study/table.md"]
-    assert [f.path for f in client.list_artifacts(run.info.run_id)] == ["gallery.html", "study"]
+    assert [f.path for f in client.list_artifacts(run.info.run_id)] == ["gallery.html", "study", "verdicts.json",
+                                                                         "videos"]
     local = Path(client.download_artifacts(run.info.run_id, "study/table.md"))
     assert local.read_text() == layout.study_table().read_text()
 
@@ -130,3 +131,48 @@ def test_check_config_refuses_the_tracker_without_its_package(tmp_path: Path, ti
     err = capsys.readouterr().err
     assert "key 'report/tracker' is 'mlflow'" in err and "`pip install mlflow-skinny`" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_real_studys_run_carries_each_verdict_with_its_p_and_every_video_with_its_digest(
+        finished_study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: the MLflow run carried the table, stats and digests but no videos and no
+    verdicts. On the session's finished study (real Snakemake; an arm with pairs identical
+    to control), logged to a real local MLflow file store."""
+    pytest.importorskip("mlflow")
+    from conftest import study_config
+    from mlflow.tracking import MlflowClient
+
+    from pairflow.analysis.verdicts import verdict_text
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    cfg = study_config(finished_study)
+    cfg["report"] = {"tracker": "mlflow", "tracker_uri": (tmp_path / "mlruns").as_uri()}
+    study = study_from_raw(cfg, finished_study)  # the study is only read; the run and its record go to tmp_path
+    layout = Layout(study.scratch)
+    record = log_study(study, layout.study_stats, layout.study_table(), layout.gallery, layout.study_manifest,
+                       tmp_path / "tracked.json")
+    client = MlflowClient(tracking_uri=study.report.tracker_uri)
+    run = client.get_run(record["run_id"])
+    stats = json.loads(layout.study_stats.read_text())
+    cells = [(c["treatment"], m) for c in stats["comparisons"] for m in c["metrics"] if m["verdict_code"]]
+    assert cells  # the study's NR cells carry verdicts
+    for arm, m in cells:  # beside the metrics: the word, its p, test and family, as every report prints them
+        assert run.data.tags[f"pairflow.verdict.{arm}.{m['metric']}"] == verdict_text(m)
+        assert run.data.metrics[f"{arm}/{m['metric']}_p_verdict"] == m["p_verdict"]
+        assert f"{arm}/{m['metric']}" in run.data.metrics
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    verdicts = json.loads(Path(client.download_artifacts(run.info.run_id, "verdicts.json", str(dl))).read_text())
+    by = {(v["arm"], v["metric"]): v for v in verdicts["verdicts"]}
+    assert len(by) == sum(len(c["metrics"]) for c in stats["comparisons"])
+    assert (by[("best2", "psnr")]["n_identical_pairs"], by[("best2", "psnr")]["verdict_code"]) == (2, None)
+    index = json.loads(Path(client.download_artifacts(run.info.run_id, "videos/index.json", str(dl))).read_text())
+    videos = index["videos"]
+    assert len(videos) == 6 * 5 and index["logged"] == 30  # six arms x five pairs, all under the cap
+    assert run.data.tags["pairflow.videos"].startswith("30 of 30 videos logged under videos/")
+    assert sum(1 for v in videos if v["identical_to_control"]) == 2
+    assert {v["identical_to_control"] for v in videos if v["arm"] == "control"} == {None}
+    for v in videos:  # each logged video is the recorded one, byte for byte
+        got = Path(client.download_artifacts(run.info.run_id, v["artifact"], str(dl)))
+        assert digest_file(got) == v["digest"] == digest_file(Path(study.scratch) / v["path"])

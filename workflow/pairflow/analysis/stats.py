@@ -50,7 +50,7 @@ import numpy as np
 from ..errors import IntegrityError, PairingError, StatsError
 from ..generation.compute import MIG_SLICE, bf16_peak, estimated_mfu
 from ..plan.config import StatsSpec
-from ..records.store import check_streams, timing_frames_differ
+from ..records.store import check_streams, identical_to_control, in_fidelity_mean, timing_frames_differ
 from ..records.types import (
     ArmEfficiency,
     Comparison,
@@ -441,8 +441,7 @@ def no_effect_flags(gen: Index[GenerationRecord], treatment: str, keys: list[Key
     (raw frames where recorded, else the encoded file), or a cache arm whose counted
     block and attention skips are zero on every video (a cache that never engaged)."""
     def same(k: Key) -> bool:
-        a, b = gen["control"][k]["video"], gen[treatment][k]["video"]
-        return a["raw_digest"] == b["raw_digest"]  # the uncompressed frames, bit for bit
+        return identical_to_control(gen["control"][k], gen[treatment][k])  # the uncompressed frames, bit for bit
 
     flags = []
     if all(same(k) for k in keys):
@@ -523,9 +522,8 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
         if name in s.margins:
             raise StatsError(f"stats/margins names {name}, a fidelity metric (measured against control, so it "
                              f"has no treatment - control difference); give it a floor under stats/floors instead")
-        identical = [k for k in subset if gen["control"][k]["video"]["raw_digest"]
-                     == gen[treatment][k]["video"]["raw_digest"]]
-        values = {k: v for k, v in t.items() if k not in identical}
+        identical = [k for k in subset if identical_to_control(gen["control"][k], gen[treatment][k])]
+        values = {k: v for k, v in t.items() if in_fidelity_mean(spec["kind"], k in identical)}
         question = Question("floor", sign, floor=s.floors[name]) if name in s.floors else None
     else:
         if name in s.floors:

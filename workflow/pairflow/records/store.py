@@ -247,6 +247,28 @@ def timing_frames_differ(record: Mapping[str, Any]) -> bool:
     return bool(record.get("sampled", True)) and record.get("matches_bulk_frames") is not True
 
 
+IDENTICAL = "identical to control"
+"""How every view names a pair whose treatment frames equal control's (``identical_to_control``)."""
+
+
+def identical_to_control(control: Mapping[str, Any], treatment: Mapping[str, Any]) -> bool:
+    """Whether a pair's treatment video is identical to its control's: the digests of the
+    uncompressed frames (``video.raw_digest`` of the two generation records) are equal,
+    bit for bit. The one definition every view reads (statistics, table, plots, gallery,
+    export, tracker): such a pair's fidelity to control is perfect by construction (PSNR
+    infinite, read as the metric's cap; SSIM 1), so it is marked ``IDENTICAL`` and left
+    out of every fidelity mean, and counted apart (``in_fidelity_mean``)."""
+    return bool(control["video"]["raw_digest"] == treatment["video"]["raw_digest"])
+
+
+def in_fidelity_mean(kind: str, identical: bool) -> bool:
+    """Whether a pair's value of a metric of ``kind`` ("FR": fidelity to control; "NR":
+    per video) counts toward that metric's mean: every pair for an NR metric (an identical
+    pair's difference is 0, a real result), only pairs not identical to control for an FR
+    metric (``identical_to_control``)."""
+    return kind != "FR" or not identical
+
+
 def stable_view(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without run-specific fields (what must match across reruns)."""
     out = {k: v for k, v in record.items() if k not in RUN_SPECIFIC + ("record_digest",)}

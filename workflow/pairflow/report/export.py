@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ from ..identity import digest_file
 from ..layout import Layout
 from ..plan.candidates import candidates, record_path, score_path, timing_path
 from ..plan.config import StudySpec
-from ..records.store import read_record
+from ..records.store import identical_to_control, read_record
 
 Format = Literal["csv", "parquet"]
 CANDIDATE_ID_COLUMNS = ("study", "panel", "prompt_id", "seed", "arm", "candidate_id")
@@ -52,16 +52,19 @@ def candidate_rows(study: StudySpec) -> list[dict[str, Any]]:
     layout = Layout(study.scratch)
     rows = []
     for panel in study.panels:
-        for c in candidates(study, panel):
-            gpath = record_path(layout, c)
-            if not gpath.is_file():
-                continue
-            gen = read_record(gpath, "generation")
+        cands = [c for c in candidates(study, panel) if record_path(layout, c).is_file()]
+        gens = {c.key.candidate_id: read_record(record_path(layout, c), "generation") for c in cands}
+        controls = {(c.key.prompt_id, c.key.seed): gens[c.key.candidate_id] for c in cands if c.arm.is_control}
+        for c in cands:
+            gen = gens[c.key.candidate_id]
+            ctrl = controls.get((c.key.prompt_id, c.key.seed))
             compute = gen.get("compute") or {}
             row: dict[str, Any] = {
                 "study": study.study, "panel": panel.name, "prompt_id": c.key.prompt_id, "seed": c.key.seed,
                 "arm": c.arm.name, "candidate_id": c.key.candidate_id, "prompt": c.prompt.text,
-                "video": gen["video"]["path"],
+                "video": gen["video"]["path"], "video_digest": gen["video"]["digest"],
+                # the one definition (records.identical_to_control); empty for control and for an unpaired video
+                "identical_to_control": None if c.arm.is_control or ctrl is None else identical_to_control(ctrl, gen),
                 "work_flops": compute.get("work_flops"), "blocks_computed": compute.get("blocks_computed"),
                 "blocks_skipped": compute.get("blocks_skipped"),
                 "generation_record_digest": gen.get("record_digest")}
@@ -92,23 +95,56 @@ def summary_rows(stats_path: Path) -> list[dict[str, Any]]:
                 "level": stats["level"], "stats_digest": digest}
         sp = c["speedup"]
         rows.append({**base, "metric": "speedup", "estimate": sp["geomean"], "ci_low": sp["ci"][0],
-                     "ci_high": sp["ci"][1], "ci_note": sp.get("ci_note")})
+                     "ci_high": sp["ci"][1], "ci_note": sp.get("ci_note"), **latency_columns(c)})
         if c.get("compute"):
             cp = c["compute"]
             rows.append({**base, "metric": "compute_ratio", "estimate": cp["ratio"], "ci_low": cp["ci"][0],
-                         "ci_high": cp["ci"][1], "ci_note": cp.get("ci_note")})
+                         "ci_high": cp["ci"][1], "ci_note": cp.get("ci_note"),
+                         "blocks_skipped": cp.get("blocks_skipped"), "blocks_computed": cp.get("blocks_computed")})
         for m in c["metrics"]:
-            point = m["diff"] if m.get("diff") is not None else m.get("treatment_mean")
-            rows.append({**base, "metric": m["metric"], "kind": m["kind"], "higher_is_better": m["higher_is_better"],
-                         "estimate": point, "ci_low": m["ci"][0], "ci_high": m["ci"][1],
-                         "control_mean": m.get("control_mean"), "treatment_mean": m.get("treatment_mean"),
-                         "p_value": m.get("p_value"), "p_adjusted": m.get("p_adjusted"),
-                         "verdict": m.get("verdict"), "verdict_code": m.get("verdict_code"),
-                         "verdict_text": verdict_text(m), "verdict_detail": m.get("verdict_detail"),
-                         "p_verdict": m.get("p_verdict"), "p_verdict_test": m.get("p_verdict_test"),
-                         "p_verdict_family": m.get("p_verdict_family"), "wins": m.get("wins"), "ties": m.get("ties"),
-                         "losses": m.get("losses"), **tail_columns(m.get("tail"))})
+            rows.append({**base, **metric_columns(m)})
     return rows
+
+
+def metric_columns(m: Mapping[str, Any]) -> dict[str, Any]:
+    """One (arm, metric) cell of ``stats.json`` as the export's columns. ``n_prompts`` and
+    ``n_pairs`` are the metric's own: the prompts its mean is over and the pairs it was
+    analysed on, of which ``n_identical_pairs`` are identical to control and, for a
+    fidelity metric, left out of the mean (``records.in_fidelity_mean``). ``p_verdict`` is
+    the one p every report prints beside the verdict: the deciding test's, named by
+    ``p_verdict_test`` and ``p_verdict_family`` (``verdicts.verdict_text``); the cell's own
+    question (``question``) has its raw and family-adjusted p apart, as ``question_p_raw``
+    and ``question_p_adjusted``."""
+    point = m["diff"] if m.get("diff") is not None else m.get("treatment_mean")
+    return {"metric": m["metric"], "kind": m["kind"], "higher_is_better": m["higher_is_better"],
+            "n_prompts": m.get("n_prompts"), "n_pairs": m.get("n_pairs"),
+            "n_identical_pairs": m.get("n_identical_pairs"),
+            "estimate": point, "ci_low": m["ci"][0], "ci_high": m["ci"][1], "ci_level": m.get("ci_level"),
+            "control_mean": m.get("control_mean"), "treatment_mean": m.get("treatment_mean"),
+            "verdict": m.get("verdict"), "verdict_code": m.get("verdict_code"),
+            "p_verdict": m.get("p_verdict"), "p_verdict_test": m.get("p_verdict_test"),
+            "p_verdict_family": m.get("p_verdict_family"),
+            "verdict_text": verdict_text(m), "verdict_detail": m.get("verdict_detail"),
+            "question": m.get("hypothesis"), "question_p_raw": m.get("p_value"),
+            "question_p_adjusted": m.get("p_adjusted"), "wins": m.get("wins"), "ties": m.get("ties"),
+            "losses": m.get("losses"), "signflip_min_p": m.get("signflip_min_p"),
+            "diagnostics": "; ".join(m.get("diagnostics") or []) or None, **tail_columns(m.get("tail"))}
+
+
+def latency_columns(c: Mapping[str, Any]) -> dict[str, Any]:
+    """A comparison's latency and timed-pass columns (the study table's): each arm's
+    geometric-mean latency (s) over the timed pairs, their count and the pairs sampled,
+    repeats per candidate (``/``-joined), the median repeat CV per arm and the pairs over
+    ``timing/max_cv``; each arm's estimated MFU and peak device memory (GiB) where measured."""
+    lat = c.get("latency") or {}
+    eff = c.get("efficiency") or {}
+    return {"control_latency_s": lat.get("control_geomean_s"), "treatment_latency_s": lat.get("treatment_geomean_s"),
+            "timed_pairs": lat.get("n_pairs"), "sampled_pairs": lat.get("sampled_pairs"),
+            "repeats": "/".join(str(r) for r in lat.get("repeats", [])) or None,
+            "control_cv_median": lat.get("control_cv_median"), "treatment_cv_median": lat.get("treatment_cv_median"),
+            "pairs_over_max_cv": lat.get("pairs_over_max_cv"),
+            **{f"{arm}_{what}": (eff.get(arm) or {}).get(key) for arm in ("control", "treatment")
+               for what, key in (("mfu", "mfu_median"), ("peak_memory_gib", "peak_memory_gib"))}}
 
 
 def tail_columns(t: dict[str, Any] | None) -> dict[str, Any]:

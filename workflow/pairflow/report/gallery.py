@@ -37,6 +37,7 @@ from ..layout import Layout
 from ..media.recipe import ffmpeg_binary
 from ..media.tools import TOOL_TIMEOUT_FLOOR_S, run_tool, tool_timeout
 from ..plan.config import StudySpec
+from ..records.store import IDENTICAL, identical_to_control
 from ..records.types import GenerationRecord, ScoreRecord, TimingRecord
 from .plots import arm_colours
 
@@ -96,6 +97,7 @@ class PairView:
     control_score_digest: str
     speedup: float | None
     rank: float = 0.0
+    identical: bool = False  # records.identical_to_control: marked, fidelity values left out of every mean
     images: tuple[str, str] | None = None  # (control, treatment) image keys
     notes: list[str] = field(default_factory=list)
 
@@ -138,7 +140,7 @@ def pairs(study: StudySpec, gen: list[GenerationRecord], scores: list[ScoreRecor
                         layout.panel(panel.name) / g[kc]["video"]["path"],
                         layout.panel(panel.name) / g[kt]["video"]["path"], int(g[kt]["video"]["frames"]), metrics,
                         str(s[kt].get("record_digest")), str(s[kc].get("record_digest")),
-                        lc / lt if lc and lt else None))
+                        lc / lt if lc and lt else None, identical=identical_to_control(g[kc], g[kt])))
             _rank(views)
             out[(panel.name, arm.name)] = sorted(views, key=lambda v: (v.rank, v.prompt_id, v.seed))
     return out
@@ -199,6 +201,11 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
 
 
+def _fr_note(identical: bool) -> str:
+    """The Δ cell of a fidelity metric, which has no difference: what its value is."""
+    return "(vs control; left out of the mean: identical)" if identical else "(vs control)"
+
+
 def _pair_html(v: PairView, colours: dict[str, str]) -> str:
     e = html.escape
     rows = "".join(
@@ -207,7 +214,7 @@ def _pair_html(v: PairView, colours: dict[str, str]) -> str:
         f"<br><small>{'higher' if m.higher_is_better else 'lower'} is better</small></td>"
         f"<td>{_fmt(m.control)}</td><td>{_fmt(m.treatment)}</td>"
         f"<td class='{'worse' if m.worse else 'better' if m.worse is False else ''}'>"
-        f"{_fmt(m.diff) if m.diff is not None else '(vs control)'}</td></tr>" for m in v.metrics)
+        f"{_fmt(m.diff) if m.diff is not None else _fr_note(v.identical)}</td></tr>" for m in v.metrics)
     speed = "" if v.speedup is None else f"<p>speedup of this pair: <b>{v.speedup:.3f}×</b></p>"
     if v.images:
         strips = (f"<div class='strip'><span class='lab' style='border-color:{colours['control']}'>control</span>"
@@ -217,9 +224,13 @@ def _pair_html(v: PairView, colours: dict[str, str]) -> str:
     else:
         strips = f"<p class='noimg'>{e('; '.join(v.notes) or 'no image')}</p>"
     prompt = v.prompt if len(v.prompt) <= 240 else v.prompt[:237] + "..."
-    return (f"<div class='pair' id='{e(v.panel)}-{e(v.arm)}-{e(v.stem)}' data-arm='{e(v.arm)}' "
-            f"data-prompt='{e(v.prompt_id)}' data-seed='{v.seed}' data-score-digest='{e(v.score_digest)}'>"
-            f"<h4>{e(v.prompt_id)}, seed {v.seed}</h4><p class='prompt'>{e(prompt)}</p>"
+    same = (f"<p class='identical'><b>{IDENTICAL}</b> (the same frames, bit for bit): its fidelity values are the "
+            "metrics' cap, not a measurement, and are left out of every fidelity mean</p>" if v.identical else "")
+    return (f"<div class='pair{' identical' if v.identical else ''}' id='{e(v.panel)}-{e(v.arm)}-{e(v.stem)}' "
+            f"data-arm='{e(v.arm)}' data-prompt='{e(v.prompt_id)}' data-seed='{v.seed}' "
+            f"data-identical='{str(v.identical).lower()}' data-score-digest='{e(v.score_digest)}'>"
+            f"<h4>{e(v.prompt_id)}, seed {v.seed}{f' ({IDENTICAL})' if v.identical else ''}</h4>"
+            f"<p class='prompt'>{e(prompt)}</p>{same}"
             f"<div class='media'>{strips}</div><table><tr><th>metric</th><th>control</th><th>{e(v.arm)}</th>"
             f"<th>Δ</th></tr>{rows}</table>{speed}</div>")
 
@@ -232,7 +243,8 @@ _STYLE = ("body{font-family:sans-serif;margin:1em;max-width:1400px} "
           ".strip img{max-width:calc(100% - 7em);height:auto} "
           ".lab{width:6em;border-left:6px solid;padding-left:4px;font-weight:bold} "
           "td,th{border:1px solid #ddd;padding:2px 6px;text-align:right} table{border-collapse:collapse;font-size:90%} "
-          ".worse{background:#fdd} .better{background:#dfd} nav a{margin-right:1em}")
+          ".worse{background:#fdd} .better{background:#dfd} nav a{margin-right:1em} "
+          ".identical{background:#f4f4f4} p.identical{color:#555;margin:2px 0;grid-column:1/3}")
 
 
 def arm_verdicts(stats: Mapping[str, Any] | None) -> dict[str, str]:
@@ -294,10 +306,13 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
             for v in vs[MAX_PAIRS:]:
                 v.notes.append(f"no image: only the worst {MAX_PAIRS} pairs per arm get images")
             shown = sum(1 for v in vs if v.images)
+            same = sum(1 for v in vs if v.identical)
             used["shown"] += shown
             body.append(f"<h2 id='{html.escape(panel)}-{html.escape(arm)}'>panel {html.escape(panel)}: "
                         f"<span style='color:{colours.get(arm, '#000')}'>{html.escape(arm)}</span> against control"
-                        f"</h2><p>{len(vs)} pairs, worst first; {shown} with filmstrips.</p>"
+                        f"</h2><p>{len(vs)} pairs, worst first; {shown} with filmstrips."
+                        + (f" {same} of {len(vs)} pairs {IDENTICAL}: marked, and left out of every fidelity "
+                           "mean, as in the study table." if same else "") + "</p>"
                         + (f"<p class='verdicts'>Study verdicts: {html.escape(verdicts[arm])}</p>"
                            if arm in verdicts else ""))
             body += [_pair_html(v, colours) for v in vs]
@@ -310,7 +325,9 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
             "videos on scratch, control above, the treatment below (same prompt, same seed, same initial "
             "noise). Numbers are each pair's values from its score records (Δ: treatment − control; red: "
             "worse than control in the metric's direction, green: better); FR metrics (PSNR, SSIM) are the "
-            "treatment's value against its control. Pairs are sorted worst first: mean rank over the metrics, "
+            "treatment's value against its control; a pair identical to control is marked, and its fidelity "
+            "values (the metrics' cap) are left out of every fidelity mean, as in the study table. Pairs are "
+            "sorted worst first: mean rank over the metrics, "
             f"each ranked from worst to best. Images: the worst {MAX_PAIRS} pairs per panel and arm, "
             f"{MAX_BYTES // 2**10} KiB in all at most, so the Snakemake report can embed this page "
             f"({used['shown']} of {used['pairs']} pairs shown, {used['bytes'] / 2**10:.0f} KiB). The videos "

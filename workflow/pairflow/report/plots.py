@@ -17,7 +17,9 @@ import numpy as np
 
 from ..analysis.verdicts import verdict_text
 from ..atomic import atomic_path
-from ..records.types import ScoreRecord, StudyStats, TimingRecord
+from ..errors import PairingError
+from ..records.store import IDENTICAL, identical_to_control, in_fidelity_mean
+from ..records.types import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 from .table import UNITS, direction
 
 # Lazy on purpose: matplotlib is imported inside the functions that draw (about a second): only the plot rule
@@ -243,19 +245,25 @@ def scatter(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
     _save(fig, out, caption)
 
 
-def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "",
-               colours: dict[str, str] | None = None) -> None:
+def per_prompt(score_records: Sequence[ScoreRecord], gen_records: Sequence[GenerationRecord], out: Path,
+               caption: str = "", colours: dict[str, str] | None = None) -> None:
     """Per-prompt mean (over seeds) of each treatment's difference from control, NR metrics;
-    per-prompt value for FR metrics."""
+    per-prompt value for FR metrics, over the pairs that count for a fidelity mean
+    (``records.in_fidelity_mean``: pairs identical to control, read from ``gen_records``,
+    are left out, as in the table). A prompt whose every pair is identical has no bar and
+    is marked ``=`` on the zero line; each panel's title counts the identical pairs. Raises
+    PairingError when a scored candidate has no generation record."""
     _agg()
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    vals: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    vals: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    left_out: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     control: dict[tuple[str, str, str, int], float] = {}
     kinds: dict[str, str] = {}
     better: dict[str, bool] = {}
+    gen = {(r["candidate"]["panel"], r["candidate"]["prompt_id"], int(r["candidate"]["seed"]), r["arm"]["name"]): r
+           for r in gen_records}
     for r in score_records:
         c = r["candidate"]
         for name, s in r["scores"].items():
@@ -267,11 +275,21 @@ def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "
         c, arm = r["candidate"], r["arm"]["name"]
         if arm == "control":
             continue
+        key = (c["panel"], c["prompt_id"], int(c["seed"]))
+        pair = [gen.get((*key, a)) for a in ("control", arm)]
+        if pair[0] is None or pair[1] is None:
+            raise PairingError(f"{arm}: prompt {key[0]}/{key[1]} seed {key[2]} is scored but its pair has no "
+                               "generation record to tell whether it is identical to control; rerun the panel")
+        identical = identical_to_control(pair[0], pair[1])
+        prompt = f"{c['panel']}/{c['prompt_id']}"
         for name, s in r["scores"].items():
-            base = 0.0 if kinds[name] == "FR" else control[(name, c["panel"], c["prompt_id"], int(c["seed"]))]
-            vals[name][arm][f"{c['panel']}/{c['prompt_id']}"]["v"].append(s["value"] - base)
-    names = sorted(vals)
-    prompts = sorted({p for n in names for a in vals[n] for p in vals[n][a]})
+            if not in_fidelity_mean(kinds[name], identical):
+                left_out[name][arm][prompt] += 1
+                continue
+            base = 0.0 if kinds[name] == "FR" else control[(name, key[0], key[1], key[2])]
+            vals[name][arm][prompt].append(s["value"] - base)
+    names = sorted(set(vals) | set(left_out))
+    prompts = sorted({p for n in names for a in (*vals[n], *left_out[n]) for p in (*vals[n][a], *left_out[n][a])})
     # One shared prompt axis, labelled once at the bottom, vertically: its width grows
     # with the prompts (about 0.28 in each) and its height with the longest label, so
     # labels never overlap each other or the bars.
@@ -279,15 +297,25 @@ def per_prompt(score_records: Sequence[ScoreRecord], out: Path, caption: str = "
     fig, axes = plt.subplots(len(names), 1, figsize=(max(8.0, 0.28 * len(prompts) + 2.5),
                                                      2.2 * len(names) + label_in), squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], names, strict=True):
-        arms = sorted(vals[name])
+        arms = sorted(set(vals[name]) | set(left_out[name]))
         width = 0.8 / max(1, len(arms))
+        marked = False
         for j, arm in enumerate(arms):
-            ys = [float(np.mean(vals[name][arm][p]["v"])) if p in vals[name][arm] else np.nan for p in prompts]
+            ys = [float(np.mean(vals[name][arm][p])) if vals[name][arm].get(p) else np.nan for p in prompts]
             ax.bar(np.arange(len(prompts)) + j * width, ys, width, label=arm, color=_colours(arms, colours)[arm])
+            # a prompt whose every pair is identical to control: no bar, a mark on the zero line
+            only = [i for i, p in enumerate(prompts) if left_out[name][arm].get(p) and not vals[name][arm].get(p)]
+            if only:
+                ax.scatter(np.array(only) + j * width, np.zeros(len(only)), marker="$=$", s=60, zorder=3,
+                           color=_colours(arms, colours)[arm], label=None if marked else f"every pair {IDENTICAL}")
+                marked = True
         ax.set_xticks(np.arange(len(prompts)) + 0.4 - width / 2, prompts, rotation=90, fontsize=7)
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
         what = 'value' if kinds[name] == 'FR' else 'treatment − control'
-        ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better)", fontsize=9)
+        n_out = sum(n for a in left_out[name].values() for n in a.values())
+        out_note = f"\n{n_out} pair(s) {IDENTICAL} left out of the mean (as in the table)" if n_out else ""
+        ax.set_title(f"{name}: {what} per prompt ({'higher' if better[name] else 'lower'} is better){out_note}",
+                     fontsize=9)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_ylabel(("Δ" if kinds[name] == "NR" else "value") + unit(name), fontsize=8)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: hides no bar

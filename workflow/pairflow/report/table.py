@@ -6,6 +6,7 @@ Imports without torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..analysis import tail
 from ..analysis.inference import MULTIPLICITY_NAMES
 from ..analysis.stats import NO_EFFECT
 from ..analysis.verdicts import verdict_text
+from ..records.store import IDENTICAL
 from ..records.types import Comparison, ComputeSummary, MetricResult, StudyStats
 
 
@@ -69,13 +71,21 @@ def cell(m: MetricResult, level: float, decimals: int | None = None, method: str
     if m.get("wins") is not None:
         out += f", W/T/L {m['wins']}/{m['ties']}/{m['losses']}"
     if m.get("n_identical_pairs"):
-        out += f", {m['n_identical_pairs']} of {m['n_pairs']} pairs identical (apart)"
+        out += f", {identical_note(m)}"
     n, min_p = m.get("n_prompts"), m.get("signflip_min_p")
     if m.get("p_value") is not None and n is not None and min_p is not None and min_p >= 1 - level:
         out += f"; n={n}: smallest attainable sign-flip p = {min_p:.3g}"
     if m.get("diagnostics"):
         out += " ⚠"
     return out
+
+
+def identical_note(m: Mapping[str, Any]) -> str:
+    """How every view counts a fidelity cell's identical pairs (``records.identical_to_control``;
+    only FR cells count them, ``records.in_fidelity_mean``), e.g. ``2 of 5 pairs
+    identical to control, left out of the mean``; empty where none is."""
+    k = m.get("n_identical_pairs") or 0
+    return f"{k} of {m['n_pairs']} pairs {IDENTICAL}, left out of the mean" if k else ""
 
 
 def table(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
@@ -277,22 +287,23 @@ def verdicts(stats: StudyStats) -> tuple[list[str], list[list[str]]]:
     verdict and why, and where the data lie outside what the procedure was checked for."""
     method = MULTIPLICITY_NAMES.get(stats.get("multiplicity", "holm"), "Holm")
     head = ["arm", "metric", "question", "estimate [CI] (level)", "% of control", "standardised",
-            "wins / ties / losses (prompts)", f"p raw → {method}", "sign-flip p", "skewness",
-            "verdict (p of the deciding test: test, family)", "verdict rests on", "why", "diagnostics"]
+            "wins / ties / losses (prompts)", "verdict (p of the deciding test: test, family)",
+            f"the question's test: p raw → {method}", "sign-flip p", "skewness", "verdict rests on", "why",
+            "diagnostics"]
     rows = []
     for c in stats["comparisons"]:
         for m in c["metrics"]:
             d = column_decimals([m])
             question = m["hypothesis"] or "value only"
             if m["kind"] == "FR" and m["n_identical_pairs"]:
-                question += f" ({m['n_identical_pairs']} identical pair(s) counted apart)"
+                question += f" ({identical_note(m)})"
             level = f" ({m['ci_level']:.3g})" + (f"; {m['ci_note']}" if m.get("ci_note") else "")
             wtl = "n/a" if m["wins"] is None else f"{m['wins']} / {m['ties']} / {m['losses']}"
             rows.append([c["treatment"], m["metric"], question, estimate(m, d) + level,
                          "n/a" if m["relative_effect"] is None else f"{m['relative_effect']:+.1%}",
-                         _fmt(m["standardised_effect"], 2), wtl,
+                         _fmt(m["standardised_effect"], 2), wtl, verdict_text(m),
                          f"{_fmt(m['p_value'], 2)} → {_fmt(m['p_adjusted'], 2)}", _fmt(m["p_signflip"], 2),
-                         _fmt(m["skewness"], 2), verdict_text(m),
+                         _fmt(m["skewness"], 2),
                          "; ".join(m.get("verdict_rests_on") or []) or "n/a",
                          m["verdict_detail"] or "",
                          "; ".join(m["diagnostics"]) or "none"])
@@ -396,7 +407,8 @@ def answer(stats: StudyStats) -> list[str]:
             lo_m, hi_m = m["ci"]
             value = "n/a" if point is None else f"{what}{point:.{d}f}{unit}" + (
                 "" if lo_m is None or hi_m is None else f" [{lo_m:.{d}f}, {hi_m:.{d}f}]")
-            metrics.append(f"{m['metric']} {verdict_text(m)}, {value}")
+            same = identical_note(m)
+            metrics.append(f"{m['metric']} {verdict_text(m)}, {value}" + (f" ({same})" if same else ""))
         out.append(f"{c['treatment']}: " + ", ".join(parts) + ("; " + "; ".join(metrics) if metrics else ""))
     return out
 
@@ -499,9 +511,14 @@ _PLANNING_TEXT = ("Per-prompt standard deviation of each tested cell and its one
                   "dominate, more seeds cannot help.")
 
 _VERDICTS_TEXT = ("One row per (arm, metric), all in one multiplicity family. The interval is at the cell's adjusted "
-                  "level (in brackets); 'p raw → adjusted' tests the cell's question; the sign-flip p and the "
-                  "skewness stand beside it; diagnostics say where the data lie outside what the procedure was "
-                  "checked for (|skewness| > 2, quantised values).")
+                  "level (in brackets). The verdict carries the p of the test that decided it, named with its family: "
+                  "the same p as the study table, the answer line, the gallery and the export's p_verdict. 'the "
+                  "question's test' is the test of the cell's own question, raw and adjusted (the export's "
+                  "question_p_raw and question_p_adjusted): it decides the verdict only where the verdict names it, "
+                  "so it may differ from the verdict's p; the sign-flip p and the skewness stand beside it; "
+                  "diagnostics say where the data lie outside what the procedure was checked for (|skewness| > 2, "
+                  "quantised values). Fidelity (FR) cells leave out pairs identical to control (their PSNR is the "
+                  "metric's cap, not a measurement) and say how many.")
 
 
 _FRONT_TEXT = ("Compute ratio = treatment / control FLOPs per video (transformer work counted with torch's "

@@ -375,7 +375,7 @@ def plots(study: StudySpec, stats_json: Path, out: dict[str, Path]) -> None:
     P.pareto(stats, out["pareto"], caption, colours)
     P.latency(timings, out["latency"], caption, colours)
     P.scatter(scores, out["scatter"], caption, colours)
-    P.per_prompt(scores, out["per_prompt"], caption, colours)
+    P.per_prompt(scores, gen, out["per_prompt"], caption, colours)
 
 
 def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
