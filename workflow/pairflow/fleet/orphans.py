@@ -140,12 +140,13 @@ _INTERRUPTED: list[int] = []
 
 def stop_jobs_on_signal(console: logging.Logger | None = None) -> None:
     """For Snakemake's own process (the workflow's ``onstart`` hook): on SIGTERM or SIGINT,
-    say in one line what is stopped and how to resume, pass SIGTERM to each running job's
+    say in one line what is stopped and how to resume, pass SIGINT to each running job's
     process and stop Snakemake as Ctrl-C does.
 
     Snakemake's own SIGTERM handler waits for the running jobs to finish (a panel job runs
     for hours) and its Ctrl-C handler waits for them too without telling them; each job
-    (``fleet.run_tasks``) shuts its worker pool down and exits within seconds of SIGTERM.
+    (``fleet.run_tasks``) shuts its worker pool down and exits within seconds of SIGINT or
+    SIGTERM, and another rule script ends at its KeyboardInterrupt.
     Snakemake starts a rule script as its own child; where a shell stands between them,
     the shell ends and the script follows its parent's death (``watch_ancestors``).
     After that line Snakemake's console says nothing more (``RuleException`` and
@@ -167,13 +168,16 @@ def stop_jobs_on_signal(console: logging.Logger | None = None) -> None:
         if console is not None:
             _quiet_console(console)
         for pid in jobs:
-            # Under its shell, the rule script gets SIGINT, as from a terminal's Ctrl-C: a job
-            # says that in its log only (this line is the console's); the shell gets SIGTERM.
-            for script in _children(pid) if _comm(pid) in SHELLS else []:
+            # The rule script gets SIGINT, as from a terminal's Ctrl-C: a job says that in its
+            # log only (this line is the console's). A shell between them gets SIGTERM (a
+            # shell waits for its child on SIGINT); the script sees it die (watch_ancestors).
+            shell = _comm(pid) in SHELLS
+            for script in _children(pid) if shell else [pid]:
                 with contextlib.suppress(OSError):
                     os.kill(script, signal.SIGINT)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+            if shell:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)

@@ -43,7 +43,7 @@ from ..analysis import sequential
 from ..arms import verifier_for
 from ..atomic import job_start, sweep_temps, write_text
 from ..errors import PairFlowError, StorageError
-from ..fleet.pool import PROGRESS_WRITE_S, _beat, _fresh_heartbeats, worker_identity
+from ..fleet.pool import ACTIVE_S, _beat, _fresh_heartbeats, worker_identity
 from ..fleet.sites.base import AllocationInfo
 from ..fleet.sites.slurm import exclusivity
 from ..fleet.telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
@@ -234,6 +234,11 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     return result, measured
 
 
+BEAT_S = ACTIVE_S / 4
+"""Inside a timed run the heartbeat is rewritten at most this often (seconds): a quarter of
+``pairflow status``'s activity window, so status never loses a running pass."""
+
+
 class _Beats:
     """The timed pass's heartbeat, where ``pairflow status`` reads a running pass: one file
     per panel, ``<panel>/run/timing/heartbeats/<host>-<pid>.json``, as a pool worker's. It
@@ -241,9 +246,10 @@ class _Beats:
     records are not written yet (``in_flight``; a block's records are written together once
     its last repeat round ends), runs per candidate (``repeats``) and the pass's rate in
     candidates per second over its timed runs (``rate_per_s``, warm-up excluded). Rewritten
-    after every timed run and, at most every ``PROGRESS_WRITE_S``, on every
-    ``progress.report`` of the run in progress (denoising steps), so a long run keeps it
-    fresh. Best effort: a write that fails never stops the pass."""
+    after every timed run and, at most every ``BEAT_S``, on a ``progress.report`` of the
+    run in progress (denoising steps), so a run longer than ``pairflow status``'s window
+    keeps it fresh while adding at most one small write per ``BEAT_S`` to a timed run.
+    Best effort: a write that fails never stops the pass."""
 
     def __init__(self, layout: Layout, panels: list[str], repeats: int) -> None:
         name = f"{socket.gethostname()}-{os.getpid()}.json"
@@ -266,7 +272,7 @@ class _Beats:
     def report(self, note: str) -> None:
         """``progress.report``'s sink while a run is timed: rewrites the running panel's file."""
         self.note = note
-        if time.monotonic() - self.written >= PROGRESS_WRITE_S:
+        if time.monotonic() - self.written >= BEAT_S:
             self.write(self.panel)
 
     def close(self) -> None:
