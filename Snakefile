@@ -50,18 +50,11 @@ include: "workflow/rules/archive.smk"
 include: "workflow/rules/repeatability.smk"
 
 
-# Light aggregation steps run where Snakemake runs, not as scheduler jobs.
-localrules:
-    build_tiny_model,
-    check_arms,
-    estimate,
-    study_stats,
-    plots,
-    gallery,
-    track,
-    utilisation,
-    archive,
-    repeatability,
+# Light aggregation steps run where Snakemake runs, not as scheduler jobs: each such rule
+# says `localrule: True` itself (build_tiny_model, check_arms, estimate, study_stats, plots,
+# gallery, track, utilisation, archive, repeatability), which a module's `use rule * from
+# pairflow as pairflow_*` keeps; a global `localrules:` list names unprefixed rules and
+# would be dropped there.
 
 
 rule all:

@@ -348,3 +348,30 @@ def test_check_config_names_each_panel_too_small_for_any_verdict(tmp_path: Path,
     assert main(["check-config", str(path), "--directory", str(project)]) == 0
     err = capsys.readouterr().err  # at alpha 0.2: 4 prompts reach p = 0.125
     assert "'motion' has 3 prompts" in err and "'smoke'" not in err.replace("'smoke' has 4 prompts: a quantised", "")
+
+
+def test_the_console_shows_pairflows_lines_and_library_warnings_but_not_library_chatter(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """Regression (issue 41): every check-config began with bitsandbytes' warning that an
+    optional 4-bit CPU kernel is not in the offline cache (bitsandbytes is imported with
+    diffusers' models by the arms' check, where this machine's CPU has AVX512-BF16). The
+    console's filter keeps PairFlow's lines from INFO, other libraries' from WARNING (no
+    Parsl INFO), and ``CHATTER`` libraries' from ERROR."""
+    import logging
+
+    from conftest import small_config, write_config
+
+    from pairflow.cli import on_console
+
+    def shown(name: str, level: int) -> bool:
+        return on_console(logging.LogRecord(name, level, __file__, 1, "m", None, None))
+
+    assert shown("pairflow.stages.timing", logging.INFO) and not shown("parsl.dataflow.dflow", logging.INFO)
+    assert shown("parsl.dataflow.dflow", logging.WARNING) and shown("torch", logging.WARNING)
+    assert not shown("bitsandbytes.backends.cpu.ops", logging.WARNING)
+    assert shown("bitsandbytes.backends.cpu.ops", logging.ERROR)
+    path = write_config(tmp_path, small_config(tmp_path, tiny_model))  # a cache arm: the check imports diffusers
+    check = subprocess.run([PAIRFLOW, "check-config", str(path)], capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert check.returncode == 0 and f"{path}: OK" in check.stdout, check.stderr[-2000:]
+    assert "gemm_4bit" not in check.stderr and "bitsandbytes" not in check.stderr, check.stderr

@@ -149,3 +149,20 @@ def test_die_with_parent_arms_the_signal_and_says_whether_the_parent_is_still_th
             "print(die_with_parent(os.getppid()), die_with_parent(os.getppid() + 1))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False"]
+
+
+def test_the_rule_of_a_job_process_is_read_from_its_command_line(tmp_path: Path) -> None:
+    """What Snakemake's interrupt line names: a rule script runs as
+    ``.snakemake/scripts/tmp<random>.<rule>.py``, under a shell or not."""
+    from pairflow.fleet.orphans import _rule_of, interrupted
+
+    job = subprocess.Popen(["bash", "-c", f"sleep 30; : {tmp_path}/.snakemake/scripts/tmpq1w2e3.generate_score_panel.py"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        assert _rule_of(job.pid) == "generate_score_panel"
+        assert _rule_of(other.pid) is None and _rule_of(2**22 + 1) is None  # not a job; no such process
+    finally:
+        for p in (job, other):
+            p.kill()
+            p.wait()
+    assert interrupted() is None  # no signal stopped this process

@@ -209,3 +209,20 @@ def test_without_rich_the_redraw_moves_the_cursor_back_over_the_last_block(
     draw("d\ne\nf")
     out = capsys.readouterr().out
     assert out == "\x1b[Ja\nb\nc\n\x1b[3F\x1b[Jd\ne\nf\n"  # up 3 lines, clear, redraw
+
+
+def test_a_running_timed_pass_counts_its_unwritten_runs_and_gives_its_rate(half_done) -> None:  # type: ignore[no-untyped-def]
+    """The timed pass writes a block's records at its end; while it runs, its heartbeat
+    (``stages.timing``) carries the runs not yet written and its rate: 7 runs at 3 per
+    candidate are 2 candidates done (of 4), 2 left at 0.5 a second. A heartbeat that
+    stopped moving (a pass that died) says nothing: the records alone count."""
+    study, now = half_done
+    beats = panel_dir(Layout(study.scratch), "t") / "run" / "timing" / "heartbeats"
+    live = {"what": "timed pass", "phase": "task", "timing": {"in_flight": 7, "repeats": 3, "rate_per_s": 0.5}}
+    _touch(beats / "node1-21.json", now - 2, json.dumps(live))
+    timing = study_status(study, now=now)[2]
+    assert (timing.done, timing.total, timing.active_slots) == (2, 4, 1)
+    assert timing.rate_per_s == 0.5 and timing.left_s == pytest.approx((4 - 7 / 3) / 0.5)
+    _touch(beats / "node1-21.json", now - 300, json.dumps(live))  # the pass died 5 minutes ago
+    timing = study_status(study, now=now)[2]
+    assert (timing.done, timing.rate_per_s, timing.left_s, timing.active_slots) == (0, None, None, 0)

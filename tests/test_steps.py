@@ -39,6 +39,19 @@ def test_an_uncaught_error_lands_in_the_rule_log(tmp_path: Path) -> None:
     assert "Traceback (most recent call last)" in text and "in deep" in text
 
 
+def test_a_ctrl_c_in_a_rule_script_goes_to_its_log_not_the_console(tmp_path: Path) -> None:
+    """Regression (issue 41): a job stopped by Ctrl-C printed a KeyboardInterrupt traceback
+    under Snakemake's one line. The log keeps it; the console gets nothing; exit 130."""
+    log = tmp_path / "logs" / "rule.log"
+    script = SCRIPT.replace('raise ValueError("the sheet has 3 columns")',
+                            "import os, signal; os.kill(os.getpid(), signal.SIGINT)")
+    res = subprocess.run([sys.executable, "-c", script, str(log)], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode in (130, -2) and res.stderr == "", res.stderr  # -2: killed by SIGINT, as Python exits
+    text = log.read_text()
+    assert "interrupted (SIGINT): this job stopped; a rerun resumes it" in text and "KeyboardInterrupt" in text
+
+
 @pytest.mark.parametrize("mode, wrong, right", [("combined", "score_panel", "generate_score_panel"),
                                                 ("combined", "generate_panel", "generate_score_panel"),
                                                 ("per-stage", "generate_score_panel", "score_panel")])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -219,3 +220,45 @@ def test_sequential_timing_times_the_pilot_then_what_the_plan_asks_and_records_w
     assert sorted(r["candidate"]["prompt_id"] for r in recs.values() if r["sampled"]) == sorted(order[:3] * 2)
     assert all(r["record_digest"] != before[k] for k, r in recs.items() if r["sampled"])
     assert {r["timing"].get("stopped") for r in recs.values() if not r["sampled"]} == {"ceiling"}
+
+
+def test_status_follows_the_pass_live_before_any_record_is_written(tiny_model: Path, tmp_path: Path) -> None:
+    """Regression (issue 41): a block's records are written together once its last repeat
+    round ends (here the whole pass is one block), so ``pairflow status`` read ``timing
+    0/4``, rate ``-``, until the pass's last milliseconds. The pass's heartbeat now counts
+    the timed runs: read at each of the pass's own progress lines (a log handler, in the
+    pass's thread), status gives one more candidate each ``repeats`` runs, with a rate,
+    the time left and the pass as an active slot, while no timing record exists yet."""
+    from pairflow.report.status import study_status
+
+    study = _study(tmp_path, tiny_model, warmup=0, repeats=2, pairs="all")
+    _bulk(study)
+    cs = candidates(study, study.panels[0])
+    seen: list[tuple[int, int, float | None, float | None, int, int]] = []
+
+    class Snapshot(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "done (" in record.getMessage():
+                s = next(r for r in study_status(study) if r.stage == "timing")
+                written = sum(timing_path(Layout(study.scratch), c).exists() for c in cs)
+                seen.append((s.done, s.total, s.rate_per_s, s.left_s, s.active_slots, written))
+
+    handler = Snapshot(level=logging.INFO)
+    timing_log = logging.getLogger("pairflow.stages.timing")
+    timing_log.addHandler(handler)
+    level = timing_log.level
+    timing_log.setLevel(logging.INFO)
+    try:
+        run_timed_pass(study, ["t"], study.scratch / "study" / "timing.json")
+    finally:
+        timing_log.removeHandler(handler)
+        timing_log.setLevel(level)
+    assert [(done, total, written) for done, total, *_, written in seen] == [(1, 4, 0), (2, 4, 0), (3, 4, 0),
+                                                                          (4, 4, 0)]
+    assert all(rate is not None and rate > 0 and slots == 1 for _d, _t, rate, _l, slots, _w in seen)
+    assert seen[0][3] == pytest.approx(3 / seen[0][2])  # time left: 3 candidates at the pass's rate
+    after = next(r for r in study_status(study) if r.stage == "timing")
+    assert (after.done, after.total) == (4, 4)  # the records now; the heartbeat says nothing is in flight
+    beat = json.loads(next((panel_dir(Layout(study.scratch), "t") / "run" / "timing" / "heartbeats").glob(
+        "*.json")).read_text())
+    assert beat["phase"] == "idle" and beat["timing"]["in_flight"] == 0

@@ -206,12 +206,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+CHATTER = ("bitsandbytes", "kernels")
+"""Libraries whose warnings are chatter on a PairFlow console: bitsandbytes (imported with
+diffusers' models by the arms' check) warns at import that an optional 4-bit CPU kernel is
+not in the offline cache; PairFlow never runs 4-bit kernels."""
+
+
+def on_console(record: logging.LogRecord) -> bool:
+    """The console's filter: PairFlow's own lines from INFO, other libraries' from WARNING
+    (Parsl's INFO lines stay off), those in ``CHATTER`` from ERROR."""
+    library = record.name.split(".", 1)[0]
+    if library == "pairflow":
+        return True
+    return record.levelno >= (logging.ERROR if library in CHATTER else logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(on_console)
     try:
         return _run(args, extra)
     except PairFlowError as e:

@@ -16,6 +16,10 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
+LOG_ONLY = "pairflow_log_only"
+"""Set on a log record (``extra={LOG_ONLY: True}``) to keep it in the job's log and off the
+console that a job's progress lines also reach (e.g. the 57-line Parsl config)."""
+
 _lock = threading.Lock()
 _sink: Callable[[str], None] | None = None
 

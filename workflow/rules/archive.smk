@@ -1,5 +1,6 @@
 # Compact evidence goes to work storage; videos stay on scratch.
 rule archive:
+    localrule: True
     input:
         STUDY_MANIFEST,
         f"{PLOTS}/forest.png",

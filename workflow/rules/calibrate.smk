@@ -29,6 +29,7 @@ rule calibrate:
 # Settings that change the cost rerun it; the budget and the config files' names do not
 # (they change no output: planning checks the budget whenever the table exists).
 rule estimate:
+    localrule: True
     input:
         table=CALIBRATION,
     output:

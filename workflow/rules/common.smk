@@ -23,7 +23,7 @@ from pairflow.budget.calibrate import load_table  # noqa: E402
 from pairflow.errors import BudgetError  # noqa: E402
 from pairflow.budget.calibrate import key as calibration_key  # noqa: E402
 from pairflow.budget.estimate import check_budget, drivers, estimate, summary_lines  # noqa: E402
-from pairflow.fleet.orphans import stop_jobs_on_signal  # noqa: E402
+from pairflow.fleet import orphans  # noqa: E402
 from pairflow.stages.steps import check_panel_rules  # noqa: E402
 from pairflow.report.tracker import require as require_tracker  # noqa: E402
 from pairflow.analysis.inference import too_few_prompts  # noqa: E402
@@ -52,12 +52,14 @@ onsuccess:
 onerror:
     ledger_after_run()
     budget_refused()  # where rule estimate refused the study, its one message and exit 3 (below)
+    if orphans.interrupted():  # Ctrl-C or SIGTERM: its one line was said (stop_jobs_on_signal); 130 or 143
+        sys.exit(orphans.interrupted())
 
 
 # On SIGTERM Snakemake waits for its running jobs to finish (a panel job runs for hours),
 # and on Ctrl-C it waits for them without telling them: stop them at once instead.
 onstart:
-    stop_jobs_on_signal()
+    orphans.stop_jobs_on_signal(logger)
 
 
 # pairflow.plan.config validates against workflow/schemas/config.schema.yaml, with the arm

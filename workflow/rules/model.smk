@@ -5,6 +5,7 @@
 # without importing torch. The config is read from the job, not params: an arm's change
 # reruns the check, never the build.
 rule build_tiny_model:
+    localrule: True
     output:
         MODEL_INDEX,
     log:
@@ -24,6 +25,7 @@ rule build_tiny_model:
 # the check the build job made for these arms and model files; else it is the preparing
 # job itself (the check, then the calibration table for rule calibrate).
 rule check_arms:
+    localrule: True
     input:
         arms_check_input,
     output:

@@ -15,6 +15,7 @@ rule replicate_panel:
 
 
 rule repeatability:
+    localrule: True
     input:
         stats=STUDY_STATS,
         replicates=replicate_outputs,

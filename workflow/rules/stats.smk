@@ -1,4 +1,5 @@
 rule study_stats:
+    localrule: True
     input:
         # A panel's scores follow its generation (score_panel takes GEN_MANIFEST), so the
         # generation manifests are not listed again: planning cost grows with the edges.
@@ -27,6 +28,7 @@ rule study_stats:
 
 
 rule plots:
+    localrule: True
     input:
         STUDY_MANIFEST,
         stats=STUDY_STATS,
@@ -47,6 +49,7 @@ rule plots:
 
 
 rule gallery:
+    localrule: True
     input:
         STUDY_MANIFEST,
         stats=STUDY_STATS,
@@ -67,6 +70,7 @@ rule gallery:
 # planning, common.smk); under --software-deployment-method conda add it to
 # envs/pairflow.yaml's pip list (the rule refuses, naming the package, where it is missing).
 rule track:
+    localrule: True
     input:
         stats=STUDY_STATS,
         table=STUDY_TABLE,

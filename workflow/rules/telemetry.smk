@@ -1,6 +1,7 @@
 # Slot utilisation from the fan-out jobs' per-task spans (and NVML samples where a GPU
 # exists): the share of allocated slot time spent running tasks.
 rule utilisation:
+    localrule: True
     input:
         # Written after every panel's generation and scoring and the timed pass (one
         # edge, not three per panel: planning cost grows with the edges).

@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -133,32 +134,88 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def stop_jobs_on_signal() -> None:
+_INTERRUPTED: list[int] = []
+"""The signal that stopped this Snakemake run, once one arrived (``stop_jobs_on_signal``)."""
+
+
+def stop_jobs_on_signal(console: logging.Logger | None = None) -> None:
     """For Snakemake's own process (the workflow's ``onstart`` hook): on SIGTERM or SIGINT,
-    say so, pass SIGTERM to each running job's process and stop Snakemake as Ctrl-C does.
+    say in one line what is stopped and how to resume, pass SIGINT to each running job's
+    process and stop Snakemake as Ctrl-C does.
 
     Snakemake's own SIGTERM handler waits for the running jobs to finish (a panel job runs
     for hours) and its Ctrl-C handler waits for them too without telling them; each job
-    (``fleet.run_tasks``) shuts its worker pool down and exits within seconds of SIGTERM.
+    (``fleet.run_tasks``) shuts its worker pool down and exits within seconds of SIGINT or
+    SIGTERM, and another rule script ends at its KeyboardInterrupt.
     Snakemake starts a rule script as its own child; where a shell stands between them,
-    the shell ends and the script follows its parent's death (``watch_ancestors``)."""
-    stopping: list[int] = []
+    the shell ends and the script follows its parent's death (``watch_ancestors``).
+    After that line Snakemake's console says nothing more (``RuleException`` and
+    ``WorkflowError`` for each job it stopped, "Terminating processes..."): ``console``,
+    Snakemake's logger, keeps writing them to its log file only, and the workflow's
+    ``onerror`` ends the run with ``interrupted``'s code."""
 
     def stop(signum: int, frame: object) -> None:
-        if stopping:
+        if _INTERRUPTED:
             return
-        stopping.append(signum)
+        _INTERRUPTED.append(signum)
         jobs = _children(os.getpid())
-        print(f"pairflow: {signal.Signals(signum).name} received: stopping {len(jobs)} running job process(es); "
-              "each ends its Parsl workers and exits within seconds (completed candidates are kept; rerun to "
-              "resume)", file=sys.stderr, flush=True)
+        rules = sorted({r for r in map(_rule_of, jobs) if r})
+        what = (f"{len(jobs)} running job(s){' (' + ', '.join(rules) + ')' if rules else ''}, each with its "
+                "Parsl workers" if jobs else "the run (no job left running)")
+        print(f"pairflow: {signal.Signals(signum).name} received: stopped {what}; completed candidates are kept: "
+              "run the same command again to resume (Snakemake's account: .snakemake/log/)", file=sys.stderr,
+              flush=True)
+        if console is not None:
+            _quiet_console(console)
         for pid in jobs:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+            # The rule script gets SIGINT, as from a terminal's Ctrl-C: a job says that in its
+            # log only (this line is the console's). A shell between them gets SIGTERM (a
+            # shell waits for its child on SIGINT); the script sees it die (watch_ancestors).
+            shell = _comm(pid) in SHELLS
+            for script in _children(pid) if shell else [pid]:
+                with contextlib.suppress(OSError):
+                    os.kill(script, signal.SIGINT)
+            if shell:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+
+SHELLS = ("bash", "sh", "dash", "zsh")
+"""Process names of the shell Snakemake may run a rule's script under."""
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def interrupted() -> int | None:
+    """The exit code of a run ``stop_jobs_on_signal`` stopped (128 + the signal), else None."""
+    return 128 + _INTERRUPTED[0] if _INTERRUPTED else None
+
+
+def _rule_of(pid: int) -> str | None:
+    """The rule a job process runs, from its command line: Snakemake runs a rule's script as
+    ``.snakemake/scripts/tmp<random>.<rule>.py`` (through a shell or not)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"\.snakemake/scripts/tmp[^/\s\x00.]*\.(\w+)\.py", argv)
+    return found.group(1) if found else None
+
+
+def _quiet_console(console: logging.Logger) -> None:
+    """Drop whatever ``console`` logs to a stream from now on; its file handlers keep it."""
+    for handler in console.handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.addFilter(lambda record: False)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -820,8 +820,12 @@ def _trap_sigterm() -> Any:
         name = signal.Signals(signum).name
         msg = (f"{name} received: stopping this job and its Parsl worker pool (exit within {EXIT_DEADLINE_S:.0f} s); "
                "completed candidates are kept, a rerun runs only what is unfinished")
-        log.error("%s", msg)
-        print(f"pairflow: {msg}", file=sys.stderr, flush=True)
+        # A Ctrl-C reached the person at the console, who reads Snakemake's one line about it
+        # (orphans.stop_jobs_on_signal): the log keeps the job's. SIGTERM (scancel, walltime)
+        # is also said on stderr, which Slurm keeps in the job's output.
+        log.error("%s", msg, extra={progress.LOG_ONLY: signum == signal.SIGINT})
+        if signum != signal.SIGINT:
+            print(f"pairflow: {msg}", file=sys.stderr, flush=True)
 
         def hard_exit() -> None:
             time.sleep(EXIT_DEADLINE_S)
@@ -892,7 +896,7 @@ def _end_leftovers(groups: set[int], label: str) -> None:
         left = orphans.end_group(group)
         if left:
             log.info("%s: ended %d process(es) left in worker pool group %d after Parsl's shutdown (pids %s)",
-                     label, len(left), group, " ".join(map(str, left)))
+                     label, len(left), group, " ".join(map(str, left)), extra={progress.LOG_ONLY: True})
 
 
 def _end_blocks(executor: Any) -> None:

@@ -18,6 +18,7 @@ import logging
 import os
 import resource
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,26 @@ def pin_cuda() -> dict[str, Any] | None:
             "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
+@contextlib.contextmanager
+def no_load_bars() -> Iterator[None]:
+    """diffusers' and transformers' progress bars ("Loading pipeline components...",
+    "Loading weights", "Writing model shards") off inside the block and restored after: in
+    a job that loads or saves in its driver (the timed pass, the tiny model's build) they
+    would reach the console; the job's log says what was loaded and how long it took."""
+    from diffusers.utils import logging as d_logging
+    from transformers.utils import logging as t_logging
+
+    was = [(m, m.is_progress_bar_enabled()) for m in (d_logging, t_logging)]
+    for m, _ in was:
+        m.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for m, on in was:
+            if on:
+                m.enable_progress_bar()
+
+
 def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     """Return this process's pipeline for ``model``, loading it on first use.
 
@@ -90,7 +111,8 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
                               "point 'model/path' at a diffusers checkpoint directory")
         kwargs, source = {}, str(model.path)
     started = time.perf_counter()
-    pipe = DiffusionPipeline.from_pretrained(source, dtype=arms.torch_dtype(dtype), **kwargs)
+    with no_load_bars():
+        pipe = DiffusionPipeline.from_pretrained(source, dtype=arms.torch_dtype(dtype), **kwargs)
     pipe.to(_device())
     pipe.set_progress_bar_config(disable=True)
     LOAD_COUNTS[str(model.path)] = LOAD_COUNTS.get(str(model.path), 0) + 1

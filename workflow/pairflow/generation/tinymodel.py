@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..atomic import replace_dir
 from ..errors import ConfigError, ModelBuildError
+from .generate import no_load_bars
 
 # Lazy on purpose: torch, diffusers and transformers are imported inside the builders: the CLI imports this
 # module without them.
@@ -236,7 +237,7 @@ def build_tiny_model(out_dir: Path, family: str = "wan") -> Path:
     if family not in builders:
         raise ConfigError(f"tiny model family {family!r} is not one of {list(FAMILIES)}")
     pipe = builders[family](torch.Generator().manual_seed(TINY_SEED))
-    with replace_dir(out_dir) as tmp:
+    with replace_dir(out_dir) as tmp, no_load_bars():
         pipe.save_pretrained(tmp, safe_serialization=True)
     return out_dir
 

@@ -7,7 +7,10 @@ deep-verifies (that is ``pairflow verify``). Per panel and stage it reports:
 * done/total: outputs present under their final names (an interrupted write's ``.tmp-*``
   never counts) against what the config implies;
 * rate and time left: from the modification times of the outputs finished in the last
-  ``RATE_WINDOW_S`` seconds (none recent: the stage is idle, no estimate);
+  ``RATE_WINDOW_S`` seconds (none recent: the stage is idle, no estimate). The timed pass
+  writes a block's records together once its last repeat round ends, so while it runs
+  its heartbeat (``stages.timing``) says more: done counts the timed runs not yet written
+  (each ``timing.repeats`` runs one candidate), and the rate is the pass's own;
 * failures: failure records left by tasks that failed after their retries;
 * slots: workers whose heartbeat (rewritten as their task reports progress) moved in the
   last ``fleet.ACTIVE_S`` seconds (a job is running now), and the busy share of the
@@ -75,6 +78,23 @@ def _rate(mtimes: list[float], now: float) -> float | None:
     return (len(recent) - 1) / (recent[-1] - recent[0])
 
 
+def _timing_live(beat_dir: Path, now: float) -> tuple[float, float | None] | None:
+    """A running timed pass's word on the panel (candidates' worth of timed runs not yet
+    written as records, the pass's rate in candidates per second), from its heartbeat
+    files that moved in the last ``ACTIVE_S`` seconds; None when none did (no pass runs)."""
+    runs, rate, live = 0.0, None, False
+    for p in beat_dir.glob("*.json"):
+        try:
+            if p.name.startswith(".") or now - p.stat().st_mtime > ACTIVE_S:
+                continue
+            t = json.loads(p.read_text())["timing"]
+            runs += t["in_flight"] / t["repeats"]
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):  # being replaced, or a pool's beat
+            continue
+        live, rate = True, t["rate_per_s"] if t["rate_per_s"] is not None else rate
+    return (runs, rate) if live else None
+
+
 def _active_slots(beat_dir: Path, now: float) -> int:
     return sum(1 for t in _mtimes(p for p in beat_dir.glob("*.json") if not p.name.startswith("."))
                if now - t <= ACTIVE_S)
@@ -125,10 +145,14 @@ def study_status(study: StudySpec, now: float | None = None) -> list[StageStatus
             rules, per_panel = _rules(study, stage)
             mtimes = _mtimes(paths)
             rate = _rate(mtimes, now)
-            left = len(paths) - len(mtimes)
+            done = float(len(mtimes))
+            live = _timing_live(beat_dir, now) if stage == "timing" else None
+            if live is not None:
+                done, rate = min(float(len(paths)), done + live[0]), live[1] or rate
+            left = len(paths) - done
             failures = sum(1 for c in cands if failure_path(layout, c, stage).exists())
             out.append(StageStatus(
-                panel=panel.name, stage=stage, done=len(mtimes), total=len(paths), failures=failures,
+                panel=panel.name, stage=stage, done=int(done), total=len(paths), failures=failures,
                 rate_per_s=rate, left_s=left / rate if rate and left else (0.0 if not left else None),
                 active_slots=_active_slots(beat_dir, now),
                 busy_share=_busy_share(book, rules, panel.name if per_panel else None)))

@@ -46,6 +46,7 @@ from ..plan.candidates import (
 )
 from ..plan.config import StudySpec
 from ..plan.context import write_context
+from ..progress import LOG_ONLY
 from ..records.types import GenerationRecord, ScorerBuild
 from .generation import (
     checks_last,
@@ -111,6 +112,7 @@ def _console(*loggers: str) -> Iterator[None]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler.addFilter(lambda r: not getattr(r, LOG_ONLY, False))  # e.g. the Parsl config: the log keeps it
     targets = [logging.getLogger(n) for n in loggers]
     for t in targets:
         t.addHandler(handler)

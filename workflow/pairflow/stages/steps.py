@@ -60,7 +60,7 @@ from ..report.gallery import write_gallery
 from ..report.table import html, markdown
 from ..report.tracker import log_study
 from .calibworker import arms_entry_key, prepare
-from .combined import run_panel
+from .combined import _console, run_panel
 from .generation import run_generation
 from .scoring import run_scoring
 from .study import run_study
@@ -104,10 +104,14 @@ class _LoggingHook:
         self.previous = previous
 
     def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
+        if issubclass(kind, KeyboardInterrupt):  # Ctrl-C: Snakemake says it in one line; no traceback on the console
+            log.error("interrupted (SIGINT): this job stopped; a rerun resumes it", exc_info=(kind, exc, tb))
+        else:
+            log.error("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
         for handler in logging.getLogger().handlers:
             handler.flush()
-        self.previous(kind, exc, tb)
+        if not issubclass(kind, KeyboardInterrupt):
+            self.previous(kind, exc, tb)
 
 
 Records = tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]
@@ -311,8 +315,10 @@ def score_panel(study: StudySpec, panel: str, out: Path) -> None:
 
 
 def timed_pass(study: StudySpec, out: Path) -> None:
-    """The exclusive timed pass over every panel of the study, in this job's allocation."""
-    run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
+    """The exclusive timed pass over every panel of the study, in this job's allocation;
+    its progress lines reach the console as the panel jobs' do."""
+    with _console("pairflow"):
+        run_timed_pass(study, [p.name for p in study.panels], out, allocation(dict(os.environ)))
     record = _this_jobs(Layout(study.scratch).timed_pass_telemetry)
     if record is not None:
         note("work", ledger.timed_work(record, study.generation.threads))

@@ -24,11 +24,13 @@ Compute is counted in the bulk pass, never here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import random
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -36,11 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..analysis import sequential
 from ..arms import verifier_for
 from ..atomic import job_start, sweep_temps, write_text
-from ..errors import PairFlowError
-from ..fleet.pool import worker_identity
+from ..errors import PairFlowError, StorageError
+from ..fleet.pool import ACTIVE_S, _beat, _fresh_heartbeats, worker_identity
 from ..fleet.sites.base import AllocationInfo
 from ..fleet.sites.slurm import exclusivity
 from ..fleet.telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
@@ -231,12 +234,61 @@ def _timed_run(pipe: Any, call: Any, cuda: bool, uuid: str | None) -> tuple[Any,
     return result, measured
 
 
+BEAT_S = ACTIVE_S / 4
+"""Inside a timed run the heartbeat is rewritten at most this often (seconds): a quarter of
+``pairflow status``'s activity window, so status never loses a running pass."""
+
+
+class _Beats:
+    """The timed pass's heartbeat, where ``pairflow status`` reads a running pass: one file
+    per panel, ``<panel>/run/timing/heartbeats/<host>-<pid>.json``, as a pool worker's. It
+    names the work (``progress``) and carries ``timing``: the panel's timed runs whose
+    records are not written yet (``in_flight``; a block's records are written together once
+    its last repeat round ends), runs per candidate (``repeats``) and the pass's rate in
+    candidates per second over its timed runs (``rate_per_s``, warm-up excluded). Rewritten
+    after every timed run and, at most every ``BEAT_S``, on a ``progress.report`` of the
+    run in progress (denoising steps), so a run longer than ``pairflow status``'s window
+    keeps it fresh while adding at most one small write per ``BEAT_S`` to a timed run.
+    Best effort: a write that fails never stops the pass."""
+
+    def __init__(self, layout: Layout, panels: list[str], repeats: int) -> None:
+        name = f"{socket.gethostname()}-{os.getpid()}.json"
+        self.files = {p: _fresh_heartbeats(layout.run_dir(p, "timing")) / name for p in panels}
+        self.repeats, self.since = repeats, time.time()
+        self.in_flight: dict[str, int] = dict.fromkeys(panels, 0)
+        self.rate: float | None = None
+        self.panel, self.note, self.written = panels[0] if panels else "", "loading the arms' pipelines", 0.0
+        self.write(*panels)
+
+    def write(self, *panels: str, phase: str = "task") -> None:
+        for p in panels:
+            state = {"what": "timed pass", "task": None, "phase": phase, "since": self.since, "at": time.time(),
+                     "progress": self.note, "pid": os.getpid(), "host": socket.gethostname(),
+                     "timing": {"in_flight": self.in_flight[p], "repeats": self.repeats, "rate_per_s": self.rate}}
+            with contextlib.suppress(OSError, StorageError):
+                _beat(self.files[p], state)
+        self.written = time.monotonic()
+
+    def report(self, note: str) -> None:
+        """``progress.report``'s sink while a run is timed: rewrites the running panel's file."""
+        self.note = note
+        if time.monotonic() - self.written >= BEAT_S:
+            self.write(self.panel)
+
+    def close(self) -> None:
+        """The pass ended: every panel's file says idle, nothing in flight."""
+        self.in_flight = dict.fromkeys(self.in_flight, 0)
+        self.note = "timed pass done"
+        self.write(*self.files, phase="idle")
+
+
 class _Timer:
     """Times candidates in this process and writes their records: one pipeline per arm,
     loaded when the arm is first timed, after its ``timing.warmup`` untimed runs. Pairs
     go in blocks of ``BLOCK_PAIRS``, each repeat round in ``run_order``'s seeded order."""
 
-    def __init__(self, study: StudySpec, bulk: dict[str, GenerationRecord], alloc: AllocationInfo | None) -> None:
+    def __init__(self, study: StudySpec, bulk: dict[str, GenerationRecord], alloc: AllocationInfo | None,
+                 panels: list[str]) -> None:
         self.study, self.bulk, self.alloc = study, bulk, alloc
         self.layout = Layout(study.scratch)
         self.pipes: dict[str, Any] = {}
@@ -247,8 +299,10 @@ class _Timer:
         self.cuda = self.ready = False
         self.per_arm: dict[str, dict[str, Any]] = {}
         self.verifiers = {a.name: verifier_for(a, study) for a in study.arms}
-        self.timed, self.done, self.started = 0, 0, time.monotonic()
+        self.timed, self.done, self.runs = 0, 0, 0
+        self.work_started: float | None = None  # the first timed run's start: rates count work, not warm-up
         self.same_as_bulk = {"compared": 0, "identical": 0}
+        self.beats = _Beats(self.layout, panels, study.timing.repeats)
 
     def _call(self, c: Any) -> Any:
         # A search arm's latency is its whole search: N generations and N scorings.
@@ -270,8 +324,10 @@ class _Timer:
                 continue
             self.pipes[arm.name] = arm_pipeline(arm, self.study.model, self.study.generation)
             self.tokens[arm.name] = g.text_tokens(self.pipes[arm.name], self.study.generation)
-            for _ in range(self.study.timing.warmup):  # untimed: kernels, allocator, caches of each arm
-                self._call(first[arm.name])
+            self.beats.panel = first[arm.name].key.panel
+            with progress.reporting_to(self.beats.report):
+                for _ in range(self.study.timing.warmup):  # untimed: kernels, allocator, caches of each arm
+                    self._call(first[arm.name])
 
     def time(self, run: list[Any], total: int, sequential: dict[str, dict[str, Any]] | None = None) -> None:
         """Time ``run`` (candidates) and write their records; ``total``: candidates this pass
@@ -292,13 +348,18 @@ class _Timer:
             runs: dict[str, list[dict[str, Any]]] = {c.key.candidate_id: [] for p in block for c in p}
             same: dict[str, bool] = dict.fromkeys(runs, True)
             device = threads = None
+            block_panels = sorted({c.key.panel for p in block for c in p})
             for r in range(reps):
                 for c in run_order(block, self.study.timing.seed, (self.timed + b0) * reps + r):
-                    result, measured = _timed_run(self.pipes[c.arm.name], lambda c=c: self._call(c), self.cuda,
-                                                  self.uuid)
+                    self.work_started = self.work_started or time.monotonic()
+                    self.beats.panel = c.key.panel
+                    with progress.reporting_to(self.beats.report):
+                        result, measured = _timed_run(self.pipes[c.arm.name], lambda c=c: self._call(c), self.cuda,
+                                                      self.uuid)
                     runs[c.key.candidate_id].append({"round": r, **measured})
                     same[c.key.candidate_id] &= _same_frames(result, self.bulk[c.key.candidate_id], self.study)
                     device, threads = result.device, result.threads
+                    self._ran(c, block_panels, total)
             for c in (c for p in block for c in p):
                 self.done += 1
                 cid = c.key.candidate_id
@@ -308,8 +369,25 @@ class _Timer:
                 self.same_as_bulk["compared"] += 1
                 self.same_as_bulk["identical"] += bool(same[cid])
                 self._count(c, runs[cid])
-            log.info("%s", progress_line("timed pass", self.done, total, time.monotonic() - self.started))
+            self.runs = 0
+            self.beats.in_flight = dict.fromkeys(self.beats.in_flight, 0)
+            self.beats.write(*block_panels)  # the block's records are written: none in flight
         self.timed += len(pairs)
+
+    def _ran(self, c: Any, block_panels: list[str], total: int) -> None:
+        """One timed run finished: the heartbeat counts it, and each time the runs add up to
+        another candidate's worth (``timing.repeats`` runs) the log gets a progress line.
+        Progress is in candidates: ``done`` written plus this block's runs over the repeats."""
+        reps = self.study.timing.repeats
+        self.runs += 1
+        self.beats.in_flight[c.key.panel] += 1
+        done = self.done + self.runs / reps
+        elapsed = time.monotonic() - (self.work_started or time.monotonic())
+        self.beats.rate = done / elapsed if elapsed > 0 else None
+        self.beats.note = f"timed {c.key.candidate_id} ({c.arm.name}), {self.runs} run(s) of this block"
+        self.beats.write(*block_panels)
+        if self.runs % reps == 0:
+            log.info("%s", progress_line("timed pass", int(done), total, elapsed))
 
     def _count(self, c: Any, rs: list[dict[str, Any]]) -> None:
         a = self.per_arm.setdefault(c.arm.name, {"runs": 0, "candidates": 0, "peak_device_mb": None,
@@ -345,7 +423,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
     sweep_temps([panel_dir(layout, p) / "timing" / a.name for p in panels for a in study.arms]
                 + [Path(manifest_out).parent, Layout(study.scratch).timed_pass_telemetry.parent], job_start())
     bulk = {c.key.candidate_id: read_record(record_path(layout, c), "generation") for c in cands}
-    timer = _Timer(study, bulk, alloc)
+    timer = _Timer(study, bulk, alloc, panels)
     window_start = time.time()
     if study.timing.pairs == "auto":
         design = _sequential_pass(study, cands, bulk, timer)
@@ -363,6 +441,7 @@ def _run_timed_pass(study: StudySpec, panels: list[str], manifest_out: Path,
         run = [c for c in todo if c not in skipped]
         timer.time(run, len(run))
         wrote = len(todo)
+    timer.beats.close()  # (a pass that fails leaves its files to go stale: status then reads records only)
     if wrote:
         write_text(Layout(study.scratch).timed_pass_telemetry, json.dumps(
             {"kind": "telemetry", "label": "timed pass", "window": {"start": window_start, "end": time.time()},

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import SchedulerError
 from ...plan.config import FleetSpec
+from ...progress import LOG_ONLY
 from .accelerators import ALL, CUDA_VAR, NVIDIA_VAR, parse_cuda, parse_nvidia, torch_device_count
 from .base import ONE_PER_GPU, AllocationInfo, Grant, Packing, Site, parsl_config, worker_init
 
@@ -86,7 +87,7 @@ def make_config(run_dir: Path, fleet: FleetSpec, g: Grant, packing: Packing = ON
     # dies (orphans); across nodes Slurm ends the srun steps with the job.
     provider = site.provider(g, worker_init(g, watchdog=g.nodes == 1))
     config = parsl_config(Path(run_dir), fleet, g, provider, packing)
-    log.info("site %s: Parsl config %r", site.name, config)
+    log.info("site %s: Parsl config %r", site.name, config, extra={LOG_ONLY: True})  # the log's, not the console's
     return config
 
 
