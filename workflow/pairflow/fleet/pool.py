@@ -136,10 +136,10 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
             # Best effort, as every progress sink: on a full disk the work's own writes
             # name it (StorageError), and a task that cannot write stops its heartbeat.
             with contextlib.suppress(StorageError):
-                _beat(beat, {**state, "progress": note, "at": time.time()})
+                write_beat(beat, {**state, "progress": note, "at": time.time()})
 
     if beat is not None:
-        _beat(beat, state)  # a full disk: StorageError at once, before any work is spent
+        write_beat(beat, state)  # a full disk: StorageError at once, before any work is spent
     try:
         with progress.reporting_to(sink):
             result = fn(payload)
@@ -153,7 +153,7 @@ def traced(fn: Callable[[dict[str, Any]], dict[str, Any]], payload: dict[str, An
     finally:
         if beat is not None:
             with contextlib.suppress(OSError, StorageError):
-                _beat(beat, {**state, "phase": "idle", "what": f"idle after {what}", "since": time.time()})
+                write_beat(beat, {**state, "phase": "idle", "what": f"idle after {what}", "since": time.time()})
     raise error
 
 
@@ -167,7 +167,7 @@ def _attempt(beat_dir: Path, task: int | None, span: dict[str, Any]) -> None:
     folder = beat_dir.parent / ATTEMPTS_DIR
     with contextlib.suppress(OSError, StorageError):
         folder.mkdir(exist_ok=True)
-        _beat(folder / f"{task}-{os.getpid()}-{span['started']:.6f}.json", {"task": task, **span})
+        write_beat(folder / f"{task}-{os.getpid()}-{span['started']:.6f}.json", {"task": task, **span})
 
 
 def _attempt_spans(beat_dir: Path, run: _Collect) -> list[dict[str, Any]]:
@@ -197,7 +197,7 @@ def _attempt_files(beat_dir: Path, task: int) -> list[dict[str, Any]]:
     return sorted((a for a in out if a.get("task") == task), key=lambda a: float(a.get("started", 0)))
 
 
-def _beat(path: Path, state: dict[str, Any]) -> None:
+def write_beat(path: Path, state: dict[str, Any]) -> None:
     """Replace a heartbeat file in one rename. No fsync (unlike ``atomic``): it is
     ephemeral and written twice per task, and probe-slots measures per-task overhead.
     Raises StorageError (``atomic.no_space``: the path and the fix) when the disk is full
@@ -390,7 +390,7 @@ def run_tasks(fn: TaskFn, payloads: Iterable[dict[str, Any] | Task] | Callable[[
     previous = _trap_sigterm()
     read, nvml_status = nvml_reader()
     start = time.time()
-    beat_dir = _fresh_heartbeats(Path(run_dir))
+    beat_dir = fresh_heartbeats(Path(run_dir))
     log.info("%s: %d worker(s) per node (%s)", label, packing.per_node(fleet, grant),
              json.dumps(packing.record, sort_keys=True))
     config = make_config(run_dir, fleet, grant, packing)
@@ -468,7 +468,7 @@ def _mark_pool(dfk: Any) -> None:
             mark("interchange_started", process_start(proc.pid), again=True)
 
 
-def _fresh_heartbeats(run_dir: Path) -> Path:
+def fresh_heartbeats(run_dir: Path) -> Path:
     """The job's heartbeat folder, emptied with its attempts folder: a previous job's slots
     and attempts are not this job's."""
     beat_dir = run_dir / "heartbeats"

@@ -43,7 +43,7 @@ from ..analysis import sequential
 from ..arms import verifier_for
 from ..atomic import job_start, sweep_temps, write_text
 from ..errors import PairFlowError, StorageError
-from ..fleet.pool import ACTIVE_S, _beat, _fresh_heartbeats, worker_identity
+from ..fleet.pool import ACTIVE_S, fresh_heartbeats, worker_identity, write_beat
 from ..fleet.sites.base import AllocationInfo
 from ..fleet.sites.slurm import exclusivity
 from ..fleet.telemetry import ThrottleWatch, gpu_state, progress_line, thermal_flag
@@ -253,7 +253,7 @@ class _Beats:
 
     def __init__(self, layout: Layout, panels: list[str], repeats: int) -> None:
         name = f"{socket.gethostname()}-{os.getpid()}.json"
-        self.files = {p: _fresh_heartbeats(layout.run_dir(p, "timing")) / name for p in panels}
+        self.files = {p: fresh_heartbeats(layout.run_dir(p, "timing")) / name for p in panels}
         self.repeats, self.since = repeats, time.time()
         self.in_flight: dict[str, int] = dict.fromkeys(panels, 0)
         self.rate: float | None = None
@@ -266,7 +266,7 @@ class _Beats:
                      "progress": self.note, "pid": os.getpid(), "host": socket.gethostname(),
                      "timing": {"in_flight": self.in_flight[p], "repeats": self.repeats, "rate_per_s": self.rate}}
             with contextlib.suppress(OSError, StorageError):
-                _beat(self.files[p], state)
+                write_beat(self.files[p], state)
         self.written = time.monotonic()
 
     def report(self, note: str) -> None:
