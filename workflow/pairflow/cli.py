@@ -265,14 +265,14 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
             raise ConfigError(f"check-config was given two configs, {args.config} and --configfile "
                               f"{args.configfile}; give one")
         where = locate(args.config or args.configfile, args.directory, quiet=True)
-        config = args.config or args.configfile or DEFAULT_CONFIG
+        config = where.name
         s = where.study()
         # a model a rule builds (the embedded tiny one) may be missing yet; any other is refused
-        notes = check_models(s.model, s.arms, str(config),
+        notes = check_models(s.model, s.arms, config,
                              built=frozenset([s.model.path] if s.model.kind == "embedded-tiny" else []),
                              project=where.directory)
         check_arms(s.arms, s.model)
-        require_tracker(s, str(config))  # report/tracker's package, as planning checks it
+        require_tracker(s, config)  # report/tracker's package, as planning checks it
         n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
         print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
               f"resolved against {where.directory} ({where.why})")
@@ -297,7 +297,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "calibrate":
         where = locate(args.configfile, args.directory)
         study = where.study()
-        check_models(study.model, study.arms, str(where.config), project=where.directory)  # loads it: refused
+        check_models(study.model, study.arms, where.name, project=where.directory)  # it loads the model
         table = calibrate(study, force=args.force)
         print(f"calibration table {table_path(study)} ({table['device']}, key {table['key']})")
         for stage, v in table["packing"].items():
@@ -311,7 +311,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         est = estimate(study, read_table(study), args.nodes, args.slots_per_node)
         print(json.dumps(est, indent=1, sort_keys=True) if args.json
               else "\n".join(summary_lines(est, study.fleet.budget_gpu_hours)))
-        check_budget(study, est, str(where.config))
+        check_budget(study, est, where.name)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
 
@@ -319,12 +319,14 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
 @dataclasses.dataclass(frozen=True)
 class Where:
     """Where a command reads its study: the config file (absolute), the project folder
-    its relative paths resolve against (the directory snakemake runs in) and why that
-    folder (for the messages)."""
+    its relative paths resolve against (the directory snakemake runs in), why that
+    folder, and the config as messages name it (as given, or ``config/config.yaml`` in
+    the current directory)."""
 
     config: Path
     directory: Path
     why: str
+    name: str
 
     def study(self) -> StudySpec:
         """The study, its relative paths resolved against ``directory``."""
@@ -371,7 +373,8 @@ def locate(config: Path | None, directory: Path | None, quiet: bool = False) -> 
         if not path.exists() and (folder / config).is_file():
             raise ConfigError(f"config file {path} does not exist: a relative --configfile starts in the current "
                               f"directory {cwd}, as snakemake's does; give {folder / config}")
-    return Where(path, folder, why)
+    name = str(config) if config is not None else str(as_named(path))
+    return Where(path, folder, why, name)
 
 
 def writable(path: Path, flag: str, shown: Path | None = None) -> Path:
