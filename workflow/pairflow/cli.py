@@ -69,6 +69,7 @@ EXAMPLES = """\
 examples:
   pairflow check-config config/config.yaml
   pairflow status --watch 30              # while snakemake runs, here or on a login node
+  pairflow status --directory ~/pairflow  # from another folder: the project snakemake runs in
   pairflow verify results/scratch         # prove the results complete and consistent
   pairflow verify results/work/tiny-default --json
   pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
