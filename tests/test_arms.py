@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,16 @@ import numpy as np
 import pytest
 from conftest import SHARED_ARMS, copy_project, copy_study, small_config, study_config, write_config
 
-from pairflow.arms import arms_check_inputs, arms_check_key, check_arms, search_seeds, write_arms_check
+from pairflow.arms import (
+    BUILD_RULE,
+    arms_check_inputs,
+    arms_check_key,
+    check_arms,
+    check_models,
+    search_seeds,
+    write_arms_check,
+)
+from pairflow.arms.check import model_problem
 from pairflow.arms.registry import arm_digest, declared_keys, declared_kinds
 from pairflow.errors import ConfigError
 from pairflow.generation.armrun import arm_pipeline, run_arm
@@ -248,6 +259,109 @@ def test_the_arms_check_key_follows_every_arm_field_and_its_inputs_the_model_fil
     read = [student / "model_index.json", student / "transformer" / "config.json", student / "vae" / "config.json"]
     assert arms_check_inputs((CONTROL, ArmSpec("s", model=local)), model) == read
     assert arms_check_inputs((CONTROL,), local) == read
+
+
+def _broken(kind: str, model: Path, tmp_path: Path) -> Path:
+    """A model folder that no job could load, made ``kind``-wise from a copy of ``model``."""
+    folder = tmp_path / kind
+    if kind == "a file":
+        folder.write_text("not a folder\n")
+    elif kind != "missing":
+        shutil.copytree(model, folder)
+        index = folder / "model_index.json"
+        if kind == "no index":  # a copy that did not finish, or not a diffusers folder
+            index.unlink()
+        elif kind == "unreadable index":  # read_text fails (a folder: chmod means nothing to root)
+            index.unlink()
+            index.mkdir()
+        elif kind == "index not JSON":
+            index.write_text("{not json")
+        elif kind == "component missing":
+            shutil.rmtree(folder / "vae")
+    return folder
+
+
+BROKEN = {"missing": "which does not exist", "a file": "which is a file, not a folder",
+          "no index": "which holds no model_index.json", "unreadable index": "whose model_index.json cannot be read",
+          "index not JSON": "whose model_index.json is not JSON text",
+          "component missing": "whose model_index.json names the component(s) ['vae'] but which has no folder for it"}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_model_no_job_could_load_is_refused_naming_the_key_the_folder_and_a_fix(tiny_model: Path, tmp_path: Path,
+                                                                                 kind: str) -> None:
+    """Issue 41: a model.path pointing at nothing passed check-config, the dry run and the
+    arms' check ("passed ... against" it) and failed 13 s into rule calibrate. Each way a
+    folder cannot load is refused, for the study's model and an arm's own, by key."""
+    folder = _broken(kind, tiny_model, tmp_path)
+    local = ModelSpec("local", folder)
+    with pytest.raises(ConfigError) as e:
+        check_models(local, (CONTROL,), "config/x.yaml")
+    assert str(e.value).startswith(f"config/x.yaml: key 'model/path' names the local model {folder}, {BROKEN[kind]}")
+    assert f"or build a tiny one there: pairflow build-tiny-model {shlex.quote(str(folder))}" in str(e.value)
+    with pytest.raises(ConfigError, match=f"key 'arms/s/model/path' names the local model {folder}, "):
+        check_models(ModelSpec("embedded-tiny", tiny_model), (CONTROL, ArmSpec("s", model=local)), "c")
+    assert model_problem(ModelSpec("local", tiny_model)) is None
+
+
+def test_a_model_a_rule_builds_may_be_missing_until_it_runs(tiny_model: Path, tmp_path: Path) -> None:
+    """The default study's model is built by rule build_tiny_model: missing (or a folder
+    without its index, which the rule replaces) it passes with a note naming the command
+    that builds it; a built one that cannot load is refused with the command that rebuilds
+    it. Any other folder a rule does not build is refused."""
+    tiny = ModelSpec("embedded-tiny", tmp_path / "tiny-wan")
+    built = frozenset([tiny.path])
+    notes = check_models(tiny, (CONTROL,), "c", built=built, project=tmp_path)
+    assert notes == [f"model {tiny.path} (model/path) is not built yet: a run builds it first (rule build_tiny_model), "
+                     f"and checks every arm against it then; to build it now: {BUILD_RULE} (in {tmp_path})"]
+    broken = ModelSpec("embedded-tiny", _broken("index not JSON", tiny_model, tmp_path))
+    with pytest.raises(ConfigError, match=re.escape(f"rebuild it: pairflow build-tiny-model {shlex.quote(str(broken.path))} (replaces")):
+        check_models(broken, (CONTROL,), "c", built=frozenset([broken.path]))
+    with pytest.raises(ConfigError, match=f"build it: {BUILD_RULE} \\(in the project\\), or pairflow build-tiny"):
+        check_models(tiny, (CONTROL,), "c")
+    mirror = ModelSpec("hub-mirror", tmp_path, id="org/model", revision="abc123")
+    with pytest.raises(ConfigError, match="holds no snapshot of org/model at revision abc123 .*snapshot_download"):
+        check_models(mirror, (CONTROL,), "c")
+
+
+def test_the_arms_check_never_passes_against_a_missing_model(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "checks" / "arms.json"
+    with pytest.raises(ConfigError, match=f"key 'model/path' names the local model {tmp_path / 'none'}, which does"):
+        write_arms_check((CONTROL, ArmSpec("few", steps=2)), ModelSpec("local", tmp_path / "none"), out)
+    assert not out.exists() and "passed" not in caplog.text
+
+
+def test_the_fix_a_refusal_names_builds_a_model_that_passes(tmp_path: Path) -> None:
+    """The command a refused local model's message names, run as written, makes a folder
+    every check accepts."""
+    folder = tmp_path / "models" / "mine"
+    with pytest.raises(ConfigError) as e:
+        check_models(ModelSpec("local", folder), (CONTROL,), "c")
+    command = str(e.value).split("build a tiny one there: ")[1].split(";")[0]
+    assert shlex.split(command) == ["pairflow", "build-tiny-model", str(folder)]
+    subprocess.run([str(Path(sys.executable).with_name("pairflow")), *shlex.split(command)[1:]], check=True,
+                   capture_output=True, timeout=600)
+    assert check_models(ModelSpec("local", folder), (CONTROL,), "c") == []
+
+
+@pytest.mark.slow
+def test_the_command_that_builds_the_embedded_model_builds_it(tiny_model: Path, tmp_path: Path) -> None:
+    """Issue 41: the fix once named, 'snakemake resources/tiny-wan', fails with
+    MissingRuleException (the rule's output is the model's index file). ``BUILD_RULE``,
+    run as written in a project whose model is not built yet, builds it there."""
+    project = copy_project(tmp_path / "project")
+    cfg = small_config(project, tiny_model)
+    cfg["model"]["path"] = "resources/tiny-wan"
+    write_config(project, cfg)
+    model = ModelSpec("embedded-tiny", project / "resources" / "tiny-wan")
+    assert check_models(model, (CONTROL,), "c", built=frozenset([model.path])) != []  # a note: not built yet
+    argv = BUILD_RULE.split()
+    run = subprocess.run([str(Path(sys.executable).with_name(argv[0])), *argv[1:]], cwd=project, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert check_models(model, (CONTROL,), "c") == []  # built: nothing to note, nothing refused
+    assert (model.path / "model_index.json").read_bytes() == (tiny_model / "model_index.json").read_bytes()
 
 
 PLAN_PROBE = """import json, sys

@@ -375,3 +375,123 @@ def test_the_console_shows_pairflows_lines_and_library_warnings_but_not_library_
                            check=False)
     assert check.returncode == 0 and f"{path}: OK" in check.stdout, check.stderr[-2000:]
     assert "gemm_4bit" not in check.stderr and "bitsandbytes" not in check.stderr, check.stderr
+
+
+@pytest.mark.parametrize("where", ["model", "student"])
+def test_check_config_and_the_dry_run_refuse_a_model_nothing_builds(tmp_path: Path, tiny_model: Path,
+                                                                     where: str) -> None:
+    """Issue 41: a model path pointing at nothing passed check-config (OK, exit 0) and the
+    dry run, and the first job failed 13 s later. Both refuse it now with the same line,
+    naming the key, the folder and a fix, before any job."""
+    def missing(c: dict) -> None:
+        if where == "model":
+            c["model"] = {"kind": "local", "path": "models/none"}
+        else:
+            c["model"]["path"] = str(tiny_model)
+            c["arms"]["student"] = {"model": {"path": "models/none"}}
+
+    project, path = project_with(tmp_path, missing)
+    key = "model/path" if where == "model" else "arms/student/model/path"
+    want = f"key '{key}' names the local model {project.resolve() / 'models' / 'none'}, which does not exist; point"
+    check = subprocess.run([PAIRFLOW, "check-config", "config/one.yaml"], cwd=project, capture_output=True,
+                           text=True, timeout=120, check=False)
+    dry = subprocess.run([SNAKEMAKE, "-n", "--profile", "profiles/local", "--configfile", "config/one.yaml"],
+                         cwd=project, capture_output=True, text=True, timeout=300, check=False)
+    assert check.returncode == 3 and want in check.stderr, check.stderr[-2000:]
+    assert dry.returncode == 3 and want in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-2000:]
+    message = next(line for line in check.stderr.splitlines() if want in line)
+    assert message in (dry.stdout + dry.stderr).splitlines()  # the same line, word for word
+    assert "build_tiny_model" not in dry.stdout  # no job planned
+
+
+def test_check_config_passes_the_embedded_model_a_rule_builds_and_names_the_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project, path = project_with(tmp_path, lambda c: None)
+    assert main(["check-config", str(path), "--directory", str(project)]) == 0
+    err = capsys.readouterr().err
+    assert (f"note: model {project.resolve() / 'resources' / 'tiny-wan'} (model/path) is not built yet: a run builds "
+            f"it first (rule build_tiny_model), and checks every arm against it then; to build it now: snakemake "
+            f"--profile profiles/local build_tiny_model (in {project.resolve()})") in err.splitlines()
+
+
+def test_every_command_that_reads_a_config_works_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: from another folder, check-config with an absolute config path told the
+    user to create a sheet that exists (it resolved against the current folder); status
+    had no --directory. Each command takes --directory as snakemake does, finds the
+    project of a config in its config/ folder, or says exactly where to run it."""
+    project, _ = project_with(tmp_path, lambda c: None)
+    config = project / "config" / "config.yaml"
+    config.write_text(DEFAULT_TEXT)
+    project = project.resolve()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # the config's own project, said, never "create it"
+    assert main(["check-config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert (f"relative paths resolved against {project} (the project holding the config, where snakemake runs; the "
+            f"current directory {elsewhere.resolve()} holds no Snakefile)") in out and "create it" not in err
+    # the default config: in --directory, else said where to run
+    assert main(["status"]) == 3
+    assert capsys.readouterr().err == (
+        f"error: no config/config.yaml in {elsewhere.resolve()} (the current directory): run pairflow in the project "
+        "folder (the one holding the Snakefile, where snakemake runs), or give --directory PROJECT or --configfile "
+        "FILE\n")
+    assert main(["status", "--directory", str(project), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 168
+    assert main(["status", "--configfile", str(config), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["total"] == 168 and f"resolve against {project}" in err
+    # a relative --configfile starts here, as snakemake's does; the message gives the path meant
+    assert main(["status", "-d", str(project), "--configfile", "config/config.yaml"]) == 3
+    assert f"starts in the current directory {elsewhere.resolve()}, as snakemake's does; give {config}" in \
+        capsys.readouterr().err
+    # the others read the project's study
+    assert main(["estimate", "-d", str(project)]) == 3
+    assert f"no calibration table for study 'tiny-default' at {project / 'results' / 'scratch'}" in \
+        capsys.readouterr().err
+    assert main(["archive", "retire", "s1", "--why", "test", "-d", str(project)]) == 3
+    assert f"no snapshot 's1' under {project / 'results' / 'work' / 'tiny-default' / 'snapshots'}" in \
+        capsys.readouterr().err
+    assert main(["rerun-panel", "smoke", "-d", str(project), "--", "-n", "--cores", "1"]) == 0
+    assert (f"running in {project}: {SNAKEMAKE} --configfile config/config.yaml --forcerun "
+            "results/scratch/panels/smoke/generation.json -n --cores 1") in capsys.readouterr().out
+    # a config outside any project's config/: the sheet's message names the folder it resolved against
+    (elsewhere / "a.yaml").write_text(DEFAULT_TEXT)
+    assert main(["check-config", "a.yaml"]) == 3
+    assert (f"prompt sheet {elsewhere.resolve() / 'config' / 'panels' / 'smoke.tsv'} does not exist ('panels/smoke/"
+            f"sheet' is 'config/panels/smoke.tsv', resolved against {elsewhere.resolve()}, the directory snakemake runs "
+            "in: run from the project folder, or give snakemake and pairflow --directory PROJECT)") in \
+        capsys.readouterr().err
+    assert main(["check-config", "a.yaml", "--directory", str(project)]) == 0
+
+
+def test_the_own_prompts_recipe_makes_a_study_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: README's "My own prompts" kept the default's study name and storage, so
+    a user who had run the default study was told to rm -r its panels. Followed as
+    written, the recipe's study has its own name and storage, disjoint from the default's."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## My own prompts"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "rm -r" not in section
+    lines = section.splitlines()
+    sheet = [ln.strip() for ln in lines if "\t" in ln]
+    start = next(i for i, ln in enumerate(lines) if "# in config/mine.yaml, replace these three keys:" in ln)
+    keys = yaml.safe_load("\n".join(ln.strip() for ln in lines[start + 1:start + 4]))
+    assert set(keys) == {"study", "storage", "panels"}
+    project, _ = project_with(tmp_path, lambda c: None)
+    (project / "config" / "panels" / "mine.tsv").write_text("\n".join(sheet) + "\n")
+    mine = {**yaml.safe_load(DEFAULT_TEXT), **keys}
+    (project / "config" / "mine.yaml").write_text(yaml.safe_dump(mine))
+    monkeypatch.chdir(project)
+    assert main(["check-config", "config/mine.yaml"]) == 0
+    assert "OK, study mine, 1 panel(s)" in capsys.readouterr().out
+    from pairflow.plan.config import load_study
+
+    default, own = (load_study(project / "config" / n, project) for n in ("one.yaml", "mine.yaml"))
+    assert own.study != default.study
+    for a in (own.scratch, own.work):
+        for b in (default.scratch, default.work):
+            assert a != b and a not in b.parents and b not in a.parents

@@ -78,3 +78,7 @@ def test_paths_are_named_relative_to_the_project_when_inside_it(tmp_path: Path,
     assert as_named("results/scratch/x.json") == Path("results/scratch/x.json")
     outside = tmp_path.parent / "elsewhere" / "scratch"
     assert as_named(outside) == outside  # absolute: no ../ climbing out of the project
+    # named for a project snakemake will run in (pairflow rerun-panel --directory), from elsewhere
+    project = tmp_path / "project"
+    assert as_named(project / "results" / "scratch", project) == Path("results/scratch")
+    assert as_named(tmp_path / "results", project) == tmp_path / "results"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.inference import too_few_prompts
-from .arms import check_arms
+from .arms import check_arms, check_models
 from .atomic import FULL, no_space, write_text
 from .budget.calibrate import calibrate, read_table, table_path
 from .budget.estimate import check_budget, estimate, summary_lines
@@ -48,7 +48,7 @@ from .layout import CANDIDATE_KINDS, Layout, as_named
 from .locks import hold
 from .metrics.weights import build_test_mirror, fetch
 from .plan.candidates import panel_dir
-from .plan.config import FleetSpec, load_study
+from .plan.config import FleetSpec, StudySpec, load_study
 from .report.export import export
 from .report.status import as_dict, render, study_status
 from .report.tracker import require as require_tracker
@@ -57,11 +57,19 @@ from .report.tracker import require as require_tracker
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONFIG = Path("config/config.yaml")
+SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
+"""Where snakemake looks for the workflow in the folder it runs in: a folder holding one
+is a project."""
+DIRECTORY_HELP = ("the project: the directory snakemake runs in, which relative paths in the config (sheets, "
+                  "storage, model) resolve against, as snakemake's own --directory (default: the current "
+                  "directory; where it holds no Snakefile and the config lies in a project's config/ folder, "
+                  "that project)")
 
 EXAMPLES = """\
 examples:
   pairflow check-config config/config.yaml
   pairflow status --watch 30              # while snakemake runs, here or on a login node
+  pairflow status --directory ~/pairflow  # from another folder: the project snakemake runs in
   pairflow verify results/scratch         # prove the results complete and consistent
   pairflow verify results/work/tiny-default --json
   pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
@@ -105,23 +113,25 @@ def _parser() -> argparse.ArgumentParser:
         text = "\n\n".join(textwrap.fill(t, 88) for t in (summary[0].upper() + summary[1:] + ".", details) if t)
         return sub.add_parser(name, help=summary, description=text, formatter_class=fmt)
 
+    def study_args(p: argparse.ArgumentParser, what: str = "the study config") -> None:
+        p.add_argument("--configfile", type=Path, default=None, help=f"{what} (default: {DEFAULT_CONFIG} in "
+                       "DIR); a relative path starts in the current directory, as snakemake's does")
+        p.add_argument("--directory", "-d", type=Path, default=None, metavar="DIR", help=DIRECTORY_HELP)
+
     c = command("check-config", "validate a study config and its prompt sheets; load no model",
                 "Prints the study, panel and candidate counts when the config is valid. Every error names the "
                 "key, the file and the fix. Relative paths in the config resolve against the directory snakemake "
-                "runs in (--directory, default the current one), as they do in a run.")
+                "runs in (--directory), as they do in a run; it prints which folder that was.")
     c.add_argument("config", type=Path, nargs="?", default=None,
                    help=f"the study config (default: {DEFAULT_CONFIG})")
     c.add_argument("--configfile", type=Path, default=None, dest="configfile",
                    help="the study config, as the other commands and snakemake take it (same as CONFIG)")
-    c.add_argument("--directory", "-d", type=Path, default=Path("."), metavar="DIR",
-                   help="the directory snakemake runs in, which relative paths in the config (sheets, storage, "
-                        "model) resolve against, as snakemake's own --directory (default: the current one)")
+    c.add_argument("--directory", "-d", type=Path, default=None, metavar="DIR", help=DIRECTORY_HELP)
     st = command("status", "progress of a study per panel and stage: done/total, rate, time left, failures, "
                  "active worker slots, busy share",
                  "Reads the outputs, failure records, heartbeats and telemetry under storage.scratch; takes no "
                  "lock and writes nothing, so it is safe beside running jobs.")
-    st.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
-                    f"{DEFAULT_CONFIG})")
+    study_args(st)
     st.add_argument("--watch", type=_positive, metavar="SECONDS", nargs="?", const=10, default=None,
                     help="redraw in place every SECONDS (default 10) until every stage is done or Ctrl-C")
     st.add_argument("--json", action="store_true", help="print the progress as JSON (one object; with --watch, "
@@ -131,7 +141,10 @@ def _parser() -> argparse.ArgumentParser:
                 "One line per problem, grouped by kind and naming each file, then a summary.")
     v.add_argument("path", type=Path, help="a results tree (storage.scratch), an archive (work/<study>) or one "
                    "snapshot")
-    v.add_argument("--configfile", type=Path, help="the study config (default: the one the manifests record)")
+    v.add_argument("--configfile", type=Path, help="the study config (default: the one the manifests record; a "
+                   "relative path starts in the current directory)")
+    v.add_argument("--directory", "-d", type=Path, default=None, metavar="DIR", help="with --configfile: "
+                   + DIRECTORY_HELP)
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     ex = command("export", "write the results as tidy tables: one row per candidate, one per (arm, metric)",
                  "candidates.<format>: ids, arm, prompt, seed, every metric, latency, compute and the digests of "
@@ -145,8 +158,7 @@ def _parser() -> argparse.ArgumentParser:
                 "Everything after '--' goes to snakemake, e.g. pairflow rerun-panel smoke -- --profile "
                 "profiles/local")
     r.add_argument("panel", help="a panel name from the config's panels")
-    r.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
-                   f"{DEFAULT_CONFIG})")
+    study_args(r)
     a = command("archive", "manage archive snapshots on work storage")
     asub = a.add_subparsers(dest="archive_cmd", required=True, metavar="ACTION", help="retire, show")
     ar = asub.add_parser("retire", help="set a damaged snapshot aside (kept, excluded from latest.json, reported "
@@ -155,8 +167,7 @@ def _parser() -> argparse.ArgumentParser:
                          "reported as retired; the next run promotes a new one.")
     ar.add_argument("snapshot", help="snapshot id (a directory name under work/<study>/snapshots)")
     ar.add_argument("--why", required=True, help="the reason, kept in the sealed retirement note")
-    ar.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
-                    f"{DEFAULT_CONFIG})")
+    study_args(ar)
     ash = asub.add_parser("show", help="print one archived record (read from its pack: one block inflated)",
                           description="Print one archived record as it was written: by its record digest, or "
                           "by a candidate id (that candidate's generation record, or with --part its score or "
@@ -165,8 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     ash.add_argument("key", help="a record digest or candidate id (xxh3_128:<hex> or the bare hex)")
     ash.add_argument("--part", choices=["generation", "score", "timing"], default="generation",
                      help="with a candidate id: which of its records (default: generation)")
-    ash.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config, to find "
-                     f"work/<study> from a snapshot id (default: {DEFAULT_CONFIG})")
+    study_args(ash, "the study config, to find work/<study> from a snapshot id")
     b = command("build-tiny-model", "build a tiny random-weight pipeline (the embedded Wan model, or another "
                 "family for tests)", "Real diffusers classes, seeded weights, saved with save_pretrained; "
                 "byte-reproducible.")
@@ -191,14 +201,12 @@ def _parser() -> argparse.ArgumentParser:
                   "software) under storage.scratch/calibration/ and records the device kind it was measured on; "
                   "an existing table for the same key measured on this device kind is kept unless --force. Run "
                   "it where the panel jobs run. The workflow's calibrate rule runs this before the fan-out.")
-    cal.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
-                     f"{DEFAULT_CONFIG})")
+    study_args(cal)
     cal.add_argument("--force", action="store_true", help="measure again even when the table exists")
     es = command("estimate", "slot-seconds per stage and arm, GPU-hours and wall time of the study, from the "
                  "calibration table; exit 3 when over fleet.budget_gpu_hours",
                  "Reads the table 'pairflow calibrate' made (never measures). Wall time is for NODES x SLOTS.")
-    es.add_argument("--configfile", type=Path, default=DEFAULT_CONFIG, help=f"the study config (default: "
-                    f"{DEFAULT_CONFIG})")
+    study_args(es)
     es.add_argument("--nodes", type=_positive, default=1, help="nodes the fan-out runs on (default 1)")
     es.add_argument("--slots-per-node", type=_positive, default=None, metavar="SLOTS",
                     help="GPUs per node (default: 1 on CUDA, fleet.cpu_workers on CPU)")
@@ -243,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.cmd == "verify":
-        return verify(args.path, args.configfile, args.json)
+        return verify(args.path, args.configfile, args.json, args.directory)
     if args.cmd == "status":
-        return status(args.configfile, args.watch, args.check, args.json)
+        return status(locate(args.configfile, args.directory), args.watch, args.check, args.json)
     if args.cmd == "export":
         _require_tree(args.path)
         study = recorded_study(args.path)
@@ -257,12 +265,12 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         if args.archive_cmd == "show":
             sdir = Path(args.snapshot)
             if not sdir.is_dir():
-                study = load_study(args.configfile, Path.cwd())
+                study = locate(args.configfile, args.directory).study()
                 sdir = study.work / study.study / "snapshots" / args.snapshot
             sys.stdout.buffer.write(show(sdir, args.key, args.part))
             sys.stdout.flush()
             return EXIT_OK
-        study = load_study(args.configfile, Path.cwd())
+        study = locate(args.configfile, args.directory).study()
         note = retire(study.work / study.study, args.snapshot, args.why, study.scratch)
         print(f"retired {args.snapshot}: {note}; rerun the workflow to promote a new snapshot")
         return EXIT_OK
@@ -274,19 +282,20 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         if args.config is not None and args.configfile is not None and args.config != args.configfile:
             raise ConfigError(f"check-config was given two configs, {args.config} and --configfile "
                               f"{args.configfile}; give one")
-        config = args.config or args.configfile or DEFAULT_CONFIG
-        directory = args.directory.resolve()
-        if not directory.is_dir():
-            raise ConfigError(f"--directory {args.directory} is not a directory; give the directory snakemake "
-                              "runs in (the project)")
-        s = load_study(config, directory)
+        where = locate(args.config or args.configfile, args.directory, quiet=True)
+        config = where.name
+        s = where.study()
+        # a model a rule builds (the embedded tiny one) may be missing yet; any other is refused
+        notes = check_models(s.model, s.arms, config,
+                             built=frozenset([s.model.path] if s.model.kind == "embedded-tiny" else []),
+                             project=where.directory)
         check_arms(s.arms, s.model)
-        require_tracker(s, str(config))  # report/tracker's package, as planning checks it
+        require_tracker(s, config)  # report/tracker's package, as planning checks it
         n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
         print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
-              f"resolved against {directory}")
-        for line in too_few_prompts(s):
-            print(f"warning: {line}", file=sys.stderr)
+              f"resolved against {where.directory} ({where.why})")
+        for line in [*notes, *too_few_prompts(s)]:
+            print(f"{'note' if line in notes else 'warning'}: {line}", file=sys.stderr)
         return EXIT_OK
     if args.cmd in ("mirror", "build-test-mirror"):
         writable(args.dest, "--dest" if args.cmd == "mirror" else "DEST")
@@ -302,9 +311,11 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         writable(args.out.parent, "--out", shown=args.out)
         return probe_slots(args.tasks, args.cpu_workers, args.out)
     if args.cmd == "rerun-panel":
-        return rerun_panel(args.panel, args.configfile, extra)
+        return rerun_panel(args.panel, locate(args.configfile, args.directory), extra)
     if args.cmd == "calibrate":
-        study = load_study(args.configfile, Path.cwd())
+        where = locate(args.configfile, args.directory)
+        study = where.study()
+        check_models(study.model, study.arms, where.name, project=where.directory)  # it loads the model
         table = calibrate(study, force=args.force)
         print(f"calibration table {table_path(study)} ({table['device']}, key {table['key']})")
         for stage, v in table["packing"].items():
@@ -313,13 +324,75 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
                       f"({v['why']})")
         return EXIT_OK
     if args.cmd == "estimate":
-        study = load_study(args.configfile, Path.cwd())
+        where = locate(args.configfile, args.directory)
+        study = where.study()
         est = estimate(study, read_table(study), args.nodes, args.slots_per_node)
         print(json.dumps(est, indent=1, sort_keys=True) if args.json
               else "\n".join(summary_lines(est, study.fleet.budget_gpu_hours)))
-        check_budget(study, est, str(args.configfile))
+        check_budget(study, est, where.name)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.cmd}")  # argparse only lets known commands through
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """Where a command reads its study: the config file (absolute), the project folder
+    its relative paths resolve against (the directory snakemake runs in), why that
+    folder, and the config as messages name it (as given, or ``config/config.yaml`` in
+    the current directory)."""
+
+    config: Path
+    directory: Path
+    why: str
+    name: str
+
+    def study(self) -> StudySpec:
+        """The study, its relative paths resolved against ``directory``."""
+        return load_study(self.config, self.directory)
+
+
+def is_project(folder: Path) -> bool:
+    """Whether snakemake finds a workflow in ``folder`` (one of ``SNAKEFILES``)."""
+    return any((folder / name).is_file() for name in SNAKEFILES)
+
+
+def locate(config: Path | None, directory: Path | None, quiet: bool = False) -> Where:
+    """The config and the project folder a command works on, as snakemake would find
+    them: ``directory`` (``--directory``), else the current directory, unless that holds
+    no Snakefile while the config lies in the ``config/`` folder of a project (then that
+    project, where snakemake must run). A relative ``config`` starts in the current
+    directory (snakemake makes ``--configfile`` absolute before it changes directory);
+    without one, ``config/config.yaml`` in the project. Prints the project to stderr when
+    it was inferred (not ``quiet``). Raises ConfigError naming the folder and the fix."""
+    cwd = Path.cwd()
+    path = cwd / config if config is not None else None
+    if directory is not None:
+        folder, why = directory.resolve(), "--directory"
+        if not folder.is_dir():
+            raise ConfigError(f"--directory {directory} is not a directory; give the directory snakemake runs in "
+                              "(the project, the folder holding the Snakefile)")
+    else:
+        home = path.resolve().parent.parent if path is not None and path.resolve().parent.name == "config" else None
+        if not is_project(cwd) and home is not None and is_project(home):
+            folder, why = home, (f"the project holding the config, where snakemake runs; the current directory "
+                                 f"{cwd} holds no Snakefile")
+            if not quiet:
+                print(f"pairflow: relative paths in {config} resolve against {folder} ({why})", file=sys.stderr)
+        else:
+            folder, why = cwd, "the current directory"
+    if config is None:
+        path = folder / DEFAULT_CONFIG
+        if not path.is_file():
+            raise ConfigError(f"no {DEFAULT_CONFIG} in {folder} ({why}): run pairflow in the project folder (the "
+                              "one holding the Snakefile, where snakemake runs), or give --directory PROJECT or "
+                              "--configfile FILE")
+    else:
+        path = cwd / config
+        if not path.exists() and (folder / config).is_file():
+            raise ConfigError(f"config file {path} does not exist: a relative --configfile starts in the current "
+                              f"directory {cwd}, as snakemake's does; give {folder / config}")
+    name = str(config) if config is not None else str(as_named(path))
+    return Where(path, folder, why, name)
 
 
 def writable(path: Path, flag: str, shown: Path | None = None) -> Path:
@@ -350,12 +423,13 @@ def writable(path: Path, flag: str, shown: Path | None = None) -> Path:
     return path
 
 
-def status(configfile: Path, watch: int | None, check: bool, as_json: bool = False) -> int:
-    """Print the study's progress once, or every ``watch`` seconds until every stage is
-    done: redrawn in place on a terminal (rich's live display where rich is installed,
-    else ANSI cursor moves), appended only when it changed otherwise; ``as_json``: one
-    JSON object per refresh. Returns EXIT_PROBLEMS when ``check`` and a failure record exists."""
-    study = load_study(configfile, Path.cwd())
+def status(where: Where, watch: int | None, check: bool, as_json: bool = False) -> int:
+    """Print the progress of the study ``where`` names once, or every ``watch`` seconds
+    until every stage is done: redrawn in place on a terminal (rich's live display where
+    rich is installed, else ANSI cursor moves), appended only when it changed otherwise;
+    ``as_json``: one JSON object per refresh. Returns EXIT_PROBLEMS when ``check`` and a
+    failure record exists."""
+    study = where.study()
     tty = sys.stdout.isatty() and not as_json
     draw = _redrawer() if watch and tty else None
     last = ""
@@ -414,9 +488,11 @@ def _require_tree(path: Path) -> None:
                           "archive (results/work/<study>) or one snapshot")
 
 
-def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
+def verify(path: Path, configfile: Path | None, as_json: bool, directory: Path | None = None) -> int:
     """Verify a results tree, an archive or one snapshot; print one line per problem
-    (grouped by kind) and notes, then a summary. Returns 0 when everything holds, else 1."""
+    (grouped by kind) and notes, then a summary. ``configfile`` (relative paths against
+    ``directory``, as ``locate``) replaces the config the manifests record. Returns 0
+    when everything holds, else 1."""
     if (path / "latest.json").exists() or (path / "snapshots").is_dir():
         report = verify_archive(path)
     elif (path / ARCHIVE_MANIFEST).exists():
@@ -430,7 +506,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool) -> int:
     else:
         _require_tree(path)
         if configfile is not None:
-            study = dataclasses.replace(load_study(configfile, Path.cwd()), scratch=path.resolve())
+            study = dataclasses.replace(locate(configfile, directory).study(), scratch=path.resolve())
         else:
             study = recorded_study(path)
         report = check_results(study, deep=True)
@@ -467,20 +543,23 @@ def probe_slots(tasks: int, cpu_workers: int, out: Path) -> int:
     return 0
 
 
-def rerun_panel(panel: str, configfile: Path, extra: list[str]) -> int:
-    """Clear one panel's records, scores, timings and videos, then run Snakemake with that
-    panel's generation forced. Other panels' files are not touched; the study statistics,
-    plots and archive (a new snapshot) follow from the changed inputs."""
-    study = load_study(configfile, Path.cwd())
+def rerun_panel(panel: str, where: Where, extra: list[str]) -> int:
+    """Clear one panel's records, scores, timings and videos, then run Snakemake in the
+    project ``where`` names with that panel's generation forced. Other panels' files are
+    not touched; the study statistics, plots and archive (a new snapshot) follow from the
+    changed inputs."""
+    study = where.study()
     layout = Layout(study.scratch)
     pdir = panel_dir(layout, study.panel(panel).name)
     with hold(pdir, f"rerun-panel {panel}"):
         for sub in CANDIDATE_KINDS:
             shutil.rmtree(pdir / sub, ignore_errors=True)
-    argv = [str(Path(sys.executable).with_name("snakemake")), "--configfile", str(configfile),
-            "--forcerun", str(as_named(Layout(study.scratch).generation_manifest(study.panel(panel).name))), *extra]
-    print("running:", " ".join(argv), flush=True)
-    return subprocess.run(argv, check=False).returncode
+    config = as_named(where.config, where.directory)
+    target = as_named(Layout(study.scratch).generation_manifest(study.panel(panel).name), where.directory)
+    argv = [str(Path(sys.executable).with_name("snakemake")), "--configfile", str(config), "--forcerun", str(target),
+            *extra]
+    print(f"running in {where.directory}:", " ".join(argv), flush=True)
+    return subprocess.run(argv, cwd=where.directory, check=False).returncode
 
 
 if __name__ == "__main__":

@@ -56,14 +56,15 @@ STAGES = ("generate", "score")
 """Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
 
 
-def as_named(path: Path | str) -> Path:
+def as_named(path: Path | str, root: Path | None = None) -> Path:
     """``path`` as the workflow names it: relative to the working directory (the project
-    directory Snakemake runs in) when it lies inside it, else absolute. Outputs then read
-    ``results/...`` in logs and in the report's sidebar, a moved project keeps its
-    Snakemake metadata, and a target or ``--forcerun`` given this way matches the rule's
-    output (Snakemake compares the strings)."""
+    directory Snakemake runs in; ``root`` where Snakemake will run elsewhere) when it lies
+    inside it, else absolute. Outputs then read ``results/...`` in logs and in the
+    report's sidebar, a moved project keeps its Snakemake metadata, and a target or
+    ``--forcerun`` given this way matches the rule's output (Snakemake compares the strings)."""
+    start = Path.cwd() if root is None else Path(root).absolute()
     p = Path(path).absolute()
-    return Path(os.path.relpath(p)) if p.is_relative_to(Path.cwd()) else p
+    return Path(os.path.relpath(p, start)) if p.is_relative_to(start) else p
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pairflow.plan.config import check_config_files, study_from_raw  # noqa: E40
 from pairflow.errors import PairFlowError  # noqa: E402
 from pairflow.evidence.healing import heal_stamp, heal_stamps, mark_stale, stamp_input  # noqa: E402
 from pairflow.layout import Layout, as_named  # noqa: E402
-from pairflow.arms import arms_check_inputs, arms_check_key  # noqa: E402
+from pairflow.arms import arms_check_inputs, arms_check_key, check_models  # noqa: E402
 from pairflow.budget.calibrate import load_table  # noqa: E402
 from pairflow.errors import BudgetError  # noqa: E402
 from pairflow.budget.calibrate import key as calibration_key  # noqa: E402
@@ -235,6 +235,21 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         logger.warning(f"PairFlow: {len(UNHEALED) - 20} more such problem(s): pairflow verify {LAYOUT.scratch} "
                        "lists them all")
 STAMPS = heal_stamps(LAYOUT.scratch)
+
+
+# A model no job could load (its folder missing, a file, no or an unreadable
+# model_index.json, a component's folder missing) is refused here, in a dry run as in a
+# run, naming the key and a fix; the embedded tiny model may be missing: rule
+# build_tiny_model builds it (MODEL_INPUT). --lint, --unlock, --summary, --dag still work.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    try:
+        check_models(STUDY.model, STUDY.arms, ", ".join(CONFIGFILES),
+                     built=frozenset([STUDY.model.path] if STUDY.model.kind == "embedded-tiny" else []),
+                     project=Path.cwd())
+    except PairFlowError as e:
+        logger.error(f"error: {e}")
+        if not plans_only() or plans_only(dry_run_only=True):
+            sys.exit(3)
 
 
 # A panel too small for any verdict (the exact sign-flip test's smallest p is not below the

@@ -27,17 +27,18 @@ from __future__ import annotations
 import os
 
 from .base import ArmKind, ParseContext, device
-from .check import arms_check_inputs, arms_check_key, check_arms, write_arms_check
+from .check import BUILD_RULE, arms_check_inputs, arms_check_key, check_arms, check_models, write_arms_check
 from .dynamo import defer_dynamo
 from .kinds.precision import LOADABLE, PRECISIONS, Precision, torch_dtype
 from .kinds.search import Verifier, check_verifier, search_seeds, verifier_for
 from .kinds.student import arm_model, check_same_latents, latent_signature
 from .registry import KEYS, KINDS, applied, effective_generation, kind, load_dtype, record_sections
 
-__all__ = ["KEYS", "KINDS", "LOADABLE", "PRECISIONS", "ArmKind", "ParseContext", "Precision", "Verifier", "applied",
-           "arm_model", "arms_check_inputs", "arms_check_key", "check_arms", "check_same_latents", "check_verifier",
-           "device", "effective_generation", "kind", "latent_signature", "load_dtype", "record_sections",
-           "search_seeds", "torch_dtype", "verifier_for", "write_arms_check"]
+__all__ = ["BUILD_RULE", "KEYS", "KINDS", "LOADABLE", "PRECISIONS", "ArmKind", "ParseContext", "Precision",
+           "Verifier", "applied", "arm_model", "arms_check_inputs", "arms_check_key", "check_arms", "check_models",
+           "check_same_latents", "check_verifier", "device", "effective_generation", "kind", "latent_signature",
+           "load_dtype", "record_sections", "search_seeds", "torch_dtype", "verifier_for",
+           "write_arms_check"]
 
 if os.environ.get("PAIRFLOW_DEFER_DYNAMO", "1") != "0":
     defer_dynamo()

@@ -107,8 +107,8 @@ def load_pipeline(model: ModelSpec, dtype: str, threads: int) -> Any:
     else:
         if not (model.path / "model_index.json").is_file():
             raise ConfigError(f"model path {model.path} has no model_index.json; for the embedded "
-                              "model run 'snakemake resources/tiny-wan' (the build rule), otherwise "
-                              "point 'model/path' at a diffusers checkpoint directory")
+                              f"model run '{arms.BUILD_RULE}' in the project (the rule that builds it), "
+                              "otherwise point 'model/path' at a diffusers checkpoint directory")
         kwargs, source = {}, str(model.path)
     started = time.perf_counter()
     with no_load_bars():

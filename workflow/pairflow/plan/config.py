@@ -505,14 +505,16 @@ def check_config_files(paths: list[str] | tuple[str, ...]) -> None:
         load_yaml(Path(p))
 
 
-def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
+def read_sheet(path: Path, panel: str, written: str | None = None, root: Path | None = None) -> tuple[Prompt, ...]:
     """Read a prompt sheet: UTF-8 text, TSV with header ``prompt_id<TAB>prompt``, one
     prompt per line, at most ``MAX_SHEET_BYTES`` in all and ``MAX_PROMPT_BYTES`` per prompt.
 
     Raises ConfigError naming the sheet, the line and the fix for a missing or unreadable
     file, a binary file (NUL bytes), invalid UTF-8, a missing header, a row without
     exactly two fields, an unsafe or duplicate prompt id (or two that differ only by
-    case), an empty or oversize prompt, or a control character in a prompt.
+    case), an empty or oversize prompt, or a control character in a prompt. ``written``
+    and ``root``: the key's value as written, when relative, and the folder it resolved
+    against (the project), which a missing sheet's message names.
     """
     key = f"'panels/{panel}/sheet'"
     try:
@@ -526,7 +528,10 @@ def read_sheet(path: Path, panel: str) -> tuple[Prompt, ...]:
                               "names the sheet")
         data = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"panel {panel!r}: prompt sheet {path} does not exist; create it "
+        where = (f" ({key} is {written!r}, resolved against {root}, the directory snakemake runs in: run from the "
+                 "project folder, or give snakemake and pairflow --directory PROJECT)"
+                 if written is not None and root is not None else "")
+        raise ConfigError(f"panel {panel!r}: prompt sheet {path} does not exist{where}; create it "
                           f"(TSV with columns prompt_id and prompt) or fix {key}") from None
     except OSError as e:
         raise ConfigError(f"panel {panel!r}: prompt sheet {path} cannot be read: {e.strerror}; check {key} "
@@ -603,8 +608,10 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
     model = ModelSpec(kind=m["kind"], path=resolve(m["path"]), id=m.get("id"), revision=m.get("revision"))
     arms = tuple(arm_from_raw(name, a, resolve, root, source) for name, a in raw["arms"].items())
     sheets = {name: resolve(p["sheet"]) for name, p in raw["panels"].items()}  # once a panel: a realpath each
+    relative = {name: (p["sheet"], root) for name, p in raw["panels"].items() if not os.path.isabs(p["sheet"])}
     panels = tuple(PanelSpec(name, sheets[name], tuple(p["seeds"]),
-                             prompts[name] if prompts is not None else read_sheet(sheets[name], name))
+                             prompts[name] if prompts is not None else
+                             read_sheet(sheets[name], name, *relative.get(name, (None, None))))
                    for name, p in raw["panels"].items())
     if raw["fleet"].get("budget_gpu_hours") is not None and raw["fleet"].get("calibrate") is False:
         raise ConfigError(f"fleet/budget_gpu_hours is {raw['fleet']['budget_gpu_hours']} but fleet/calibrate is false "
