@@ -27,6 +27,7 @@ from ..budget.calibrate import calibrate, take_prepared
 from ..budget.estimate import estimate_or_refuse
 from ..errors import ConfigError, IntegrityError
 from ..evidence.archive import promote, verify_tree
+from ..evidence.archive import step as archive_step
 from ..fleet.orphans import watch_ancestors
 from ..fleet.sites import grant_from_env
 from ..fleet.sites.slurm import allocation
@@ -436,8 +437,10 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
     problems = verify_tree(dest / pointer["snapshot"])
     if problems:
         raise IntegrityError("archive did not verify:\n" + "\n".join(problems))
+    archive_step("verified")
     write_text(out, json.dumps({"archive": str(dest / pointer["snapshot"]),
                                 "root_digest": manifest["root_digest"]}, indent=1) + "\n")
+    archive_step("archived", str(out))
 
 
 def study_for_rule(sm: Any) -> StudySpec:
