@@ -54,6 +54,10 @@ from pathlib import Path
 
 CANDIDATE_KINDS = ("videos", "records", "scores", "timing")
 """The per-candidate folders of a panel (``<kind>/<arm>/<stem>``): all a panel rerun clears."""
+ARCHIVE_RULE = "archive"
+"""The rule that seals the evidence into a snapshot (``evidence.archive``). Its own log,
+job accounts and benchmark are not evidence and its jobs are not billed in the ledger
+(``budget.ledger``): each run of it would change what it seals."""
 STAGES = ("generate", "score")
 """Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
 

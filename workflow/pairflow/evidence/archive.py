@@ -11,7 +11,8 @@ What is evidence (``evidence_files``): not the caches on scratch (the plan-time 
 memo ``checks/evidence.json`` and the jobs' stat vouchers ``checks/vouched/``: inode
 signatures that mean nothing off this file system, rewritten by any plan, and a plan
 without them checks in full), and not the archive job's own log, account and benchmark
-(each run of the archive rule writes new ones). So a snapshot's id is a function of
+(each run of the archive rule writes new ones; for the same reason the ledger does not
+bill the archive rule's jobs, ``budget.ledger``). So a snapshot's id is a function of
 the evidence it seals alone: a rerun after a kill computes the same id and finishes
 the interrupted snapshot.
 
@@ -75,7 +76,7 @@ from typing import Any, cast
 from ..atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from ..errors import ArchiveError, IntegrityError, PairFlowError
 from ..identity import digest_bytes, digest_file, digest_obj
-from ..layout import Layout
+from ..layout import ARCHIVE_RULE, Layout
 from ..locks import hold
 from ..records.packs import SUFFIX, Pack, files_root, split_chunks, write_pack
 from ..records.store import (
@@ -98,7 +99,6 @@ SKIP_DIRS = ("run", "videos")
 SKIP_NAMES = ("archived.json",)
 """The archive rule's own marker is written after promotion."""
 _HERE = Layout(Path("."))
-ARCHIVE_RULE = "archive"
 NOT_EVIDENCE = (
     _HERE.evidence_memo.as_posix(), f"{_HERE.vouchers.as_posix()}/",  # the plan-time check's caches
     (_HERE.logs / f"{ARCHIVE_RULE}.log").as_posix(),  # the archive job's own bookkeeping

@@ -426,9 +426,12 @@ def add_to_ledger(study: StudySpec) -> dict[str, Any]:
 
 
 def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:
-    """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
+    """Bring the ledger up to date (every job before this one has ended: the ledger
+    sealed is the one later runs keep, the archive rule's own jobs not being billed),
+    promote the compact evidence under scratch to a snapshot under ``work/<study>``,
     verify the snapshot, and record where it went in ``out``. ``configfiles`` are the
     config file(s) the run used; the snapshot's regenerate command names them."""
+    add_to_ledger(study)
     dest = study.work / study.study
     command = ["snakemake", "--configfile", *configfiles, "--forcerun", generation_rule(study)]
     manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
