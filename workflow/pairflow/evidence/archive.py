@@ -562,7 +562,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("temp", t, "left by an interrupted write; safe to delete")
     for pack in sorted(set(_stored_packs(dest)) - set(_listed_packs(snaps))):
         report.add("temp", pack, "a pack no snapshot lists (its promotion was interrupted before archive.json); "
-                   "the next promotion of the same files uses it, or delete it")
+                   "the next promotion uses it (the same files) or removes it (rerun the workflow), or delete it")
     return report
 
 
