@@ -18,6 +18,7 @@ from pairflow.evidence.archive import (
     CHUNKED_OVER,
     evidence_files,
     load_manifest,
+    pack_group,
     promote,
     read_file,
     retire,
@@ -532,3 +533,126 @@ def test_a_long_pack_listing_is_stored_in_chunks_and_still_verifies(tmp_path: Pa
     flip(pack, pack.stat().st_size - 20)
     problems = verify_tree(snap)
     assert any(p.startswith(f"{snap / archive.PACKS_KEY}: chunk ") for p in problems), problems
+
+
+def panel_bookkeeping(scratch: Path, panel: str, ms: int) -> None:
+    """What a panel job leaves beside its records: its log, benchmark, job account and
+    the two stat vouchers of its manifests (``records.vouch``)."""
+    for rel in (f"logs/generate-score/{panel}.log", f"benchmarks/generate_score_panel/{panel}.tsv",
+                f"accounts/job-generate_score_panel-panel={panel}-{ms}-42.json",
+                f"checks/vouched/panels--{panel}--generation.json", f"checks/vouched/panels--{panel}--scores.json"):
+        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / rel).write_text(f"{rel} {ms}\n")
+
+
+def test_a_snapshot_has_a_few_packs_a_panel_and_a_constant_number_of_other_files(tmp_path: Path) -> None:
+    """Regression (issue 40): the per-panel vouchers were archived as plain files (2,505
+    files at 500 panels, 1,006 of them study-level). A panel's log, benchmark and job
+    account go into its timing pack, the vouchers are not archived, the other accounts
+    share one pack: the snapshot's own files do not grow with the panels."""
+    def own_files(panels: int) -> tuple[int, int]:
+        scratch, work = make_scratch(tmp_path / f"n{panels}"), tmp_path / f"n{panels}" / "work"
+        (scratch / "accounts").mkdir()
+        (scratch / "accounts" / "job-study_stats-1000-1.json").write_text("{}\n")
+        for i in range(panels):
+            add_candidate(scratch, f"q{i}", "c")
+            panel_bookkeeping(scratch, f"q{i}", 1000 + i)
+        manifest = promote(scratch, work)
+        assert not [rel for rel in manifest["files"] if rel.startswith(("checks/vouched/", "accounts/", "logs/generate"))]
+        assert manifest["packs"].keys() >= {f"panels/q{i}/timing" for i in range(panels)} | {"accounts"}
+        assert verify_archive(work).ok
+        return sum(1 for p in snapshot(work).rglob("*") if p.is_file()), len(manifest["packs"])
+
+    (few, _), (many, packed) = own_files(2), own_files(12)
+    assert few == many and packed == 1 + 2 * 12 + 1  # panel p's generation pack, two a panel q<i>, accounts
+
+
+def test_the_caches_and_the_archive_job_s_own_files_are_not_evidence(tmp_path: Path) -> None:
+    """The plan-time memo and vouchers (rewritten by every plan) and the archive job's log,
+    account and benchmark (new in every run of the rule) are not archived, so a rerun
+    after a killed promotion computes the same snapshot id (issue 40: it promoted a new
+    snapshot beside the interrupted one)."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    mine = {"checks/evidence.json": "{}", "checks/vouched/study--timing.json": "{}", "logs/archive.log": "1\n",
+            "accounts/job-archive-1000-1.json": "{}", "benchmarks/archive/study.tsv": "s\n"}
+    for rel, text in mine.items():
+        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / rel).write_text(text)
+    first = promote(scratch, work)
+    assert not set(mine) & set(first["files"]) and "accounts" not in first["packs"]
+    for rel in mine:
+        (scratch / rel).write_text("rewritten by the rerun\n")
+    (scratch / "accounts" / "job-archive-2000-2.json").write_text("{}")
+    assert promote(scratch, work)["root_digest"] == first["root_digest"]
+    assert len(list((work / "snapshots").iterdir())) == 1 and verify_archive(work).ok
+
+
+def test_pack_groups_of_panels_replicates_and_job_files() -> None:
+    panels = {"t", "a-b"}
+    assert {rel: pack_group(rel, panels) for rel in (
+        "panels/t/records/c/a-s0.json", "panels/t/scores.json", "panels/a-b/telemetry/generate-score.json",
+        "replicates/r1/panels/t/scores/c/a-s0.json", "replicates/r1/panels/t/records/c/a-s0.json",
+        "logs/generate-score/a-b.log", "benchmarks/score_panel/t.tsv", "logs/replicates/r2-a-b.log",
+        "accounts/job-generate_score_panel-panel=a-b-1796425222190-19518.json",
+        "accounts/job-replicate_panel-rep=r1-panel=t-17-1.json", "accounts/job-study_stats-17-1.json",
+        "logs/stats/study.log", "study/table.md", "checks/arms.json")} == {
+        "panels/t/records/c/a-s0.json": "panels/t/generation", "panels/t/scores.json": "panels/t/score",
+        "panels/a-b/telemetry/generate-score.json": "panels/a-b/timing",
+        "replicates/r1/panels/t/scores/c/a-s0.json": "replicates/r1/panels/t/score",
+        "replicates/r1/panels/t/records/c/a-s0.json": "replicates/r1/panels/t/generation",
+        "logs/generate-score/a-b.log": "panels/a-b/timing", "benchmarks/score_panel/t.tsv": "panels/t/timing",
+        "logs/replicates/r2-a-b.log": "replicates/r2/panels/a-b/timing",
+        "accounts/job-generate_score_panel-panel=a-b-1796425222190-19518.json": "panels/a-b/timing",
+        "accounts/job-replicate_panel-rep=r1-panel=t-17-1.json": "replicates/r1/panels/t/timing",
+        "accounts/job-study_stats-17-1.json": "accounts",
+        "logs/stats/study.log": None, "study/table.md": None, "checks/arms.json": None}
+
+
+def test_an_interrupted_snapshot_of_older_evidence_is_removed_with_its_packs(tmp_path: Path) -> None:
+    """A promotion killed before archive.json, then the evidence changed (a panel rerun):
+    the next promotion seals its own snapshot and removes the unsealed one and the packs
+    only it would have listed; a retired unsealed snapshot is kept (its note says why)."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    add_candidate(scratch, "q", "c")
+    promote(scratch, work)
+    kept = {p.name for p in (work / "packs").iterdir()}
+    add_candidate(scratch, "q", "d")
+    promote(scratch, work)
+    second = snapshot(work)
+    writable(second)
+    (second / "archive.json").unlink()  # as a kill before sealing leaves it
+    second_packs = {p.name for p in (work / "packs").iterdir()} - kept
+    (work / "latest.json").unlink()
+    assert {p.kind for p in verify_archive(work).problems} == {"snapshot", "latest"}
+    retire(work, second.name, "kept to look at")
+    unsealed = work / "snapshots" / "0123456789abcdef"
+    (unsealed / "study").mkdir(parents=True)
+    (unsealed / "study" / "table.md").write_text("| half |\n")
+    add_candidate(scratch, "q", "e")
+    promote(scratch, work)
+    assert not unsealed.exists() and second.is_dir()
+    assert not second_packs & {p.name for p in (work / "packs").iterdir()} and kept <= {p.name for p in (work / "packs").iterdir()}
+    assert len(list((work / "snapshots").iterdir())) == 3 and verify_archive(work).ok
+
+
+def test_no_pack_is_removed_while_a_snapshot_s_listing_cannot_be_read(tmp_path: Path) -> None:
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    add_candidate(scratch, "q", "c")
+    promote(scratch, work)
+    first = writable(snapshot(work))
+    before = sorted((work / "packs").iterdir())
+    (first / "archive.json").write_text("{not json")
+    add_candidate(scratch, "q", "d")
+    promote(scratch, work)
+    assert set(before) <= set((work / "packs").iterdir())
+
+
+def test_a_second_promotion_into_the_same_archive_is_refused_while_one_runs(tmp_path: Path) -> None:
+    from pairflow.errors import LockError
+    from pairflow.locks import hold
+
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    with hold(work, "another promotion"), pytest.raises(LockError, match="being written by another run"):
+        promote(scratch, work)
+    promote(scratch, work)
+    assert verify_archive(work).ok

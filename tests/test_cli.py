@@ -106,7 +106,7 @@ def test_half_written_snapshot_is_reported_as_such(tmp_path: Path, capsys: pytes
     assert main(["verify", str(work)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         (f"snapshot: {half}: incomplete snapshot: no archive.json (promotion was interrupted); rerun the workflow to "
-        f"finish it, or retire it: pairflow archive retire {half.name} --why \"...\""),
+        f"finish it (or, if the evidence changed since, remove it), or retire it: pairflow archive retire {half.name} --why \"...\""),
         f"verify {work}: 1 problem(s)"]
     assert main(["verify", str(work), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)

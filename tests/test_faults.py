@@ -14,7 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, copy_study, reuse_arms_check, run_processes, small_config, write_config
+from conftest import (
+    copy_project,
+    copy_study,
+    reuse_arms_check,
+    run_processes,
+    run_snakemake,
+    small_config,
+    write_config,
+)
 
 from pairflow.errors import PairFlowError
 from pairflow.evidence.archive import verify_tree
@@ -632,3 +640,130 @@ def test_a_hung_encoder_fails_the_job_within_the_stall_timeout_and_a_slow_start_
     print(f"\nFAULT hung encoder: start-up {startup:.0f}s did not stall; the job failed {hung_s:.1f}s after "
           "ffmpeg hung (stall_timeout_s 10)")
     assert hung_s < 10 + 30, hung_s
+
+
+KILL_HOOK = '''\
+"""Test hook (tests/test_faults.py): SIGKILL this process (``PAIRFLOW_TEST_KILL_GROUP=1``:
+its whole process group, Snakemake included) when the archive logs the step
+``PAIRFLOW_TEST_KILL_AT`` (``pairflow.evidence.archive.step``)."""
+import logging
+import os
+import signal
+
+_AT = os.environ.get("PAIRFLOW_TEST_KILL_AT")
+
+
+class _Kill(logging.Handler):
+    def emit(self, record):
+        if getattr(record, "archive_step", None) == _AT:
+            for other in logging.getLogger().handlers:  # the rule's log shows the step it died at
+                if other is not self:
+                    other.handle(record)
+                    other.flush()
+            if os.environ.get("PAIRFLOW_TEST_KILL_GROUP") == "1":
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+if _AT:
+    logging.getLogger().addHandler(_Kill())
+'''
+
+
+@pytest.fixture(scope="module")
+def archived_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished run of the whole workflow (panel ``t``: 3 prompts x 1 seed x 2 arms),
+    archive included, storage relative (``copy_study`` makes a study of its own). Read-only."""
+    project, _cfg = make(tmp_path_factory.mktemp("archived"), tiny_model, "study", seeds=[0], relative=True)
+    run_snakemake(project)
+    return project
+
+
+ARCHIVE_STEPS = ["hashed", "copied", "packed panels/t/generation", "packed", "sealed", "read-only", "latest",
+                 "swept", "verified", "archived"]
+"""Every step the archive rule logs (``evidence.archive.step``), in order: ``packed
+panels/t/generation`` is mid-packing (the first of the panel's three packs written),
+``packed`` after every pack before ``archive.json``, ``sealed`` after ``archive.json``,
+``read-only`` before ``latest.json``, ``verified`` before the rule's output, ``archived``
+after it, before the job exits."""
+
+
+@pytest.mark.parametrize("at, group", [*((s, False) for s in ARCHIVE_STEPS), ("packed panels/t/generation", True)])
+def test_an_archive_killed_at_any_step_is_healed_by_a_plain_rerun(archived_study: Path, tmp_path: Path,
+                                                                  at: str, group: bool) -> None:
+    """Injected: SIGKILL of the real archive job of a Snakemake run (``group``: of its whole
+    process group, Snakemake too, as when a node dies) when it logs step ``at``: a hook
+    (``sitecustomize`` on the job's PYTHONPATH) that watches the archive's step log
+    records. Then a plain rerun (after ``--unlock`` when Snakemake itself died): both
+    ``pairflow verify`` (scratch, work storage) pass, exactly one snapshot exists, complete,
+    and it has the id the killed run chose (the id depends only on the evidence), no pack
+    or temp file is left over, and ``snakemake -n`` has nothing to do.
+
+    Regression (issue 40): the plan memo and the archive job's own account were archived,
+    so the rerun promoted a new snapshot beside the interrupted one and verify on work
+    storage failed for ever while ``snakemake -n`` had nothing to do."""
+    from pairflow.evidence.archive import verify_archive
+
+    project = copy_study(archived_study, tmp_path / "study")
+    scratch, work = project / "results" / "scratch", project / "results" / "work" / "test"
+    first = json.loads((scratch / "study" / "archived.json").read_text())
+    chmod_tree(work)
+    import shutil
+
+    shutil.rmtree(work)
+    (scratch / "study" / "archived.json").unlink()
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    env = {**os.environ, "PAIRFLOW_TEST_KILL_AT": at, "PAIRFLOW_TEST_KILL_GROUP": "1" if group else "0",
+           "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    killed = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml"],
+                            cwd=project, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
+    assert killed.returncode != 0, killed.stderr[-3000:]
+    log = (scratch / "logs" / "archive.log").read_text()
+    assert f"archive step {at}" in log and not (scratch / "study" / "archived.json").exists(), log[-2000:]
+    left = sorted(p.name for p in (work / "snapshots").iterdir()) if (work / "snapshots").is_dir() else []
+    if group:
+        assert run_snakemake(project, "--unlock")
+    rerun = run_snakemake(project)
+    assert "rule archive" in rerun
+    pf = str(Path(sys.executable).with_name("pairflow"))
+    for tree in (scratch, work):
+        v = subprocess.run([pf, "verify", str(tree)], cwd=project, capture_output=True, text=True, timeout=600)
+        assert v.returncode == 0, v.stdout[-3000:] + v.stderr[-3000:]
+    report = verify_archive(work)
+    (snap,) = (work / "snapshots").iterdir()
+    assert report.ok and report.notes == [] and (snap / "archive.json").is_file(), report.lines()
+    assert left in ([], [snap.name]), (left, snap.name)  # finished, not replaced
+    # the same evidence as the undisturbed run: the same id
+    assert Path(first["archive"]).name == snap.name, sealed_differences(Path(first["archive"]), snap)
+    assert not [p for p in work.rglob(".tmp-*")]
+    dry = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/config.yaml", "-n"],
+                         cwd=project, capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+    print(f"\nFAULT archive killed at {at!r}{' (with Snakemake)' if group else ''}: left {left or 'no snapshot'}; "
+          f"the rerun finished {snap.name}; both verifies OK, snakemake -n has nothing to do")
+
+
+def chmod_tree(root: Path) -> None:
+    """Give back the write bits a sealed snapshot dropped, so a test can remove it."""
+    for dirpath, _dirs, _files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+
+
+def sealed_differences(one: Path, two: Path) -> list[str]:
+    """What two snapshots seal differently: plain files, and packed files by group."""
+    from pairflow.evidence.archive import load_manifest, snapshot_files
+    from pairflow.records.packs import Pack
+
+    out = []
+    m1, m2 = load_manifest(one), load_manifest(two)
+    for rel in sorted(set(m1["files"]) | set(m2["files"])):
+        if m1["files"].get(rel) != m2["files"].get(rel):
+            out.append(f"{rel}: {m1['files'].get(rel)} / {m2['files'].get(rel)}")
+    p1, p2 = snapshot_files(one, m1)[0], snapshot_files(two, m2)[0]
+    for group in sorted(set(p1) | set(p2)):
+        a = {k: v.digest for k, v in Pack(p1[group]).members.items()} if group in p1 else {}
+        b = {k: v.digest for k, v in Pack(p2[group]).members.items()} if group in p2 else {}
+        out += [f"{group}: {rel}: {a.get(rel)} / {b.get(rel)}" for rel in sorted(set(a) | set(b)) if a.get(rel) != b.get(rel)]
+    return out

@@ -35,6 +35,8 @@ path is deterministic (dates go inside files, never into names)::
       cache/prepared/calibration-<d>.json  copied by rules check_arms and calibrate (no torch there)
       checks/arms.json                     the arms passed their check (rule check_arms)
       checks/evidence.json                 what the plan-time evidence check last found clean
+      checks/vouched/<manifest>.json       what a job vouched for when it wrote that manifest (the
+                                           memo and vouchers are caches: never archived)
       heal/<output>.txt                    why a plain run recomputes an output
       logs/<job>/<panel>.log               one log per job
       benchmarks/<rule>/<panel>.tsv        Snakemake's per-job wall time and memory
@@ -52,6 +54,10 @@ from pathlib import Path
 
 CANDIDATE_KINDS = ("videos", "records", "scores", "timing")
 """The per-candidate folders of a panel (``<kind>/<arm>/<stem>``): all a panel rerun clears."""
+ARCHIVE_RULE = "archive"
+"""The rule that seals the evidence into a snapshot (``evidence.archive``). Its own log,
+job accounts and benchmark are not evidence and its jobs are not billed in the ledger
+(``budget.ledger``): each run of it would change what it seals."""
 STAGES = ("generate", "score")
 """Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
 
@@ -215,6 +221,11 @@ class Layout:
     def evidence_memo(self) -> Path:
         """What the plan-time evidence check last found clean (``healing.plan_check``)."""
         return self.checks / "evidence.json"
+
+    @property
+    def vouchers(self) -> Path:
+        """What each job vouched for when it wrote a manifest (``records.vouch``), one file a manifest."""
+        return self.checks / "vouched"
 
     @property
     def prepared(self) -> Path:

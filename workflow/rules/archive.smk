@@ -1,10 +1,13 @@
-# Compact evidence goes to work storage; videos stay on scratch.
+# Compact evidence goes to work storage; videos stay on scratch. The last rule of a run:
+# every other output it seals is finished (and the ledger brought up to date) first.
 rule archive:
     localrule: True
     input:
         STUDY_MANIFEST,
         f"{PLOTS}/forest.png",
         UTILISATION,
+        GALLERY,
+        TRACKERS,
     output:
         ARCHIVE_DONE,
     benchmark:

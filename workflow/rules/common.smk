@@ -32,8 +32,9 @@ from pairflow.analysis.inference import too_few_prompts  # noqa: E402
 # After every run, failed or not, its jobs go into the ledger (study/ledger.json and
 # ledger.md): every job's own account (scratch/accounts/), the scheduler's figures for
 # each Slurm submission, and the jobs' telemetry before a rerun overwrites it. Rule
-# utilisation adds what ran before it; these add the jobs after it (archive) and a failed
-# run's. A dry run executes nothing and writes nothing.
+# utilisation adds what ran before it; these add a failed run's jobs (never the archive
+# rule's: the ledger is sealed by it, pairflow.budget.ledger). A dry run executes nothing
+# and writes nothing.
 def ledger_after_run():
     if workflow.remote_exec or workflow.subprocess_exec or plans_only():
         return

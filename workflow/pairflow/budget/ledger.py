@@ -5,8 +5,10 @@ Sources, all under ``Layout.accounts`` (module ``jobaccount``):
 
 - every job's own account (``job-*.json``: rule, wildcards, attempt, start, end, status,
   cores reserved, CPU seconds, and the work the job noted about itself); prepare,
-  calibrate, estimate, panel, fleet, timed pass, stats, report and archive jobs, retried
-  and failed attempts included;
+  calibrate, estimate, panel, fleet, timed pass, stats and report jobs, retried and failed
+  attempts included; not the archive rule's (``layout.ARCHIVE_RULE``): the ledger is part
+  of the evidence the archive seals, and a bill that counted the sealing job would change
+  with every run of it (a rerun after a killed archive would seal other evidence);
 - on Slurm, each submission's record (``slurm-*.json``, written by the pairflow-slurm
   executor: the scheduler's own start, end, CPUs and GPUs, ``fleet.sites.slurmacct``);
   an account whose record is missing is looked up in the scheduler when the ledger is
@@ -50,7 +52,7 @@ import psutil
 
 from ..atomic import write_text
 from ..fleet.sites import slurmacct
-from ..layout import Layout
+from ..layout import ARCHIVE_RULE, Layout
 from ..plan.config import StudySpec
 
 log = logging.getLogger(__name__)
@@ -272,7 +274,8 @@ def _read(path: Path) -> dict[str, Any] | None:
 def entries(folder: Path, now: float, done: Iterable[str] = (),
             scheduler: Scheduler | None = None) -> dict[str, dict[str, Any]]:
     """Ledger entries (key → entry) for every account and Slurm submission under ``folder``
-    but the keys in ``done`` (finished entries already in the ledger)."""
+    but the keys in ``done`` (finished entries already in the ledger) and the archive
+    rule's accounts (module docstring)."""
     done = set(done)
     look_up = scheduler or slurmacct.scheduler_job
     accounts: dict[str, tuple[dict[str, Any], float]] = {}
@@ -284,6 +287,8 @@ def entries(folder: Path, now: float, done: Iterable[str] = (),
         if rec is None:
             continue
         if rec.get("kind") == "job-account":
+            if rec.get("rule") == ARCHIVE_RULE:
+                continue
             with_mtime = (rec, p.stat().st_mtime)
             accounts[p.stem] = with_mtime
         elif rec.get("kind") == "slurm-job" and rec.get("slurm_job"):
@@ -343,7 +348,9 @@ def update(study: StudySpec, path: Path | None = None, estimate: dict[str, Any] 
     if estimate is not None:
         ledger["estimate"] = {k: estimate[k] for k in ("total_slot_s", "gpu_hours", "unit", "stage_slot_s",
                                                        "arm_slot_s", "calibration", "wall_s") if k in estimate}
-    ledger["totals"] = totals(ledger["jobs"].values())
+    # In the keys' order, whatever order the jobs were added in: float sums depend on their
+    # order, and the same jobs must give the same bytes (the archive seals this file).
+    ledger["totals"] = totals(ledger["jobs"][k] for k in sorted(ledger["jobs"]))
     ledger["per_stage"] = per_stage(ledger["totals"], ledger.get("estimate"))
     write_text(path, json.dumps(ledger, indent=1, sort_keys=True) + "\n")
     return ledger

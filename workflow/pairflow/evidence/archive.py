@@ -7,28 +7,49 @@ bytes under an archived name is refused naming both digests; identical bytes are
 no-op; a complete snapshot is made read-only. Symlinks are never followed out of the
 evidence tree.
 
+What is evidence (``evidence_files``): not the caches on scratch (the plan-time check's
+memo ``checks/evidence.json`` and the jobs' stat vouchers ``checks/vouched/``: inode
+signatures that mean nothing off this file system, rewritten by any plan, and a plan
+without them checks in full), and not the archive job's own log, account and benchmark
+(each run of the archive rule writes new ones; for the same reason the ledger does not
+bill the archive rule's jobs, ``budget.ledger``). So a snapshot's id is a function of
+the evidence it seals alone: a rerun after a kill computes the same id and finishes
+the interrupted snapshot.
+
 Layout of ``work/<study>/``::
 
-    packs/<root>.pfpack    a panel's files of one part (generation, score, timing), packed
-                           (``packs``); named by the digest of the files they hold and
-                           shared by every snapshot that holds the same files
+    packs/<root>.pfpack    a panel's files of one part (generation, score, timing: the
+                           timing records, telemetry, the panel jobs' logs, benchmarks and
+                           accounts), a replicate panel's the same, and the other job
+                           accounts, packed (``packs``); named by the digest of the files
+                           they hold and shared by every snapshot that holds the same files
     snapshots/<id>/        one snapshot per distinct evidence: the study-level files
-                           (tables, statistics, plots, study manifests, logs) as plain
-                           files, and ``archive.json`` (written last); a study-level file
-                           over ``CHUNKED_OVER`` is stored instead as content-defined
-                           chunks in chunk packs (``packs/``, group ``chunks``) shared
-                           between snapshots, listed under ``packing``; so is a pack
-                           listing over that size (``load_manifest``)
+                           (tables, statistics, plots, study manifests, study jobs' logs)
+                           as plain files, and ``archive.json`` (written last); a
+                           study-level file over ``CHUNKED_OVER`` is stored instead as
+                           content-defined chunks in chunk packs (``packs/``, group
+                           ``chunks``) shared between snapshots, listed under ``packing``;
+                           so is a pack listing over that size (``load_manifest``)
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
+    .pairflow.lock         held while a promotion runs (``locks.hold``)
 
 So a snapshot has three packs per panel and a constant number of plain files, whatever
-the number of candidates, and promoting again after one panel was rerun writes only that
-panel's packs and the study-level files. ``archive.json`` lists the plain files' digests
-(``files``) and each pack's root (``packs``: the digest over its files' own digests);
-its ``root_digest`` covers both and not ``packing`` (which pack file holds which
-group), so the snapshot's identity is its evidence, not its container. Snapshots
-written before packing (every file plain, no ``packs``) verify as they always did.
+the number of candidates or panels, and promoting again after one panel was rerun writes
+only that panel's packs, the accounts pack and the study-level files. ``archive.json``
+lists the plain files' digests (``files``) and each pack's root (``packs``: the digest
+over its files' own digests); its ``root_digest`` covers both and not ``packing``
+(which pack file holds which group), so the snapshot's identity is its evidence, not its
+container. Snapshots written before packing (every file plain, no ``packs``) verify as
+they always did.
+
+A promotion's steps, each logged with its name (``archive_step``): ``hashed`` (the
+evidence hashed, the snapshot id chosen), ``copied`` (the plain files), ``packed
+<group>`` (each pack, written or found), ``packed`` (every pack and chunk), ``sealed``
+(``archive.json``), ``read-only``, ``latest`` (``latest.json``), ``swept``. A kill at
+any point leaves a snapshot without ``archive.json`` at most; the next promotion, under
+the same lock, finishes it when the evidence is the same and otherwise removes it, with
+every pack no complete snapshot lists, once its own snapshot is sealed.
 
 A damaged snapshot is never repaired or deleted: ``retire`` records why it is set
 aside, and the next promotion of the same evidence lands in a new snapshot id (a damaged
@@ -40,7 +61,9 @@ from __future__ import annotations
 import datetime
 import getpass
 import json
+import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -53,7 +76,8 @@ from typing import Any, cast
 from ..atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from ..errors import ArchiveError, IntegrityError, PairFlowError
 from ..identity import digest_bytes, digest_file, digest_obj
-from ..layout import Layout
+from ..layout import ARCHIVE_RULE, Layout
+from ..locks import hold
 from ..records.packs import SUFFIX, Pack, files_root, split_chunks, write_pack
 from ..records.store import (
     SCHEMA_VERSION,
@@ -74,6 +98,22 @@ SKIP_DIRS = ("run", "videos")
 """Parsl's run directories (internal interchange/worker logs) and pixels are not evidence."""
 SKIP_NAMES = ("archived.json",)
 """The archive rule's own marker is written after promotion."""
+_HERE = Layout(Path("."))
+NOT_EVIDENCE = (
+    _HERE.evidence_memo.as_posix(), f"{_HERE.vouchers.as_posix()}/",  # the plan-time check's caches
+    (_HERE.logs / f"{ARCHIVE_RULE}.log").as_posix(),  # the archive job's own bookkeeping
+    f"{_HERE.benchmark(ARCHIVE_RULE, 'study').parent.as_posix()}/",
+    (_HERE.accounts / f"job-{ARCHIVE_RULE}-").as_posix())
+"""Paths (relative to scratch; a trailing ``/`` names a folder, ``job-archive-`` every
+account of the archive rule) that are never evidence: see the module docstring."""
+ACCOUNTS_GROUP = "accounts"
+"""The pack of the job accounts that belong to no panel (study-level jobs, Slurm submissions)."""
+_ACCOUNT = re.compile(r"job-[a-z_]+-(?:rep=(?P<rep>[A-Za-z0-9_-]+?)-)?panel=(?P<panel>[A-Za-z0-9_-]+?)"
+                      r"(?:-[a-z_]+=[^/]*)?-\d+-\d+\.json")
+"""A panel job's account (``jobaccount``: ``job-<rule>-<wildcard>=<value>...-<start ms>-<pid>.json``)."""
+_REPLICATE_LOG = re.compile(r"(?P<rep>r\d+)-(?P<panel>[A-Za-z0-9_-]+)\.log")
+"""A replicate panel job's log (``logs/replicates/<rep>-<panel>.log``)."""
+log = logging.getLogger(__name__)
 PACKS = "packs"
 PACK_FORMAT = "pairflow-pack 1"
 RECORD_DIRS = ("records", "scores", "timing")
@@ -93,11 +133,18 @@ REGENERATE = ("Videos are not archived. Each generation record lists its video's
 
 def evidence_files(root: Path) -> list[Path]:
     """Compact evidence under ``root``: regular files with an evidence suffix, no symlinks,
-    no temporary files. Raises ArchiveError for a symlink that leaves ``root``."""
+    no temporary files, nothing under ``NOT_EVIDENCE``. Raises ArchiveError for a symlink
+    that leaves ``root``."""
     root = Path(root).resolve()
     out = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        here = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        here = "" if here == "." else f"{here}/"
+        if here.startswith(NOT_EVIDENCE):
+            dirnames[:] = []
+            continue
+        filenames = [n for n in filenames if not f"{here}{n}".startswith(NOT_EVIDENCE)]
         for name in sorted(filenames) + sorted(d for d in dirnames if Path(dirpath, d).is_symlink()):
             p = Path(dirpath) / name
             if p.is_symlink():
@@ -113,19 +160,37 @@ def evidence_files(root: Path) -> list[Path]:
 
 
 def pack_group(rel: str, panels: set[str]) -> str | None:
-    """The pack a file of the evidence goes to, ``panels/<panel>/<part>``, or None for a
-    study-level file (kept plain). Parts: ``generation`` (the generation records and
-    manifest), ``timing`` (timing records, telemetry, and the panel job's log and
-    benchmark, ``logs/<rule>/<panel>.log``), ``score`` (the rest: score records and
-    manifest, the panel's statistics and tables). The grouping only decides what is
-    shared between snapshots; identity never depends on it."""
+    """The pack a file of the evidence goes to, ``panels/<panel>/<part>`` (a replicate
+    panel's: ``replicates/<rep>/panels/<panel>/<part>``), ``accounts`` for a job account
+    of no panel, or None for a study-level file (kept plain). Parts: ``generation`` (the
+    generation records and manifest), ``timing`` (timing records, telemetry, and the
+    panel jobs' logs, benchmarks and accounts: ``logs/<rule>/<panel>.log``,
+    ``benchmarks/<rule>/<panel>.tsv``, ``accounts/job-<rule>-panel=<panel>-...``),
+    ``score`` (the rest: score records and manifest, the panel's statistics and tables).
+    The grouping only decides what is shared between snapshots; identity never depends
+    on it."""
     parts = rel.split("/")
+    prefix = ""
+    if parts[0] == "replicates" and len(parts) >= 5 and parts[2] == "panels":
+        prefix, parts = f"replicates/{parts[1]}/", parts[2:]
     if parts[0] == "panels" and len(parts) >= 3:
         part = ("generation" if parts[2] in ("records", "generation.json")
                 else "timing" if parts[2] in ("timing", "telemetry") else "score")
-        return f"panels/{parts[1]}/{part}"
-    if parts[0] in ("logs", "benchmarks") and len(parts) == 3 and parts[2].rsplit(".", 1)[0] in panels:
-        return f"panels/{parts[2].rsplit('.', 1)[0]}/timing"
+        return f"{prefix}panels/{parts[1]}/{part}"
+    if prefix or len(parts) < 2:
+        return None
+    if parts[0] in ("logs", "benchmarks") and len(parts) == 3:
+        if parts[2].rsplit(".", 1)[0] in panels:
+            return f"panels/{parts[2].rsplit('.', 1)[0]}/timing"
+        rep = _REPLICATE_LOG.fullmatch(parts[2]) if parts[1] == "replicates" else None
+        if rep and rep["panel"] in panels:
+            return f"replicates/{rep['rep']}/panels/{rep['panel']}/timing"
+    if parts[0] == "accounts" and len(parts) == 2:
+        job = _ACCOUNT.fullmatch(parts[1])
+        if job and job["panel"] in panels:
+            where = f"replicates/{job['rep']}/" if job["rep"] else ""
+            return f"{where}panels/{job['panel']}/timing"
+        return ACCOUNTS_GROUP
     return None
 
 
@@ -134,19 +199,33 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
 
     The snapshot's name is derived from the evidence itself
     (``dest/snapshots/<first 16 hex of the evidence digest>``), so the same evidence
-    always lands in the same place and a changed study (a rerun panel) lands in a new
-    one; ``dest/latest.json`` points at the newest. A panel's files go into three packs
-    under ``dest/packs`` (written only where no intact pack of the same files exists),
-    study-level files are copied plain; every copy is byte-verified and the snapshot
-    gets an ``archive.json`` manifest. Returns that manifest. Raises ArchiveError when an
-    archived name already holds other bytes or a file changes while it is promoted.
+    always lands in the same place (a killed promotion is finished by the next) and a
+    changed study (a rerun panel) lands in a new one; ``dest/latest.json`` points at the
+    newest. A panel's files go into three packs under ``dest/packs`` (written only where
+    no intact pack of the same files exists), study-level files are copied plain; every
+    copy is byte-verified and the snapshot gets an ``archive.json`` manifest. Then what
+    interrupted promotions left is removed (``sweep_interrupted``). Runs under
+    ``dest``'s lock; each step is logged by name (module docstring). Returns the manifest.
+    Raises ArchiveError when an archived name already holds other bytes or a file
+    changes while it is promoted, LockError while another promotion holds ``dest``.
     """
+    with hold(Path(dest), f"promoting {src} to {dest}"):
+        return _promote(Path(src).resolve(), Path(dest), extra)
+
+
+def step(name: str, detail: str = "") -> None:
+    """Log that a promotion reached step ``name`` (module docstring), with ``archive_step``
+    set on the record: the archive rule's log says how far a killed run got."""
+    log.info("archive step %s%s", name, f": {detail}" if detail else "", extra={"archive_step": name})
+
+
+def _promote(src: Path, dest: Path, extra: dict[str, Any] | None) -> Manifest:
     started = time.time()
-    src, dest = Path(src).resolve(), Path(dest)
     files = evidence_files(src)
     digests = {f.relative_to(src).as_posix(): digest_file(f) for f in files}
     snapshot = dest / "snapshots" / snapshot_id(dest, digest_obj(digests).split(":", 1)[1][:16])
     path = snapshot / ARCHIVE_MANIFEST
+    step("hashed", f"{len(digests)} files, snapshot {snapshot.name}")
     legacy = path.is_file() and not {"packs", "packing"} & set(json.loads(path.read_text()))
     tree = Layout(src).panels
     panels = {p.name for p in tree.iterdir() if p.is_dir()} if tree.is_dir() else set()
@@ -171,11 +250,15 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
             shutil.copyfile(src / rel, tmp)
             if digest_file(tmp) != want:
                 raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
+    step("copied", f"{len(loose) - len(chunked)} plain files")
     chunks: dict[str, list[str]] = {}
     if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
         manifest: Manifest = json.loads(path.read_text())
     else:
-        stored = {g: store_pack(dest, g, members, src) for g, members in sorted(groups.items())}
+        stored = {}
+        for g, members in sorted(groups.items()):
+            stored[g] = store_pack(dest, g, members, src)
+            step(f"packed {g}")
         # Only packs not under their root's own name (written again beside a damaged one).
         packing = {g: os.path.relpath(p, snapshot) for g, p in stored.items()
                    if p.name != _pack_name(files_root(groups[g]))}
@@ -192,17 +275,62 @@ def promote(src: Path, dest: Path, extra: dict[str, Any] | None = None) -> Manif
         manifest = cast(Manifest, {**body, "root_digest": digest_obj(body)})
         manifest["packing"] = {"format": PACK_FORMAT, "files": packing,  # type: ignore[typeddict-unknown-key]
                                **({"chunks": chunks, "chunk_packs": chunk_packs} if chunks else {})}
+    step("packed", f"{len(groups)} packs")
     if not path.exists():
         # A killed promotion's half-copies (.tmp-*) are never sealed into the snapshot.
         sweep_temps([Path(d) for d, _, _ in os.walk(snapshot)], older_than=time.time())
         # written last: a snapshot without it is incomplete; a long pack listing is in chunks (load_manifest)
         on_disk = {k: v for k, v in manifest.items() if k != "packs" or PACKS_KEY not in chunks}
         write_manifest(path, cast(Manifest, on_disk))
+    step("sealed", str(snapshot))
+    if os.stat(snapshot).st_mode & 0o222:  # the snapshot's own folder is the last made read-only
         make_read_only(snapshot)
+    step("read-only")
     sweep_temps([dest / PACKS], older_than=started)
     pointer = {"snapshot": snapshot.relative_to(dest).as_posix(), "root_digest": manifest["root_digest"]}
     write_text(dest / "latest.json", json.dumps(pointer, indent=1, sort_keys=True) + "\n")
+    step("latest", pointer["snapshot"])
+    sweep_interrupted(dest)
+    step("swept")
     return manifest
+
+
+def sweep_interrupted(dest: Path) -> list[Path]:
+    """Remove what killed promotions left under ``dest`` (call with ``dest``'s lock held,
+    after a snapshot was sealed): every snapshot without ``archive.json`` that is not
+    retired (an interrupted promotion of evidence that has changed since; the same
+    evidence would have finished it), and every pack that no complete snapshot lists
+    (retired ones included). When any complete snapshot's listing cannot be read, no pack
+    is removed (its packs could not be told apart). Returns what was removed."""
+    snaps = sorted((dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []
+    notes = {p.stem for p in (dest / RETIRED).glob("*.json")} if (dest / RETIRED).is_dir() else set()
+    removed = []
+    for sdir in snaps:
+        if sdir.name not in notes and not (sdir / ARCHIVE_MANIFEST).exists():
+            for dirpath, _dirs, _files in os.walk(sdir):  # an unsealed snapshot is writable, unless odd
+                os.chmod(dirpath, stat.S_IMODE(os.lstat(dirpath).st_mode) | 0o700)
+            shutil.rmtree(sdir)
+            removed.append(sdir)
+    listed: set[Path] = set()
+    for sdir in snaps:
+        if sdir in removed or not (sdir / ARCHIVE_MANIFEST).exists():
+            continue
+        try:
+            manifest = load_manifest(sdir)
+            listed.update(snapshot_files(sdir, manifest)[0].values() if "packs" in manifest else [])
+            listed.update(Path(os.path.normpath(sdir / p))
+                          for p in (manifest.get("packing") or {}).get("chunk_packs", []))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IntegrityError):
+            return removed  # verify names the unreadable snapshot; its packs stay
+    keep = {os.path.normpath(p) for p in listed}
+    for pack in _stored_packs(dest):
+        if os.path.normpath(pack) in keep:
+            continue
+        pack.unlink()
+        removed.append(pack)
+    if removed:
+        log.info("removed what interrupted promotions left: %s", ", ".join(str(p) for p in removed))
+    return removed
 
 
 def _read_checked(path: Path, want: str) -> bytes:
@@ -394,7 +522,8 @@ def verify_archive(dest: Path) -> Any:
             continue
         if not (sdir / ARCHIVE_MANIFEST).is_file():
             report.add("snapshot", sdir, f"incomplete snapshot: no {ARCHIVE_MANIFEST} (promotion was interrupted); "
-                       "rerun the workflow to finish it, or retire it: pairflow archive retire "
+                       "rerun the workflow to finish it (or, if the evidence changed since, remove it), "
+                       "or retire it: pairflow archive retire "
                        f"{sdir.name} --why \"...\"")
             continue
         for line in verify_tree(sdir, cache):
@@ -433,7 +562,7 @@ def verify_archive(dest: Path) -> Any:
         report.add("temp", t, "left by an interrupted write; safe to delete")
     for pack in sorted(set(_stored_packs(dest)) - set(_listed_packs(snaps))):
         report.add("temp", pack, "a pack no snapshot lists (its promotion was interrupted before archive.json); "
-                   "the next promotion of the same files uses it, or delete it")
+                   "the next promotion uses it (the same files) or removes it (rerun the workflow), or delete it")
     return report
 
 

@@ -19,7 +19,8 @@ voucher counts only while its manifest's root digest is the manifest's current o
 the schemas are today's; anything else (no voucher, a rewritten manifest, an edited
 record, a touched video) is checked in full as before. ``healing.drop_memo`` removes the
 vouchers with the memo, so after a failed ``pairflow verify`` the next plan checks and
-re-hashes everything.
+re-hashes everything. Vouchers (and the memo) are caches of this file system, never
+evidence: the archive leaves them out (``evidence.archive.NOT_EVIDENCE``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def schemas_digest() -> str:
 def voucher_path(scratch: Path, manifest_path: Path) -> Path:
     """Where the voucher of ``manifest_path`` (inside ``scratch``) lives."""
     rel = os.path.relpath(manifest_path, scratch).replace(os.sep, "--")
-    return Layout(scratch).checks / "vouched" / f"{rel}"
+    return Layout(scratch).vouchers / f"{rel}"
 
 
 def vouch(scratch: Path, manifest_path: Path, manifest: Mapping[str, Any],
@@ -105,7 +106,7 @@ def vouched(scratch: Path, manifest_path: Path) -> tuple[dict[str, str], dict[st
 
 def drop_vouchers(scratch: Path) -> None:
     """Remove every voucher (with the plan's memo, see ``healing.drop_memo``)."""
-    folder = Layout(scratch).checks / "vouched"
+    folder = Layout(scratch).vouchers
     if folder.is_dir():
         for f in os.listdir(folder):
             (folder / f).unlink(missing_ok=True)

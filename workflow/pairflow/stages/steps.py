@@ -27,6 +27,7 @@ from ..budget.calibrate import calibrate, take_prepared
 from ..budget.estimate import estimate_or_refuse
 from ..errors import ConfigError, IntegrityError
 from ..evidence.archive import promote, verify_tree
+from ..evidence.archive import step as archive_step
 from ..fleet.orphans import watch_ancestors
 from ..fleet.sites import grant_from_env
 from ..fleet.sites.slurm import allocation
@@ -431,9 +432,12 @@ def add_to_ledger(study: StudySpec) -> dict[str, Any]:
 
 
 def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:
-    """Promote the compact evidence under scratch to a snapshot under ``work/<study>``,
+    """Bring the ledger up to date (every job before this one has ended: the ledger
+    sealed is the one later runs keep, the archive rule's own jobs not being billed),
+    promote the compact evidence under scratch to a snapshot under ``work/<study>``,
     verify the snapshot, and record where it went in ``out``. ``configfiles`` are the
     config file(s) the run used; the snapshot's regenerate command names them."""
+    add_to_ledger(study)
     dest = study.work / study.study
     command = ["snakemake", "--configfile", *configfiles, "--forcerun", generation_rule(study)]
     manifest = promote(study.scratch, dest, {"study": study.study, "configfiles": list(configfiles),
@@ -442,8 +446,10 @@ def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config
     problems = verify_tree(dest / pointer["snapshot"])
     if problems:
         raise IntegrityError("archive did not verify:\n" + "\n".join(problems))
+    archive_step("verified")
     write_text(out, json.dumps({"archive": str(dest / pointer["snapshot"]),
                                 "root_digest": manifest["root_digest"]}, indent=1) + "\n")
+    archive_step("archived", str(out))
 
 
 def study_for_rule(sm: Any) -> StudySpec:
