@@ -70,3 +70,86 @@ def test_a_0_1_cell_at_zero_spread_is_tested_not_refused() -> None:
     assert not cell.flat and cell.p(0.0) == 1.0
     _code, detail, _on = verdict(cell, Question("margin", 1, margin=0.5), 0.05, 0.8)
     assert "zero spread" not in detail
+
+
+def _tango_reference(b: int, c: int, n: int, d0: float) -> float:
+    """Tango's score from its definition: the variance of b - c under delta = d0 at the
+    maximum-likelihood p- (found by a bounded numerical search, not the closed form)."""
+    import math
+
+    from scipy.optimize import minimize_scalar
+
+    lo, hi = max(0.0, -d0), (1 - d0) / 2
+
+    def nll(q: float) -> float:
+        return -sum(k * math.log(max(p, 1e-300)) for k, p in ((b, q + d0), (c, q), (n - b - c, 1 - 2 * q - d0)) if k)
+
+    found = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}).x
+    q = min((lo, hi, found), key=nll)
+    return (b - c - n * d0) / math.sqrt(n * (2 * q + d0 * (1 - d0)))
+
+
+def test_the_score_equals_tangos_statistic_at_the_maximum_likelihood_nuisance() -> None:
+    """The closed-form MLE of p- under delta = d0 (the root of Tango's quadratic) gives
+    the same score as maximising the trinomial likelihood numerically, for every outcome
+    of 6 prompts, at nulls of both signs and near 0 (where only ties leave the
+    discriminant below 1: a mutant that floored it at 1 survived, issue 39 item 5)."""
+    n = 6
+    for d0 in (-0.6, -0.2, -0.01, 0.01, 0.3, 0.7):
+        for b in range(n + 1):
+            for c in range(n + 1 - b):
+                got = float(exact.score(np.array([b]), np.array([c]), n, d0)[0])
+                assert got == pytest.approx(_tango_reference(b, c, n, d0), rel=1e-6, abs=1e-6), (b, c, d0)
+
+
+def test_the_observed_outcome_counts_toward_its_own_p_even_at_an_infinite_score() -> None:
+    """Each one-sided p is at least the observed outcome's own null probability (it is
+    "at least as extreme" as itself). Within 1e-13 of delta = -1 or +1 the score's variance
+    vanishes and the score is infinite; the tie with itself must still count there."""
+    from scipy.stats import multinomial
+
+    n = 2
+    for d0 in (-1 + 1e-13, -0.5, 0.0, 0.4, 1 - 1e-13):
+        q = np.linspace(max(0.0, -d0), (1 - d0) / 2, exact.NUISANCE_GRID + 1)  # the test's own nuisance grid
+        probs = np.stack([q + d0, q, 1 - 2 * q - d0], axis=1).clip(0.0, 1.0)
+        for b in range(n + 1):
+            for c in range(n + 1 - b):
+                own = max(float(multinomial.pmf([b, c, n - b - c], n, p / p.sum())) for p in probs)
+                up, down = exact.one_sided(b, c, n, d0)
+                assert up >= own * (1 - 1e-9) and down >= own * (1 - 1e-9), (b, c, d0, up, down, own)
+
+
+def test_at_delta_plus_or_minus_1_the_null_is_one_outcome_and_beyond_it_none() -> None:
+    """delta = 1 means every prompt gained 1: that outcome is the null itself (p 1, the
+    limit of the p as d0 rises to 1), any other is impossible under it (p 0); no delta
+    exceeds 1, so "delta > 1.5" is never shown and "delta < 1.5" always is. Mirrored at -1.
+    (The branch had the two one-sided p swapped: p 0 of the null at its own outcome.)"""
+    n = 4
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            for end in (1.0, -1.0):
+                limit = exact.one_sided(b, c, n, end * (1 - 1e-9))
+                assert exact.one_sided(b, c, n, end) == pytest.approx(limit, abs=1e-6), (b, c, end)
+            assert exact.one_sided(b, c, n, 1.5) == (1.0, 0.0) and exact.one_sided(b, c, n, -1.5) == (0.0, 1.0)
+    assert exact.two_sided(n, 0, n, 1.0) == 1.0 and exact.two_sided(0, n, n, -1.0) == 1.0
+    assert exact.two_sided(n - 1, 0, n, 1.0) == 0.0
+
+
+def test_two_prompts_get_an_exact_interval() -> None:
+    """Two gains of two: under delta = d, p+ = p- + d is largest, (1 + d) / 2, with no ties,
+    so two gains have probability at most ((1 + d) / 2)^2; the 95% interval's lower edge is
+    where that is 2.5%, d = 2 sqrt(0.025) - 1, and its upper edge is 1."""
+    cell = exact.BinaryCell(np.ones(2), signflip_signs(2, 2000, 0))
+    lo, hi, why = cell.interval(0.95)
+    assert why is None and lo == pytest.approx(2 * 0.025 ** 0.5 - 1, abs=1e-9) and hi == 1.0
+    assert cell.p(0.0) == pytest.approx(0.5)  # two gains under no effect: at most (1/2)^2, doubled
+
+
+def test_rejection_rate_is_the_trinomial_probability_of_the_rejected_outcomes() -> None:
+    """A test that always rejects has rate 1 (the trinomial law sums to 1, also with a
+    probability of 0 at either end); one rejecting only (b, c) = (2, 1) of 3 has rate
+    3 p+^2 p-; one that never rejects, 0."""
+    for p_plus, p_minus in ((0.5, 0.25), (0.0, 0.3), (0.3, 0.0), (0.6, 0.4), (0.0, 0.0)):
+        assert exact.rejection_rate(5, p_plus, p_minus, lambda b, c: True) == pytest.approx(1.0, abs=1e-12)
+    assert exact.rejection_rate(3, 0.5, 0.25, lambda b, c: (b, c) == (2, 1)) == pytest.approx(3 * 0.5 ** 2 * 0.25)
+    assert exact.rejection_rate(3, 0.5, 0.25, lambda b, c: False) == 0.0
