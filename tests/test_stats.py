@@ -6,6 +6,7 @@ import copy
 import math
 import random
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -755,3 +756,179 @@ def test_planning_asks_for_non_inferiority_at_the_loss_edge_of_the_metrics_direc
     asked.clear()
     stats._planning(cell, Question("margin", -1, margin=0.1), values, 0.05, S)
     assert asked and all(a == (0.0, 0.1) for a in asked), asked
+
+
+# --- issue 39 item 5: a test for each formula's direction, constant and switch ----------
+
+
+def test_t_procedure_at_zero_spread_and_its_flat_rule_is_the_cells() -> None:
+    """Zero spread: the interval is the point, and p is 1 where the point is 0, else 0.
+    What counts as zero spread is ``Cell.flat``'s rule (SD at most 1e-12 of max(1, |mean|)),
+    so the t-procedure and the cell never disagree on it, just above the threshold too."""
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+    from pairflow.analysis.stats import t_procedure
+
+    lo, hi, p = t_procedure(np.array([[0.3, 0.3, 0.3], [0.0, 0.0, 0.0]]), 0.95)
+    assert list(lo) == list(hi) == [0.3, 0.0] and list(p) == [0.0, 1.0]
+    for x in ([0.0, 1e-12], [0.0, 1.5e-12], [5.0, 5.0 + 8e-12], [5.0, 5.0 + 1e-11], [0.1, 0.3, 0.2]):
+        lo, hi, p = t_procedure(np.array(x), 0.95)
+        flat = Cell(np.array(x), signflip_signs(len(x), 100, 0)).flat
+        assert (float(lo) == float(hi)) == flat, x
+        if not flat:
+            assert float(p) == pytest.approx(ttest_1samp(x, 0.0).pvalue, rel=1e-12), x
+
+
+def test_a_ratio_at_two_prompts_gets_the_t_interval_on_the_log_scale() -> None:
+    """Two prompts are enough for a t-interval (1 degree of freedom): the speedup's and the
+    compute ratio's interval at 2 prompts is scipy's, on the log scale."""
+    from scipy.stats import t as student
+
+    from pairflow.analysis.stats import _ratio_interval
+
+    logr = np.array([0.1, 0.3])
+    half = float(student.ppf(0.975, 1)) * float(logr.std(ddof=1)) / math.sqrt(2)
+    lo, hi, why = _ratio_interval(logr, 0.95, "speedup")
+    assert why is None and lo == pytest.approx(0.2 - half, rel=1e-12) and hi == pytest.approx(0.2 + half, rel=1e-12)
+    assert _ratio_interval(logr[:1], 0.95, "speedup") == (None, None, "speedup: no interval: fewer than 2 prompts")
+
+
+def test_wins_ties_and_losses_partition_the_prompts_at_the_tie_tolerance() -> None:
+    """Every prompt is exactly one of a win, a tie or a loss. A tie is a difference within
+    1e-12 of max(1, the largest |difference|) (inference.quantised's tolerance): at the
+    tolerance itself (1e-12 here) a tie, and on a metric whose differences reach 1500, a
+    difference of 1e-9 (below 1e-12 of 1500) a tie too, not a win."""
+    for diffs, want in (([1e-12, 0.0, 0.0, 0.4, -0.4, 0.2], (2, 3, 1)),
+                        ([1500.0, 1e-9, 0.0, -700.0, 300.0], (2, 2, 1))):
+        m = metric(analyse(*with_metric("q", {"treat": diffs}, base=0.0), ["treat"], S), "q")
+        assert (m["wins"], m["ties"], m["losses"]) == want, diffs
+        lower = metric(analyse(*with_metric("q", {"treat": diffs}, higher_is_better=False, base=0.0), ["treat"], S),
+                       "q")
+        assert (lower["wins"], lower["ties"], lower["losses"]) == want[::-1], diffs
+
+
+def test_quantised_diagnostic_reads_half_the_prompts_on_one_value_from_3_prompts() -> None:
+    """Half the prompts or more on one value is quantised: 3 of 6 are, 2 of 6 are not;
+    at 3 prompts 2 on one value already are. At 2 prompts one value each is never said to
+    be half (it would be true of every 2-prompt cell)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+    from pairflow.analysis.stats import diagnostics
+
+    def said(x: list[float]) -> bool:
+        return any(d.startswith("quantised") for d in diagnostics(Cell(np.array(x), signflip_signs(len(x), 100, 0))))
+
+    assert said([0.1, 0.1, 0.1, 0.4, 0.5, 0.6]) and not said([0.1, 0.1, 0.3, 0.4, 0.5, 0.6])
+    assert said([0.1, 0.1, 0.5]) and not said([0.1, 0.5])
+
+
+def test_the_small_n_note_covers_every_prompt_count_where_the_sign_flip_decides() -> None:
+    """Up to 5 prompts (``SIGNFLIP_ALWAYS_UP_TO``) the sign-flip test decides; at 5 its
+    smallest p is 2 / 2^5 = 0.0625, above 0.05, so 5 prompts get the note; 6 (0.031) do not,
+    and 5 do not at a 90% level (0.0625 < 0.1)."""
+    from pairflow.analysis.stats import _small_n_notes
+
+    def notes(n: int, level: float) -> list[str]:
+        return _small_n_notes([{"metric": "q", "n_prompts": n}], level)  # type: ignore[list-item]
+
+    assert len(notes(5, 0.95)) == 1 and "smallest attainable p = 0.0625" in notes(5, 0.95)[0]
+    assert notes(6, 0.95) == [] and notes(5, 0.90) == []
+
+
+def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
+    """With spread, the compute ratio's interval is exp of the t-interval of the per-prompt
+    log ratios. Records that lack counts give no ratio (None), never an error: a control
+    record without compute among counted ones, FLOPs not recorded (an older record), or a
+    count of 0 FLOPs on either arm (nothing to divide). A block or attention count a record
+    does not carry adds 0 to the totals."""
+    from scipy.stats import t as student
+
+    gen, scores, timings = records(prompts=4, seeds=1)
+    ratios = {"p00": 0.5, "p01": 0.6, "p02": 0.4, "p03": 0.55}
+    base = with_compute(gen, 1.0, ["overrides"])
+    spread = copy.deepcopy(base)
+    for r in spread:
+        if r["arm"]["name"] == "treat":
+            r["compute"]["work_flops"] = 1e9 * ratios[r["candidate"]["prompt_id"]]
+    c = analyse(spread, scores, timings, ["treat"], S)["comparisons"][0]["compute"]
+    logr = np.log(list(ratios.values()))
+    half = float(student.ppf(0.975, 3)) * float(logr.std(ddof=1)) / 2
+    assert c["ratio"] == pytest.approx(math.exp(logr.mean()), rel=1e-12) and c["ci_note"] is None
+    assert c["ci"] == pytest.approx([math.exp(logr.mean() - half), math.exp(logr.mean() + half)], rel=1e-12)
+
+    def compute_of(change: Callable[[dict], None]) -> dict | None:
+        gen2 = copy.deepcopy(base)
+        for r in gen2:
+            change(r)
+        return analyse(gen2, scores, timings, ["treat"], S)["comparisons"][0]["compute"]
+
+    def one_control_uncounted(r: dict) -> None:
+        if r["arm"]["name"] == "control" and r["candidate"]["prompt_id"] == "p02":
+            r["compute"] = {}
+
+    assert compute_of(one_control_uncounted) is None
+    assert compute_of(lambda r: r["compute"].pop("work_flops")) is None
+    assert compute_of(lambda r: r["compute"].update(work_flops=0) if r["arm"]["name"] == "treat" else None) is None
+    partial = compute_of(lambda r: [r["compute"].pop(k) for k in ("attention_computed", "attention_skipped",
+                                                                   "generations")])
+    assert partial is not None and partial["blocks_computed"] == 4 * 8 and partial["control_blocks_computed"] == 4 * 8
+    assert (partial["attention_computed"], partial["attention_skipped"], partial["generations"]) == (0, 0, 0)
+
+
+def test_sequential_timing_gives_steins_interval_when_the_whole_pilot_is_in_view() -> None:
+    """``timing.pairs: auto``: every timed record carries the design; with all its pilot
+    prompts here, the speedup's half-width on the log scale is the wider of Stein's (the
+    pilot's SD, its degrees of freedom, over all timed prompts) and the t-interval's. A
+    record without the design makes it a fixed design."""
+    from scipy.stats import t as student
+
+    from pairflow.analysis import sequential
+
+    gen, scores, timings = records(ratio=2.0, prompts=6, seeds=1)
+    for i, t in enumerate(timings):
+        pid = t["candidate"]["prompt_id"]
+        if t["arm"]["name"] == "treat":
+            t["timing"]["latency_s"] *= 1 + 0.02 * ((i % 5) - 2)
+        t["timing"]["sequential"] = {"design": sequential.DESIGN, "pilot": pid in ("p00", "p01", "p02"),
+                                     "pilot_prompts": 3, "precision": 0.05, "max_prompts": 6, "level": 0.95}
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    design = comp["latency"]["design"]
+    lat = {(t["candidate"]["prompt_id"], t["arm"]["name"]): t["timing"]["latency_s"] for t in timings}
+    logr = np.array([math.log(lat[(f"p{p:02d}", "control")] / lat[(f"p{p:02d}", "treat")]) for p in range(6)])
+    stein = float(student.ppf(0.975, 2)) * float(logr[:3].std(ddof=1)) / math.sqrt(6)
+    t_half = float(student.ppf(0.975, 5)) * float(logr.std(ddof=1)) / math.sqrt(6)
+    assert design["design"] == sequential.DESIGN and design["half_width"] == pytest.approx(stein, rel=1e-9)
+    half = max(stein, t_half)
+    assert comp["speedup"]["ci"] == pytest.approx([math.exp(logr.mean() - half), math.exp(logr.mean() + half)],
+                                                  rel=1e-9)
+    assert any("sequential timing" in n for n in comp["notes"])
+    del timings[0]["timing"]["sequential"]
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["design"]["design"] == "fixed"
+
+
+def test_latency_reports_the_repeats_per_candidate() -> None:
+    """Three timed repeats per candidate (``timing_record``) read as [3]; five on one arm as [3, 5]."""
+    gen, scores, timings = records(prompts=3, seeds=1)
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["repeats"] == [3]
+    for t in timings:
+        if t["arm"]["name"] == "treat":
+            t["timing"]["seconds"] = [t["timing"]["latency_s"]] * 5
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["repeats"] == [3, 5]
+
+
+def test_noise_flags_read_the_interval_against_the_floor() -> None:
+    """Inside +-floor on both ends: within the noise floor; wholly beyond it on either side:
+    beyond; one end inside and one outside: it overlaps. No floor or no interval: silent."""
+    from pairflow.analysis.stats import noise_flags
+
+    def flag(lo: float | None, hi: float | None, metric_name: str = "q") -> list[str]:
+        stats = {"comparisons": [{"treatment": "t", "metrics": [{"metric": metric_name, "diff": 0.0,
+                                                                  "ci": [lo, hi]}]}]}
+        return noise_flags(stats, {"q": {"max_range": 1.0}})  # type: ignore[arg-type]
+
+    assert flag(-0.5, 0.8)[0].endswith("within the noise floor (indistinguishable from a rerun)")
+    assert flag(1.2, 3.0)[0].endswith(": beyond the noise floor") and flag(-3.0, -1.5)[0].endswith(
+        ": beyond the noise floor")
+    assert flag(-0.5, 2.0)[0].endswith("interval overlaps the noise floor")
+    assert flag(-2.0, 0.5)[0].endswith("interval overlaps the noise floor")
+    assert flag(None, None) == [] and flag(-0.5, 0.5, "other") == []

@@ -458,7 +458,8 @@ def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: S
     """Compute ratio (treatment FLOPs / control FLOPs; FLOPs = transformer work plus any
     search verifier's) as a geometric mean over prompts of the per-prompt geometric mean
     over seeds, with the t-interval on the log scale (as the speedup), and the counted
-    block and attention forwards. None when the records carry no compute counts. Raises
+    block and attention forwards (a count a record lacks adds 0). None when a record of
+    either arm carries no compute counts, or no FLOPs (absent or 0: nothing to divide). Raises
     PairingError when a pair's arms started from latents of different shapes (their noise
     was not shared)."""
     counted = {a: {k: gen[a][k]["compute"] for k in keys} for a in ("control", treatment)}
@@ -474,7 +475,7 @@ def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: S
                                "latent layout")
     work = {a: {k: float(_counts(v).get("work_flops", 0.0)) for k, v in counted[a].items()}
             for a in ("control", treatment)}
-    if any(v <= 0 for v in work["control"].values()):
+    if any(v <= 0 for arm in work.values() for v in arm.values()):  # uncounted (or absent) on a pair: no ratio
         return None
     log_ratio = _per_prompt({k: math.log(work[treatment][k] / work["control"][k]) for k in keys})
     lo, hi, why = _ratio_interval(log_ratio, s.level, "compute ratio")
