@@ -132,7 +132,7 @@ def test_at_delta_plus_or_minus_1_the_null_is_one_outcome_and_beyond_it_none() -
                 assert exact.one_sided(b, c, n, end) == pytest.approx(limit, abs=1e-6), (b, c, end)
             assert exact.one_sided(b, c, n, 1.5) == (1.0, 0.0) and exact.one_sided(b, c, n, -1.5) == (0.0, 1.0)
     assert exact.two_sided(n, 0, n, 1.0) == 1.0 and exact.two_sided(0, n, n, -1.0) == 1.0
-    assert exact.two_sided(n - 1, 0, n, 1.0) == 0.0
+    assert exact.two_sided(n - 1, 0, n, 1.0) == 0.0 and exact.two_sided(0, n - 1, n, -1.0) == 0.0  # impossible: 0
 
 
 def test_two_prompts_get_an_exact_interval() -> None:
