@@ -66,7 +66,7 @@ def score(b: np.ndarray, c: np.ndarray, n: int, d0: float) -> np.ndarray:
 def one_sided(b: int, c: int, n: int, d0: float) -> tuple[float, float]:
     """(p of delta > d0, p of delta < d0): the largest null probability, over the
     nuisance p-, of a score at least (at most) the observed one."""
-    if d0 >= 1 or d0 <= -1:
+    if d0 <= -1 or d0 >= 1:
         # At +1 (-1) the null is one outcome, every prompt +1 (-1): it and nothing else is
         # "at least as extreme" both ways; beyond, no delta lies on the far side (p 1) and every
         # one on the near side (p 0). The limits of the p as d0 nears the end.
