@@ -153,3 +153,10 @@ def test_rejection_rate_is_the_trinomial_probability_of_the_rejected_outcomes() 
         assert exact.rejection_rate(5, p_plus, p_minus, lambda b, c: True) == pytest.approx(1.0, abs=1e-12)
     assert exact.rejection_rate(3, 0.5, 0.25, lambda b, c: (b, c) == (2, 1)) == pytest.approx(3 * 0.5 ** 2 * 0.25)
     assert exact.rejection_rate(3, 0.5, 0.25, lambda b, c: False) == 0.0
+
+
+def test_mcnemar_exact_is_the_binomial_on_the_discordant_prompts() -> None:
+    """5 gains and 2 losses: two-sided binomial p of 5 of 7 at 1/2, 2 (1 + 7 + 21) / 2^7
+    = 0.453125, the same for 2 gains and 5 losses; the ties (b = c) give 1."""
+    assert exact.mcnemar_exact(5, 2) == pytest.approx(58 / 128) and exact.mcnemar_exact(2, 5) == pytest.approx(58 / 128)
+    assert exact.mcnemar_exact(3, 3) == 1.0

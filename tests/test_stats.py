@@ -878,15 +878,24 @@ def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
 def test_sequential_timing_gives_steins_interval_when_the_whole_pilot_is_in_view() -> None:
     """``timing.pairs: auto``: every timed record carries the design; with all its pilot
     prompts here, the speedup's half-width on the log scale is the wider of Stein's (the
-    pilot's SD, its degrees of freedom, over all timed prompts) and the t-interval's. A
-    record without the design makes it a fixed design."""
+    pilot's SD, its degrees of freedom, over all timed prompts) and the t-interval's; a
+    view holding only part of the pilot (a panel of a study-wide design) keeps the
+    t-interval and says so. A record without the design makes it a fixed design."""
     from scipy.stats import t as student
 
     from pairflow.analysis import sequential
 
-    gen, scores, timings = records(ratio=2.0, prompts=6, seeds=1)
+    gen, scores, timings = records(ratio=2.0, prompts=7, seeds=1)
+    by_id = {(g["candidate"]["prompt_id"], g["arm"]["name"]): g for g in gen}
+    timings = [t if t["candidate"]["prompt_id"] != "p06" else timing_record(by_id[("p06", t["arm"]["name"])], None)
+               for t in timings]  # the design stopped before prompt p06: not timed
+    for t in timings:
+        if t["candidate"]["prompt_id"] == "p06" and t["arm"]["name"] == "treat":
+            t["timing"]["stopped"] = "precision"
     for i, t in enumerate(timings):
         pid = t["candidate"]["prompt_id"]
+        if pid == "p06":
+            continue
         if t["arm"]["name"] == "treat":
             t["timing"]["latency_s"] *= 1 + 0.02 * ((i % 5) - 2)
         t["timing"]["sequential"] = {"design": sequential.DESIGN, "pilot": pid in ("p00", "p01", "p02"),
@@ -898,10 +907,19 @@ def test_sequential_timing_gives_steins_interval_when_the_whole_pilot_is_in_view
     stein = float(student.ppf(0.975, 2)) * float(logr[:3].std(ddof=1)) / math.sqrt(6)
     t_half = float(student.ppf(0.975, 5)) * float(logr.std(ddof=1)) / math.sqrt(6)
     assert design["design"] == sequential.DESIGN and design["half_width"] == pytest.approx(stein, rel=1e-9)
+    assert design["stopped"] == ["precision"] and comp["latency"]["timed_prompts"] == 6
     half = max(stein, t_half)
     assert comp["speedup"]["ci"] == pytest.approx([math.exp(logr.mean() - half), math.exp(logr.mean() + half)],
                                                   rel=1e-9)
     assert any("sequential timing" in n for n in comp["notes"])
+    for t in timings:  # a panel's view of a study-wide design whose pilot had 4 prompts: 3 of them here
+        if "sequential" in t["timing"]:
+            t["timing"]["sequential"]["pilot_prompts"] = 4
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    assert comp["latency"]["design"]["half_width"] is None
+    assert comp["speedup"]["ci"] == pytest.approx([math.exp(logr.mean() - t_half), math.exp(logr.mean() + t_half)],
+                                                  rel=1e-9)
+    assert any("this view holds 3 of its 4 pilot prompts" in n for n in comp["notes"])
     del timings[0]["timing"]["sequential"]
     assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["design"]["design"] == "fixed"
 
