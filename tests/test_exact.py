@@ -160,3 +160,24 @@ def test_mcnemar_exact_is_the_binomial_on_the_discordant_prompts() -> None:
     = 0.453125, the same for 2 gains and 5 losses; the ties (b = c) give 1."""
     assert exact.mcnemar_exact(5, 2) == pytest.approx(58 / 128) and exact.mcnemar_exact(2, 5) == pytest.approx(58 / 128)
     assert exact.mcnemar_exact(3, 3) == 1.0
+
+
+def test_the_p_is_the_supremum_over_the_documented_nuisance_grid() -> None:
+    """Each one-sided p is the largest, over p- on 201 equally spaced points from its
+    smallest to its largest value under the null (``NUISANCE_GRID`` = 200 steps, both ends
+    included), of the trinomial probability of a score at least (at most) the observed
+    one, here summed by scipy's multinomial law. The cases chosen have their supremum
+    inside the range, where another grid moves the p (by about 4e-5 of it)."""
+    from scipy.stats import multinomial
+
+    n = 7
+    ob, oc = (a.ravel() for a in np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij"))
+    ob, oc = ob[ob + oc <= n], oc[ob + oc <= n]
+    outcomes = np.stack([ob, oc, n - ob - oc], axis=1)
+    for b, c, d0 in ((6, 0, 0.0), (0, 6, 0.0), (0, 5, -0.2), (6, 0, -0.2)):
+        z, z_obs = exact.score(ob, oc, n, d0), float(exact.score(np.array([b]), np.array([c]), n, d0)[0])
+        up = down = 0.0
+        for q in np.linspace(max(0.0, -d0), (1 - d0) / 2, 201):
+            pmf = multinomial.pmf(outcomes, n, np.clip([q + d0, q, 1 - 2 * q - d0], 0.0, 1.0))
+            up, down = max(up, float(pmf[z >= z_obs].sum())), max(down, float(pmf[z <= z_obs].sum()))
+        assert exact.one_sided(b, c, n, d0) == pytest.approx((min(1.0, up), min(1.0, down)), rel=1e-9), (b, c, d0)

@@ -7,8 +7,8 @@ the test orders the outcomes (b prompts +1, c prompts -1 of n) by Tango's (1998)
 statistic, ``(b - c - n d0) / sqrt(n (2 q + d0 (1 - d0)))`` with q the maximum-likelihood
 p- under delta = d0 (McNemar's z at d0 = 0), and its one-sided p is the largest
 probability of an outcome at least as extreme over every p- the null allows (an exact
-unconditional test, Suissa and Shuster 1991; the supremum over a grid of ``NUISANCE_GRID``
-values and the ends): exact at any n, no symmetry assumed, and defined at zero spread,
+unconditional test, Suissa and Shuster 1991; the supremum over ``NUISANCE_GRID`` equal
+steps of p-, both ends included): exact at any n, no symmetry assumed, and defined at zero spread,
 where the sign-flip test is not (seven prompts all 0 against 0 do not show a mean above
 -0.2: a loss of 1 on one prompt in five leaves them all 0 with probability 0.21). The
 two-sided p is twice the smaller one-sided p; the interval is every d0 it accepts.
@@ -27,7 +27,8 @@ import numpy as np
 from .inference import Cell
 
 NUISANCE_GRID = 200
-"""Grid points over the nuisance p- (plus its ends) for the supremum."""
+"""Equal steps over the nuisance p-, from its smallest to its largest value under the null
+(NUISANCE_GRID + 1 points, both ends included), for the supremum."""
 PROCEDURE = ("exact unconditional test of paired proportions (Tango's score statistic, supremum over the nuisance "
              "probability; Suissa and Shuster 1991), inverted into the interval")
 
