@@ -181,3 +181,14 @@ def test_the_p_is_the_supremum_over_the_documented_nuisance_grid() -> None:
             pmf = multinomial.pmf(outcomes, n, np.clip([q + d0, q, 1 - 2 * q - d0], 0.0, 1.0))
             up, down = max(up, float(pmf[z >= z_obs].sum())), max(down, float(pmf[z <= z_obs].sum()))
         assert exact.one_sided(b, c, n, d0) == pytest.approx((min(1.0, up), min(1.0, down)), rel=1e-9), (b, c, d0)
+
+
+def test_outcomes_whose_scores_tie_exactly_are_equally_extreme() -> None:
+    """Tied scores are ties even where floating point rounds them apart: at delta = -0.2 of
+    5 prompts, (1 gain, 4 losses) and (0, 2) have the same score (equal to 60 digits in
+    exact decimal arithmetic; the floats differ by 1e-15), and at -0.25 of 6 prompts so do
+    (2, 1) and six ties (sqrt 2). Each one's p counts the other, so their p are equal."""
+    for (first, second), n, d0 in ((((1, 4), (0, 2)), 5, -0.2), (((2, 1), (0, 0)), 6, -0.25)):
+        z = exact.score(np.array([first[0], second[0]]), np.array([first[1], second[1]]), n, d0)
+        assert z[0] != z[1] and z[0] == pytest.approx(z[1], rel=1e-14)  # the rounding this is about
+        assert exact.one_sided(*first, n, d0) == exact.one_sided(*second, n, d0)
