@@ -950,3 +950,11 @@ def test_noise_flags_read_the_interval_against_the_floor() -> None:
     assert flag(-0.5, 2.0)[0].endswith("interval overlaps the noise floor")
     assert flag(-2.0, 0.5)[0].endswith("interval overlaps the noise floor")
     assert flag(None, None) == [] and flag(-0.5, 0.5, "other") == []
+
+
+def test_two_prompts_state_their_hypothesis_and_one_does_not() -> None:
+    """From 2 prompts a cell is tested, so it states what it tests; 1 prompt is not tested."""
+    spec = StatsSpec(2000, 0.95, 0, margins={"q": 0.2})
+    assert metric(analyse(*with_metric("q", {"treat": [0.1, 0.3]}), ["treat"], spec), "q")["hypothesis"] == (
+        "loss = margin 0.2 (non-inferiority)")
+    assert metric(analyse(*with_metric("q", {"treat": [0.1]}), ["treat"], spec), "q")["hypothesis"] is None
