@@ -67,24 +67,19 @@ def score(b: np.ndarray, c: np.ndarray, n: int, d0: float) -> np.ndarray:
 def one_sided(b: int, c: int, n: int, d0: float) -> tuple[float, float]:
     """(p of delta > d0, p of delta < d0): the largest null probability, over the
     nuisance p-, of a score at least (at most) the observed one."""
-    if d0 <= -1 or d0 >= 1:
-        # At +1 (-1) the null is one outcome, every prompt +1 (-1): it and nothing else is
-        # "at least as extreme" both ways; beyond, no delta lies on the far side (p 1) and every
-        # one on the near side (p 0). The limits of the p as d0 nears the end.
-        top = b == n if d0 > 0 else c == n
-        if abs(d0) == 1:
-            return (1.0, float(top)) if d0 > 0 else (float(top), 1.0)
-        return (1.0, 0.0) if d0 > 0 else (0.0, 1.0)
+    if d0 < -1 or d0 > 1:  # no delta lies beyond -1 or 1: every one is on the near side
+        return (1.0, 0.0) if d0 > 1 else (0.0, 1.0)
     ob, oc, logc = _outcomes(n)
     z = score(ob, oc, n, d0)
     z_obs = float(score(np.array([b]), np.array([c]), n, d0)[0])
     lo, hi = max(0.0, -d0), (1 - d0) / 2
     q = np.linspace(lo, hi, NUISANCE_GRID + 1)[:, None]
-    plus, zero = q + d0, 1 - 2 * q - d0
+    plus, zero = np.maximum(q + d0, 0.0), np.maximum(1 - 2 * q - d0, 0.0)  # >= 0 (rounding at the ends)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logp = (logc + np.where(ob > 0, ob * np.log(np.maximum(plus, 1e-300)), 0.0)
-                + np.where(oc > 0, oc * np.log(np.maximum(q, 1e-300)), 0.0)
-                + np.where(n - ob - oc > 0, (n - ob - oc) * np.log(np.maximum(zero, 1e-300)), 0.0))
+        # A probability of 0 has log -inf: an outcome that needs it has probability exactly 0 (at
+        # delta = +-1 the null is the one outcome every prompt +1 or -1); a count of 0 adds 0.
+        logp = (logc + np.where(ob > 0, ob * np.log(plus), 0.0) + np.where(oc > 0, oc * np.log(q), 0.0)
+                + np.where(n - ob - oc > 0, (n - ob - oc) * np.log(zero), 0.0))
     prob = np.exp(logp)
     tol = 1e-9 * max(1.0, abs(z_obs)) if math.isfinite(z_obs) else 0.0
     upper = float(np.max(prob[:, z >= z_obs - tol].sum(axis=1)))
