@@ -167,14 +167,16 @@ def test_the_p_is_the_supremum_over_the_documented_nuisance_grid() -> None:
     smallest to its largest value under the null (``NUISANCE_GRID`` = 200 steps, both ends
     included), of the trinomial probability of a score at least (at most) the observed
     one, here summed by scipy's multinomial law. The cases chosen have their supremum
-    inside the range, where another grid moves the p (by about 4e-5 of it)."""
+    inside the range, where another grid moves the p (by about 4e-5 of it), or a null
+    (0.1, 0.2) at which the tie probability 1 - 2 p- - delta at the range's end rounds
+    below 0 (-3e-17, -6e-17): a probability still, 0, never a NaN."""
     from scipy.stats import multinomial
 
     n = 7
     ob, oc = (a.ravel() for a in np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij"))
     ob, oc = ob[ob + oc <= n], oc[ob + oc <= n]
     outcomes = np.stack([ob, oc, n - ob - oc], axis=1)
-    for b, c, d0 in ((6, 0, 0.0), (0, 6, 0.0), (0, 5, -0.2), (6, 0, -0.2)):
+    for b, c, d0 in ((6, 0, 0.0), (0, 6, 0.0), (0, 5, -0.2), (6, 0, -0.2), (0, 5, 0.2), (1, 0, 0.1)):
         z, z_obs = exact.score(ob, oc, n, d0), float(exact.score(np.array([b]), np.array([c]), n, d0)[0])
         up = down = 0.0
         for q in np.linspace(max(0.0, -d0), (1 - d0) / 2, 201):
