@@ -74,7 +74,8 @@ def one_sided(b: int, c: int, n: int, d0: float) -> tuple[float, float]:
     z_obs = float(score(np.array([b]), np.array([c]), n, d0)[0])
     lo, hi = max(0.0, -d0), (1 - d0) / 2
     q = np.linspace(lo, hi, NUISANCE_GRID + 1)[:, None]
-    plus, zero = np.maximum(q + d0, 0.0), np.maximum(1 - 2 * q - d0, 0.0)  # >= 0 (rounding at the ends)
+    # p+ = q + d0 is exactly 0 at q = -d0, the first point; p0 at the last point can round below 0.
+    plus, zero = q + d0, np.maximum(1 - 2 * q - d0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         # A probability of 0 has log -inf: an outcome that needs it has probability exactly 0 (at
         # delta = +-1 the null is the one outcome every prompt +1 or -1); a count of 0 adds 0.
