@@ -936,7 +936,8 @@ def test_latency_reports_the_repeats_per_candidate() -> None:
 
 def test_noise_flags_read_the_interval_against_the_floor() -> None:
     """Inside +-floor on both ends: within the noise floor; wholly beyond it on either side:
-    beyond; one end inside and one outside: it overlaps. No floor or no interval: silent."""
+    beyond; one end inside and one outside: it overlaps (the interval and the floor are
+    closed: touching is inside). No floor or no interval: silent."""
     from pairflow.analysis.stats import noise_flags
 
     def flag(lo: float | None, hi: float | None, metric_name: str = "q") -> list[str]:
@@ -949,6 +950,10 @@ def test_noise_flags_read_the_interval_against_the_floor() -> None:
         ": beyond the noise floor")
     assert flag(-0.5, 2.0)[0].endswith("interval overlaps the noise floor")
     assert flag(-2.0, 0.5)[0].endswith("interval overlaps the noise floor")
+    # the ends are closed: an interval reaching the floor exactly holds it
+    assert flag(-1.0, 1.0)[0].endswith("within the noise floor (indistinguishable from a rerun)")
+    assert flag(1.0, 3.0)[0].endswith("interval overlaps the noise floor")
+    assert flag(-3.0, -1.0)[0].endswith("interval overlaps the noise floor")
     assert flag(None, None) == [] and flag(-0.5, 0.5, "other") == []
 
 
