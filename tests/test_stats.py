@@ -833,6 +833,8 @@ def test_the_small_n_note_covers_every_prompt_count_where_the_sign_flip_decides(
 
     assert len(notes(5, 0.95)) == 1 and "smallest attainable p = 0.0625" in notes(5, 0.95)[0]
     assert notes(6, 0.95) == [] and notes(5, 0.90) == []
+    assert "n=2 prompts" in notes(2, 0.95)[0] and "smallest attainable p = 0.5" in notes(2, 0.95)[0]
+    assert notes(1, 0.95) == ["n=1 prompt (q): no interval and no test; add prompts"]
 
 
 def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
@@ -963,3 +965,16 @@ def test_two_prompts_state_their_hypothesis_and_one_does_not() -> None:
     assert metric(analyse(*with_metric("q", {"treat": [0.1, 0.3]}), ["treat"], spec), "q")["hypothesis"] == (
         "loss = margin 0.2 (non-inferiority)")
     assert metric(analyse(*with_metric("q", {"treat": [0.1]}), ["treat"], spec), "q")["hypothesis"] is None
+
+
+def test_effect_sizes_are_relative_to_the_control_and_standardised_from_the_question() -> None:
+    """The relative effect is the difference over |control mean| (a negative control mean
+    keeps the difference's sign); the standardised effect is (mean - reference) / SD, the
+    reference 0 for a difference and the floor for a fidelity metric read against one."""
+    m = metric(analyse(*with_metric("q", {"treat": DIFFS}, base=-2.0), ["treat"], S), "q")
+    assert m["control_mean"] == -2.0 and m["relative_effect"] == pytest.approx(m["diff"] / 2.0, rel=1e-12)
+    assert m["standardised_effect"] == pytest.approx(m["diff"] / float(np.std(DIFFS, ddof=1)), rel=1e-9)
+    gen, scores, timings = records(prompts=8, seeds=1)
+    fr = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 29.0})), "psnr")
+    assert fr["standardised_effect"] == pytest.approx((fr["treatment_mean"] - 29.0) / fr["sd_prompt"], rel=1e-12)
+    assert fr["relative_effect"] is None and fr["diff"] is None
