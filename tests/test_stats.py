@@ -978,3 +978,24 @@ def test_effect_sizes_are_relative_to_the_control_and_standardised_from_the_ques
     fr = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 29.0})), "psnr")
     assert fr["standardised_effect"] == pytest.approx((fr["treatment_mean"] - 29.0) / fr["sd_prompt"], rel=1e-12)
     assert fr["relative_effect"] is None and fr["diff"] is None
+
+
+def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> None:
+    """A claim needs every test it rests on: its printed p is their largest. The cell's own
+    question keeps its family-adjusted p; a second value read from the same interval (0
+    for "superior") is tested outside the family at the cell's level, its raw p scaled to
+    it: min(1, p * alpha / alpha_cell), here x2 for a cell at 0.025 in a family at 0.05.
+    An untested cell (zero spread) names no test at all."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs
+    from pairflow.analysis.stats import _p_verdict
+
+    cell = Cell(np.array(DIFFS), signflip_signs(len(DIFFS), S.resamples, S.seed))
+    q = Question("margin", 1, margin=0.2)
+    raw0 = cell.p(0.0)
+    assert raw0 is not None and 0.0005 < raw0 < 0.5
+    assert _p_verdict(cell, q, [q.null, 0.0], 0.001, 0.025, 0.05) == (pytest.approx(2 * raw0, rel=1e-12),
+                                                                        "difference from 0", False)
+    assert _p_verdict(cell, q, [q.null, 0.0], 0.9, 0.025, 0.05) == (0.9, "non-inferiority (loss = margin 0.2)", True)
+    assert _p_verdict(cell, q, [q.null], 0.001, 0.025, 0.05) == (0.001, "non-inferiority (loss = margin 0.2)", True)
+    flat = Cell(np.full(6, 0.3), signflip_signs(6, S.resamples, S.seed))
+    assert _p_verdict(flat, q, [q.null], None, 0.05, 0.05) == (None, None, None)
