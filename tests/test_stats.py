@@ -999,3 +999,16 @@ def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> Non
     assert _p_verdict(cell, q, [q.null], 0.001, 0.025, 0.05) == (0.001, "non-inferiority (loss = margin 0.2)", True)
     flat = Cell(np.full(6, 0.3), signflip_signs(6, S.resamples, S.seed))
     assert _p_verdict(flat, q, [q.null], None, 0.05, 0.05) == (None, None, None)
+
+
+def test_each_test_a_verdict_rests_on_is_named_in_its_questions_words() -> None:
+    from pairflow.analysis.inference import Question
+    from pairflow.analysis.stats import _test_name
+
+    margin = Question("margin", 1, margin=0.2)
+    assert [_test_name(margin, mu) for mu in (margin.null, 0.0, 0.2)] == [
+        "non-inferiority (loss = margin 0.2)", "difference from 0", "equivalence's upper edge (gain = margin 0.2)"]
+    assert _test_name(Question("margin", -1, margin=0.2), 0.2) == "non-inferiority (loss = margin 0.2)"  # lower is better
+    assert _test_name(Question("difference", 1), 0.0) == "difference from 0"
+    floor = Question("floor", 1, floor=30.0)
+    assert _test_name(floor, floor.null) == "floor (mean value = 30)"
