@@ -1012,3 +1012,19 @@ def test_each_test_a_verdict_rests_on_is_named_in_its_questions_words() -> None:
     assert _test_name(Question("difference", 1), 0.0) == "difference from 0"
     floor = Question("floor", 1, floor=30.0)
     assert _test_name(floor, floor.null) == "floor (mean value = 30)"
+
+
+def test_an_untested_cell_keeps_its_interval_at_the_studys_level() -> None:
+    """A fidelity metric without a floor asks no question: it is not in the family, and
+    its interval is at the study's level (95%), the cell's own; the word says how to get a
+    verdict."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    gen, scores, timings = records(prompts=8, seeds=1)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "psnr")
+    x = np.array([r["scores"]["psnr"]["value"] for r in sorted(
+        (r for r in scores if r["arm"]["name"] == "treat"), key=lambda r: r["candidate"]["prompt_id"])])
+    lo, hi, _why = Cell(x, signflip_signs(8, S.resamples, S.seed)).interval(0.95)
+    assert m["ci_level"] == 0.95 and m["ci"] == [pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12)]
+    assert m["p_adjusted"] is None and m["verdict"] is None
+    assert m["verdict_detail"] == "value only; declare a floor under stats/floors for a verdict"
