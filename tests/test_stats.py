@@ -1028,3 +1028,21 @@ def test_an_untested_cell_keeps_its_interval_at_the_studys_level() -> None:
     assert m["ci_level"] == 0.95 and m["ci"] == [pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12)]
     assert m["p_adjusted"] is None and m["verdict"] is None
     assert m["verdict_detail"] == "value only; declare a floor under stats/floors for a verdict"
+
+
+def test_latency_counts_noisy_pairs_and_takes_medians_over_the_timed_pairs() -> None:
+    """A pair counts as noisy when either arm's repeats vary more than timing/max_cv (said
+    in a note); the CV and latency medians are over the timed pairs, per arm."""
+    gen, scores, timings = records(prompts=5, seeds=1)
+    for i, t in enumerate(timings):
+        t["timing"]["cv"] = 0.01 * (i + 1)
+        if i == 3:
+            t["timing"]["over_max_cv"] = True
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    lat = comp["latency"]
+    by_arm = {a: [t["timing"] for t in timings if t["arm"]["name"] == a] for a in ("control", "treat")}
+    assert lat["pairs_over_max_cv"] == 1 and any("1 of 5 timed pair(s) vary between repeats" in n for n in comp["notes"])
+    assert lat["control_cv_median"] == pytest.approx(float(np.median([t["cv"] for t in by_arm["control"]])))
+    assert lat["treatment_cv_median"] == pytest.approx(float(np.median([t["cv"] for t in by_arm["treat"]])))
+    assert lat["treatment_median_s"] == pytest.approx(float(np.median([t["latency_s"] for t in by_arm["treat"]])))
+    assert lat["n_pairs"] == lat["sampled_pairs"] == lat["timed_prompts"] == 5 and lat["dropped_frames_differ"] == 0
