@@ -797,9 +797,10 @@ def test_a_ratio_at_two_prompts_gets_the_t_interval_on_the_log_scale() -> None:
 def test_wins_ties_and_losses_partition_the_prompts_at_the_tie_tolerance() -> None:
     """Every prompt is exactly one of a win, a tie or a loss. A tie is a difference within
     1e-12 of max(1, the largest |difference|) (inference.quantised's tolerance): at the
-    tolerance itself (1e-12 here) a tie, and on a metric whose differences reach 1500, a
-    difference of 1e-9 (below 1e-12 of 1500) a tie too, not a win."""
+    tolerance itself (1e-12 here) a tie, just above it (1.5e-12) a win, and on a metric
+    whose differences reach 1500, a difference of 1e-9 (below 1e-12 of 1500) a tie too."""
     for diffs, want in (([1e-12, 0.0, 0.0, 0.4, -0.4, 0.2], (2, 3, 1)),
+                        ([1.5e-12, 0.0, 0.0, 0.4, -0.4, 0.2], (3, 2, 1)),
                         ([1500.0, 1e-9, 0.0, -700.0, 300.0], (2, 2, 1))):
         m = metric(analyse(*with_metric("q", {"treat": diffs}, base=0.0), ["treat"], S), "q")
         assert (m["wins"], m["ties"], m["losses"]) == want, diffs
