@@ -544,7 +544,7 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
     cell = (exact.BinaryCell if binary else Cell)(x, signflip_signs(len(x), s.resamples, s.seed))
     nr = spec["kind"] == "NR"
     sd = cell.sd if cell.n > 1 else None
-    tie = 1e-12 * max(1.0, float(np.abs(x).max())) if len(x) else 0.0
+    tie = 1e-12 * float(np.max(np.abs(x), initial=1.0))  # of max(1, the largest |difference|); no prompts: 1e-12
     ref = 0.0 if question is None or question.kind != "floor" else question.floor
     m: MetricResult = {
         "metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
