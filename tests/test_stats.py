@@ -1047,3 +1047,21 @@ def test_latency_counts_noisy_pairs_and_takes_medians_over_the_timed_pairs() -> 
     assert lat["treatment_cv_median"] == pytest.approx(float(np.median([t["cv"] for t in by_arm["treat"]])))
     assert lat["treatment_median_s"] == pytest.approx(float(np.median([t["latency_s"] for t in by_arm["treat"]])))
     assert lat["n_pairs"] == lat["sampled_pairs"] == lat["timed_prompts"] == 5 and lat["dropped_frames_differ"] == 0
+
+
+def test_the_tail_names_the_worst_prompts_by_their_worst_pair() -> None:
+    """Per-prompt loss is the mean over seeds of the difference in the metric's bad
+    direction; the worst prompts come first (ties by name), each named by its worst seed
+    (ties: the lowest seed), with the gallery anchor and both videos."""
+    from pairflow.analysis.stats import _tail
+
+    values = {("p/a", 0): -0.3, ("p/a", 1): -0.1, ("p/b", 0): -0.4, ("p/b", 1): -0.4, ("p/c", 0): 0.2,
+              ("p/c", 1): 0.0, ("p/d", 0): -0.2, ("p/d", 1): -0.2}
+    gen = {arm: {k: {"video": {"path": f"{arm}/{k[0]}/{k[1]}.mp4"}} for k in values} for arm in ("control", "t")}
+    t = _tail(gen, "t", values, 1, 0.25, 0.95)  # type: ignore[arg-type]
+    assert [(w["prompt"], w["loss"], w["seed"]) for w in t["worst"]] == [
+        ("p/b", pytest.approx(0.4), 0), ("p/a", pytest.approx(0.2), 0), ("p/d", pytest.approx(0.2), 0)]
+    assert t["worst"][0]["anchor"] == "p-t-b-s0" and t["worst"][0]["treatment_video"] == "t/p/b/0.mp4"
+    assert t["exceed"] == 1 and t["n_prompts"] == 4  # only p/b's 0.4 exceeds the margin 0.25
+    lower = _tail(gen, "t", {k: -v for k, v in values.items()}, -1, 0.25, 0.95)  # type: ignore[arg-type]
+    assert [(w["prompt"], w["seed"]) for w in lower["worst"]] == [("p/b", 0), ("p/a", 0), ("p/d", 0)]
