@@ -194,3 +194,22 @@ def test_outcomes_whose_scores_tie_exactly_are_equally_extreme() -> None:
         z = exact.score(np.array([first[0], second[0]]), np.array([first[1], second[1]]), n, d0)
         assert z[0] != z[1] and z[0] == pytest.approx(z[1], rel=1e-14)  # the rounding this is about
         assert exact.one_sided(*first, n, d0) == exact.one_sided(*second, n, d0)
+
+
+def test_a_p_is_never_above_1() -> None:
+    """The least extreme outcome's p sums every outcome's probability, and that sum rounds
+    above 1 (1 + 2e-16 at 2 prompts and d0 = -0.85): each one-sided p is capped at 1."""
+    for n in (2, 3):
+        for d0 in (-0.85, -0.7, -0.3, 0.2, 0.6):
+            for b in range(n + 1):
+                for c in range(n + 1 - b):
+                    up, down = exact.one_sided(b, c, n, d0)
+                    assert 0.0 <= up <= 1.0 and 0.0 <= down <= 1.0, (b, c, n, d0, up, down)
+
+
+def test_a_0_1_cell_counts_its_gains_and_losses() -> None:
+    """Gains are the prompts at +1, losses those at -1: 5 and 2 of 8, and the cell's p is
+    the exact test's of those counts."""
+    cell = exact.BinaryCell(np.array([1.0, 1.0, -1.0, 0.0, 1.0, 1.0, -1.0, 1.0]), signflip_signs(8, 2000, 0))
+    assert cell.counts == (5, 2)
+    assert cell.p(0.0) == exact.two_sided(5, 2, 8, 0.0) and cell.p(-0.2) == exact.two_sided(5, 2, 8, -0.2)
