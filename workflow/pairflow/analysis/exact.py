@@ -134,14 +134,15 @@ class BinaryCell(Cell):
         if self.n < 2:
             return None, None, "no interval: fewer than 2 prompts"
         alpha = 1 - level
+        b, c = self.counts
 
         def edge(out: float) -> float:
+            # The end (-1 or 1) is rejected unless every prompt sits at it, and then the
+            # estimate is that end: the bisection returns it either way.
             inside = self.mean
-            if (self.p(out) or 0.0) >= alpha:
-                return out
             for _ in range(40):
                 mid = (inside + out) / 2
-                if (self.p(mid) or 0.0) >= alpha:
+                if two_sided(b, c, self.n, mid) >= alpha:
                     inside = mid
                 else:
                     out = mid
