@@ -963,11 +963,10 @@ def test_noise_flags_read_the_interval_against_the_floor() -> None:
 def test_two_prompts_state_their_hypothesis_and_one_does_not() -> None:
     """From 2 prompts a cell is tested, so it states what it tests, its SD and its sign-flip
     p (2 of the 4 sign vectors are as extreme as two gains); 1 prompt is not tested."""
-    spec = StatsSpec(2000, 0.95, 0, margins={"q": 0.2})
-    two = metric(analyse(*with_metric("q", {"treat": [0.1, 0.3]}, base=0.0), ["treat"], spec), "q")
-    assert two["hypothesis"] == "loss = margin 0.2 (non-inferiority)" and two["p_signflip"] == 0.5
+    two = metric(analyse(*with_metric("q", {"treat": [0.1, 0.3]}, base=0.0), ["treat"], S), "q")
+    assert two["hypothesis"] == "mean difference = 0" and two["p_signflip"] == 0.5
     assert two["sd_prompt"] == pytest.approx(float(np.std([0.1, 0.3], ddof=1)), rel=1e-12)
-    one = metric(analyse(*with_metric("q", {"treat": [0.1]}), ["treat"], spec), "q")
+    one = metric(analyse(*with_metric("q", {"treat": [0.1]}), ["treat"], S), "q")
     assert one["hypothesis"] is None and one["p_signflip"] is None and one["sd_prompt"] is None
 
 
