@@ -612,10 +612,9 @@ def decide(cells: Pending, s: StatsSpec) -> int:
     """Adjust every tested cell as one family (``s.multiplicity``), then give each its
     interval at its adjusted level, its verdict read from that interval and its planning.
     Returns the family's size."""
-    tested = [(m, cell, q) for m, cell, q, _v in cells if q is not None and m["p_value"] is not None]
-    adjusted, levels = family_levels([float(m["p_value"] or 0.0) for m, _c, _q in tested], 1 - s.level,
-                                     s.multiplicity)
-    alpha = {id(m): (p, a) for (m, _c, _q), p, a in zip(tested, adjusted, levels, strict=True)}
+    tested = [(m, p) for m, _cell, q, _v in cells if q is not None and (p := m["p_value"]) is not None]
+    adjusted, levels = family_levels([p for _m, p in tested], 1 - s.level, s.multiplicity)
+    alpha = {id(m): (p, a) for (m, _p), p, a in zip(tested, adjusted, levels, strict=True)}
     for m, cell, q, values in cells:
         p_adj, level_alpha = alpha.get(id(m), (None, 1 - s.level))
         lo, hi, why = cell.interval(1 - level_alpha)
