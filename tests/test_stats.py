@@ -987,7 +987,8 @@ def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> Non
     """A claim needs every test it rests on: its printed p is their largest. The cell's own
     question keeps its family-adjusted p; a second value read from the same interval (0
     for "superior") is tested outside the family at the cell's level, its raw p scaled to
-    it: min(1, p * alpha / alpha_cell), here x2 for a cell at 0.025 in a family at 0.05.
+    it: min(1, p * alpha / alpha_cell), here x2 for a cell at 0.025 in a family at 0.05
+    (capped at 1).
     An untested cell (zero spread) names no test at all."""
     from pairflow.analysis.inference import Cell, Question, signflip_signs
     from pairflow.analysis.stats import _p_verdict
@@ -999,6 +1000,10 @@ def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> Non
     assert _p_verdict(cell, q, [q.null, 0.0], 0.001, 0.025, 0.05) == (pytest.approx(2 * raw0, rel=1e-12),
                                                                         "difference from 0", False)
     assert _p_verdict(cell, q, [q.null, 0.0], 0.9, 0.025, 0.05) == (0.9, "non-inferiority (loss = margin 0.2)", True)
+    raw_edge = cell.p(0.2)  # the equivalence edge +margin, beside the mean 0.216: p near 1, so scaled it is capped
+    assert raw_edge is not None and raw_edge > 0.5
+    assert _p_verdict(cell, q, [q.null, 0.2], 0.001, 0.025, 0.05) == (1.0, "equivalence's upper edge (gain = margin 0.2)",
+                                                                        False)
     assert _p_verdict(cell, q, [q.null], 0.001, 0.025, 0.05) == (0.001, "non-inferiority (loss = margin 0.2)", True)
     flat = Cell(np.full(6, 0.3), signflip_signs(6, S.resamples, S.seed))
     assert _p_verdict(flat, q, [q.null], None, 0.05, 0.05) == (None, None, None)
