@@ -834,6 +834,7 @@ def test_the_small_n_note_covers_every_prompt_count_where_the_sign_flip_decides(
 
     assert len(notes(5, 0.95)) == 1 and "smallest attainable p = 0.0625" in notes(5, 0.95)[0]
     assert notes(6, 0.95) == [] and notes(5, 0.90) == []
+    assert len(notes(5, 1 - 1 / 16)) == 1  # at alpha = 0.0625 exactly: p < alpha is still out of reach
     assert "n=2 prompts" in notes(2, 0.95)[0] and "smallest attainable p = 0.5" in notes(2, 0.95)[0]
     assert notes(1, 0.95) == ["n=1 prompt (q): no interval and no test; add prompts"]
 
@@ -875,6 +876,8 @@ def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
     partial = compute_of(lambda r: [r["compute"].pop(k) for k in ("attention_computed", "attention_skipped",
                                                                    "generations")])
     assert partial is not None and partial["blocks_computed"] == 4 * 8 and partial["control_blocks_computed"] == 4 * 8
+    tiny = compute_of(lambda r: r["compute"].update(work_flops=1 if r["arm"]["name"] == "treat" else 2))
+    assert tiny is not None and tiny["ratio"] == 0.5  # any positive count divides, however small
     assert (partial["attention_computed"], partial["attention_skipped"], partial["generations"]) == (0, 0, 0)
 
 
@@ -988,7 +991,7 @@ def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> Non
     question keeps its family-adjusted p; a second value read from the same interval (0
     for "superior") is tested outside the family at the cell's level, its raw p scaled to
     it: min(1, p * alpha / alpha_cell), here x2 for a cell at 0.025 in a family at 0.05
-    (capped at 1).
+    (capped at 1). Equal p name the cell's own question.
     An untested cell (zero spread) names no test at all."""
     from pairflow.analysis.inference import Cell, Question, signflip_signs
     from pairflow.analysis.stats import _p_verdict
@@ -1007,6 +1010,12 @@ def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> Non
     assert _p_verdict(cell, q, [q.null], 0.001, 0.025, 0.05) == (0.001, "non-inferiority (loss = margin 0.2)", True)
     flat = Cell(np.full(6, 0.3), signflip_signs(6, S.resamples, S.seed))
     assert _p_verdict(flat, q, [q.null], None, 0.05, 0.05) == (None, None, None)
+    # quantised (3 of 6 on 0.5), all above 0 and -0.2: the sign-flip step 2 / 2^6 decides both tests; the tie
+    # names the cell's own question, in the family
+    steps = Cell(np.array([0.5, 0.5, 0.5, 0.6, 0.7, 0.8]), signflip_signs(6, S.resamples, S.seed))
+    assert steps.p(q.null) == steps.p(0.0) == 2 / 2 ** 6
+    assert _p_verdict(steps, q, [q.null, 0.0], 2 / 2 ** 6, 0.05, 0.05) == (
+        2 / 2 ** 6, "non-inferiority (loss = margin 0.2)", True)
 
 
 def test_each_test_a_verdict_rests_on_is_named_in_its_questions_words() -> None:

@@ -654,18 +654,23 @@ def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | No
     cell's own question is in the family and has its adjusted p; a second value read from
     the same interval (0 for superior or worse, +margin for equivalent) is tested outside
     the family at the cell's level, its raw p scaled to it, min(1, p * alpha / alpha_cell),
-    so that it too is below alpha exactly when the interval excludes that value. (None,
-    None, None) where no test was run (fewer than 2 prompts, zero spread)."""
-    best: tuple[float | None, str | None, bool | None] = (None, None, None)
+    so that it too is below alpha exactly when the interval excludes that value. Equal p
+    (the sign-flip test's steps decide both on quantised data) name the cell's own question,
+    the one the family's adjustment covers. (None, None, None) where no test was run (fewer
+    than 2 prompts, zero spread)."""
+    tests: list[tuple[float, bool, str]] = []
     for mu in rests_on:
         if mu == q.null:
             p = p_adj
         else:
             raw = cell.p(mu)
             p = None if raw is None else min(1.0, raw * alpha / alpha_cell)
-        if p is not None and (best[0] is None or p >= best[0]):
-            best = (p, _test_name(q, mu), mu == q.null)
-    return best
+        if p is not None:
+            tests.append((p, mu == q.null, _test_name(q, mu)))
+    if not tests:
+        return None, None, None
+    p_max, in_family, name = max(tests)  # the largest p; at a tie, the test in the family
+    return p_max, name, in_family
 
 
 def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:
