@@ -6,6 +6,7 @@ import copy
 import math
 import random
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -755,3 +756,328 @@ def test_planning_asks_for_non_inferiority_at_the_loss_edge_of_the_metrics_direc
     asked.clear()
     stats._planning(cell, Question("margin", -1, margin=0.1), values, 0.05, S)
     assert asked and all(a == (0.0, 0.1) for a in asked), asked
+
+
+# --- issue 39 item 5: a test for each formula's direction, constant and switch ----------
+
+
+def test_t_procedure_at_zero_spread_and_its_flat_rule_is_the_cells() -> None:
+    """Zero spread: the interval is the point, and p is 1 where the point is 0, else 0.
+    What counts as zero spread is ``Cell.flat``'s rule (SD at most 1e-12 of max(1, |mean|)),
+    so the t-procedure and the cell never disagree on it, just above the threshold too."""
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+    from pairflow.analysis.stats import t_procedure
+
+    lo, hi, p = t_procedure(np.array([[0.3, 0.3, 0.3], [0.0, 0.0, 0.0]]), 0.95)
+    assert list(lo) == list(hi) == [0.3, 0.0] and list(p) == [0.0, 1.0]
+    for x in ([0.0, 1e-12], [0.0, 1.5e-12], [5.0, 5.0 + 4e-12], [5.0, 5.0 + 1e-11], [0.1, 0.3, 0.2]):
+        lo, hi, p = t_procedure(np.array(x), 0.95)
+        flat = Cell(np.array(x), signflip_signs(len(x), 100, 0)).flat
+        assert (float(lo) == float(hi)) == flat, x
+        if not flat:
+            assert float(p) == pytest.approx(ttest_1samp(x, 0.0).pvalue, rel=1e-12), x
+
+
+def test_a_ratio_at_two_prompts_gets_the_t_interval_on_the_log_scale() -> None:
+    """Two prompts are enough for a t-interval (1 degree of freedom): the speedup's and the
+    compute ratio's interval at 2 prompts is scipy's, on the log scale."""
+    from scipy.stats import t as student
+
+    from pairflow.analysis.stats import _ratio_interval
+
+    logr = np.array([0.1, 0.3])
+    half = float(student.ppf(0.975, 1)) * float(logr.std(ddof=1)) / math.sqrt(2)
+    lo, hi, why = _ratio_interval(logr, 0.95, "speedup")
+    assert why is None and lo == pytest.approx(0.2 - half, rel=1e-12) and hi == pytest.approx(0.2 + half, rel=1e-12)
+    assert _ratio_interval(logr[:1], 0.95, "speedup") == (None, None, "speedup: no interval: fewer than 2 prompts")
+
+
+def test_wins_ties_and_losses_partition_the_prompts_at_the_tie_tolerance() -> None:
+    """Every prompt is exactly one of a win, a tie or a loss. A tie is a difference within
+    1e-12 of max(1, the largest |difference|) (inference.quantised's tolerance): at the
+    tolerance itself (1e-12 here) a tie, just above it (1.5e-12) a win, and on a metric
+    whose differences reach 1500, a difference of 1e-9 (below 1e-12 of 1500) a tie too."""
+    for diffs, want in (([1e-12, 0.0, 0.0, 0.4, -0.4, 0.2], (2, 3, 1)),
+                        ([1.5e-12, 0.0, 0.0, 0.4, -0.4, 0.2], (3, 2, 1)),
+                        ([1500.0, 1e-9, 0.0, -700.0, 300.0], (2, 2, 1))):
+        m = metric(analyse(*with_metric("q", {"treat": diffs}, base=0.0), ["treat"], S), "q")
+        assert (m["wins"], m["ties"], m["losses"]) == want, diffs
+        lower = metric(analyse(*with_metric("q", {"treat": diffs}, higher_is_better=False, base=0.0), ["treat"], S),
+                       "q")
+        assert (lower["wins"], lower["ties"], lower["losses"]) == want[::-1], diffs
+
+
+def test_quantised_diagnostic_reads_half_the_prompts_on_one_value_from_3_prompts() -> None:
+    """Half the prompts or more on one value is quantised: 3 of 6 are, 2 of 6 are not;
+    at 3 prompts 2 on one value already are. At 2 prompts one value each is never said to
+    be half (it would be true of every 2-prompt cell)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+    from pairflow.analysis.stats import diagnostics
+
+    def said(x: list[float]) -> bool:
+        return any(d.startswith("quantised") for d in diagnostics(Cell(np.array(x), signflip_signs(len(x), 100, 0))))
+
+    assert said([0.1, 0.1, 0.1, 0.4, 0.5, 0.6]) and not said([0.1, 0.1, 0.3, 0.4, 0.5, 0.6])
+    assert said([0.1, 0.1, 0.5]) and not said([0.1, 0.5])
+
+
+def test_the_small_n_note_covers_every_prompt_count_where_the_sign_flip_decides() -> None:
+    """Up to 5 prompts (``SIGNFLIP_ALWAYS_UP_TO``) the sign-flip test decides; at 5 its
+    smallest p is 2 / 2^5 = 0.0625, above 0.05, so 5 prompts get the note; 6 (0.031) do not,
+    and 5 do not at a 90% level (0.0625 < 0.1)."""
+    from pairflow.analysis.stats import _small_n_notes
+
+    def notes(n: int, level: float) -> list[str]:
+        return _small_n_notes([{"metric": "q", "n_prompts": n}], level)  # type: ignore[list-item]
+
+    assert len(notes(5, 0.95)) == 1 and "smallest attainable p = 0.0625" in notes(5, 0.95)[0]
+    assert notes(6, 0.95) == [] and notes(5, 0.90) == []
+    assert len(notes(5, 1 - 1 / 16)) == 1  # at alpha = 0.0625 exactly: p < alpha is still out of reach
+    assert "n=2 prompts" in notes(2, 0.95)[0] and "smallest attainable p = 0.5" in notes(2, 0.95)[0]
+    assert notes(1, 0.95) == ["n=1 prompt (q): no interval and no test; add prompts"]
+
+
+def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
+    """With spread, the compute ratio's interval is exp of the t-interval of the per-prompt
+    log ratios. Records that lack counts give no ratio (None), never an error: a control
+    record without compute among counted ones, FLOPs not recorded (an older record), or a
+    count of 0 FLOPs on either arm (nothing to divide). A block or attention count a record
+    does not carry adds 0 to the totals."""
+    from scipy.stats import t as student
+
+    gen, scores, timings = records(prompts=4, seeds=1)
+    ratios = {"p00": 0.5, "p01": 0.6, "p02": 0.4, "p03": 0.55}
+    base = with_compute(gen, 1.0, ["overrides"])
+    spread = copy.deepcopy(base)
+    for r in spread:
+        if r["arm"]["name"] == "treat":
+            r["compute"]["work_flops"] = 1e9 * ratios[r["candidate"]["prompt_id"]]
+    c = analyse(spread, scores, timings, ["treat"], S)["comparisons"][0]["compute"]
+    logr = np.log(list(ratios.values()))
+    half = float(student.ppf(0.975, 3)) * float(logr.std(ddof=1)) / 2
+    assert c["ratio"] == pytest.approx(math.exp(logr.mean()), rel=1e-12) and c["ci_note"] is None
+    assert c["ci"] == pytest.approx([math.exp(logr.mean() - half), math.exp(logr.mean() + half)], rel=1e-12)
+
+    def compute_of(change: Callable[[dict], None]) -> dict | None:
+        gen2 = copy.deepcopy(base)
+        for r in gen2:
+            change(r)
+        return analyse(gen2, scores, timings, ["treat"], S)["comparisons"][0]["compute"]
+
+    def one_control_uncounted(r: dict) -> None:
+        if r["arm"]["name"] == "control" and r["candidate"]["prompt_id"] == "p02":
+            r["compute"] = {}
+
+    assert compute_of(one_control_uncounted) is None
+    assert compute_of(lambda r: r["compute"].pop("work_flops")) is None
+    assert compute_of(lambda r: r["compute"].update(work_flops=0) if r["arm"]["name"] == "treat" else None) is None
+    partial = compute_of(lambda r: [r["compute"].pop(k) for k in ("attention_computed", "attention_skipped",
+                                                                   "generations")])
+    assert partial is not None and partial["blocks_computed"] == 4 * 8 and partial["control_blocks_computed"] == 4 * 8
+    tiny = compute_of(lambda r: r["compute"].update(work_flops=1 if r["arm"]["name"] == "treat" else 2))
+    assert tiny is not None and tiny["ratio"] == 0.5  # any positive count divides, however small
+    assert (partial["attention_computed"], partial["attention_skipped"], partial["generations"]) == (0, 0, 0)
+
+
+def test_sequential_timing_gives_steins_interval_when_the_whole_pilot_is_in_view() -> None:
+    """``timing.pairs: auto``: every timed record carries the design; with all its pilot
+    prompts here, the speedup's half-width on the log scale is the wider of Stein's (the
+    pilot's SD, its degrees of freedom, over all timed prompts) and the t-interval's; a
+    view holding only part of the pilot (a panel of a study-wide design) keeps the
+    t-interval and says so. A record without the design makes it a fixed design."""
+    from scipy.stats import t as student
+
+    from pairflow.analysis import sequential
+
+    gen, scores, timings = records(ratio=2.0, prompts=7, seeds=1)
+    by_id = {(g["candidate"]["prompt_id"], g["arm"]["name"]): g for g in gen}
+    timings = [t if t["candidate"]["prompt_id"] != "p06" else timing_record(by_id[("p06", t["arm"]["name"])], None)
+               for t in timings]  # the design stopped before prompt p06: not timed
+    for t in timings:
+        if t["candidate"]["prompt_id"] == "p06" and t["arm"]["name"] == "treat":
+            t["timing"]["stopped"] = "precision"
+    for i, t in enumerate(timings):
+        pid = t["candidate"]["prompt_id"]
+        if pid == "p06":
+            continue
+        if t["arm"]["name"] == "treat":
+            t["timing"]["latency_s"] *= 1 + 0.02 * ((i % 5) - 2)
+        t["timing"]["sequential"] = {"design": sequential.DESIGN, "pilot": pid in ("p00", "p01", "p02"),
+                                     "pilot_prompts": 3, "precision": 0.05, "max_prompts": 6, "level": 0.95}
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    design = comp["latency"]["design"]
+    lat = {(t["candidate"]["prompt_id"], t["arm"]["name"]): t["timing"]["latency_s"] for t in timings}
+    logr = np.array([math.log(lat[(f"p{p:02d}", "control")] / lat[(f"p{p:02d}", "treat")]) for p in range(6)])
+    stein = float(student.ppf(0.975, 2)) * float(logr[:3].std(ddof=1)) / math.sqrt(6)
+    t_half = float(student.ppf(0.975, 5)) * float(logr.std(ddof=1)) / math.sqrt(6)
+    assert design["design"] == sequential.DESIGN and design["half_width"] == pytest.approx(stein, rel=1e-9)
+    assert design["stopped"] == ["precision"] and comp["latency"]["timed_prompts"] == 6
+    half = max(stein, t_half)
+    assert comp["speedup"]["ci"] == pytest.approx([math.exp(logr.mean() - half), math.exp(logr.mean() + half)],
+                                                  rel=1e-9)
+    assert any("sequential timing" in n for n in comp["notes"])
+    for t in timings:  # a panel's view of a study-wide design whose pilot had 4 prompts: 3 of them here
+        if "sequential" in t["timing"]:
+            t["timing"]["sequential"]["pilot_prompts"] = 4
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    assert comp["latency"]["design"]["half_width"] is None
+    assert comp["speedup"]["ci"] == pytest.approx([math.exp(logr.mean() - t_half), math.exp(logr.mean() + t_half)],
+                                                  rel=1e-9)
+    assert any("this view holds 3 of its 4 pilot prompts" in n for n in comp["notes"])
+    del timings[0]["timing"]["sequential"]
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["design"]["design"] == "fixed"
+
+
+def test_latency_reports_the_repeats_per_candidate() -> None:
+    """Three timed repeats per candidate (``timing_record``) read as [3]; five on one arm as [3, 5]."""
+    gen, scores, timings = records(prompts=3, seeds=1)
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["repeats"] == [3]
+    for t in timings:
+        if t["arm"]["name"] == "treat":
+            t["timing"]["seconds"] = [t["timing"]["latency_s"]] * 5
+    assert analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["repeats"] == [3, 5]
+
+
+def test_noise_flags_read_the_interval_against_the_floor() -> None:
+    """Inside +-floor on both ends: within the noise floor; wholly beyond it on either side:
+    beyond; one end inside and one outside: it overlaps (the interval and the floor are
+    closed: touching is inside). No floor or no interval: silent."""
+    from pairflow.analysis.stats import noise_flags
+
+    def flag(lo: float | None, hi: float | None, metric_name: str = "q") -> list[str]:
+        stats = {"comparisons": [{"treatment": "t", "metrics": [{"metric": metric_name, "diff": 0.0,
+                                                                  "ci": [lo, hi]}]}]}
+        return noise_flags(stats, {"q": {"max_range": 1.0}})  # type: ignore[arg-type]
+
+    assert flag(-0.5, 0.8)[0].endswith("within the noise floor (indistinguishable from a rerun)")
+    assert flag(1.2, 3.0)[0].endswith(": beyond the noise floor") and flag(-3.0, -1.5)[0].endswith(
+        ": beyond the noise floor")
+    assert flag(-0.5, 2.0)[0].endswith("interval overlaps the noise floor")
+    assert flag(-2.0, 0.5)[0].endswith("interval overlaps the noise floor")
+    # the ends are closed: an interval reaching the floor exactly holds it
+    assert flag(-1.0, 1.0)[0].endswith("within the noise floor (indistinguishable from a rerun)")
+    assert flag(1.0, 3.0)[0].endswith("interval overlaps the noise floor")
+    assert flag(-3.0, -1.0)[0].endswith("interval overlaps the noise floor")
+    assert flag(None, None) == [] and flag(-0.5, 0.5, "other") == []
+
+
+def test_two_prompts_state_their_hypothesis_and_one_does_not() -> None:
+    """From 2 prompts a cell is tested, so it states what it tests, its SD and its sign-flip
+    p (2 of the 4 sign vectors are as extreme as two gains); 1 prompt is not tested."""
+    two = metric(analyse(*with_metric("q", {"treat": [0.1, 0.3]}, base=0.0), ["treat"], S), "q")
+    assert two["hypothesis"] == "mean difference = 0" and two["p_signflip"] == 0.5
+    assert two["sd_prompt"] == pytest.approx(float(np.std([0.1, 0.3], ddof=1)), rel=1e-12)
+    one = metric(analyse(*with_metric("q", {"treat": [0.1]}), ["treat"], S), "q")
+    assert one["hypothesis"] is None and one["p_signflip"] is None and one["sd_prompt"] is None
+
+
+def test_effect_sizes_are_relative_to_the_control_and_standardised_from_the_question() -> None:
+    """The relative effect is the difference over |control mean| (a negative control mean
+    keeps the difference's sign); the standardised effect is (mean - reference) / SD, the
+    reference 0 for a difference and the floor for a fidelity metric read against one."""
+    m = metric(analyse(*with_metric("q", {"treat": DIFFS}, base=-2.0), ["treat"], S), "q")
+    assert m["control_mean"] == -2.0 and m["relative_effect"] == pytest.approx(m["diff"] / 2.0, rel=1e-12)
+    assert m["standardised_effect"] == pytest.approx(m["diff"] / float(np.std(DIFFS, ddof=1)), rel=1e-9)
+    gen, scores, timings = records(prompts=8, seeds=1)
+    fr = metric(analyse(gen, scores, timings, ["treat"], StatsSpec(2000, 0.95, 0, floors={"psnr": 29.0})), "psnr")
+    assert fr["standardised_effect"] == pytest.approx((fr["treatment_mean"] - 29.0) / fr["sd_prompt"], rel=1e-12)
+    assert fr["relative_effect"] is None and fr["diff"] is None
+
+
+def test_the_p_beside_a_verdict_is_the_largest_of_the_tests_it_rests_on() -> None:
+    """A claim needs every test it rests on: its printed p is their largest. The cell's own
+    question keeps its family-adjusted p; a second value read from the same interval (0
+    for "superior") is tested outside the family at the cell's level, its raw p scaled to
+    it: min(1, p * alpha / alpha_cell), here x2 for a cell at 0.025 in a family at 0.05
+    (capped at 1). Equal p name the cell's own question.
+    An untested cell (zero spread) names no test at all."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs
+    from pairflow.analysis.stats import _p_verdict
+
+    cell = Cell(np.array(DIFFS), signflip_signs(len(DIFFS), S.resamples, S.seed))
+    q = Question("margin", 1, margin=0.2)
+    raw0 = cell.p(0.0)
+    assert raw0 is not None and 0.0005 < raw0 < 0.5
+    assert _p_verdict(cell, q, [q.null, 0.0], 0.001, 0.025, 0.05) == (pytest.approx(2 * raw0, rel=1e-12),
+                                                                        "difference from 0", False)
+    assert _p_verdict(cell, q, [q.null, 0.0], 0.9, 0.025, 0.05) == (0.9, "non-inferiority (loss = margin 0.2)", True)
+    raw_edge = cell.p(0.2)  # the equivalence edge +margin, beside the mean 0.216: p near 1, so scaled it is capped
+    assert raw_edge is not None and raw_edge > 0.5
+    assert _p_verdict(cell, q, [q.null, 0.2], 0.001, 0.025, 0.05) == (1.0, "equivalence's upper edge (gain = margin 0.2)",
+                                                                        False)
+    assert _p_verdict(cell, q, [q.null], 0.001, 0.025, 0.05) == (0.001, "non-inferiority (loss = margin 0.2)", True)
+    flat = Cell(np.full(6, 0.3), signflip_signs(6, S.resamples, S.seed))
+    assert _p_verdict(flat, q, [q.null], None, 0.05, 0.05) == (None, None, None)
+    # quantised (3 of 6 on 0.5), all above 0 and -0.2: the sign-flip step 2 / 2^6 decides both tests; the tie
+    # names the cell's own question, in the family
+    steps = Cell(np.array([0.5, 0.5, 0.5, 0.6, 0.7, 0.8]), signflip_signs(6, S.resamples, S.seed))
+    assert steps.p(q.null) == steps.p(0.0) == 2 / 2 ** 6
+    assert _p_verdict(steps, q, [q.null, 0.0], 2 / 2 ** 6, 0.05, 0.05) == (
+        2 / 2 ** 6, "non-inferiority (loss = margin 0.2)", True)
+
+
+def test_each_test_a_verdict_rests_on_is_named_in_its_questions_words() -> None:
+    from pairflow.analysis.inference import Question
+    from pairflow.analysis.stats import _test_name
+
+    margin = Question("margin", 1, margin=0.2)
+    assert [_test_name(margin, mu) for mu in (margin.null, 0.0, 0.2)] == [
+        "non-inferiority (loss = margin 0.2)", "difference from 0", "equivalence's upper edge (gain = margin 0.2)"]
+    assert _test_name(Question("margin", -1, margin=0.2), 0.2) == "non-inferiority (loss = margin 0.2)"  # lower is better
+    assert _test_name(Question("difference", 1), 0.0) == "difference from 0"
+    floor = Question("floor", 1, floor=30.0)
+    assert _test_name(floor, floor.null) == "floor (mean value = 30)"
+
+
+def test_an_untested_cell_keeps_its_interval_at_the_studys_level() -> None:
+    """A fidelity metric without a floor asks no question: it is not in the family, and
+    its interval is at the study's level (95%), the cell's own; the word says how to get a
+    verdict."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    gen, scores, timings = records(prompts=8, seeds=1)
+    m = metric(analyse(gen, scores, timings, ["treat"], S), "psnr")
+    x = np.array([r["scores"]["psnr"]["value"] for r in sorted(
+        (r for r in scores if r["arm"]["name"] == "treat"), key=lambda r: r["candidate"]["prompt_id"])])
+    lo, hi, _why = Cell(x, signflip_signs(8, S.resamples, S.seed)).interval(0.95)
+    assert m["ci_level"] == 0.95 and m["ci"] == [pytest.approx(lo, rel=1e-12), pytest.approx(hi, rel=1e-12)]
+    assert m["p_adjusted"] is None and m["verdict"] is None
+    assert m["verdict_detail"] == "value only; declare a floor under stats/floors for a verdict"
+
+
+def test_latency_counts_noisy_pairs_and_takes_medians_over_the_timed_pairs() -> None:
+    """A pair counts as noisy when either arm's repeats vary more than timing/max_cv (said
+    in a note); the CV and latency medians are over the timed pairs, per arm."""
+    gen, scores, timings = records(prompts=5, seeds=1)
+    for i, t in enumerate(timings):
+        t["timing"]["cv"] = 0.01 * (i + 1)
+        if i == 3:
+            t["timing"]["over_max_cv"] = True
+    comp = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]
+    lat = comp["latency"]
+    by_arm = {a: [t["timing"] for t in timings if t["arm"]["name"] == a] for a in ("control", "treat")}
+    assert lat["pairs_over_max_cv"] == 1 and any("1 of 5 timed pair(s) vary between repeats" in n for n in comp["notes"])
+    assert lat["control_cv_median"] == pytest.approx(float(np.median([t["cv"] for t in by_arm["control"]])))
+    assert lat["treatment_cv_median"] == pytest.approx(float(np.median([t["cv"] for t in by_arm["treat"]])))
+    assert lat["treatment_median_s"] == pytest.approx(float(np.median([t["latency_s"] for t in by_arm["treat"]])))
+    assert lat["n_pairs"] == lat["sampled_pairs"] == lat["timed_prompts"] == 5 and lat["dropped_frames_differ"] == 0
+
+
+def test_the_tail_names_the_worst_prompts_by_their_worst_pair() -> None:
+    """Per-prompt loss is the mean over seeds of the difference in the metric's bad
+    direction; the worst prompts come first (ties by name), each named by its worst seed
+    (ties: the lowest seed), with the gallery anchor and both videos."""
+    from pairflow.analysis.stats import _tail
+
+    values = {("p/a", 0): -0.3, ("p/a", 1): -0.1, ("p/b", 0): -0.4, ("p/b", 1): -0.4, ("p/c", 0): 0.2,
+              ("p/c", 1): 0.0, ("p/d", 0): -0.2, ("p/d", 1): -0.2}
+    gen = {arm: {k: {"video": {"path": f"{arm}/{k[0]}/{k[1]}.mp4"}} for k in values} for arm in ("control", "t")}
+    t = _tail(gen, "t", values, 1, 0.25, 0.95)  # type: ignore[arg-type]
+    assert [(w["prompt"], w["loss"], w["seed"]) for w in t["worst"]] == [
+        ("p/b", pytest.approx(0.4), 0), ("p/a", pytest.approx(0.2), 0), ("p/d", pytest.approx(0.2), 0)]
+    assert t["worst"][0]["anchor"] == "p-t-b-s0" and t["worst"][0]["treatment_video"] == "t/p/b/0.mp4"
+    assert t["exceed"] == 1 and t["n_prompts"] == 4  # only p/b's 0.4 exceeds the margin 0.25
+    lower = _tail(gen, "t", {k: -v for k, v in values.items()}, -1, 0.25, 0.95)  # type: ignore[arg-type]
+    assert [(w["prompt"], w["seed"]) for w in lower["worst"]] == [("p/b", 0), ("p/a", 0), ("p/d", 0)]

@@ -7,8 +7,8 @@ the test orders the outcomes (b prompts +1, c prompts -1 of n) by Tango's (1998)
 statistic, ``(b - c - n d0) / sqrt(n (2 q + d0 (1 - d0)))`` with q the maximum-likelihood
 p- under delta = d0 (McNemar's z at d0 = 0), and its one-sided p is the largest
 probability of an outcome at least as extreme over every p- the null allows (an exact
-unconditional test, Suissa and Shuster 1991; the supremum over a grid of ``NUISANCE_GRID``
-values and the ends): exact at any n, no symmetry assumed, and defined at zero spread,
+unconditional test, Suissa and Shuster 1991; the supremum over ``NUISANCE_GRID`` equal
+steps of p-, both ends included): exact at any n, no symmetry assumed, and defined at zero spread,
 where the sign-flip test is not (seven prompts all 0 against 0 do not show a mean above
 -0.2: a loss of 1 on one prompt in five leaves them all 0 with probability 0.21). The
 two-sided p is twice the smaller one-sided p; the interval is every d0 it accepts.
@@ -27,7 +27,8 @@ import numpy as np
 from .inference import Cell
 
 NUISANCE_GRID = 200
-"""Grid points over the nuisance p- (plus its ends) for the supremum."""
+"""Equal steps over the nuisance p-, from its smallest to its largest value under the null
+(NUISANCE_GRID + 1 points, both ends included), for the supremum."""
 PROCEDURE = ("exact unconditional test of paired proportions (Tango's score statistic, supremum over the nuisance "
              "probability; Suissa and Shuster 1991), inverted into the interval")
 
@@ -66,18 +67,20 @@ def score(b: np.ndarray, c: np.ndarray, n: int, d0: float) -> np.ndarray:
 def one_sided(b: int, c: int, n: int, d0: float) -> tuple[float, float]:
     """(p of delta > d0, p of delta < d0): the largest null probability, over the
     nuisance p-, of a score at least (at most) the observed one."""
-    if d0 <= -1 or d0 >= 1:
-        return (0.0, 1.0) if d0 >= 1 else (1.0, 0.0)
+    if d0 < -1 or d0 > 1:  # no delta lies beyond -1 or 1: every one is on the near side
+        return (1.0, 0.0) if d0 > 1 else (0.0, 1.0)
     ob, oc, logc = _outcomes(n)
     z = score(ob, oc, n, d0)
     z_obs = float(score(np.array([b]), np.array([c]), n, d0)[0])
     lo, hi = max(0.0, -d0), (1 - d0) / 2
     q = np.linspace(lo, hi, NUISANCE_GRID + 1)[:, None]
-    plus, zero = q + d0, 1 - 2 * q - d0
+    # p+ = q + d0 is exactly 0 at q = -d0, the first point; p0 at the last point can round below 0.
+    plus, zero = q + d0, np.maximum(1 - 2 * q - d0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logp = (logc + np.where(ob > 0, ob * np.log(np.maximum(plus, 1e-300)), 0.0)
-                + np.where(oc > 0, oc * np.log(np.maximum(q, 1e-300)), 0.0)
-                + np.where(n - ob - oc > 0, (n - ob - oc) * np.log(np.maximum(zero, 1e-300)), 0.0))
+        # A probability of 0 has log -inf: an outcome that needs it has probability exactly 0 (at
+        # delta = +-1 the null is the one outcome every prompt +1 or -1); a count of 0 adds 0.
+        logp = (logc + np.where(ob > 0, ob * np.log(plus), 0.0) + np.where(oc > 0, oc * np.log(q), 0.0)
+                + np.where(n - ob - oc > 0, (n - ob - oc) * np.log(zero), 0.0))
     prob = np.exp(logp)
     tol = 1e-9 * max(1.0, abs(z_obs)) if math.isfinite(z_obs) else 0.0
     upper = float(np.max(prob[:, z >= z_obs - tol].sum(axis=1)))
@@ -131,14 +134,15 @@ class BinaryCell(Cell):
         if self.n < 2:
             return None, None, "no interval: fewer than 2 prompts"
         alpha = 1 - level
+        b, c = self.counts
 
         def edge(out: float) -> float:
+            # The end (-1 or 1) is rejected unless every prompt sits at it, and then the
+            # estimate is that end: the bisection returns it either way.
             inside = self.mean
-            if (self.p(out) or 0.0) >= alpha:
-                return out
             for _ in range(40):
                 mid = (inside + out) / 2
-                if (self.p(mid) or 0.0) >= alpha:
+                if two_sided(b, c, self.n, mid) >= alpha:
                     inside = mid
                 else:
                     out = mid

@@ -457,7 +457,8 @@ def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: S
     """Compute ratio (treatment FLOPs / control FLOPs; FLOPs = transformer work plus any
     search verifier's) as a geometric mean over prompts of the per-prompt geometric mean
     over seeds, with the t-interval on the log scale (as the speedup), and the counted
-    block and attention forwards. None when the records carry no compute counts. Raises
+    block and attention forwards (a count a record lacks adds 0). None when a record of
+    either arm carries no compute counts, or no FLOPs (absent or 0: nothing to divide). Raises
     PairingError when a pair's arms started from latents of different shapes (their noise
     was not shared)."""
     counted = {a: {k: gen[a][k]["compute"] for k in keys} for a in ("control", treatment)}
@@ -473,7 +474,7 @@ def _compute(gen: Index[GenerationRecord], treatment: str, keys: list[Key], s: S
                                "latent layout")
     work = {a: {k: float(_counts(v).get("work_flops", 0.0)) for k, v in counted[a].items()}
             for a in ("control", treatment)}
-    if any(v <= 0 for v in work["control"].values()):
+    if any(v <= 0 for arm in work.values() for v in arm.values()):  # uncounted (or absent) on a pair: no ratio
         return None
     log_ratio = _per_prompt({k: math.log(work[treatment][k] / work["control"][k]) for k in keys})
     lo, hi, why = _ratio_interval(log_ratio, s.level, "compute ratio")
@@ -541,7 +542,7 @@ def _metric(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment:
     cell = (exact.BinaryCell if binary else Cell)(x, signflip_signs(len(x), s.resamples, s.seed))
     nr = spec["kind"] == "NR"
     sd = cell.sd if cell.n > 1 else None
-    tie = 1e-12 * max(1.0, float(np.abs(x).max())) if len(x) else 0.0
+    tie = 1e-12 * float(np.max(np.abs(x), initial=1.0))  # of max(1, the largest |difference|); no prompts: 1e-12
     ref = 0.0 if question is None or question.kind != "floor" else question.floor
     m: MetricResult = {
         "metric": name, "kind": spec["kind"], "higher_is_better": spec["higher_is_better"],
@@ -609,10 +610,9 @@ def decide(cells: Pending, s: StatsSpec) -> int:
     """Adjust every tested cell as one family (``s.multiplicity``), then give each its
     interval at its adjusted level, its verdict read from that interval and its planning.
     Returns the family's size."""
-    tested = [(m, cell, q) for m, cell, q, _v in cells if q is not None and m["p_value"] is not None]
-    adjusted, levels = family_levels([float(m["p_value"] or 0.0) for m, _c, _q in tested], 1 - s.level,
-                                     s.multiplicity)
-    alpha = {id(m): (p, a) for (m, _c, _q), p, a in zip(tested, adjusted, levels, strict=True)}
+    tested = [(m, p) for m, _cell, q, _v in cells if q is not None and (p := m["p_value"]) is not None]
+    adjusted, levels = family_levels([p for _m, p in tested], 1 - s.level, s.multiplicity)
+    alpha = {id(m): (p, a) for (m, _p), p, a in zip(tested, adjusted, levels, strict=True)}
     for m, cell, q, values in cells:
         p_adj, level_alpha = alpha.get(id(m), (None, 1 - s.level))
         lo, hi, why = cell.interval(1 - level_alpha)
@@ -652,18 +652,23 @@ def _p_verdict(cell: Cell, q: Question, rests_on: list[float], p_adj: float | No
     cell's own question is in the family and has its adjusted p; a second value read from
     the same interval (0 for superior or worse, +margin for equivalent) is tested outside
     the family at the cell's level, its raw p scaled to it, min(1, p * alpha / alpha_cell),
-    so that it too is below alpha exactly when the interval excludes that value. (None,
-    None, None) where no test was run (fewer than 2 prompts, zero spread)."""
-    best: tuple[float | None, str | None, bool | None] = (None, None, None)
+    so that it too is below alpha exactly when the interval excludes that value. Equal p
+    (the sign-flip test's steps decide both on quantised data) name the cell's own question,
+    the one the family's adjustment covers. (None, None, None) where no test was run (fewer
+    than 2 prompts, zero spread)."""
+    tests: list[tuple[float, bool, str]] = []
     for mu in rests_on:
         if mu == q.null:
             p = p_adj
         else:
             raw = cell.p(mu)
             p = None if raw is None else min(1.0, raw * alpha / alpha_cell)
-        if p is not None and (best[0] is None or p >= best[0]):
-            best = (p, _test_name(q, mu), mu == q.null)
-    return best
+        if p is not None:
+            tests.append((p, mu == q.null, _test_name(q, mu)))
+    if not tests:
+        return None, None, None
+    p_max, in_family, name = max(tests)  # the largest p; at a tie, the test in the family
+    return p_max, name, in_family
 
 
 def _planning(cell: Cell, q: Question, values: dict[Key, float], alpha: float, s: StatsSpec) -> Planning:
