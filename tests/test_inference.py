@@ -413,3 +413,117 @@ def test_at_3_prompts_the_union_keeps_halls_part() -> None:
         want = max(hand_union_p(x, mu), sf)
         assert want > max(sf, float(ttest_1samp(x, mu).pvalue)) + 0.1  # Hall's part decides
         assert float(union_p(np.array([x]), mu, signflip_signs(3, 2000, 0))[0]) == pytest.approx(want, abs=1e-12)
+
+
+def test_a_one_prompt_cell_has_no_spread_and_says_so_without_a_warning() -> None:
+    """One value has no sample SD: the cell reads it as NaN itself (numpy's std with ddof 1
+    would warn "degrees of freedom <= 0" into the report's log), and gives no test and no
+    interval."""
+    import warnings
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cell = Cell(np.array([0.3]), signflip_signs(1, 2000, 0))
+        assert math.isnan(cell.sd) and cell.mean == 0.3 and cell.skew is None and not cell.flat
+        assert cell.p(0.0) is None and cell.interval(0.95) == (None, None, "no interval: fewer than 2 prompts")
+
+
+def test_skewness_is_defined_from_3_values() -> None:
+    """G1 (bias-adjusted, scipy's ``skew(bias=False)``) exists from 3 values; below, none."""
+    from scipy.stats import skew
+
+    from pairflow.analysis.inference import skewness
+
+    x = np.array([0.1, 0.2, 1.5])
+    assert skewness(x) == pytest.approx(float(skew(x, bias=False)), abs=1e-12) and skewness(x) > 1.5
+    assert skewness(x[:2]) is None and skewness(np.full(4, 0.2)) is None
+
+
+@pytest.mark.parametrize("centre", [0.0, 0.5, 1000.0])
+def test_zero_spread_is_an_sd_within_1e_12_of_the_mean_or_of_1(centre: float) -> None:
+    """"Flat" (no test, no interval) means sd <= 1e-12 * max(1, |mean|): rounding, not data.
+    Around means up to 1 the tolerance is 1e-12 absolute: an SD of 1.87e-12 is spread (the
+    test runs), 0.75e-12 is not; around 1000 it is relative (1e-9)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    unit = 1e-12 * max(1.0, centre)
+    signs = signflip_signs(6, 2000, 0)
+    for step, flat in ((1.0, False), (0.4, True)):  # 0, 1, .., 5 steps: sd = 1.87 steps
+        x = centre + np.arange(6.0) * step * unit
+        assert (x.std(ddof=1) <= unit) == flat  # the sample really sits on that side
+        cell = Cell(x, signs)
+        assert cell.flat == flat and (cell.p(centre) is None) == flat
+
+
+def test_a_sample_exactly_at_mu_is_no_evidence_against_it() -> None:
+    """Every value equal to mu: the sign-flip statistic is 0 for every sign vector, each
+    as extreme as the observed one, so p = 1 (the tie counts), in ``Cell.p_signflip`` and
+    in ``union_p``'s flat rows (planning's simulated 0/1 studies can be all one value)."""
+    from pairflow.analysis.inference import Cell, signflip_signs, union_p
+
+    x = np.full(6, 0.3)
+    for signs in (signflip_signs(6, 2000, 0), signflip_signs(6, 20, 1)):  # exact, Monte Carlo
+        assert Cell(x, signs).p_signflip(0.3) == 1.0
+        assert float(union_p(x[None, :], 0.3, signs)[0]) == 1.0
+        assert float(union_p(x[None, :], 0.2, signs)[0]) < 1.0
+
+
+@pytest.mark.parametrize("scale", [1e-7, 1.0, 1e6])
+def test_the_signflip_p_does_not_depend_on_the_units(scale: float) -> None:
+    """The sign-flip p counts sign vectors whose |sum| reaches the observed one, with a
+    tolerance relative to the values (1e-9 of sum |y|), so a metric in other units (here
+    scaled 1e-7 to 1e6) gets the same p: 4/32 for these 5 prompts (hand count)."""
+    import itertools
+
+    from pairflow.analysis.inference import Cell, signflip_signs, union_p
+
+    x = [0.9, 0.7, 0.4, 0.2, -0.1]
+    assert hand_signflip_p(x, 0.0, list(itertools.product((1.0, -1.0), repeat=5))) == 4 / 32
+    signs = signflip_signs(5, 2000, 0)
+    xs = np.array(x) * scale
+    assert Cell(xs, signs).p_signflip(0.0) == 4 / 32
+    want = max(hand_union_p(x, 0.0), 4 / 32)
+    assert float(union_p(xs[None, :], 0.0, signs)[0]) == pytest.approx(want, abs=1e-9)
+
+
+def test_detectable_effect_scales_with_the_sd() -> None:
+    """The detectable difference is in the metric's units: doubling the per-prompt SD
+    doubles it, and at it the t-test's power (noncentral t, nc = d / sd * sqrt(n), scipy)
+    is the target."""
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import detectable_effect
+
+    n, level, power = 12, 0.95, 0.8
+    d1, d2 = detectable_effect(1.0, n, level, power), detectable_effect(2.0, n, level, power)
+    assert d1 is not None and d2 is not None and d2 == pytest.approx(2 * d1, rel=1e-6)
+    crit = student.ppf(0.975, n - 1)
+    for sd, d in ((1.0, d1), (2.0, d2)):
+        nc = d / sd * math.sqrt(n)
+        assert float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc)) == pytest.approx(power, abs=1e-6)
+
+
+def test_holm_adjusted_p_is_capped_at_1() -> None:
+    """Holm's adjusted p is min(1, (m - rank) p), running max: for raw 0.6 and 0.7 of two
+    tests, 2 * 0.6 = 1.2 reads 1, and 0.7 takes the running max, 1."""
+    from pairflow.analysis.inference import family_levels
+
+    adjusted, levels = family_levels([0.7, 0.6], 0.05, "holm")
+    assert adjusted == [1.0, 1.0] and levels == [0.025, 0.025]
+    adjusted, _ = family_levels([0.01, 0.3, 0.2], 0.05, "holm")
+    assert adjusted == pytest.approx([0.03, 0.4, 0.4], abs=1e-15)
+
+
+def test_a_question_is_immutable() -> None:
+    """A Question is a value (hashable, read by several cells of a study): it cannot be changed."""
+    import dataclasses
+
+    from pairflow.analysis.inference import Question
+
+    q = Question("margin", 1, margin=0.3)
+    assert hash(q) == hash(Question("margin", 1, margin=0.3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        q.margin = 0.5  # type: ignore[misc]
