@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -527,3 +528,44 @@ def test_a_question_is_immutable() -> None:
     assert hash(q) == hash(Question("margin", 1, margin=0.3))
     with pytest.raises(dataclasses.FrozenInstanceError):
         q.margin = 0.5  # type: ignore[misc]
+
+
+def test_too_few_prompts_names_each_panel_below_the_familys_first_level(tmp_path: Path) -> None:
+    """Two tests in the family (one treatment, an NR metric and an FR metric with a floor):
+    Holm's first level is 0.05 / 2 = 0.025. The exact sign-flip test reaches 2 / 2^n < 0.025
+    from 7 prompts (2/128), so a quantised metric needs 7; a continuous one 6 (t takes
+    over past 5). A panel of 2 gets the full warning, 6 the quantised one, 7 none. Under
+    Benjamini-Hochberg the first level is alpha itself (0.05): 6 prompts suffice for both."""
+    from conftest import small_config
+
+    from pairflow.analysis.inference import too_few_prompts
+    from pairflow.plan.config import study_from_raw
+
+    cfg = small_config(tmp_path, tmp_path / "model")
+    cfg["panels"] = {}
+    for n in (2, 6, 7):
+        sheet = tmp_path / f"p{n}.tsv"
+        sheet.write_text("prompt_id\tprompt\n" + "".join(f"q{i}\tprompt {i}\n" for i in range(n)))
+        cfg["panels"][f"p{n}"] = {"sheet": str(sheet), "seeds": [0]}
+    cfg["stats"] = {"resamples": 200, "floors": {"psnr": 30.0}, "multiplicity": "holm"}
+    study = study_from_raw(cfg, tmp_path, source="test")
+    assert [s.name for s in study.treatments] == ["pab"] and study.scorers == ("temporal_flickering", "psnr", "ssim")
+    assert too_few_prompts(study) == [
+        "panel 'p2' has 2 prompts: no verdict is possible in its own table (the exact sign-flip test decides at 5 "
+        "prompts or fewer and its smallest p, 0.5, is not below 0.025 (alpha 0.05 / 2 tests, Holm)); 6 prompts "
+        "would allow one (7 for a quantised metric such as a 0/1 score)",
+        "panel 'p6' has 6 prompts: a quantised metric (a 0/1 score, half the prompts on one value) can get no "
+        "verdict in its own table below 7 prompts (smallest sign-flip p 0.0312, level 0.025)"]
+    cfg["stats"]["multiplicity"] = "bh"
+    assert too_few_prompts(study_from_raw(cfg, tmp_path, source="test")) == [
+        "panel 'p2' has 2 prompts: no verdict is possible in its own table (the exact sign-flip test decides at 5 "
+        "prompts or fewer and its smallest p, 0.5, is not below 0.05 (alpha 0.05)); 6 prompts would allow one"]
+
+
+def test_min_prompts_counts_from_2() -> None:
+    """The union test exists from 2 prompts: at a level above 1/2 (2 / 2^2 = 0.5 < alpha) two
+    prompts can already reject; at 0.5 exactly they cannot (3 are needed)."""
+    from pairflow.analysis.inference import min_prompts
+
+    assert min_prompts(0.6, True) == 2 and min_prompts(0.6, False) == 2
+    assert min_prompts(0.5, True) == 3 and min_prompts(0.3, True) == 3 and min_prompts(0.2, True) == 4
