@@ -569,3 +569,86 @@ def test_min_prompts_counts_from_2() -> None:
 
     assert min_prompts(0.6, True) == 2 and min_prompts(0.6, False) == 2
     assert min_prompts(0.5, True) == 3 and min_prompts(0.3, True) == 3 and min_prompts(0.2, True) == 4
+
+
+def test_decide_in_counts_from_one_above_the_cells_own_and_says_when_it_had_the_power() -> None:
+    """An inconclusive cell of 8 prompts (margin 0.5; estimate 0.04) had 23.5% simulated
+    power at its own 8 (``plan_prompts``' power at ``now``). Asked for 20% power, the
+    answer is the smallest count above its own, 9, never 8 or fewer; and since it had the
+    power, the detail says it fell short by chance. The clause appears exactly when that
+    power reaches the target: at a target equal to it, yes; a hair above, no."""
+    from pairflow.analysis.inference import Cell, Question, plan_prompts, signflip_signs, verdict
+
+    x = np.random.default_rng(5).normal(0.3, 1, 8)
+    cell, q = Cell(x, signflip_signs(8, 2000, 0)), Question("margin", 1, margin=0.5)
+    word, detail, _on = verdict(cell, q, 0.05, 0.2)
+    assert word == "inconclusive" and "about 9 prompts would decide it" in detail
+    had = plan_prompts(cell, cell.mean, -0.5, 0.05, 0.2, now=8, start=9).power_now
+    assert had == 0.235
+    chance = f"this study's 8 prompts had {had:.0%} power under the same assumption, so it fell short by chance"
+    assert chance in detail and chance in verdict(cell, q, 0.05, had)[1]
+    assert "fell short" not in verdict(cell, q, 0.05, had + 0.001)[1]
+
+
+def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
+    """``plan_prompts`` is ``planning.plan`` with ``decides`` (the union test on the
+    boundary, the mean on the truth's side), the stressed model's loss tail on the
+    boundary's side (truth above it: the tail below, ``loss_side`` -1) and the search
+    started at the t-test's N for the pilot's SD (planning: "N grows by half from a
+    guess"). The simulated power is not monotone in N to the last prompt, so the start can
+    move the answer: for this pilot of 10, 55 from the t-test's guess of 15, 58 from none."""
+    from pairflow.analysis import planning
+    from pairflow.analysis.inference import PLAN_SIGNFLIPS, Cell, decides, plan_prompts, required_prompts
+    from pairflow.analysis.inference import signflip_signs as signs
+
+    x = np.random.default_rng(1).normal(0, 1, (12, 10))[9]
+    guess = required_prompts(float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
+    assert guess == 15
+    decide = decides(-0.8, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1)
+    assert want.prompts == 55
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11) == want
+    assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
+
+
+def test_required_prompts_says_none_beyond_its_limit() -> None:
+    """An effect of 0.01 sd needs about 78,500 prompts: with a limit of 500 the answer is None
+    (the block search stops at the limit), with no limit the count, whose power the
+    noncentral t confirms and the count before it misses."""
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import required_prompts
+
+    assert required_prompts(1.0, 0.01, 0.95, 0.8, limit=500) is None
+    n = required_prompts(1.0, 0.01, 0.95, 0.8)
+    assert n is not None and 78_000 < n < 79_000
+
+    def power(k: int) -> float:
+        crit, nc = student.ppf(0.975, k - 1), 0.01 * math.sqrt(k)
+        return float(nct.sf(crit, k - 1, nc) + nct.cdf(-crit, k - 1, nc))
+
+    assert power(n) >= 0.8 > power(n - 1)
+
+
+def test_holm_stops_at_an_adjusted_p_equal_to_alpha() -> None:
+    """An adjusted p equal to alpha is not a rejection: Holm stops there, and every later
+    cell gets the level it stopped at. Raw 0.01, 0.025, 0.03 of three tests: adjusted 0.03,
+    0.05, 0.05; only the first rejected; levels 0.05/3, then 0.05/2 for both others (the
+    third's raw 0.03 is above it, as its adjusted 0.05 is not below 0.05)."""
+    from pairflow.analysis.inference import family_levels
+
+    adjusted, levels = family_levels([0.01, 0.025, 0.03], 0.05, "holm")
+    assert adjusted == pytest.approx([0.03, 0.05, 0.05], abs=1e-15) and adjusted[1] == 0.05
+    assert levels == [0.05 / 3, 0.025, 0.025]
+
+
+@pytest.mark.parametrize("mean, word, side", [(0.3, "superior", "better"), (-0.3, "inferior", "worse")])
+def test_a_difference_verdict_names_the_side_its_interval_is_on(mean: float, word: str, side: str) -> None:
+    """Without a margin, a rejected 0 reads superior or inferior by the estimate's sign, and
+    the detail names that side, for any size of estimate (here +-0.3)."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    code, detail, on = verdict(Cell(spread(mean) / 3, signflip_signs(10, 2000, 0)), Question("difference", 1),
+                               0.05, 0.8)
+    assert (code, on) == (word, [0.0]) and detail.startswith(f"the whole interval is on the {side} side of 0")
