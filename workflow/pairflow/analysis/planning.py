@@ -66,7 +66,9 @@ KERNEL = 0.2
 MAX_SKEW = 2.0
 """The largest skewness the union test was validated for (BENCHMARKS.md, statistics)."""
 MIN_DF = 2.0
-"""Fewest degrees of freedom the scale's uncertainty is drawn with (heavy-tailed pilots)."""
+"""Fewest degrees of freedom the scale's uncertainty is drawn with. It binds only for a pilot
+of 2 prompts (n - 1 = 1): from 3, the sample's excess kurtosis (at most (n^2 - 6n + 6) /
+(n - 1)) keeps ``scale_df`` above 2 even for a single outlier."""
 
 Decides = Callable[[np.ndarray], np.ndarray]
 """A decision procedure: per row of simulated per-prompt values (studies, n), whether it decides."""
@@ -226,7 +228,8 @@ def stress_df(x: np.ndarray) -> float:
     pilot's own ``scale_df``."""
     n = len(x)
     k = lognormal_kurtosis(MAX_SKEW)
-    return min(scale_df(x), max(STRESS_MIN_DF, min(n - 1.0, 2.0 / (2.0 / (n - 1) + k / n))))
+    # no min(n - 1, ...) as in scale_df: with k > 0 the formula is below n - 1 at every n
+    return min(scale_df(x), max(STRESS_MIN_DF, 2.0 / (2.0 / (n - 1) + k / n)))
 
 
 def plan(x: np.ndarray, truth: float, decides: Decides, power: float, *, start: int, guess: int | None = None,
