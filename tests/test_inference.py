@@ -596,7 +596,10 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     boundary's side (truth above it: the tail below, ``loss_side`` -1) and the search
     started at the t-test's N for the pilot's SD (planning: "N grows by half from a
     guess"). The simulated power is not monotone in N to the last prompt, so the start can
-    move the answer: for this pilot of 10, 55 from the t-test's guess of 15, 58 from none."""
+    move the answer: for this pilot of 10, 55 from the t-test's guess of 15, 58 from none.
+    With ``scale`` (the planning table's SD at its upper bound) the guess is the t-test's N
+    at the scaled SD: for another pilot at twice its SD, 70 from that guess (32), 67 from
+    the guess at half the SD (5, below the start)."""
     from pairflow.analysis import planning
     from pairflow.analysis.inference import PLAN_SIGNFLIPS, Cell, decides, plan_prompts, required_prompts
     from pairflow.analysis.inference import signflip_signs as signs
@@ -609,6 +612,13 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     assert want.prompts == 55
     assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11) == want
     assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
+    x = np.random.default_rng(1).normal(0, 1, (12, 10))[6]
+    guess = required_prompts(2 * float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
+    assert guess == 32
+    want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1, scale=2.0)
+    assert want.prompts == 70
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11, scale=2.0) == want
+    assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1, scale=2.0).prompts == 67
 
 
 def test_required_prompts_says_none_beyond_its_limit() -> None:
