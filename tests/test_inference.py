@@ -662,3 +662,32 @@ def test_a_difference_verdict_names_the_side_its_interval_is_on(mean: float, wor
     code, detail, on = verdict(Cell(spread(mean) / 3, signflip_signs(10, 2000, 0)), Question("difference", 1),
                                0.05, 0.8)
     assert (code, on) == (word, [0.0]) and detail.startswith(f"the whole interval is on the {side} side of 0")
+
+
+def test_a_quantised_cells_interval_edge_is_the_exact_signflip_edge() -> None:
+    """Where the sign-flip test is part of the union its interval can be the widest, and
+    the edge is found by bisection. Reference by hand (Hartigan's subset means): below the
+    mean, flipping the prompts of a subset F reaches the observed |sum| exactly when
+    sum_F (x - mu) <= 0 or its complement's is, so the exact p is 2 (1 + m) / 2^n, m the
+    non-empty subsets whose mean is at most mu. At 8 prompts (4 on one value: quantised)
+    and level 0.95, p >= 0.05 needs m >= 6: the lower edge is the 6th smallest of the 255
+    subset means, -0.1333, below the t interval's (and Hall's) lower edge."""
+    import itertools
+
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = [0.1, 0.1, 0.1, 0.1, 0.6, -0.2, 0.4, -0.3]
+    means = sorted(sum(x[i] for i in f) / len(f) for k in range(1, 9) for f in itertools.combinations(range(8), k))
+    edge = means[5]
+    assert edge == pytest.approx(-2 / 15, abs=1e-12)
+    signs = list(itertools.product((1.0, -1.0), repeat=8))
+    for mu in (edge - 1e-6, edge + 1e-6, 0.03):  # the subset-mean count is the sign-flip p
+        assert hand_signflip_p(x, mu, signs) == 2 * (1 + sum(m <= mu for m in means)) / 256
+    assert hand_signflip_p(x, edge + 1e-6, signs) >= 0.05 > hand_signflip_p(x, edge - 1e-6, signs)
+    cell = Cell(np.array(x), signflip_signs(8, 2000, 0))
+    assert cell.quantised
+    lo, hi, why = cell.interval(0.95)
+    assert why is None and lo == pytest.approx(edge, abs=1e-8)
+    assert lo < float(ttest_1samp(x, 0.0).confidence_interval(0.95).low) - 0.02
