@@ -664,30 +664,46 @@ def test_a_difference_verdict_names_the_side_its_interval_is_on(mean: float, wor
     assert (code, on) == (word, [0.0]) and detail.startswith(f"the whole interval is on the {side} side of 0")
 
 
-def test_a_quantised_cells_interval_edge_is_the_exact_signflip_edge() -> None:
+@pytest.mark.parametrize("x, level, m", [([2.3, 2.3, 2.3, 2.3, -1.3, 0.3, -1.2, -1.0], 0.95, 6),
+                                         ([-1.2, -1.2, -1.2, -1.2, -1.2, 1.1, 0.9, 1.4], 0.75, 31)])
+def test_a_quantised_cells_interval_edge_is_the_exact_signflip_edge(x: list[float], level: float, m: int) -> None:
     """Where the sign-flip test is part of the union its interval can be the widest, and
     the edge is found by bisection. Reference by hand (Hartigan's subset means): below the
     mean, flipping the prompts of a subset F reaches the observed |sum| exactly when
     sum_F (x - mu) <= 0 or its complement's is, so the exact p is 2 (1 + m) / 2^n, m the
-    non-empty subsets whose mean is at most mu. At 8 prompts (4 on one value: quantised)
-    and level 0.95, p >= 0.05 needs m >= 6: the lower edge is the 6th smallest of the 255
-    subset means, -1.1, well below the t interval's (0.4 lower)."""
+    non-empty subsets whose mean is at most mu. At 8 prompts (half or more on one value:
+    quantised) p >= 1 - level needs m >= 6 at level 0.95 and m >= 31 at 0.75 (p = 64/256
+    = 0.25 exactly: accepted, the interval is closed); the lower edge is that subset mean,
+    below the t interval's by more than 0.25. In the second sample the 31 subsets of the
+    five -1.2s all have mean -1.2: p jumps from 2/256 to exactly 0.25 there."""
     import itertools
 
     from scipy.stats import ttest_1samp
 
     from pairflow.analysis.inference import Cell, signflip_signs
 
-    x = [2.3, 2.3, 2.3, 2.3, -1.3, 0.3, -1.2, -1.0]
     means = sorted(sum(x[i] for i in f) / len(f) for k in range(1, 9) for f in itertools.combinations(range(8), k))
-    edge = means[5]
-    assert edge == pytest.approx(-1.1, abs=1e-12)
+    edge = means[m - 1]
     signs = list(itertools.product((1.0, -1.0), repeat=8))
-    for mu in (edge - 1e-6, edge + 1e-6, 0.0123):  # the subset-mean count is the sign-flip p
-        assert hand_signflip_p(x, mu, signs) == 2 * (1 + sum(m <= mu for m in means)) / 256
-    assert hand_signflip_p(x, edge + 1e-6, signs) >= 0.05 > hand_signflip_p(x, edge - 1e-6, signs)
+    for mu in (edge - 1e-6, edge + 1e-6, edge + 0.0123):  # below the mean: the subset-mean count is the p
+        assert hand_signflip_p(x, mu, signs) == 2 * (1 + sum(v <= mu for v in means)) / 256
+    assert hand_signflip_p(x, edge, signs) >= 1 - level > hand_signflip_p(x, edge - 1e-6, signs)
     cell = Cell(np.array(x), signflip_signs(8, 2000, 0))
     assert cell.quantised
-    lo, hi, why = cell.interval(0.95)
+    lo, _hi, why = cell.interval(level)
     assert why is None and lo == pytest.approx(edge, abs=1e-8)
-    assert lo < float(ttest_1samp(x, 0.0).confidence_interval(0.95).low) - 0.3
+    assert lo < float(ttest_1samp(x, 0.0).confidence_interval(level).low) - 0.25
+
+
+def test_an_estimate_on_the_floor_is_told_no_count_will_decide_it() -> None:
+    """A cell whose mean sits exactly on the floor (0.5, the mean of these six dyadic
+    values) cannot be settled by more prompts if that is the truth: no prompt count is
+    offered (the search would only climb to its cap)."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    x = np.array([0.25, 0.75, 0.5, 0.375, 0.125, 1.0])
+    assert float(x.mean()) == 0.5
+    code, detail, on = verdict(Cell(x, signflip_signs(6, 2000, 0)), Question("floor", 1, floor=0.5), 0.05, 0.8)
+    assert (code, on) == ("inconclusive", [0.5])
+    assert detail == ("the interval holds the floor 0.5; the estimate sits on the boundary; no prompt count is likely "
+                      "to decide it")
