@@ -707,3 +707,30 @@ def test_an_estimate_on_the_floor_is_told_no_count_will_decide_it() -> None:
     assert (code, on) == ("inconclusive", [0.5])
     assert detail == ("the interval holds the floor 0.5; the estimate sits on the boundary; no prompt count is likely "
                       "to decide it")
+
+
+def test_a_simulated_study_on_the_boundary_does_not_decide() -> None:
+    """``decides`` needs p < alpha and the mean strictly on the truth's side: a 0/1 study
+    whose mean is exactly the boundary 0.5 decides nothing (and raises no numpy warning),
+    one clearly above it does, and with the truth below (side -1) neither does."""
+    import warnings
+
+    from pairflow.analysis.inference import decides, signflip_signs
+
+    rows = np.array([[0.0, 1.0] * 10, [1.0] * 18 + [0.0] * 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        up = decides(0.5, 1, 0.05, lambda n: signflip_signs(n, 2000, 0), False)(rows)
+        down = decides(0.5, -1, 0.05, lambda n: signflip_signs(n, 2000, 0), False)(rows)
+    assert up.tolist() == [False, True] and down.tolist() == [False, False]
+
+
+def test_two_prompts_are_quantised_by_the_stated_rule() -> None:
+    """"Half the prompts or more on one value": of 2 prompts, one is half, so any 2-prompt
+    cell is quantised (the sign-flip test decides it, as it does at <= 5 prompts anyway);
+    1 prompt has no test; of 4 distinct values none is."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    assert Cell(np.array([0.1, 0.7]), signflip_signs(2, 2000, 0)).quantised
+    assert not Cell(np.array([0.1]), signflip_signs(1, 2000, 0)).quantised
+    assert not Cell(np.array([0.1, 0.7, 0.2, 0.4]), signflip_signs(4, 2000, 0)).quantised

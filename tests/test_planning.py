@@ -152,3 +152,23 @@ def test_the_stressed_plan_is_the_larger_of_its_two_with_that_ones_power() -> No
     assert got == planning.Plan(b.prompts, b.power, planning.PLAN_CAP, min(a.power_now, b.power_now))
     pilot = planning.plan(x, 0.0, decide, 0.8, model="pilot", **kw)  # type: ignore[arg-type]
     assert pilot == a
+
+
+def test_the_search_answer_is_the_crossing_its_path_meets() -> None:
+    """Simulated power is not monotone in N to the last prompt; the search's path is the
+    stated one. A procedure that decides at 14 prompts and from 20 on: from a guess of 30
+    it falls by a third while the power holds (30, 20, 14, then 10 short of it) and bisects
+    (12, 13): 14. From a guess of 17 (short of the power) it grows by half (25 reaches it)
+    and bisects between 17 and 25: 20."""
+    x = np.random.default_rng(2).normal(0, 1, 10)
+    asked: list[int] = []
+
+    def decides(v: np.ndarray) -> np.ndarray:
+        asked.append(v.shape[1])
+        return np.full(len(v), v.shape[1] == 14 or v.shape[1] >= 20)
+
+    assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=30, reps=10).prompts == 14
+    assert asked == [30, 20, 14, 10, 12, 13]
+    asked.clear()
+    assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=17, reps=10).prompts == 20
+    assert asked == [17, 25, 21, 19, 20]

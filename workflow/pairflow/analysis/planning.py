@@ -42,7 +42,10 @@ The model of a future study (``draws``), stated:
 Search (``smallest_prompts``): every candidate N gets ``PLAN_REPS`` studies from a
 generator seeded by (``seed``, N), the scale draws shared across N (common random
 numbers), so the answer is deterministic; N grows by half from a guess (the t-test's N)
-until the power is reached, then bisects. Beyond ``PLAN_CAP`` prompts it says "more than".
+until the power is reached (or, where the guess already reaches it, falls by a third until
+it does not), then bisects. Simulated power is not monotone in N to the last prompt, so the
+answer is the crossing this path meets (a few prompts apart from another path's). Beyond
+``PLAN_CAP`` prompts it says "more than".
 Checked by an independent simulation in ``benchmarks/run.py power`` (BENCHMARKS.md).
 
 Imports without torch or scipy.
