@@ -712,12 +712,13 @@ def test_an_estimate_on_the_floor_is_told_no_count_will_decide_it() -> None:
 def test_a_simulated_study_on_the_boundary_does_not_decide() -> None:
     """``decides`` needs p < alpha and the mean strictly on the truth's side: a 0/1 study
     whose mean is exactly the boundary 0.5 decides nothing (and raises no numpy warning),
-    one clearly above it does, and with the truth below (side -1) neither does."""
+    one of quantised values at 0.9 (p = 1/2001, Monte Carlo) does, and with the truth
+    below (side -1) neither does."""
     import warnings
 
     from pairflow.analysis.inference import decides, signflip_signs
 
-    rows = np.array([[0.0, 1.0] * 10, [1.0] * 18 + [0.0] * 2])
+    rows = np.array([[0.0, 1.0] * 10, [1.0] * 10 + [0.8] * 10])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         up = decides(0.5, 1, 0.05, lambda n: signflip_signs(n, 2000, 0), False)(rows)
