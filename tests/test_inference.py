@@ -735,3 +735,14 @@ def test_two_prompts_are_quantised_by_the_stated_rule() -> None:
     assert Cell(np.array([0.1, 0.7]), signflip_signs(2, 2000, 0)).quantised
     assert not Cell(np.array([0.1]), signflip_signs(1, 2000, 0)).quantised
     assert not Cell(np.array([0.1, 0.7, 0.2, 0.4]), signflip_signs(4, 2000, 0)).quantised
+
+
+def test_a_two_prompt_cell_is_tested_not_refused() -> None:
+    """Two prompts have a test (its smallest p, 2/4, rejects nothing at 0.05): the verdict
+    is inconclusive with the detectable difference at n=2, not "fewer than 2 prompts"."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    cell = Cell(np.array([0.1, 0.7]), signflip_signs(2, 2000, 0))
+    assert cell.p(0.0) == 0.5
+    code, detail, on = verdict(cell, Question("difference", 1), 0.05, 0.8)
+    assert (code, on) == ("inconclusive", [0.0]) and detail.startswith("no detectable difference at n=2;")
