@@ -505,6 +505,13 @@ def test_detectable_effect_scales_with_the_sd() -> None:
     for sd, d in ((1.0, d1), (2.0, d2)):
         nc = d / sd * math.sqrt(n)
         assert float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc)) == pytest.approx(power, abs=1e-6)
+    # a low level (0.6, two-sided: critical value 0.88, below 1) still gives a positive effect with the power
+    crit = student.ppf(0.8, n - 1)
+    assert crit < 1
+    d = detectable_effect(1.0, n, 0.6, power)
+    assert d is not None and d > 0
+    nc = d * math.sqrt(n)
+    assert float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc)) == pytest.approx(power, abs=1e-6)
 
 
 def test_holm_adjusted_p_is_capped_at_1() -> None:

@@ -172,3 +172,20 @@ def test_the_search_answer_is_the_crossing_its_path_meets() -> None:
     asked.clear()
     assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=17, reps=10).prompts == 20
     assert asked == [17, 25, 21, 19, 20]
+
+
+def test_a_power_equal_to_the_target_reaches_it() -> None:
+    """"Reaches the power" is >=: a procedure deciding exactly 8 of every 10 simulated
+    studies (power 0.8, exactly the target) from 6 prompts on is answered 6, wherever the
+    search starts (a guess above, at, or below the start)."""
+    x = np.random.default_rng(2).normal(0, 1, 10)
+
+    def decides(v: np.ndarray) -> np.ndarray:
+        return np.array(([True] * 8 + [False] * 2) * (len(v) // 10)) & (v.shape[1] >= 6)
+
+    assert planning.power_at(x, 0.0, 6, decides, reps=10) == 0.8
+    for guess in (None, 6, 7, 12, 40):
+        plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=guess, reps=10)
+        assert (plan.prompts, plan.power) == (6, 0.8)
+    plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=40, reps=10)
+    assert (plan.prompts, plan.power) == (6, 0.8)

@@ -119,9 +119,11 @@ def test_a_plan_whose_need_equals_the_ceiling_stopped_for_precision() -> None:
 
 
 def test_stein_half_width_from_a_pilot_of_2() -> None:
-    """Two pilot prompts are enough for a spread (t with 1 df): q = 12.706, sd = 0.1414."""
+    """Two pilot prompts are enough for a spread (t with 1 df): q = 12.706, sd = 0.1414; the
+    half-width is q sd / sqrt(N) for any N >= 1 timed prompts."""
     pilot = np.array([0.1, 0.3])
     assert sequential.stein_half_width(pilot, 4, 0.95) == pytest.approx(12.706204736174698 * math.sqrt(0.02) / 2)
+    assert sequential.stein_half_width(pilot, 1, 0.95) == pytest.approx(12.706204736174698 * math.sqrt(0.02))
     assert sequential.stein_half_width(pilot, 0, 0.95) is None  # no prompts timed: no mean
 
 
