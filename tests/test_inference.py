@@ -753,3 +753,17 @@ def test_a_two_prompt_cell_is_tested_not_refused() -> None:
     assert cell.p(0.0) == 0.5
     code, detail, on = verdict(cell, Question("difference", 1), 0.05, 0.8)
     assert (code, on) == ("inconclusive", [0.0]) and detail.startswith("no detectable difference at n=2;")
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e6])
+def test_values_equal_to_rounding_share_a_value_at_any_scale(scale: float) -> None:
+    """"Half the prompts on one value" counts values equal to rounding (1e-12 of the largest
+    |value|, at least 1e-12) as one: 0.1 + 0.2 and 0.3 are one value, in any units, so
+    three of these six are one value (quantised), and two of the other six are not."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = np.array([0.3, 0.1 + 0.2, 0.3, 0.9, 0.7, 0.5]) * scale
+    assert x[0] != x[1]  # not equal as floats
+    assert Cell(x, signflip_signs(6, 2000, 0)).quantised
+    y = np.array([0.3, 0.1 + 0.2, 0.4, 0.9, 0.7, 0.5]) * scale
+    assert not Cell(y, signflip_signs(6, 2000, 0)).quantised
