@@ -631,7 +631,8 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
 def test_required_prompts_says_none_beyond_its_limit() -> None:
     """An effect of 0.01 sd needs about 78,500 prompts: with a limit of 500 the answer is None
     (the block search stops at the limit), with no limit the count, whose power the
-    noncentral t confirms and the count before it misses."""
+    noncentral t confirms and the count before it misses; and at 10 prompts, where the t's
+    degrees of freedom matter, the same."""
     from scipy.stats import nct
     from scipy.stats import t as student
 
@@ -641,11 +642,14 @@ def test_required_prompts_says_none_beyond_its_limit() -> None:
     n = required_prompts(1.0, 0.01, 0.95, 0.8)
     assert n is not None and 78_000 < n < 79_000
 
-    def power(k: int) -> float:
-        crit, nc = student.ppf(0.975, k - 1), 0.01 * math.sqrt(k)
+    def power(k: int, d: float = 0.01) -> float:
+        crit, nc = student.ppf(0.975, k - 1), d * math.sqrt(k)
         return float(nct.sf(crit, k - 1, nc) + nct.cdf(-crit, k - 1, nc))
 
     assert power(n) >= 0.8 > power(n - 1)
+    # few prompts, where the t's degrees of freedom (n - 1) matter: an effect of 1 sd needs 10
+    small = required_prompts(2.0, -2.0, 0.95, 0.8)
+    assert small == 10 and power(10, 1.0) >= 0.8 > power(9, 1.0)
 
 
 def test_holm_stops_at_an_adjusted_p_equal_to_alpha() -> None:
