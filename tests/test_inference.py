@@ -605,8 +605,8 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     guess"). The simulated power is not monotone in N to the last prompt, so the start can
     move the answer: for this pilot of 10, 55 from the t-test's guess of 15, 58 from none.
     With ``scale`` (the planning table's SD at its upper bound) the guess is the t-test's N
-    at the scaled SD: for another pilot at twice its SD, 70 from that guess (32), 67 from
-    the guess at half the SD (5, below the start)."""
+    at the scaled SD: for another pilot at twice its SD, 70 from that guess (32; 67 from the
+    guess at half the SD, 5, below the start). Truth below the boundary: the mirror image."""
     from pairflow.analysis import planning
     from pairflow.analysis.inference import PLAN_SIGNFLIPS, Cell, decides, plan_prompts, required_prompts
     from pairflow.analysis.inference import signflip_signs as signs
@@ -619,19 +619,24 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     assert want.prompts == 55
     assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11) == want
     assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
+    # truth below the boundary (a lower-is-better metric's loss edge +0.8): the mean must land below
+    # it (side -1), and the loss tail is above (loss_side +1); the mirror image of the plan above
+    below = decides(0.8, -1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    mirrored = planning.plan(x, 0.0, below, 0.8, start=11, guess=guess, loss_side=1)
+    assert mirrored.prompts is not None and 40 < mirrored.prompts < 75
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, 0.8, 0.05, 0.8, start=11) == mirrored
     x = np.random.default_rng(1).normal(0, 1, (12, 10))[6]
     guess = required_prompts(2 * float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
     assert guess == 32
     want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1, scale=2.0)
     assert want.prompts == 70
     assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11, scale=2.0) == want
-    assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1, scale=2.0).prompts == 67
 
 
 def test_required_prompts_says_none_beyond_its_limit() -> None:
     """An effect of 0.01 sd needs about 78,500 prompts: with a limit of 500 the answer is None
     (the block search stops at the limit), with no limit the count, whose power the
-    noncentral t confirms and the count before it misses; and at 10 prompts, where the t's
+    noncentral t confirms and the count before it misses; and at 8 prompts, where the t's
     degrees of freedom matter, the same."""
     from scipy.stats import nct
     from scipy.stats import t as student
@@ -647,9 +652,10 @@ def test_required_prompts_says_none_beyond_its_limit() -> None:
         return float(nct.sf(crit, k - 1, nc) + nct.cdf(-crit, k - 1, nc))
 
     assert power(n) >= 0.8 > power(n - 1)
-    # few prompts, where the t's degrees of freedom (n - 1) matter: an effect of 1 sd needs 10
-    small = required_prompts(2.0, -2.0, 0.95, 0.8)
-    assert small == 10 and power(10, 1.0) >= 0.8 > power(9, 1.0)
+    # few prompts, where the t's degrees of freedom (n - 1) matter: an effect of 1.27 sd needs 8
+    # (n + 1 degrees of freedom, in the critical value or the power, would read 7)
+    small = required_prompts(2.0, -2.54, 0.95, 0.8)
+    assert small == 8 and power(8, 1.27) >= 0.8 > power(7, 1.27)
 
 
 def test_holm_stops_at_an_adjusted_p_equal_to_alpha() -> None:
