@@ -330,6 +330,9 @@ def test_the_margins_null_is_the_loss_edge_in_the_metrics_direction(sign: int) -
     assert Question("margin", sign, margin=0.3).null == (-0.3 if sign == 1 else 0.3)
     assert Question("difference", sign, margin=0.3).null == 0.0
     assert Question("floor", sign, floor=0.7).null == 0.7
+    # a margin or floor question given none is the one at 0 (the dataclass's defaults)
+    assert Question("margin", sign).null == 0.0 and Question("margin", sign).hypothesis == "loss = margin 0 (non-inferiority)"
+    assert Question("floor", sign).null == 0.0 and Question("floor", sign).hypothesis == "mean value = floor 0"
 
 
 LOWER_BETTER = [(-0.09, 0.1, "non_inferior"), (-0.25, 0.1, "superior"), (0.2, 0.3, "worse_non_inferiority_not_shown"),
@@ -777,3 +780,18 @@ def test_values_equal_to_rounding_share_a_value_at_any_scale(scale: float) -> No
     assert Cell(x, signflip_signs(6, 2000, 0)).quantised
     y = np.array([0.3, 0.1 + 0.2, 0.4, 0.9, 0.7, 0.5]) * scale
     assert not Cell(y, signflip_signs(6, 2000, 0)).quantised
+
+
+def test_a_symmetric_cells_interval_is_students() -> None:
+    """Skewness 0 (values symmetric about their mean): Hall's correction vanishes (a = 0) and
+    the union's interval at 6 continuous prompts is exactly Student's t interval (scipy)."""
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = np.array([-0.3, -0.2, -0.1, 0.1, 0.2, 0.3]) + 0.05
+    cell = Cell(x, signflip_signs(6, 2000, 0))
+    assert cell.skew is not None and abs(cell.skew) < 1e-12 and not cell.uses_signflip
+    ci = ttest_1samp(x, 0.0).confidence_interval(0.95)
+    lo, hi, why = cell.interval(0.95)
+    assert why is None and lo == pytest.approx(float(ci.low), abs=1e-12) and hi == pytest.approx(float(ci.high), abs=1e-12)
