@@ -795,3 +795,15 @@ def test_a_symmetric_cells_interval_is_students() -> None:
     ci = ttest_1samp(x, 0.0).confidence_interval(0.95)
     lo, hi, why = cell.interval(0.95)
     assert why is None and lo == pytest.approx(float(ci.low), abs=1e-12) and hi == pytest.approx(float(ci.high), abs=1e-12)
+
+
+def test_the_tolerance_of_one_value_is_1e_12_for_values_up_to_1() -> None:
+    """Values within 1e-12 of each other (times the largest |value| where that is above 1)
+    are one value: three values 0.5e-12 apart around 0.5 make half of six prompts one value
+    (quantised); 1.5e-12 apart, they are three values (not quantised)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    for step, same in ((0.5e-12, True), (1.5e-12, False)):
+        x = np.array([0.5, 0.5 + step, 0.5 + 2 * step, 0.9, 0.7, 0.1])
+        assert (abs(x[1] - x[0]) <= 1e-12) == same
+        assert Cell(x, signflip_signs(6, 2000, 0)).quantised == same
