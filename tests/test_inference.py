@@ -789,9 +789,9 @@ def test_a_symmetric_cells_interval_is_students() -> None:
 
     from pairflow.analysis.inference import Cell, signflip_signs
 
-    x = np.array([-0.3, -0.2, -0.1, 0.1, 0.2, 0.3]) + 0.05
+    x = np.array([-0.25, -0.125, -0.0625, 0.0625, 0.125, 0.25]) + 0.5  # dyadic: skewness exactly 0
     cell = Cell(x, signflip_signs(6, 2000, 0))
-    assert cell.skew is not None and abs(cell.skew) < 1e-12 and not cell.uses_signflip
+    assert cell.skew == 0.0 and not cell.uses_signflip
     ci = ttest_1samp(x, 0.0).confidence_interval(0.95)
     lo, hi, why = cell.interval(0.95)
     assert why is None and lo == pytest.approx(float(ci.low), abs=1e-12) and hi == pytest.approx(float(ci.high), abs=1e-12)
@@ -807,3 +807,14 @@ def test_the_tolerance_of_one_value_is_1e_12_for_values_up_to_1() -> None:
         x = np.array([0.5, 0.5 + step, 0.5 + 2 * step, 0.9, 0.7, 0.1])
         assert (abs(x[1] - x[0]) <= 1e-12) == same
         assert Cell(x, signflip_signs(6, 2000, 0)).quantised == same
+
+
+def test_union_p_takes_one_mu_per_row() -> None:
+    """``union_p``'s mu may be one value per row (studies tested each at its own mu): the
+    same p as each row alone."""
+    from pairflow.analysis.inference import signflip_signs, union_p
+
+    rng = np.random.default_rng(6)
+    x, mu, signs = rng.normal(0, 1, (4, 8)), np.array([-0.5, 0.0, 0.3, 1.0]), signflip_signs(8, 2000, 0)
+    each = [float(union_p(x[i : i + 1], float(mu[i]), signs)[0]) for i in range(4)]
+    assert union_p(x, mu, signs).tolist() == pytest.approx(each, abs=1e-15)

@@ -17,6 +17,10 @@ def test_draws_keep_the_pilots_spread_and_the_stated_mean() -> None:
     assert (np.abs(np.diff(np.sort(y, axis=1), axis=1)) > 0).all()  # smoothed: no ties to read as quantised
     q = planning.draws(np.array([0.0, 0.0, 0.0, 1.0, 0.5]), 0.0, 20, np.ones(10), 0, quantised=True)
     assert len(np.unique(np.round(q - q[:, :1], 12))) <= 5  # a quantised pilot keeps its ties
+    # ... and its spread: the pilot's residuals rescaled to its sample SD (ddof 1)
+    pilot = np.array([0.0, 0.0, 0.0, 1.0, 0.5])
+    q = planning.draws(pilot, 0.0, 40, np.ones(4000), 0, quantised=True)
+    assert abs(q.var(axis=1, ddof=1).mean() / pilot.var(ddof=1) - 1) < 0.03
 
 
 def test_search_finds_the_smallest_count_and_is_deterministic() -> None:
@@ -35,8 +39,8 @@ def test_search_finds_the_smallest_count_and_is_deterministic() -> None:
 
 
 def test_skewed_draws_have_the_stated_skewness_and_unit_spread() -> None:
-    y = planning.skewed(np.random.default_rng(3), np.array([-2.0, 0.0, 1.0] * 100), 4000)
-    for k, rows in ((-2.0, y[0::3]), (0.0, y[1::3]), (1.0, y[2::3])):
+    y = planning.skewed(np.random.default_rng(3), np.array([-2.0, 0.0, 1.0, 0.5] * 75), 4000)
+    for k, rows in ((-2.0, y[0::4]), (0.0, y[1::4]), (1.0, y[2::4]), (0.5, y[3::4])):
         r = rows.ravel() - rows.mean()
         assert abs(rows.mean()) < 0.01 and abs(rows.std() - 1) < 0.01
         assert abs(np.mean(r ** 3) / np.mean(r * r) ** 1.5 - k) < 0.1
@@ -187,5 +191,6 @@ def test_a_power_equal_to_the_target_reaches_it() -> None:
     for guess in (None, 6, 7, 12, 40):
         plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=guess, reps=10)
         assert (plan.prompts, plan.power) == (6, 0.8)
-    plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=40, reps=10)
-    assert (plan.prompts, plan.power) == (6, 0.8)
+    for guess in (None, 40):  # growing by half from 3 (3, 4, 6) stops at the first count reaching it
+        plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=guess, reps=10)
+        assert (plan.prompts, plan.power) == (6, 0.8)
