@@ -606,7 +606,8 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     boundary's side (truth above it: the tail below, ``loss_side`` -1) and the search
     started at the t-test's N for the pilot's SD (planning: "N grows by half from a
     guess"). The simulated power is not monotone in N to the last prompt, so the start can
-    move the answer: for this pilot of 10, 55 from the t-test's guess of 15, 58 from none.
+    move the answer: for this pilot of 10 (truth 0.3, boundary -0.5), 55 from the t-test's
+    guess for their difference 0.8 (15), 58 from none.
     With ``scale`` (the planning table's SD at its upper bound) the guess is the t-test's N
     at the scaled SD: for another pilot at twice its SD, 70 from that guess (32; 67 from the
     guess at half the SD, 5, below the start). Truth below the boundary: the mirror image."""
@@ -617,11 +618,11 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     x = np.random.default_rng(1).normal(0, 1, (12, 10))[9]
     guess = required_prompts(float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
     assert guess == 15
-    decide = decides(-0.8, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
-    want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1)
+    decide = decides(-0.5, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    want = planning.plan(x, 0.3, decide, 0.8, start=11, guess=guess, loss_side=-1)
     assert want.prompts == 55
-    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11) == want
-    assert planning.plan(x, 0.0, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.3, -0.5, 0.05, 0.8, start=11) == want
+    assert planning.plan(x, 0.3, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
     # truth below the boundary (a lower-is-better metric's loss edge +0.8): the mean must land below
     # it (side -1), and the loss tail is above (loss_side +1); the mirror image of the plan above
     below = decides(0.8, -1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
@@ -631,6 +632,7 @@ def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
     x = np.random.default_rng(1).normal(0, 1, (12, 10))[6]
     guess = required_prompts(2 * float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
     assert guess == 32
+    decide = decides(-0.8, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
     want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1, scale=2.0)
     assert want.prompts == 70
     assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11, scale=2.0) == want
