@@ -661,6 +661,7 @@ def test_required_prompts_says_none_beyond_its_limit() -> None:
     # (n + 1 degrees of freedom, in the critical value or the power, would read 7)
     small = required_prompts(2.0, -2.54, 0.95, 0.8)
     assert small == 8 and power(8, 1.27) >= 0.8 > power(7, 1.27)
+    assert required_prompts(2.0, -2.54, 0.95, 0.8, limit=7) is None  # one short of the answer: none
 
 
 def test_holm_stops_at_an_adjusted_p_equal_to_alpha() -> None:
@@ -820,3 +821,15 @@ def test_union_p_takes_one_mu_per_row() -> None:
     x, mu, signs = rng.normal(0, 1, (4, 8)), np.array([-0.5, 0.0, 0.3, 1.0]), signflip_signs(8, 2000, 0)
     each = [float(union_p(x[i : i + 1], float(mu[i]), signs)[0]) for i in range(4)]
     assert union_p(x, mu, signs).tolist() == pytest.approx(each, abs=1e-15)
+
+
+def test_a_simulated_study_of_5_prompts_keeps_the_signflip_test_and_p_at_alpha_does_not_decide() -> None:
+    """At 5 prompts the sign-flip test is part of the union even for continuous rows: five
+    positive values have t p far below 0.05 but sign-flip p 2/32 = 0.0625, so they do not
+    decide at 0.05; at alpha 0.0625 exactly they still do not (p < alpha, not <=); at 0.07
+    they do."""
+    from pairflow.analysis.inference import decides, signflip_signs
+
+    row = np.array([[0.5, 0.6, 0.7, 0.8, 0.9]])
+    for alpha, want in ((0.05, False), (0.0625, False), (0.07, True)):
+        assert decides(0.0, 1, alpha, lambda n: signflip_signs(n, 2000, 0), True)(row).tolist() == [want]

@@ -129,7 +129,7 @@ def test_the_search_may_start_at_its_cap_and_reports_the_power_at_2_prompts() ->
         return np.full(len(v), v.shape[1] >= 37)
 
     assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=37, cap=37).prompts == 37
-    assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=38, cap=37).prompts is None
+    assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=38, cap=37) == planning.Plan(None, 0.0, 37, None)
 
     def positive(v: np.ndarray) -> np.ndarray:
         return np.asarray(v.mean(axis=1) > 0)
