@@ -194,3 +194,19 @@ def test_a_power_equal_to_the_target_reaches_it() -> None:
     for guess in (None, 40):  # growing by half from 3 (3, 4, 6) stops at the first count reaching it
         plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=guess, reps=10)
         assert (plan.prompts, plan.power) == (6, 0.8)
+
+
+def test_at_equal_counts_the_stressed_plan_reports_the_stressed_power() -> None:
+    """Both models reach the power first at 37 prompts (a procedure deciding from 37 on when
+    its first prompt is above -1.2): the count is 37 and the power reported is the
+    stressed model's (the one planned for the loss tail), not the pilot shape's."""
+    x = np.random.default_rng(4).normal(0, 1, 10)
+
+    def decides(v: np.ndarray) -> np.ndarray:
+        return np.asarray((v.shape[1] >= 37) & (v[:, 0] > -1.2))
+
+    kw = {"start": 6, "reps": 400}
+    a = planning.smallest_prompts(x, 0.0, decides, 0.8, **kw)  # type: ignore[arg-type]
+    b = planning.smallest_prompts(x, 0.0, decides, 0.8, skew=-2.0, df=planning.stress_df(x), **kw)  # type: ignore[arg-type]
+    assert a.prompts == b.prompts == 37 and a.power != b.power
+    assert planning.plan(x, 0.0, decides, 0.8, loss_side=-1, **kw) == planning.Plan(37, b.power, planning.PLAN_CAP)  # type: ignore[arg-type]

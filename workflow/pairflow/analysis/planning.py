@@ -239,7 +239,9 @@ def plan(x: np.ndarray, truth: float, decides: Decides, power: float, *, start: 
          now: int | None = None, seed: int = 0, quantised: bool = False, scale: float | None = None,
          model: Model = "stressed", loss_side: int = -1, reps: int = PLAN_REPS, cap: int = PLAN_CAP) -> Plan:
     """``smallest_prompts`` under ``model``; ``loss_side`` (-1 or +1) is the side of the
-    stressed model's long tail. A quantised pilot is always planned on its own shape."""
+    stressed model's long tail. A quantised pilot is always planned on its own shape.
+    "stressed": the larger count of the two, with the power simulated there (at equal
+    counts, the stressed model's), and the smaller power at ``now``."""
     kw = {"start": start, "guess": guess, "now": now, "seed": seed, "quantised": quantised, "scale": scale,
           "reps": reps, "cap": cap}
     if quantised or model == "pilot":
