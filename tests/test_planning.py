@@ -13,7 +13,9 @@ from pairflow.analysis import planning
 def test_draws_keep_the_pilots_spread_and_the_stated_mean() -> None:
     x = np.random.default_rng(1).normal(3.0, 2.0, 12)
     y = planning.draws(x, 0.5, 40, np.ones(4000), 0, quantised=False)
-    assert abs(y.mean() - 0.5) < 0.02 and abs(y.var(axis=1, ddof=1).mean() / x.var(ddof=1) - 1) < 0.03
+    # the kernel's variance is taken back out (1 + KERNEL^2): the model's variance is the pilot's to
+    # its Monte Carlo error (0.4% here; a 3% slip, as KERNEL^3 in that factor would give, fails)
+    assert abs(y.mean() - 0.5) < 0.02 and abs(y.var(axis=1, ddof=1).mean() / x.var(ddof=1) - 1) < 0.015
     assert (np.abs(np.diff(np.sort(y, axis=1), axis=1)) > 0).all()  # smoothed: no ties to read as quantised
     q = planning.draws(np.array([0.0, 0.0, 0.0, 1.0, 0.5]), 0.0, 20, np.ones(10), 0, quantised=True)
     assert len(np.unique(np.round(q - q[:, :1], 12))) <= 5  # a quantised pilot keeps its ties
