@@ -165,7 +165,8 @@ def test_the_search_answer_is_the_crossing_its_path_meets() -> None:
     stated one. A procedure that decides at 14 prompts and from 20 on: from a guess of 30
     it falls by a third while the power holds (30, 20, 14, then 10 short of it) and bisects
     (12, 13): 14. From a guess of 17 (short of the power) it grows by half (25 reaches it)
-    and bisects between 17 and 25: 20."""
+    and bisects between 17 and 25: 20. Below 6 it falls one prompt at a time: deciding at 3
+    and 5 but not 4, from a guess of 5 (start 3) it stops at 4 and answers 5."""
     x = np.random.default_rng(2).normal(0, 1, 10)
     asked: list[int] = []
 
@@ -178,6 +179,11 @@ def test_the_search_answer_is_the_crossing_its_path_meets() -> None:
     asked.clear()
     assert planning.smallest_prompts(x, 0.0, decides, 0.8, start=6, guess=17, reps=10).prompts == 20
     assert asked == [17, 25, 21, 19, 20]
+
+    def odd(v: np.ndarray) -> np.ndarray:  # decides at 3 and 5 prompts, not at 4: falling by one step at a time
+        return np.full(len(v), v.shape[1] in (3, 5))
+
+    assert planning.smallest_prompts(x, 0.0, odd, 0.8, start=3, guess=5, reps=10).prompts == 5
 
 
 def test_a_power_equal_to_the_target_reaches_it() -> None:

@@ -135,3 +135,14 @@ def test_a_plan_is_immutable() -> None:
     assert hash(p) == hash(dataclasses.replace(p))
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.prompts = 3  # type: ignore[misc]
+
+
+def test_two_clean_pilot_prompts_plan_from_their_spread() -> None:
+    """Two pilot prompts give a spread (1 df): the plan asks what their SD asks for
+    (q = 12.706: here 21 prompts), not the ceiling."""
+    pilot = np.array([0.10, 0.11])
+    q, sd = 12.706204736174698, float(pilot.std(ddof=1))
+    need = math.ceil((q * sd / math.log1p(0.02)) ** 2)
+    assert need == 21
+    assert sequential.plan(pilot, 0.95, 0.02, 2, 200, 64) == sequential.Plan(
+        need, "precision", 2, pytest.approx(sd), pytest.approx(q * sd / math.sqrt(need)))
