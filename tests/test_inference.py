@@ -833,3 +833,16 @@ def test_a_simulated_study_of_5_prompts_keeps_the_signflip_test_and_p_at_alpha_d
     row = np.array([[0.5, 0.6, 0.7, 0.8, 0.9]])
     for alpha, want in ((0.05, False), (0.0625, False), (0.07, True)):
         assert decides(0.0, 1, alpha, lambda n: signflip_signs(n, 2000, 0), True)(row).tolist() == [want]
+
+
+def test_at_a_level_the_signflip_test_only_ties_the_interval_is_unbounded() -> None:
+    """Five prompts: the smallest sign-flip p is 2/32 = 0.0625. At level 0.9375 (1 - level =
+    0.0625 exactly) that p equals the level's alpha, which is not a rejection, so no mean is
+    ever rejected and the interval is unbounded; at 0.93 (alpha 0.07) it is bounded."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    cell = Cell(np.array([0.5, 0.6, 0.7, 0.8, 0.9]), signflip_signs(5, 2000, 0))
+    lo, hi, why = cell.interval(0.9375)
+    assert lo is None and hi is None and why is not None and "no test can reach p < 0.0625" in why
+    lo, hi, why = cell.interval(0.93)
+    assert why is None and lo is not None and hi is not None

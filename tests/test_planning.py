@@ -87,6 +87,7 @@ def test_scale_df_is_the_stated_formula_in_any_units() -> None:
     assert planning.scale_df(x) == pytest.approx(2 / (2 / 9 + k / 10), rel=1e-12) == pytest.approx(30 / 11)
     assert planning.scale_df(x * 1000) == pytest.approx(planning.scale_df(x), rel=1e-12)
     assert planning.scale_df(np.linspace(0.0, 1.0, 50)) == 49.0
+    assert planning.scale_df(np.full(8, 0.25)) == 7.0  # no spread, no excess kurtosis: n - 1
     assert planning.scale_df(np.array([0.3, 1.0])) == planning.MIN_DF == 2.0
     assert planning.scale_df(np.array([0.0] * 99 + [1.0])) == pytest.approx(2 / (2 / 99 + 9406 / 99 / 100), rel=1e-12)
     assert 2.0 < planning.scale_df(np.array([0.0] * 99 + [1.0])) < 2.07
