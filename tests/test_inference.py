@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -329,6 +330,9 @@ def test_the_margins_null_is_the_loss_edge_in_the_metrics_direction(sign: int) -
     assert Question("margin", sign, margin=0.3).null == (-0.3 if sign == 1 else 0.3)
     assert Question("difference", sign, margin=0.3).null == 0.0
     assert Question("floor", sign, floor=0.7).null == 0.7
+    # a margin or floor question given none is the one at 0 (the dataclass's defaults)
+    assert Question("margin", sign).null == 0.0 and Question("margin", sign).hypothesis == "loss = margin 0 (non-inferiority)"
+    assert Question("floor", sign).null == 0.0 and Question("floor", sign).hypothesis == "mean value = floor 0"
 
 
 LOWER_BETTER = [(-0.09, 0.1, "non_inferior"), (-0.25, 0.1, "superior"), (0.2, 0.3, "worse_non_inferiority_not_shown"),
@@ -413,3 +417,432 @@ def test_at_3_prompts_the_union_keeps_halls_part() -> None:
         want = max(hand_union_p(x, mu), sf)
         assert want > max(sf, float(ttest_1samp(x, mu).pvalue)) + 0.1  # Hall's part decides
         assert float(union_p(np.array([x]), mu, signflip_signs(3, 2000, 0))[0]) == pytest.approx(want, abs=1e-12)
+
+
+def test_a_one_prompt_cell_has_no_spread_and_says_so_without_a_warning() -> None:
+    """One value has no sample SD: the cell reads it as NaN itself (numpy's std with ddof 1
+    would warn "degrees of freedom <= 0" into the report's log), and gives no test and no
+    interval."""
+    import warnings
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cell = Cell(np.array([0.3]), signflip_signs(1, 2000, 0))
+        assert math.isnan(cell.sd) and cell.mean == 0.3 and cell.skew is None and not cell.flat
+        assert cell.p(0.0) is None and cell.interval(0.95) == (None, None, "no interval: fewer than 2 prompts")
+
+
+def test_skewness_is_defined_from_3_values() -> None:
+    """G1 (bias-adjusted, scipy's ``skew(bias=False)``) exists from 3 values; below, none."""
+    from scipy.stats import skew
+
+    from pairflow.analysis.inference import skewness
+
+    x = np.array([0.1, 0.2, 1.5])
+    assert skewness(x) == pytest.approx(float(skew(x, bias=False)), abs=1e-12) and skewness(x) > 1.5
+    assert skewness(x[:2]) is None and skewness(np.full(4, 0.2)) is None
+
+
+@pytest.mark.parametrize("centre", [0.0, 0.5, 1000.0])
+def test_zero_spread_is_an_sd_within_1e_12_of_the_mean_or_of_1(centre: float) -> None:
+    """"Flat" (no test, no interval) means sd <= 1e-12 * max(1, |mean|): rounding, not data.
+    Around means up to 1 the tolerance is 1e-12 absolute: an SD of 1.87e-12 is spread (the
+    test runs), 0.75e-12 is not; around 1000 it is relative (1e-9)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    unit = 1e-12 * max(1.0, centre)
+    signs = signflip_signs(6, 2000, 0)
+    for step, flat in ((1.0, False), (0.4, True)):  # 0, 1, .., 5 steps: sd = 1.87 steps
+        x = centre + np.arange(6.0) * step * unit
+        assert (x.std(ddof=1) <= unit) == flat  # the sample really sits on that side
+        cell = Cell(x, signs)
+        assert cell.flat == flat and (cell.p(centre) is None) == flat
+
+
+def test_a_sample_exactly_at_mu_is_no_evidence_against_it() -> None:
+    """Every value equal to mu: the sign-flip statistic is 0 for every sign vector, each
+    as extreme as the observed one, so p = 1 (the tie counts), in ``Cell.p_signflip`` and
+    in ``union_p``'s flat rows (planning's simulated 0/1 studies can be all one value)."""
+    from pairflow.analysis.inference import Cell, signflip_signs, union_p
+
+    x = np.full(6, 0.3)
+    for signs in (signflip_signs(6, 2000, 0), signflip_signs(6, 20, 1)):  # exact, Monte Carlo
+        assert Cell(x, signs).p_signflip(0.3) == 1.0
+        assert float(union_p(x[None, :], 0.3, signs)[0]) == 1.0
+        assert float(union_p(x[None, :], 0.2, signs)[0]) < 1.0
+
+
+@pytest.mark.parametrize("scale", [1e-7, 1.0, 1e6])
+def test_the_signflip_p_does_not_depend_on_the_units(scale: float) -> None:
+    """The sign-flip p counts sign vectors whose |sum| reaches the observed one, with a
+    tolerance relative to the values (1e-9 of sum |y|), so a metric in other units (here
+    scaled 1e-7 to 1e6) gets the same p: 4/32 for these 5 prompts (hand count)."""
+    import itertools
+
+    from pairflow.analysis.inference import Cell, signflip_signs, union_p
+
+    x = [0.9, 0.7, 0.4, 0.2, -0.1]
+    assert hand_signflip_p(x, 0.0, list(itertools.product((1.0, -1.0), repeat=5))) == 4 / 32
+    signs = signflip_signs(5, 2000, 0)
+    xs = np.array(x) * scale
+    assert Cell(xs, signs).p_signflip(0.0) == 4 / 32
+    want = max(hand_union_p(x, 0.0), 4 / 32)
+    assert float(union_p(xs[None, :], 0.0, signs)[0]) == pytest.approx(want, abs=1e-9)
+
+
+def test_detectable_effect_scales_with_the_sd() -> None:
+    """The detectable difference is in the metric's units: doubling the per-prompt SD
+    doubles it, and at it the t-test's power (noncentral t, nc = d / sd * sqrt(n), scipy)
+    is the target."""
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import detectable_effect
+
+    n, level, power = 12, 0.95, 0.8
+    d1, d2 = detectable_effect(1.0, n, level, power), detectable_effect(2.0, n, level, power)
+    assert d1 is not None and d2 is not None and d2 == pytest.approx(2 * d1, rel=1e-6)
+    crit = student.ppf(0.975, n - 1)
+    for sd, d in ((1.0, d1), (2.0, d2)):
+        nc = d / sd * math.sqrt(n)
+        assert float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc)) == pytest.approx(power, abs=1e-6)
+    # a low level (0.6, two-sided: critical value 0.88, below 1) still gives a positive effect with the power
+    crit = student.ppf(0.8, n - 1)
+    assert crit < 1
+    d = detectable_effect(1.0, n, 0.6, power)
+    assert d is not None and d > 0
+    nc = d * math.sqrt(n)
+    assert float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc)) == pytest.approx(power, abs=1e-6)
+
+
+def test_holm_adjusted_p_is_capped_at_1() -> None:
+    """Holm's adjusted p is min(1, (m - rank) p), running max: for raw 0.6 and 0.7 of two
+    tests, 2 * 0.6 = 1.2 reads 1, and 0.7 takes the running max, 1."""
+    from pairflow.analysis.inference import family_levels
+
+    adjusted, levels = family_levels([0.7, 0.6], 0.05, "holm")
+    assert adjusted == [1.0, 1.0] and levels == [0.025, 0.025]
+    adjusted, _ = family_levels([0.01, 0.3, 0.2], 0.05, "holm")
+    assert adjusted == pytest.approx([0.03, 0.4, 0.4], abs=1e-15)
+
+
+def test_a_question_is_immutable() -> None:
+    """A Question is a value (hashable, read by several cells of a study): it cannot be changed."""
+    import dataclasses
+
+    from pairflow.analysis.inference import Question
+
+    q = Question("margin", 1, margin=0.3)
+    assert hash(q) == hash(Question("margin", 1, margin=0.3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        q.margin = 0.5  # type: ignore[misc]
+
+
+def test_too_few_prompts_names_each_panel_below_the_familys_first_level(tmp_path: Path) -> None:
+    """Two tests in the family (one treatment, an NR metric and an FR metric with a floor):
+    Holm's first level is 0.05 / 2 = 0.025. The exact sign-flip test reaches 2 / 2^n < 0.025
+    from 7 prompts (2/128), so a quantised metric needs 7; a continuous one 6 (t takes
+    over past 5). A panel of 2 gets the full warning, 6 the quantised one, 7 none. Under
+    Benjamini-Hochberg the first level is alpha itself (0.05): 6 prompts suffice for both."""
+    from conftest import small_config
+
+    from pairflow.analysis.inference import too_few_prompts
+    from pairflow.plan.config import study_from_raw
+
+    cfg = small_config(tmp_path, tmp_path / "model")
+    cfg["panels"] = {}
+    for n in (2, 6, 7):
+        sheet = tmp_path / f"p{n}.tsv"
+        sheet.write_text("prompt_id\tprompt\n" + "".join(f"q{i}\tprompt {i}\n" for i in range(n)))
+        cfg["panels"][f"p{n}"] = {"sheet": str(sheet), "seeds": [0]}
+    cfg["stats"] = {"resamples": 200, "floors": {"psnr": 30.0}, "multiplicity": "holm"}
+    study = study_from_raw(cfg, tmp_path, source="test")
+    assert [s.name for s in study.treatments] == ["pab"] and study.scorers == ("temporal_flickering", "psnr", "ssim")
+    assert too_few_prompts(study) == [
+        "panel 'p2' has 2 prompts: no verdict is possible in its own table (the exact sign-flip test decides at 5 "
+        "prompts or fewer and its smallest p, 0.5, is not below 0.025 (alpha 0.05 / 2 tests, Holm)); 6 prompts "
+        "would allow one (7 for a quantised metric such as a 0/1 score)",
+        "panel 'p6' has 6 prompts: a quantised metric (a 0/1 score, half the prompts on one value) can get no "
+        "verdict in its own table below 7 prompts (smallest sign-flip p 0.0312, level 0.025)"]
+    cfg["stats"]["multiplicity"] = "bh"
+    assert too_few_prompts(study_from_raw(cfg, tmp_path, source="test")) == [
+        "panel 'p2' has 2 prompts: no verdict is possible in its own table (the exact sign-flip test decides at 5 "
+        "prompts or fewer and its smallest p, 0.5, is not below 0.05 (alpha 0.05)); 6 prompts would allow one"]
+
+
+def test_min_prompts_counts_from_2() -> None:
+    """The union test exists from 2 prompts: at a level above 1/2 (2 / 2^2 = 0.5 < alpha) two
+    prompts can already reject; at 0.5 exactly they cannot (3 are needed)."""
+    from pairflow.analysis.inference import min_prompts
+
+    assert min_prompts(0.6, True) == 2 and min_prompts(0.6, False) == 2
+    assert min_prompts(0.5, True) == 3 and min_prompts(0.3, True) == 3 and min_prompts(0.2, True) == 4
+
+
+def test_decide_in_counts_from_one_above_the_cells_own_and_says_when_it_had_the_power() -> None:
+    """An inconclusive cell of 8 prompts (margin 0.5; estimate 0.04) had 23.5% simulated
+    power at its own 8 (``plan_prompts``' power at ``now``). Asked for 20% power, the
+    answer is the smallest count above its own, 9, never 8 or fewer; and since it had the
+    power, the detail says it fell short by chance. The clause appears exactly when that
+    power reaches the target: at a target equal to it, yes; a hair above, no."""
+    from pairflow.analysis.inference import Cell, Question, plan_prompts, signflip_signs, verdict
+
+    x = np.random.default_rng(5).normal(0.3, 1, 8)
+    cell, q = Cell(x, signflip_signs(8, 2000, 0)), Question("margin", 1, margin=0.5)
+    word, detail, _on = verdict(cell, q, 0.05, 0.2)
+    assert word == "inconclusive" and "about 9 prompts would decide it" in detail
+    had = plan_prompts(cell, cell.mean, -0.5, 0.05, 0.2, now=8, start=9).power_now
+    assert had == 0.235
+    chance = f"this study's 8 prompts had {had:.0%} power under the same assumption, so it fell short by chance"
+    assert chance in detail and chance in verdict(cell, q, 0.05, had)[1]
+    assert "fell short" not in verdict(cell, q, 0.05, had + 0.001)[1]
+
+
+def test_the_plan_is_planning_run_on_the_union_tests_decision() -> None:
+    """``plan_prompts`` is ``planning.plan`` with ``decides`` (the union test on the
+    boundary, the mean on the truth's side), the stressed model's loss tail on the
+    boundary's side (truth above it: the tail below, ``loss_side`` -1) and the search
+    started at the t-test's N for the pilot's SD (planning: "N grows by half from a
+    guess"). The simulated power is not monotone in N to the last prompt, so the start can
+    move the answer: for this pilot of 10 (truth 0.3, boundary -0.5), 55 from the t-test's
+    guess for their difference 0.8 (15), 58 from none.
+    With ``scale`` (the planning table's SD at its upper bound) the guess is the t-test's N
+    at the scaled SD: for another pilot at twice its SD, 70 from that guess (32; 67 from the
+    guess at half the SD, 5, below the start). Truth below the boundary: the mirror image."""
+    from pairflow.analysis import planning
+    from pairflow.analysis.inference import PLAN_SIGNFLIPS, Cell, decides, plan_prompts, required_prompts
+    from pairflow.analysis.inference import signflip_signs as signs
+
+    x = np.random.default_rng(1).normal(0, 1, (12, 10))[9]
+    guess = required_prompts(float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
+    assert guess == 15
+    decide = decides(-0.5, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    want = planning.plan(x, 0.3, decide, 0.8, start=11, guess=guess, loss_side=-1)
+    assert want.prompts == 55
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.3, -0.5, 0.05, 0.8, start=11) == want
+    assert planning.plan(x, 0.3, decide, 0.8, start=11, guess=None, loss_side=-1).prompts == 58
+    # truth below the boundary (a lower-is-better metric's loss edge +0.8): the mean must land below
+    # it (side -1), and the loss tail is above (loss_side +1); the mirror image of the plan above
+    below = decides(0.8, -1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    mirrored = planning.plan(x, 0.0, below, 0.8, start=11, guess=guess, loss_side=1)
+    assert mirrored.prompts is not None and 40 < mirrored.prompts < 75
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, 0.8, 0.05, 0.8, start=11) == mirrored
+    x = np.random.default_rng(1).normal(0, 1, (12, 10))[6]
+    guess = required_prompts(2 * float(x.std(ddof=1)), 0.8, 0.95, 0.8, limit=planning.PLAN_CAP)
+    assert guess == 32
+    decide = decides(-0.8, 1, 0.05, lambda n: signs(n, PLAN_SIGNFLIPS, 0), True)
+    want = planning.plan(x, 0.0, decide, 0.8, start=11, guess=guess, loss_side=-1, scale=2.0)
+    assert want.prompts == 70
+    assert plan_prompts(Cell(x, signs(10, 2000, 0)), 0.0, -0.8, 0.05, 0.8, start=11, scale=2.0) == want
+
+
+def test_required_prompts_says_none_beyond_its_limit() -> None:
+    """An effect of 0.01 sd needs about 78,500 prompts: with a limit of 500 the answer is None
+    (the block search stops at the limit), with no limit the count, whose power the
+    noncentral t confirms and the count before it misses; and at 8 prompts, where the t's
+    degrees of freedom matter, the same."""
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import required_prompts
+
+    assert required_prompts(1.0, 0.01, 0.95, 0.8, limit=500) is None
+    n = required_prompts(1.0, 0.01, 0.95, 0.8)
+    assert n is not None and 78_000 < n < 79_000
+
+    def power(k: int, d: float = 0.01) -> float:
+        crit, nc = student.ppf(0.975, k - 1), d * math.sqrt(k)
+        return float(nct.sf(crit, k - 1, nc) + nct.cdf(-crit, k - 1, nc))
+
+    assert power(n) >= 0.8 > power(n - 1)
+    # few prompts, where the t's degrees of freedom (n - 1) matter: an effect of 1.27 sd needs 8
+    # (n + 1 degrees of freedom, in the critical value or the power, would read 7)
+    small = required_prompts(2.0, -2.54, 0.95, 0.8)
+    assert small == 8 and power(8, 1.27) >= 0.8 > power(7, 1.27)
+    assert required_prompts(2.0, -2.54, 0.95, 0.8, limit=7) is None  # one short of the answer: none
+
+
+def test_holm_stops_at_an_adjusted_p_equal_to_alpha() -> None:
+    """An adjusted p equal to alpha is not a rejection: Holm stops there, and every later
+    cell gets the level it stopped at. Raw 0.01, 0.025, 0.03 of three tests: adjusted 0.03,
+    0.05, 0.05; only the first rejected; levels 0.05/3, then 0.05/2 for both others (the
+    third's raw 0.03 is above it, as its adjusted 0.05 is not below 0.05)."""
+    from pairflow.analysis.inference import family_levels
+
+    adjusted, levels = family_levels([0.01, 0.025, 0.03], 0.05, "holm")
+    assert adjusted == pytest.approx([0.03, 0.05, 0.05], abs=1e-15) and adjusted[1] == 0.05
+    assert levels == [0.05 / 3, 0.025, 0.025]
+
+
+@pytest.mark.parametrize("mean, word, side", [(0.3, "superior", "better"), (-0.3, "inferior", "worse")])
+def test_a_difference_verdict_names_the_side_its_interval_is_on(mean: float, word: str, side: str) -> None:
+    """Without a margin, a rejected 0 reads superior or inferior by the estimate's sign, and
+    the detail names that side, for any size of estimate (here +-0.3)."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    code, detail, on = verdict(Cell(spread(mean) / 3, signflip_signs(10, 2000, 0)), Question("difference", 1),
+                               0.05, 0.8)
+    assert (code, on) == (word, [0.0]) and detail.startswith(f"the whole interval is on the {side} side of 0")
+
+
+@pytest.mark.parametrize("x, level, m", [([2.3, 2.3, 2.3, 2.3, -1.3, 0.3, -1.2, -1.0], 0.95, 6),
+                                         ([-1.2, -1.2, -1.2, -1.2, -1.2, 1.1, 0.9, 1.4], 0.75, 31)])
+def test_a_quantised_cells_interval_edge_is_the_exact_signflip_edge(x: list[float], level: float, m: int) -> None:
+    """Where the sign-flip test is part of the union its interval can be the widest, and
+    the edge is found by bisection. Reference by hand (Hartigan's subset means): below the
+    mean, flipping the prompts of a subset F reaches the observed |sum| exactly when
+    sum_F (x - mu) <= 0 or its complement's is, so the exact p is 2 (1 + m) / 2^n, m the
+    non-empty subsets whose mean is at most mu. At 8 prompts (half or more on one value:
+    quantised) p >= 1 - level needs m >= 6 at level 0.95 and m >= 31 at 0.75 (p = 64/256
+    = 0.25 exactly: accepted, the interval is closed); the lower edge is that subset mean,
+    below the t interval's by more than 0.25. In the second sample the 31 subsets of the
+    five -1.2s all have mean -1.2: p jumps from 2/256 to exactly 0.25 there."""
+    import itertools
+
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    means = sorted(sum(x[i] for i in f) / len(f) for k in range(1, 9) for f in itertools.combinations(range(8), k))
+    edge = means[m - 1]
+    signs = list(itertools.product((1.0, -1.0), repeat=8))
+    for mu in (edge - 1e-6, edge + 1e-6, edge + 0.0123):  # below the mean: the subset-mean count is the p
+        assert hand_signflip_p(x, mu, signs) == 2 * (1 + sum(v <= mu for v in means)) / 256
+    assert hand_signflip_p(x, edge, signs) >= 1 - level > hand_signflip_p(x, edge - 1e-6, signs)
+    cell = Cell(np.array(x), signflip_signs(8, 2000, 0))
+    assert cell.quantised
+    lo, _hi, why = cell.interval(level)
+    assert why is None and lo == pytest.approx(edge, abs=1e-8)
+    assert lo < float(ttest_1samp(x, 0.0).confidence_interval(level).low) - 0.25
+
+
+def test_an_estimate_on_the_floor_is_told_no_count_will_decide_it() -> None:
+    """A cell whose mean sits exactly on the floor (0.5, the mean of these six dyadic
+    values) cannot be settled by more prompts if that is the truth: no prompt count is
+    offered (the search would only climb to its cap)."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    x = np.array([0.25, 0.75, 0.5, 0.375, 0.125, 1.0])
+    assert float(x.mean()) == 0.5
+    code, detail, on = verdict(Cell(x, signflip_signs(6, 2000, 0)), Question("floor", 1, floor=0.5), 0.05, 0.8)
+    assert (code, on) == ("inconclusive", [0.5])
+    assert detail == ("the interval holds the floor 0.5; the estimate sits on the boundary; no prompt count is likely "
+                      "to decide it")
+
+
+def test_a_simulated_study_on_the_boundary_does_not_decide() -> None:
+    """``decides`` needs p < alpha and the mean strictly on the truth's side: a 0/1 study
+    whose mean is exactly the boundary 0.5 decides nothing (and raises no numpy warning),
+    one of quantised values at 0.9 (p = 1/2001, Monte Carlo) does, and with the truth
+    below (side -1) neither does."""
+    import warnings
+
+    from pairflow.analysis.inference import decides, signflip_signs
+
+    rows = np.array([[0.0, 1.0] * 10, [1.0] * 10 + [0.8] * 10])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        up = decides(0.5, 1, 0.05, lambda n: signflip_signs(n, 2000, 0), False)(rows)
+        down = decides(0.5, -1, 0.05, lambda n: signflip_signs(n, 2000, 0), False)(rows)
+    assert up.tolist() == [False, True] and down.tolist() == [False, False]
+
+
+def test_two_prompts_are_quantised_by_the_stated_rule() -> None:
+    """"Half the prompts or more on one value": of 2 prompts, one is half, so any 2-prompt
+    cell is quantised (the sign-flip test decides it, as it does at <= 5 prompts anyway);
+    1 prompt has no test; of 4 distinct values none is."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    assert Cell(np.array([0.1, 0.7]), signflip_signs(2, 2000, 0)).quantised
+    assert not Cell(np.array([0.1]), signflip_signs(1, 2000, 0)).quantised
+    assert not Cell(np.array([0.1, 0.7, 0.2, 0.4]), signflip_signs(4, 2000, 0)).quantised
+
+
+def test_a_two_prompt_cell_is_tested_not_refused() -> None:
+    """Two prompts have a test (its smallest p, 2/4, rejects nothing at 0.05): the verdict
+    is inconclusive with the detectable difference at n=2, not "fewer than 2 prompts"."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    cell = Cell(np.array([0.1, 0.7]), signflip_signs(2, 2000, 0))
+    assert cell.p(0.0) == 0.5
+    code, detail, on = verdict(cell, Question("difference", 1), 0.05, 0.8)
+    assert (code, on) == ("inconclusive", [0.0]) and detail.startswith("no detectable difference at n=2;")
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e6])
+def test_values_equal_to_rounding_share_a_value_at_any_scale(scale: float) -> None:
+    """"Half the prompts on one value" counts values equal to rounding (1e-12 of the largest
+    |value|, at least 1e-12) as one: 0.1 + 0.2 and 0.3 are one value, in any units, so
+    three of these six are one value (quantised), and two of the other six are not."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = np.array([0.3, 0.1 + 0.2, 0.3, 0.9, 0.7, 0.5]) * scale
+    assert x[0] != x[1]  # not equal as floats
+    assert Cell(x, signflip_signs(6, 2000, 0)).quantised
+    y = np.array([0.3, 0.1 + 0.2, 0.4, 0.9, 0.7, 0.5]) * scale
+    assert not Cell(y, signflip_signs(6, 2000, 0)).quantised
+
+
+def test_a_symmetric_cells_interval_is_students() -> None:
+    """Skewness 0 (values symmetric about their mean): Hall's correction vanishes (a = 0) and
+    the union's interval at 6 continuous prompts is exactly Student's t interval (scipy)."""
+    from scipy.stats import ttest_1samp
+
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = np.array([-0.25, -0.125, -0.0625, 0.0625, 0.125, 0.25]) + 0.5  # dyadic: skewness exactly 0
+    cell = Cell(x, signflip_signs(6, 2000, 0))
+    assert cell.skew == 0.0 and not cell.uses_signflip
+    ci = ttest_1samp(x, 0.0).confidence_interval(0.95)
+    lo, hi, why = cell.interval(0.95)
+    assert why is None and lo == pytest.approx(float(ci.low), abs=1e-12) and hi == pytest.approx(float(ci.high), abs=1e-12)
+
+
+def test_the_tolerance_of_one_value_is_1e_12_for_values_up_to_1() -> None:
+    """Values within 1e-12 of each other (times the largest |value| where that is above 1)
+    are one value: three values 0.5e-12 apart around 0.5 make half of six prompts one value
+    (quantised); 1.5e-12 apart, they are three values (not quantised)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    for step, same in ((0.5e-12, True), (1.5e-12, False)):
+        x = np.array([0.5, 0.5 + step, 0.5 + 2 * step, 0.9, 0.7, 0.1])
+        assert (abs(x[1] - x[0]) <= 1e-12) == same
+        assert Cell(x, signflip_signs(6, 2000, 0)).quantised == same
+
+
+def test_union_p_takes_one_mu_per_row() -> None:
+    """``union_p``'s mu may be one value per row (studies tested each at its own mu): the
+    same p as each row alone."""
+    from pairflow.analysis.inference import signflip_signs, union_p
+
+    rng = np.random.default_rng(6)
+    x, mu, signs = rng.normal(0, 1, (4, 8)), np.array([-0.5, 0.0, 0.3, 1.0]), signflip_signs(8, 2000, 0)
+    each = [float(union_p(x[i : i + 1], float(mu[i]), signs)[0]) for i in range(4)]
+    assert union_p(x, mu, signs).tolist() == pytest.approx(each, abs=1e-15)
+
+
+def test_a_simulated_study_of_5_prompts_keeps_the_signflip_test_and_p_at_alpha_does_not_decide() -> None:
+    """At 5 prompts the sign-flip test is part of the union even for continuous rows: five
+    positive values have t p far below 0.05 but sign-flip p 2/32 = 0.0625, so they do not
+    decide at 0.05; at alpha 0.0625 exactly they still do not (p < alpha, not <=); at 0.07
+    they do."""
+    from pairflow.analysis.inference import decides, signflip_signs
+
+    row = np.array([[0.5, 0.6, 0.7, 0.8, 0.9]])
+    for alpha, want in ((0.05, False), (0.0625, False), (0.07, True)):
+        assert decides(0.0, 1, alpha, lambda n: signflip_signs(n, 2000, 0), True)(row).tolist() == [want]
+
+
+def test_at_a_level_the_signflip_test_only_ties_the_interval_is_unbounded() -> None:
+    """Five prompts: the smallest sign-flip p is 2/32 = 0.0625. At level 0.9375 (1 - level =
+    0.0625 exactly) that p equals the level's alpha, which is not a rejection, so no mean is
+    ever rejected and the interval is unbounded; at 0.93 (alpha 0.07) it is bounded."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    cell = Cell(np.array([0.5, 0.6, 0.7, 0.8, 0.9]), signflip_signs(5, 2000, 0))
+    lo, hi, why = cell.interval(0.9375)
+    assert lo is None and hi is None and why is not None and "no test can reach p < 0.0625" in why
+    lo, hi, why = cell.interval(0.93)
+    assert why is None and lo is not None and hi is not None

@@ -106,3 +106,43 @@ def test_the_naive_stopping_rule_would_not_keep_its_level() -> None:
     naive, _ = _coverage("normal", 0.04, 6000, False, np.random.default_rng(7))
     stein, used = _coverage("normal", 0.04, 6000, True, np.random.default_rng(7))
     assert naive < 0.93 <= stein and 5 < used < 64
+
+
+def test_a_plan_whose_need_equals_the_ceiling_stopped_for_precision() -> None:
+    """The pilot asks for 20 prompts; with a ceiling of exactly 20 the planned half-width
+    still reaches the precision, so it stops for "precision", not at the ceiling (19 is)."""
+    pilot = np.array([0.10, 0.14, 0.06, 0.12, 0.08])
+    assert sequential.plan(pilot, 0.95, 0.02, 5, 200, 20).stopped == "precision"
+    assert sequential.plan(pilot, 0.95, 0.02, 5, 200, 19).stopped == "ceiling"
+    assert sequential.plan(pilot, 0.95, 0.02, 5, 20, 64).stopped == "precision"  # the study's last prompt
+    assert sequential.plan(pilot, 0.95, 0.02, 5, 19, 64).stopped == "exhausted"
+
+
+def test_stein_half_width_from_a_pilot_of_2() -> None:
+    """Two pilot prompts are enough for a spread (t with 1 df): q = 12.706, sd = 0.1414; the
+    half-width is q sd / sqrt(N) for any N >= 1 timed prompts."""
+    pilot = np.array([0.1, 0.3])
+    assert sequential.stein_half_width(pilot, 4, 0.95) == pytest.approx(12.706204736174698 * math.sqrt(0.02) / 2)
+    assert sequential.stein_half_width(pilot, 1, 0.95) == pytest.approx(12.706204736174698 * math.sqrt(0.02))
+    assert sequential.stein_half_width(pilot, 0, 0.95) is None  # no prompts timed: no mean
+
+
+def test_a_plan_is_immutable() -> None:
+    """A timing plan is a value (recorded with the timing records): it cannot be changed."""
+    import dataclasses
+
+    p = sequential.plan(np.array([0.1, 0.2, 0.15]), 0.95, 0.02, 3, 50, 50)
+    assert hash(p) == hash(dataclasses.replace(p))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.prompts = 3  # type: ignore[misc]
+
+
+def test_two_clean_pilot_prompts_plan_from_their_spread() -> None:
+    """Two pilot prompts give a spread (1 df): the plan asks what their SD asks for
+    (q = 12.706: here 21 prompts), not the ceiling."""
+    pilot = np.array([0.10, 0.11])
+    q, sd = 12.706204736174698, float(pilot.std(ddof=1))
+    need = math.ceil((q * sd / math.log1p(0.02)) ** 2)
+    assert need == 21
+    assert sequential.plan(pilot, 0.95, 0.02, 2, 200, 64) == sequential.Plan(
+        need, "precision", 2, pytest.approx(sd), pytest.approx(q * sd / math.sqrt(need)))

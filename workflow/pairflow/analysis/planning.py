@@ -42,7 +42,10 @@ The model of a future study (``draws``), stated:
 Search (``smallest_prompts``): every candidate N gets ``PLAN_REPS`` studies from a
 generator seeded by (``seed``, N), the scale draws shared across N (common random
 numbers), so the answer is deterministic; N grows by half from a guess (the t-test's N)
-until the power is reached, then bisects. Beyond ``PLAN_CAP`` prompts it says "more than".
+until the power is reached (or, where the guess already reaches it, falls by a third until
+it does not), then bisects. Simulated power is not monotone in N to the last prompt, so the
+answer is the crossing this path meets (a few prompts apart from another path's). Beyond
+``PLAN_CAP`` prompts it says "more than".
 Checked by an independent simulation in ``benchmarks/run.py power`` (BENCHMARKS.md).
 
 Imports without torch or scipy.
@@ -66,7 +69,9 @@ KERNEL = 0.2
 MAX_SKEW = 2.0
 """The largest skewness the union test was validated for (BENCHMARKS.md, statistics)."""
 MIN_DF = 2.0
-"""Fewest degrees of freedom the scale's uncertainty is drawn with (heavy-tailed pilots)."""
+"""Fewest degrees of freedom the scale's uncertainty is drawn with. It binds only for a pilot
+of 2 prompts (n - 1 = 1): from 3, the sample's excess kurtosis (at most (n^2 - 6n + 6) /
+(n - 1)) keeps ``scale_df`` above 2 even for a single outlier."""
 
 Decides = Callable[[np.ndarray], np.ndarray]
 """A decision procedure: per row of simulated per-prompt values (studies, n), whether it decides."""
@@ -226,14 +231,17 @@ def stress_df(x: np.ndarray) -> float:
     pilot's own ``scale_df``."""
     n = len(x)
     k = lognormal_kurtosis(MAX_SKEW)
-    return min(scale_df(x), max(STRESS_MIN_DF, min(n - 1.0, 2.0 / (2.0 / (n - 1) + k / n))))
+    # no min(n - 1, ...) as in scale_df: with k > 0 the formula is below n - 1 at every n
+    return min(scale_df(x), max(STRESS_MIN_DF, 2.0 / (2.0 / (n - 1) + k / n)))
 
 
 def plan(x: np.ndarray, truth: float, decides: Decides, power: float, *, start: int, guess: int | None = None,
          now: int | None = None, seed: int = 0, quantised: bool = False, scale: float | None = None,
          model: Model = "stressed", loss_side: int = -1, reps: int = PLAN_REPS, cap: int = PLAN_CAP) -> Plan:
     """``smallest_prompts`` under ``model``; ``loss_side`` (-1 or +1) is the side of the
-    stressed model's long tail. A quantised pilot is always planned on its own shape."""
+    stressed model's long tail. A quantised pilot is always planned on its own shape.
+    "stressed": the larger count of the two, with the power simulated there (at equal
+    counts, the stressed model's), and the smaller power at ``now``."""
     kw = {"start": start, "guess": guess, "now": now, "seed": seed, "quantised": quantised, "scale": scale,
           "reps": reps, "cap": cap}
     if quantised or model == "pilot":
