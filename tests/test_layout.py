@@ -19,6 +19,7 @@ def test_paths_are_the_documented_ones() -> None:
     assert at.output("smoke", "records", "control", "p1-s0") == Path("/s/panels/smoke/records/control/p1-s0.json")
     assert at.failure("smoke", "score", "pab", "p1-s3") == Path("/s/panels/smoke/failures/score/pab/p1-s3.json")
     assert at.run_dir("{panel}", "generate") == Path("/s/panels/{panel}/run/generate")
+    assert at.timed_run_dir("smoke") == Path("/s/panels/smoke/run/timed-pass")  # never timing/<x>/<y>.json's shape
     assert at.generation_manifest("{panel}") == Path("/s/panels/{panel}/generation.json")
     assert at.study_table(".html") == Path("/s/study/table.html")
     assert at.timed_pass_telemetry == Path("/s/study/telemetry/timed_pass.json")

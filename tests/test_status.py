@@ -217,7 +217,7 @@ def test_a_running_timed_pass_counts_its_unwritten_runs_and_gives_its_rate(half_
     candidate are 2 candidates done (of 4), 2 left at 0.5 a second. A heartbeat that
     stopped moving (a pass that died) says nothing: the records alone count."""
     study, now = half_done
-    beats = panel_dir(Layout(study.scratch), "t") / "run" / "timing" / "heartbeats"
+    beats = panel_dir(Layout(study.scratch), "t") / "run" / "timed-pass" / "heartbeats"
     live = {"what": "timed pass", "phase": "task", "timing": {"in_flight": 7, "repeats": 3, "rate_per_s": 0.5}}
     _touch(beats / "node1-21.json", now - 2, json.dumps(live))
     timing = study_status(study, now=now)[2]

@@ -259,6 +259,6 @@ def test_status_follows_the_pass_live_before_any_record_is_written(tiny_model: P
     assert seen[0][3] == pytest.approx(3 / seen[0][2])  # time left: 3 candidates at the pass's rate
     after = next(r for r in study_status(study) if r.stage == "timing")
     assert (after.done, after.total) == (4, 4)  # the records now; the heartbeat says nothing is in flight
-    beat = json.loads(next((panel_dir(Layout(study.scratch), "t") / "run" / "timing" / "heartbeats").glob(
+    beat = json.loads(next((panel_dir(Layout(study.scratch), "t") / "run" / "timed-pass" / "heartbeats").glob(
         "*.json")).read_text())
     assert beat["phase"] == "idle" and beat["timing"]["in_flight"] == 0

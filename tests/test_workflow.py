@@ -30,7 +30,8 @@ def snakemake(project: Path, *args: str) -> str:
 
 
 def records(scratch: Path, kind: str = "records") -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((scratch / "panels").rglob(f"{kind}/*/*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((scratch / "panels").rglob(f"{kind}/*/*.json"))
+            if "run" not in p.relative_to(scratch).parts]  # never a job's run folder (logs, heartbeats)
 
 
 def study_spec(project: Path) -> StudySpec:
@@ -152,13 +153,14 @@ def test_a_budget_or_a_tracker_replans_only_what_depends_on_it(study_run) -> Non
     """Settings that change no output replan nothing. On the finished study a passing
     budget plans no job (it was a params trigger of rule estimate, whose remade output
     then reran 10 jobs: both panel jobs and the timed pass among them); naming a tracker
-    plans rule track alone (its output is the tracker's run) and rule all."""
+    plans rule track (its output is the tracker's run), rule archive (the last rule: it seals
+    once the tracker's run is done) and rule all."""
     project, cfg, _ = study_run
     assert _planned(project, cfg) == []
     assert _planned(project, {**cfg, "fleet": {**cfg["fleet"], "budget_gpu_hours": 100.0}}) == []
     tracked = {**cfg, "report": {**cfg.get("report", {}), "tracker": "mlflow",
                                  "tracker_uri": f"file:{project / 'mlruns'}"}}
-    assert _planned(project, tracked) == ["all", "track"]
+    assert _planned(project, tracked) == ["all", "archive", "track"]
 
 
 def test_without_a_table_the_budget_refusal_is_one_message_exit_3_not_retried(tiny_model: Path,

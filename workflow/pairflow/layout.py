@@ -15,6 +15,7 @@ path is deterministic (dates go inside files, never into names)::
         telemetry/<job>.json               spans, busy share, NVML of the job's last run; <job> is
                                            generate-score (fleet.panel_jobs: combined) or the stage
         run/<job>/                         Parsl run folder, worker logs, heartbeats/
+        run/timed-pass/heartbeats/         the timed pass's progress (pairflow status)
         generation.json, scores.json       panel manifests (root digests)
         stats.json, table.md, table.html   the panel's paired statistics
       study/
@@ -111,6 +112,12 @@ class Layout:
     def run_dir(self, panel: str, stage: str) -> Path:
         """A fan-out job's Parsl run folder (worker logs, ``heartbeats/``)."""
         return self.panel(panel) / "run" / stage
+
+    def timed_run_dir(self, panel: str) -> Path:
+        """The timed pass's run folder (its ``heartbeats/``): not ``run/timing``, whose
+        ``heartbeats/<name>.json`` would have the shape of a timing record's path
+        (``timing/<arm>/<stem>.json``)."""
+        return self.panel(panel) / "run" / "timed-pass"
 
     def generation_manifest(self, panel: str) -> Path:
         return self.panel(panel) / "generation.json"

@@ -117,6 +117,14 @@ log = logging.getLogger(__name__)
 PACKS = "packs"
 PACK_FORMAT = "pairflow-pack 1"
 RECORD_DIRS = ("records", "scores", "timing")
+
+
+def is_record_path(rel: str) -> bool:
+    """Whether ``rel`` (a path relative to a results tree or snapshot) names a record: a
+    ``.json`` below one of ``RECORD_DIRS`` and not below a job's ``run/`` folder (worker
+    logs and heartbeats)."""
+    parts = rel.split("/")[:-1]
+    return rel.endswith(".json") and "run" not in parts and any(d in parts for d in RECORD_DIRS)
 MANIFEST_NAMES = (ARCHIVE_MANIFEST, "generation.json", "scores.json", "manifest.json", "timing.json")
 PARALLEL_OVER = 32
 """Verify checks more uncached packs than this in a process pool of min(cpus, 4)."""
@@ -613,8 +621,7 @@ def verify_tree(root: Path, packs: dict[str, Checked] | None = None) -> list[str
         if m.name == ARCHIVE_MANIFEST:
             problems += _extra_files(m.parent, set(json.loads(m.read_text()).get("files", {})))
     for rec in sorted(root.rglob("*.json")):
-        if (not any(f"/{d}/" in rec.as_posix() for d in RECORD_DIRS)
-                or rec.name.startswith(".tmp-")):  # an interrupted write, not a record
+        if not is_record_path(rec.relative_to(root).as_posix()) or rec.name.startswith(".tmp-"):  # .tmp-: a write
             continue
         try:
             record = read_record(rec)
@@ -659,7 +666,7 @@ def _check_pack(path: Path, sdir: Path) -> Checked:
             continue
         if member.path.rsplit("/", 1)[-1] in MANIFEST_NAMES[1:]:
             manifests[member.path] = data
-        elif any(f"/{d}/" in f"/{member.path}" for d in RECORD_DIRS) and member.path.endswith(".json"):
+        elif is_record_path(member.path):
             try:
                 parse_record(data, f"{sdir}/{member.path} (in pack {path})")
             except PairFlowError as e:
@@ -749,7 +756,7 @@ def verify_snapshot(sdir: Path, manifest: dict[str, Any],
             continue
         problems += check_manifest(obj, sdir / rel, digest_of)
     for rel in sorted(manifest["files"]):
-        if any(f"/{d}/" in f"/{rel}" for d in RECORD_DIRS) and rel.endswith(".json"):
+        if is_record_path(rel):
             try:
                 read_record(sdir / rel)
             except PairFlowError as e:
@@ -854,7 +861,7 @@ def show(sdir: Path, key: str, part: str = "generation") -> bytes:
     sub = {"generation": "records", "score": "scores", "timing": "timing"}[part]
     if "packs" not in manifest:  # an unpacked snapshot of an earlier version
         for rel in sorted(str(r) for r in manifest.get("files", {})):
-            if any(f"/{d}/" in f"/{rel}" for d in RECORD_DIRS) and rel.endswith(".json"):
+            if is_record_path(rel):
                 rec = read_record(sdir / rel)
                 if rec["record_digest"] == want or (rec.get("candidate", {}).get("candidate_id") == want
                                                     and f"/{sub}/" in f"/{rel}"):

@@ -164,7 +164,9 @@ def _beat_dir(study: StudySpec, panel: str, stage: str) -> Path:
     ``fleet.panel_jobs: combined`` both stages report their one job's slots; under
     ``fleet.allocation: study`` every panel reports the study-wide job's."""
     layout = Layout(study.scratch)
-    if study.fleet.allocation == "study" and stage != "timing":
+    if stage == "timing":
+        return layout.timed_run_dir(panel) / "heartbeats"
+    if study.fleet.allocation == "study":
         return layout.fleet_run_dir / "heartbeats"
     return layout.run_dir(panel, job_stage(study, stage)) / "heartbeats"
 

@@ -241,7 +241,7 @@ BEAT_S = ACTIVE_S / 4
 
 class _Beats:
     """The timed pass's heartbeat, where ``pairflow status`` reads a running pass: one file
-    per panel, ``<panel>/run/timing/heartbeats/<host>-<pid>.json``, as a pool worker's. It
+    per panel, ``<panel>/run/timed-pass/heartbeats/<host>-<pid>.json``, as a pool worker's. It
     names the work (``progress``) and carries ``timing``: the panel's timed runs whose
     records are not written yet (``in_flight``; a block's records are written together once
     its last repeat round ends), runs per candidate (``repeats``) and the pass's rate in
@@ -253,7 +253,7 @@ class _Beats:
 
     def __init__(self, layout: Layout, panels: list[str], repeats: int) -> None:
         name = f"{socket.gethostname()}-{os.getpid()}.json"
-        self.files = {p: fresh_heartbeats(layout.run_dir(p, "timing")) / name for p in panels}
+        self.files = {p: fresh_heartbeats(layout.timed_run_dir(p)) / name for p in panels}
         self.repeats, self.since = repeats, time.time()
         self.in_flight: dict[str, int] = dict.fromkeys(panels, 0)
         self.rate: float | None = None
