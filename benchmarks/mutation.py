@@ -10,6 +10,7 @@ writes every mutant with its outcome to ``benchmarks/mutation.json``.
 Run it with a Python that has cosmic-ray (a separate venv; it never enters the project's):
 
     python3 -m venv /tmp/crvenv && /tmp/crvenv/bin/pip install cosmic-ray==8.7.0
+    .venv/bin/python -m pip install --target /tmp/covlib coverage     # which tests reach which line
     /tmp/crvenv/bin/python benchmarks/mutation.py --workers 2          # the five modules
     /tmp/crvenv/bin/python benchmarks/mutation.py --rerun benchmarks/mutation.json  # its survivors only
 
@@ -30,8 +31,11 @@ Which mutants (``select``):
   records, checks provenance and assembles efficiency tables, tested elsewhere).
 
 A mutant is *killed* when the tests fail (or run past ``--timeout``), *survived* when they
-pass. The test command is the analysis tests only, the mutated module's own file first, so
-``-x`` stops at the first failure.
+pass. The tests: those of the analysis tests that reach the mutated statement (coverage.py
+over one unmutated run, one context per test: ``mutation_plugin``), the mutated module's own
+file first, so ``-x`` stops at the first failure; every analysis test for a statement run at
+import; none (survived unrun) where no test reaches it. Without ``--coverage-lib``, every
+analysis test for every mutant.
 """
 
 from __future__ import annotations
