@@ -360,3 +360,16 @@ def ffmpeg_colour_reading(ffmpeg: str, path: Path) -> tuple[dict[str, set[int]],
               **({"full_range": int(full)} if full else {})}
              for kind, p, t, m, full in re.findall(r"(nclx|nclc): pri (\d+) trc (\d+) matrix (\d+)(?: full (\d+))?", log)]
     return stream, boxes
+
+
+@pytest.fixture
+def recipe_video(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
+    """A short video written by the recipe (test_h264 reads its SPS, test_mp4 its colr boxes)."""
+    import numpy as np
+
+    from pairflow.media.video import encode, prepare_frames
+
+    frames = np.random.default_rng(0).integers(0, 256, (3, 32, 48, 3), dtype=np.uint8)
+    u8, _ = prepare_frames(frames, encoder_spec)
+    encode(u8, tmp_path / "v.mp4", encoder_spec, 8)
+    return tmp_path / "v.mp4"

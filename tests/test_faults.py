@@ -296,15 +296,7 @@ def test_disk_full_gives_a_clear_error_and_no_partial_files(small_fs: Path, enco
     from pairflow.media.video import encode
     from pairflow.records.store import write_record
 
-    ballast = small_fs / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass  # ENOSPC: the file system is full
-    finally:
-        os.close(fd)
+    ballast = _fill(small_fs)
     frames = np.random.default_rng(0).integers(0, 256, (9, 64, 64, 3), dtype=np.uint8)
     with pytest.raises(StorageError, match="no space left .*v.mp4.*Free space"):
         encode(frames, small_fs / "v.mp4", encoder_spec, 8)

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import av
-import numpy as np
 import pytest
 from conftest import ffmpeg_colour_reading
 
@@ -19,21 +18,13 @@ from pairflow.media.h264 import (
     declarations,
     sps_chroma_location,
 )
-from pairflow.media.video import encode, ffmpeg_binary, prepare_frames
+from pairflow.media.video import ffmpeg_binary
 
 
 def declared(path: Path) -> str:
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         return chroma_location(s.codec_context.extradata, [bytes(p) for p in c.demux(s) if p.size])
-
-
-@pytest.fixture
-def recipe_video(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
-    frames = np.random.default_rng(0).integers(0, 256, (3, 32, 48, 3), dtype=np.uint8)
-    u8, _ = prepare_frames(frames, encoder_spec)
-    encode(u8, tmp_path / "v.mp4", encoder_spec, 8)
-    return tmp_path / "v.mp4"
 
 
 def test_the_recipe_declares_no_chroma_location(recipe_video: Path) -> None:

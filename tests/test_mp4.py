@@ -7,20 +7,11 @@ import io
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import ffmpeg_colour_reading
 
 from pairflow.media.mp4 import UNPARSABLE, ColourBox, colour_boxes
-from pairflow.media.video import encode, ffmpeg_binary, prepare_frames
-
-
-@pytest.fixture
-def recipe_video(tmp_path: Path, encoder_spec) -> Path:  # type: ignore[no-untyped-def]
-    frames = np.random.default_rng(0).integers(0, 256, (3, 32, 48, 3), dtype=np.uint8)
-    u8, _ = prepare_frames(frames, encoder_spec)
-    encode(u8, tmp_path / "v.mp4", encoder_spec, 8)
-    return tmp_path / "v.mp4"
+from pairflow.media.video import ffmpeg_binary
 
 
 def boxes_of(path: Path) -> list[dict[str, int | str]]:
