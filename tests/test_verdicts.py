@@ -4,11 +4,13 @@ beside it never disagree, and every report words a verdict the same way (issue 3
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_stats import DIFFS, with_metric
 
 from pairflow.analysis.stats import analyse
-from pairflow.analysis.verdicts import CLAIMS, PHRASES, verdict_text
+from pairflow.analysis.verdicts import CLAIMS, COLOURS, PHRASES, colour_verdicts, verdict_colour, verdict_text
 from pairflow.plan.config import StatsSpec
 
 SHIFTS = [round(-1.6 + 0.1 * i, 2) for i in range(26)]
@@ -131,3 +133,34 @@ def test_a_p_is_shown_to_two_digits_and_never_as_zero() -> None:
     assert shown(0.0123) == "superior (p 0.012: difference from 0, Holm)"
     assert shown(1e-4) == "superior (p 0.0001: difference from 0, Holm)"  # the smallest shown as a number
     assert shown(9.9e-5) == shown(1e-12) == "superior (p < 0.0001: difference from 0, Holm)"
+
+
+def _luminance(colour: str) -> float:
+    """WCAG relative luminance of ``#rrggbb``."""
+    c = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def test_every_verdict_has_one_colour_legible_on_white() -> None:
+    """Issue 41: one colour per verdict code for every HTML report, each at least WCAG AA's
+    4.5:1 against white, so the word (which carries the meaning) stays readable."""
+    assert set(COLOURS) == set(PHRASES)
+    for code in PHRASES:
+        assert verdict_colour(code) == COLOURS[code]
+        assert 1.05 / (_luminance(COLOURS[code]) + 0.05) >= 4.5, code
+    assert COLOURS["inferior"] != COLOURS["superior"] != COLOURS["inconclusive"] != COLOURS["inferior"]
+
+
+def test_colour_verdicts_wraps_each_phrase_whole_and_nothing_else() -> None:
+    """Longest phrase first (``worse, non-inferiority not shown`` is one verdict, not an
+    ``inferior`` inside it); a test's name (``non-inferiority``) or ``equivalence`` is no verdict."""
+    text = ("q: worse, non-inferiority not shown (p 0.01: non-inferiority (loss = margin 0.1), Holm); "
+            "r: non-inferior; s: inferior; t: equivalent, not equivalence; u: superior; v: inconclusive")
+    out = colour_verdicts(text)
+    found = re.findall(r"<span class='verdict' data-verdict='(\w+)' style='color:(#\w+);font-weight:bold'>([^<]+)</span>",
+                       out)
+    assert found == [(c, COLOURS[c], PHRASES[c]) for c in ("worse_non_inferiority_not_shown", "non_inferior",
+                                                            "inferior", "equivalent", "superior", "inconclusive")]
+    assert re.sub(r"<[^>]+>", "", out) == text  # only wrapped: the words are unchanged
+    assert colour_verdicts("non-inferiority, equivalence, value only") == "non-inferiority, equivalence, value only"

@@ -20,11 +20,16 @@ a second value read from the same interval (0 for superior or worse, +M for equi
 tested outside the family at the cell's adjusted level, and its p is scaled to that level
 (p x alpha / alpha_cell) so that, like the adjusted p, it is below alpha exactly when the
 word claims it. A word other than inconclusive never sits beside a p at or above alpha,
-and inconclusive never beside one below it. Imports without torch.
+and inconclusive never beside one below it.
+
+Every HTML report colours a verdict's phrase the same way (``COLOURS``, through
+``colour_verdicts``): the study and panel tables, the Verdicts table, the answer line and
+the gallery's verdict line. Imports without torch.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +46,46 @@ PHRASES: dict[VerdictCode, str] = {
 """Machine-readable code -> the phrase every report prints."""
 CLAIMS: frozenset[VerdictCode] = frozenset(c for c in PHRASES if c != "inconclusive")
 """The codes that claim something: their deciding p is below alpha."""
+
+
+COLOURS: dict[VerdictCode, str] = {
+    "superior": "#1b7837",
+    "non_inferior": "#1b7837",
+    "equivalent": "#1b7837",
+    "worse_non_inferiority_not_shown": "#b35806",
+    "inferior": "#c5221f",
+    "inconclusive": "#5f6368",
+}
+"""Verdict code -> the CSS colour every HTML report draws its phrase in: green where the
+treatment is shown no worse than the margin allows (superior, non-inferior, equivalent),
+amber where it is shown worse but within the margin, red where worse beyond it, grey where
+nothing is shown. Each reads at least 4.5:1 against white (WCAG AA for text), so the
+word stays legible in print and for readers who do not see the hue; the word itself
+always carries the meaning."""
+
+_PHRASE_RE = re.compile(r"(?<![\w-])(" + "|".join(re.escape(p) for p in sorted(PHRASES.values(), key=len, reverse=True))
+                        + r")(?![\w-])")
+"""A verdict phrase standing alone: longest first, so ``worse, non-inferiority not shown`` is
+one match and ``non-inferior`` never yields an ``inferior``; no word character or hyphen on
+either side, so ``non-inferiority`` (a test's name) and ``equivalence`` are not verdicts."""
+_CODES = {p: c for c, p in PHRASES.items()}
+
+
+def verdict_colour(code: VerdictCode) -> str:
+    """The CSS colour of a verdict code's phrase in every HTML report (``COLOURS``)."""
+    return COLOURS[code]
+
+
+def colour_verdicts(escaped: str) -> str:
+    """HTML-escaped text with every verdict phrase in it wrapped as
+    ``<span class='verdict' data-verdict='CODE' style='color:...'>phrase</span>``: the one
+    way the study table, the answer line and the gallery colour a verdict. Pass text
+    already escaped (the phrases hold no character HTML escapes)."""
+    def span(m: re.Match[str]) -> str:
+        code = _CODES[m.group(1)]
+        return (f"<span class='verdict' data-verdict='{code}' style='color:{COLOURS[code]};font-weight:bold'>"
+                f"{m.group(1)}</span>")
+    return _PHRASE_RE.sub(span, escaped)
 
 
 def phrase(code: VerdictCode) -> str:

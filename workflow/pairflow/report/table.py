@@ -13,7 +13,7 @@ from typing import Any
 from ..analysis import tail
 from ..analysis.inference import MULTIPLICITY_NAMES
 from ..analysis.stats import NO_EFFECT
-from ..analysis.verdicts import verdict_text
+from ..analysis.verdicts import colour_verdicts, verdict_text
 from ..records.store import IDENTICAL
 from ..records.types import Comparison, ComputeSummary, MetricResult, StudyStats
 
@@ -531,7 +531,8 @@ def _html_table(title: str, text: str, table_: tuple[list[str], list[list[str]]]
     head, rows = table_
     return [f"<h2>{escape(title)}</h2><p>{escape(text)}</p><table><tr>",
             "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
-            *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows), "</table>"]
+            *("<tr>" + "".join(f"<td>{colour_verdicts(escape(c))}</td>" for c in r) + "</tr>" for r in rows),
+            "</table>"]
 
 
 def _intervals(stats: StudyStats) -> str:
@@ -587,14 +588,14 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              "body{font-family:sans-serif;margin:1em} td,th{border:1px solid #ccc;padding:4px 8px}"
              "table{border-collapse:collapse} code{font-size:90%}</style></head><body>",
              f"<h1>{escape(title)}</h1>", "<ul class='answer'>",
-             *(f"<li><b>{escape(line)}</b></li>" for line in answer(stats)), "</ul>",
+             *(f"<li><b>{colour_verdicts(escape(line))}</b></li>" for line in answer(stats)), "</ul>",
              f"<p>Videos: <a href='{GALLERY_LINK}'>{GALLERY_LINK}</a> (control beside each treatment, worst pairs "
              "first; in the report: category Gallery).</p>",
              f"<p>Estimand: {escape(stats['estimand'])}.</p>",
              f"<p>Intervals: {escape(_intervals(stats))}. "
              f"Missing pairs: {escape(stats['missing_policy'])}.</p><table><tr>",
              "".join(f"<th>{escape(h)}</th>" for h in head), "</tr>",
-             *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows),
+             *("<tr>" + "".join(f"<td>{colour_verdicts(escape(c))}</td>" for c in r) + "</tr>" for r in rows),
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
              *_html_table("Verdicts", _VERDICTS_TEXT, verdicts(stats), escape),
              *_html_tails(stats, escape),
