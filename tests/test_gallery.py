@@ -3,12 +3,15 @@ each pair's numbers equal to its score records; the page loads in headless Chrom
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pytest
@@ -49,7 +52,7 @@ def tree(tmp_path: Path, tiny_model: Path, encoder_spec: EncoderSpec) -> tuple[S
             rec = generation_record("t", pid, 0, arm, 1, f"{pid}{arm}")
             rec["candidate"]["prompt"] = {"a1": "a red fox in snow", "a2": "waves on a beach"}[pid]
             info = encode(_frames(shift), panel / rec["video"]["path"], encoder_spec, 8)
-            rec["video"]["frames"] = info.frames
+            rec["video"]["frames"], rec["video"]["digest"] = info.frames, info.digest
             recs[arm] = rec
             gen.append(rec)
         for arm, rec in recs.items():
@@ -98,18 +101,63 @@ def test_filmstrip_tiles_real_decoded_frames(tree: tuple[Any, ...], tmp_path: Pa
         gallery.filmstrip(tmp_path / "missing.mp4", 5, tmp_path / "x.jpg", gallery.ffmpeg_binary(study.encoder))
 
 
-def test_size_caps_leave_pairs_listed_without_images(tree: tuple[Any, ...], tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_size_caps_leave_pairs_listed_without_media_and_the_page_says_so(tree: tuple[Any, ...], tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    study, gen, scores, timings = tree
+    out = tmp_path / "g.html"
+    used = gallery.write_gallery(study, gen, scores, timings, out)
+    clips = sum((Layout(study.scratch).panel("t") / r["video"]["path"]).stat().st_size for r in gen)
+    assert (used["pairs"], used["playing"], used["shown"], used["video_bytes"]) == (2, 2, 2, clips)
+    assert "2 pairs: 2 play, 0 filmstrips only, 0 numbers only." in out.read_text()
+    monkeypatch.setattr(gallery, "MAX_PAIRS", 1)
+    used = gallery.write_gallery(study, gen, scores, timings, out)
+    assert (used["pairs"], used["playing"], used["shown"]) == (2, 1, 1) and 0 < used["bytes"] <= gallery.MAX_BYTES
+    page = out.read_text()
+    assert "2 pairs: 1 play, 0 filmstrips only, 1 numbers only." in page
+    assert "numbers only: only the worst 1 pairs per arm get players and filmstrips" in page
+    monkeypatch.setattr(gallery, "MAX_PAIRS", 6)
+    monkeypatch.setattr(gallery, "MAX_BYTES", 1)  # no pair's media fit: each pair keeps its numbers and links
+    monkeypatch.setattr(gallery, "VIDEO_BYTES", 1)
+    used = gallery.write_gallery(study, gen, scores, timings, out)
+    page = html.unescape(out.read_text())
+    assert (used["playing"], used["shown"], used["bytes"]) == (0, 0, 0) and "reached their 0 KiB cap" in page
+    assert page.count("is larger than the page's whole video budget (0 KiB); open the mp4s below") == 2
+    assert page.count("class='mp4'") == 4 and "2 pairs: 0 play, 0 filmstrips only, 2 numbers only." in page
+
+
+def test_the_video_budget_plays_the_worst_pairs_and_stores_a_control_clip_once(
+        tree: tuple[Any, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    study, gen, scores, timings = tree
+    panel = Layout(study.scratch).panel("t")
+    a1 = sum((panel / r["video"]["path"]).stat().st_size for r in gen if r["candidate"]["prompt_id"] == "a1")
+    monkeypatch.setattr(gallery, "VIDEO_BYTES", a1)  # room for the worst pair's two clips only
+    out = tmp_path / "g.html"
+    used = gallery.write_gallery(study, gen, scores, timings, out)
+    page = html.unescape(out.read_text())
+    assert (used["playing"], used["video_bytes"], used["shown"]) == (1, a1, 2)
+    shows = {s: page[page.index(f"id='t-pab-{s}-s0'"):].split("data-shows='")[1][:5] for s in ("a1", "a2")}
+    assert shows == {"a1": "plays", "a2": "films"}
+    assert f"no player: the page's videos reached their {a1 / 1024:.0f} KiB budget" in page
+    assert page.count("data:video/mp4;base64,") == 2 and page.count("<video ") == 2
+
+
+def test_a_video_that_is_not_the_recorded_one_is_refused(tree: tuple[Any, ...], tmp_path: Path) -> None:
+    study, gen, scores, timings = tree
+    gen[1]["video"]["digest"] = "xxh3_128:" + "0" * 32
+    with pytest.raises(gallery.IntegrityError, match="but its generation record says xxh3_128:0+: the video changed"):
+        gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
+
+
+def test_past_the_page_cap_the_best_pairs_without_media_are_left_out_and_counted(
+        tree: tuple[Any, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     study, gen, scores, timings = tree
     monkeypatch.setattr(gallery, "MAX_PAIRS", 1)
+    monkeypatch.setattr(gallery, "PAGE_BYTES", 1)  # every pair without media must go
     used = gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
-    assert (used["pairs"], used["shown"]) == (2, 1) and 0 < used["bytes"] <= gallery.MAX_BYTES
     page = (tmp_path / "g.html").read_text()
-    assert "only the worst 1 pairs per arm get images" in page
-    monkeypatch.setattr(gallery, "MAX_PAIRS", 6)
-    monkeypatch.setattr(gallery, "MAX_BYTES", 1)  # the first strip passes, then nothing more
-    used = gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html")
-    assert used["shown"] == 0 and "reached their 0 KiB cap" in (tmp_path / "g.html").read_text()
+    assert (used["pairs"], used["listed"], used["playing"]) == (2, 1, 1)
+    assert "id='t-pab-a1-s0'" in page and "id='t-pab-a2-s0'" not in page  # the worst stays, with its media
+    assert "2 pairs: 1 play, 0 filmstrips only, 0 numbers only, 1 left out of this page (its 0 KiB cap" in page
 
 
 def test_a_pair_identical_to_control_is_marked_and_its_fidelity_left_out(tree: tuple[Any, ...],
@@ -137,9 +185,12 @@ def _browser() -> None:
         pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
 
 
-def test_gallery_in_chromium_shows_both_arms_and_the_records_numbers(tree: tuple[Any, ...], tmp_path: Path) -> None:
-    """The page as a reader sees it: every pair shows control's and the treatment's
-    filmstrip (both decoded and drawn), labelled, and every number equals its record."""
+def test_gallery_in_chromium_plays_both_arms_and_shows_the_records_numbers(tree: tuple[Any, ...],
+                                                                          tmp_path: Path) -> None:
+    """The page as a reader sees it: every pair plays control's and the treatment's video
+    side by side (both loaded, decoded by Debian's chromium, which plays H.264 through the
+    system FFmpeg, and running together), shows both filmstrips (decoded and drawn),
+    labelled, links both mp4s (files that exist), and every number equals its record."""
     _browser()
     study, gen, scores, timings = tree
     out = tmp_path / "gallery.html"
@@ -152,12 +203,23 @@ def test_gallery_in_chromium_shows_both_arms_and_the_records_numbers(tree: tuple
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.goto(out.as_uri())
-        shown = gallery_pairs(page)
+        shown = gallery_pairs(page, play_s=15)
         page.screenshot(path=str(tmp_path / "gallery.png"))
         browser.close()
     assert [(s["arm"], s["prompt"], s["seed"]) for s in shown] == [("pab", "a1", 0), ("pab", "a2", 0)]
     by_key = {(r["candidate"]["prompt_id"], r["arm"]["name"]): r for r in scores}
+    videos = {(r["candidate"]["prompt_id"], r["arm"]["name"]): Layout(study.scratch).panel("t") / r["video"]["path"]
+              for r in gen}
     for s in shown:
+        assert s["shows"] == "plays" and [v["label"] for v in s["videos"]] == ["control", "pab"]
+        for v in s["videos"]:  # loaded (readyState >= HAVE_CURRENT_DATA), decoded, drawn, and playing
+            assert v["error"] is None and v["ready"] >= 2 and (v["w"], v["h"]) == (32, 32), v
+            assert v["shown"] >= gallery.PLAYER_MIN_PX and v["time"] > 0 and not v["paused"], v
+        control, treatment = s["videos"]  # started together and restarted together: within a few frames
+        assert abs(control["time"] - treatment["time"]) < 0.3, s["videos"]
+        assert [Path(unquote(urlparse(u).path)) for u in s["links"]] == [
+            videos[(s["prompt"], "control")].resolve(), videos[(s["prompt"], "pab")].resolve()]
+        assert all(Path(unquote(urlparse(u).path)).is_file() for u in s["links"])
         assert s["labels"] == ["control", "pab"]
         assert len(s["images"]) == 2 and all(i["w"] == 5 * 96 and i["h"] == 96 and i["shown"] > 100
                                              for i in s["images"])
@@ -207,3 +269,37 @@ def test_a_hung_ffmpeg_making_a_filmstrip_is_killed_at_its_bound(tree: tuple[Any
     assert gallery.strip_timeout(study)[1] == ""  # tiny videos: the work's 120 s bound, under the stall rule's 600 s
     short = dataclasses.replace(study, fleet=dataclasses.replace(study.fleet, stall_timeout_s=30.0))
     assert gallery.strip_timeout(short) == (30.0, "fleet/stall_timeout_s: one filmstrip is one step of the gallery")
+
+
+SPAN = re.compile(r"<span class='verdict' data-verdict='(\w+)' style='color:(#\w+);font-weight:bold'>")
+
+
+def test_verdict_words_are_coloured_alike_in_the_table_the_answer_line_and_the_gallery(
+        tree: tuple[Any, ...], tmp_path: Path) -> None:
+    """Issue 41: verdict words were not coloured. The study table's cells, its answer line
+    and the gallery's verdict line colour each verdict code with ``verdicts.COLOURS``."""
+    import json
+
+    from test_stats import S, records
+
+    from pairflow.analysis.stats import analyse
+    from pairflow.analysis.verdicts import COLOURS, PHRASES
+    from pairflow.report.table import html as table_html
+
+    page = table_html(analyse(*records(effect=-0.2, ratio=1.5), ["treat"], S), "t", {})
+    answer_html = page[page.index("<ul class='answer'>"):page.index("</ul>")]
+    cells = page[page.index("</ul>"):]
+    study, gen, scores, timings = tree
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"comparisons": [{"treatment": "pab", "metrics": [
+        {"metric": f"m{i}", "verdict_code": code, "verdict": PHRASES[code], "p_verdict": 0.01,
+         "p_verdict_test": "difference from 0", "p_verdict_family": "Holm"} for i, code in enumerate(PHRASES)]}]}))
+    gallery.write_gallery(study, gen, scores, timings, tmp_path / "g.html", stats)
+    shown = (tmp_path / "g.html").read_text()
+    line = shown[shown.index("<p class='verdicts'>"):]
+    line = line[:line.index("</p>")]
+    for where, part, least in (("answer line", answer_html, 1), ("table", cells, 1), ("gallery", line, 6)):
+        spans = SPAN.findall(part)
+        assert len({c for c, _ in spans}) >= least, (where, spans)
+        assert all(colour == COLOURS[code] for code, colour in spans), (where, spans)
+    assert [c for c, _ in SPAN.findall(line)] == list(PHRASES)  # every code, in the arm's metric order

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import copy_project, copy_study, run_snakemake, small_config, study_config, write_config
@@ -21,6 +22,7 @@ from pairflow.identity import digest_file
 from pairflow.plan.candidates import candidates
 from pairflow.plan.config import StudySpec, study_from_raw
 from pairflow.records.packs import Pack
+from pairflow.report import plots
 
 pytestmark = pytest.mark.slow
 
@@ -386,15 +388,22 @@ def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_pa
     assert any("higher is better" in h for h in found["table_headers"])
     for name, (natural_w, shown_w, shown_h) in found["plots"].items():
         assert natural_w > 100 and shown_w > 100 and shown_h > 100, (name, natural_w, shown_w, shown_h)
+    natural_w, shown_w, _ = found["plots"]["forest.png"]  # issue 41: its text was ~6 px where the report draws it
+    assert plots.FOREST_MIN_FONT_PT * plots.DPI / 72 * min(1.0, shown_w / natural_w) >= 10, found["plots"]
     assert (tmp_path / "shots" / "table.png").stat().st_size > 10_000
     # the gallery, inside the report: every pair of both panels, both arms drawn, numbers = the score records
     scores = {(r["candidate"]["panel"], r["candidate"]["prompt_id"], r["candidate"]["seed"], r["arm"]["name"]): r
               for r in records(scratch, "scores")}
     pairs = found["gallery"]
     assert len(pairs) == 5 * len(treatments) and {p["arm"] for p in pairs} == set(treatments)
-    for p in pairs:
-        assert p["labels"] == ["control", p["arm"]] and len(p["images"]) == 2
+    assert all(next(p for p in pairs if p["arm"] == a)["shows"] == "plays" for a in treatments)  # worst first
+    for p in pairs:  # each shows what it says: playing videos, drawn filmstrips, or numbers only
+        assert p["shows"] in ("plays", "filmstrips", "numbers")
+        assert len(p["videos"]) == (2 if p["shows"] == "plays" else 0), p
+        assert all(v["ready"] >= 2 and v["w"] > 0 and v["time"] > 0 and not v["paused"] for v in p["videos"]), p
+        assert p["labels"] in (["control", p["arm"]], []) and len(p["images"]) == len(p["labels"])
         assert all(i["w"] > 0 and i["shown"] > 50 for i in p["images"])
+        assert len(p["links"]) == 2 and all(Path(unquote(urlparse(u).path)).is_file() for u in p["links"])
         key = next(k for k in scores if k[1:] == (p["prompt"], p["seed"], p["arm"]))
         rec, ctrl = scores[key], scores[(key[0], key[1], key[2], "control")]
         assert p["digest"] == rec["record_digest"]

@@ -1,6 +1,6 @@
 """Open the Snakemake HTML report in headless Chromium, check that the landing page leads
 to the study table and the forest plot and that both render, that the gallery shows both
-arms of each pair, and save screenshots.
+arms of each pair and that its videos play, and save screenshots.
 
 Needs Debian's chromium and playwright (`pip install -e ".[test]"`); no browser download:
 it drives /usr/bin/chromium (or $PAIRFLOW_CHROMIUM).
@@ -38,18 +38,37 @@ GALLERY_JS = """() => [...document.querySelectorAll('.pair')].map(p => ({
   images: [...p.querySelectorAll('img')].map(i => ({alt: i.alt, w: i.naturalWidth, h: i.naturalHeight,
                                                     shown: i.getBoundingClientRect().width})),
   labels: [...p.querySelectorAll('.lab')].map(l => l.innerText),
+  shows: p.dataset.shows,
+  videos: [...p.querySelectorAll('video')].map(v => ({label: v.closest('figure').innerText.trim(),
+    ready: v.readyState, w: v.videoWidth, h: v.videoHeight, shown: v.getBoundingClientRect().width,
+    time: v.currentTime, paused: v.paused, error: v.error && v.error.code})),
+  links: [...p.querySelectorAll('a.mp4')].map(a => a.href),
   metrics: [...p.querySelectorAll('tr[data-metric]')].map(r => ({
     metric: r.dataset.metric, treatment: r.dataset.treatment, control: r.dataset.control, diff: r.dataset.diff,
     cells: [...r.querySelectorAll('td')].map(c => c.innerText)}))}))"""
 """What the gallery shows, read from the rendered page: per pair its arm, prompt, seed,
 score-record digest, images (natural and shown size: 0 when one failed to load), the row
-labels beside the images, and each metric row's values (attributes and the cells' text)."""
+labels beside the images, what it shows (plays, filmstrips or numbers), its videos (label,
+readyState, decoded and shown size, current time, paused, error code), its mp4 links, and
+each metric row's values (attributes and the cells' text)."""
 
 
-def gallery_pairs(frame: Any) -> list[dict[str, Any]]:
+PLAYING_JS = """() => [...document.querySelectorAll('video')].every(v => v.readyState >= 2 && v.currentTime > 0
+  && !v.paused)"""
+"""True once every player has loaded a frame and is playing (time past 0, not paused)."""
+
+
+def gallery_pairs(frame: Any, play_s: float = 0.0) -> list[dict[str, Any]]:
     """The gallery's pairs as a reader sees them (``GALLERY_JS``) in ``frame`` (a
-    playwright page or frame showing gallery.html)."""
+    playwright page or frame showing gallery.html), once every image has loaded; with
+    ``play_s``, after waiting up to that long for every video to play (``PLAYING_JS``;
+    on a timeout the pairs are read as they stand, for the caller to judge)."""
     frame.wait_for_function("() => [...document.images].every(i => i.complete)")
+    if play_s:
+        try:
+            frame.wait_for_function(PLAYING_JS, timeout=play_s * 1000)
+        except Exception:  # playwright's TimeoutError: the caller's asserts say which video did not play
+            pass
     return list(frame.evaluate(GALLERY_JS))
 
 
@@ -79,7 +98,7 @@ def inspect(report: Path, out: Path) -> dict[str, Any]:
         _open_result(page, uri, "Gallery", "gallery.html")
         frame = next((f for f in page.frames if "filename=gallery.html" in f.url), None)
         if frame is not None:
-            found["gallery"] = gallery_pairs(frame)
+            found["gallery"] = gallery_pairs(frame, play_s=15)
         page.screenshot(path=str(out / "gallery.png"))
         for name in ("forest.png", "latency.png", "per_prompt.png", "scatter.png"):
             _open_result(page, uri, "Plots", name)
@@ -96,6 +115,8 @@ def main(report: Path, out: Path) -> int:
     print(json.dumps(found, indent=1))
     ok = found.get("table_rows", 0) > 0 and all(s and s[1] > 100 and s[2] > 100 for s in found["plots"].values())
     ok = ok and bool(found.get("gallery")) and all(i["w"] > 0 for p in found["gallery"] for i in p["images"])
+    ok = ok and all(v["ready"] >= 2 and v["w"] > 0 and v["time"] > 0 and not v["paused"]
+                    for p in found["gallery"] for v in p["videos"])
     print(("OK" if ok else "NOT VISIBLE") + f": screenshots in {out}")
     return 0 if ok else 1
 

@@ -25,7 +25,7 @@ path is deterministic (dates go inside files, never into names)::
         estimate.json                      the study's cost estimate (rule calibrate, from the table)
       calibration/<digest>.json            the frozen calibration table, named by its key's digest
         telemetry/fleet.json, run/fleet/   the study-wide fleet job's (fleet.allocation: study)
-        gallery.html                       the video gallery (filmstrips inlined)
+        gallery.html                       the video gallery (players and filmstrips inlined)
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
       accounts/                            one record per job (job-*.json: written by the job itself at
@@ -202,7 +202,7 @@ class Layout:
 
     @property
     def gallery(self) -> Path:
-        """The video gallery: one HTML page, filmstrips inlined (``gallery.py``)."""
+        """The video gallery: one HTML page, videos and filmstrips inlined (``gallery.py``)."""
         return self.study / "gallery.html"
 
     @property

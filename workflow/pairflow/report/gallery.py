@@ -1,21 +1,31 @@
 """The video gallery: control beside each treatment for the same prompt and seed.
 
-Per panel and treatment arm, each (prompt, seed) pair is shown as two filmstrips of real
-decoded frames (``FRAMES`` frames evenly spaced over the video, each ``STRIP_HEIGHT``
-pixels high, JPEG), control's above the treatment's, with that pair's per-metric values
-and differences read from its score records (and its latency ratio from the timed pass)
-beside it. Pairs are sorted worst first: on each metric the pairs are ranked from worst
-to best in the metric's direction (NR metrics by treatment − control, FR metrics by the
-value against control), and a pair's place is its mean rank over the metrics.
+Per panel and treatment arm, each (prompt, seed) pair is one row: control's video beside
+the treatment's as HTML5 players (muted, looping, started together and kept in step by a
+small script, one play/pause button driving both), the two filmstrips of real decoded
+frames below them (``FRAMES`` frames evenly spaced over the video, ``STRIP_HEIGHT`` pixels
+high, JPEG: for print, where a ``@media print`` rule hides the players, and for pairs
+that do not play), a link to each mp4 on scratch (its ``file://`` URI and its path), and
+that pair's per-metric values and differences read from its score records (and its
+latency ratio from the timed pass). Pairs are sorted worst first: on each metric the
+pairs are ranked from worst to best in the metric's direction (NR metrics by treatment −
+control, FR metrics by the value against control), and a pair's place is its mean rank
+over the metrics. Each arm's study verdicts head its section, coloured as every HTML
+report colours them (``verdicts.colour_verdicts``).
 
-Size: at most ``MAX_PAIRS`` pairs per panel and arm get images (the worst ones, handed out
-rank by rank across the arms so that no arm is starved), and the images of the whole
-gallery stop at ``MAX_BYTES``; pairs past either cap are listed with
-their numbers and no image, and the page says how many. The videos stay on scratch; only
-the filmstrips are kept, inlined into one self-contained HTML page (JPEG data URIs; a
-control strip once per pair, shared by every arm), so the Snakemake report embeds the
-page like any other result. Frames are decoded and tiled by FFmpeg (the same binary as the encoder,
-``video.ffmpeg_binary``). Imports without torch.
+Size: the page is inlined whole (videos and filmstrips as ``data:`` URIs; a control clip
+and strip once per pair, shared by every arm) so the Snakemake report can embed it like
+any other result; the report embeds a result page as a base64 ``data:`` URL and Chromium
+opens none over 2 MiB. So only the worst ``MAX_PAIRS`` pairs per panel and arm get media,
+handed out rank by rank across the arms so that no arm is starved: first their videos
+(``VIDEO_BYTES`` at most), then filmstrips for the pairs that do not play, then for those
+that do, while all media stay under ``MAX_BYTES``; a pair past a cap keeps what fits
+(filmstrips, or only its numbers and links) and says why, and the page says how many pairs
+play, how many are filmstrips only and how many numbers only. If even the pairs' numbers
+would take the page past ``PAGE_BYTES``, the best pairs without media are left out and
+the page says how many. Every pair links its mp4s whatever it shows. Videos are read
+from scratch and checked against their records' digests; frames are decoded and tiled by
+FFmpeg (the same binary as the encoder, ``video.ffmpeg_binary``). Imports without torch.
 """
 
 from __future__ import annotations
@@ -23,16 +33,17 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.verdicts import verdict_text
+from ..analysis.verdicts import colour_verdicts, verdict_text
 from ..atomic import write_text
-from ..errors import VideoReadError
-from ..identity import digest_file
+from ..errors import IntegrityError, VideoReadError
+from ..identity import digest_bytes, digest_file
 from ..layout import Layout
 from ..media.recipe import ffmpeg_binary
 from ..media.tools import TOOL_TIMEOUT_FLOOR_S, run_tool, tool_timeout
@@ -46,14 +57,29 @@ FRAMES = 6
 STRIP_HEIGHT = 96
 """Pixels per frame row (width follows the video's aspect ratio)."""
 MAX_PAIRS = 6
-"""Pairs with images per panel and treatment arm (the worst ones)."""
+"""Pairs with media (players, filmstrips) per panel and treatment arm: the worst ones."""
 MAX_BYTES = 960 * 2**10
-"""All the gallery's images together (960 KiB of JPEG). The Snakemake report embeds a
-result page as a base64 ``data:`` URL, and Chromium opens no such URL over 2 MiB: 960 KiB,
-base64-encoded twice (inlined here, then by the report), stays under it. Past the cap,
-pairs are listed with their numbers and no image."""
+"""All the gallery's media together, videos and filmstrips (960 KiB as files). The
+Snakemake report embeds a result page as a base64 ``data:`` URL, and Chromium opens no
+such URL over 2 MiB: 960 KiB, base64-encoded twice (inlined here, then by the report), is
+1.67 MiB, leaving room for the page's text (``PAGE_BYTES``). Past the cap, pairs keep
+their numbers and links and no media."""
+VIDEO_BYTES = 640 * 2**10
+"""The part of ``MAX_BYTES`` videos may take (640 KiB): videos come first, as they are
+what a reader plays, but the last third stays for filmstrips, so the pairs that do not
+play still show their frames. The default study's 64x64 clips are ~28 KiB each: about
+twenty fit. A real-size clip (Wan at 832x480: megabytes) never fits: it is linked only,
+and the page says so."""
+PAGE_BYTES = 1440 * 2**10
+"""The whole page at most (1440 KiB): base64-encoded by the report it is 1.875 MiB, under
+Chromium's 2 MiB for a ``data:`` URL with room for the report's prefix. Media take at
+most ``MAX_BYTES`` × 4/3 (1280 KiB) of it; where the pairs' numbers would take the page
+past it, the best pairs without media are left out."""
 QUALITY = 5
 """FFmpeg's JPEG quality scale (2 best, 31 worst)."""
+PLAYER_MIN_PX = 192
+"""The narrowest a player is drawn (CSS pixels): a smaller video is scaled up by a whole
+factor, pixels kept square and sharp (the default study's 64x64 clips play at 192 px)."""
 
 
 @dataclass
@@ -98,7 +124,9 @@ class PairView:
     speedup: float | None
     rank: float = 0.0
     identical: bool = False  # records.identical_to_control: marked, fidelity values left out of every mean
-    images: tuple[str, str] | None = None  # (control, treatment) image keys
+    digests: tuple[str, str] = ("", "")  # (control, treatment) video digests from the generation records
+    images: tuple[str, str] | None = None  # (control, treatment) filmstrip media keys
+    videos: tuple[str, str] | None = None  # (control, treatment) video media keys: the pair plays
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -140,7 +168,8 @@ def pairs(study: StudySpec, gen: list[GenerationRecord], scores: list[ScoreRecor
                         layout.panel(panel.name) / g[kc]["video"]["path"],
                         layout.panel(panel.name) / g[kt]["video"]["path"], int(g[kt]["video"]["frames"]), metrics,
                         str(s[kt].get("record_digest")), str(s[kc].get("record_digest")),
-                        lc / lt if lc and lt else None, identical=identical_to_control(g[kc], g[kt])))
+                        lc / lt if lc and lt else None, identical=identical_to_control(g[kc], g[kt]),
+                        digests=(str(g[kc]["video"]["digest"]), str(g[kt]["video"]["digest"]))))
             _rank(views)
             out[(panel.name, arm.name)] = sorted(views, key=lambda v: (v.rank, v.prompt_id, v.seed))
     return out
@@ -206,7 +235,118 @@ def _fr_note(identical: bool) -> str:
     return "(vs control; left out of the mean: identical)" if identical else "(vs control)"
 
 
-def _pair_html(v: PairView, colours: dict[str, str]) -> str:
+def _kib(n: int) -> str:
+    return f"{n / 2**10:.0f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
+
+
+class _Media:
+    """The page's inlined media under the caps, each file once (a control's clip and strip
+    serve every arm), keyed for the page's script. A pair gets both of its clips (or both
+    strips) or neither: half a pair compares nothing."""
+
+    def __init__(self, tmp: Path, binary: str, limit: tuple[float, str]) -> None:
+        self.tmp, self.binary, self.limit = tmp, binary, limit
+        self.keys: dict[tuple[str, Path], str] = {}
+        self.uris: dict[str, str] = {}
+        self.video_bytes = 0
+        self.strip_bytes = 0
+        self._jpegs: dict[Path, bytes] = {}
+
+    def _store(self, kind: str, path: Path, mime: str, data: bytes) -> str:
+        key = f"{kind[0]}{len(self.uris)}"
+        self.keys[(kind, path)] = key
+        self.uris[key] = f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+        return key
+
+    def play(self, v: PairView) -> str | None:
+        """Inline both clips of ``v`` (each checked against its generation record's digest)
+        when they fit in ``VIDEO_BYTES``; otherwise say why not. Raises VideoReadError when
+        a clip is missing, IntegrityError when it is not the recorded one."""
+        paths = (v.control_video, v.treatment_video)
+        sizes = {}
+        for p in paths:
+            try:
+                sizes[p] = p.stat().st_size
+            except OSError as e:
+                raise VideoReadError(f"{p}: the gallery cannot read this video ({e.strerror}); run `pairflow "
+                                     "verify` on the results tree, which names what is missing and how to "
+                                     "remake it") from e
+        if max(sizes.values()) > VIDEO_BYTES:
+            return (f"linked only: its clip ({_kib(max(sizes.values()))}) is larger than the page's whole video "
+                    f"budget ({_kib(VIDEO_BYTES)}); open the mp4s below")
+        need = sum(n for p, n in sizes.items() if ("video", p) not in self.keys)
+        if self.video_bytes + need > VIDEO_BYTES:
+            return f"no player: the page's videos reached their {_kib(VIDEO_BYTES)} budget; open the mp4s below"
+        for p, want in zip(paths, v.digests, strict=True):
+            if ("video", p) in self.keys:
+                continue
+            data = p.read_bytes()
+            if want and digest_bytes(data) != want:
+                raise IntegrityError(f"{p}: digest {digest_bytes(data)}, but its generation record says {want}: "
+                                     "the video changed after it was made; run `pairflow verify` on the results "
+                                     "tree and remake what it names")
+            self.video_bytes += len(data)
+            self._store("video", p, "video/mp4", data)
+        v.videos = (self.keys[("video", paths[0])], self.keys[("video", paths[1])])
+        return None
+
+    def strips(self, v: PairView) -> str | None:
+        """Inline both filmstrips of ``v`` when all media stay under ``MAX_BYTES``;
+        otherwise say why not. Raises VideoReadError when FFmpeg cannot decode a video."""
+        paths = (v.control_video, v.treatment_video)
+        for p in paths:
+            if ("strip", p) not in self.keys and p not in self._jpegs:
+                jpeg = self.tmp / f"{len(self._jpegs)}.jpg"
+                filmstrip(p, v.frames, jpeg, self.binary, *self.limit)
+                self._jpegs[p] = jpeg.read_bytes()
+        need = sum(len(self._jpegs[p]) for p in set(paths) if ("strip", p) not in self.keys)
+        if self.video_bytes + self.strip_bytes + need > MAX_BYTES:
+            return f"no filmstrip: the page's media reached their {_kib(MAX_BYTES)} cap"
+        for p in paths:
+            if ("strip", p) not in self.keys:
+                self.strip_bytes += len(self._jpegs[p])
+                self._store("strip", p, "image/jpeg", self._jpegs[p])
+        v.images = (self.keys[("strip", paths[0])], self.keys[("strip", paths[1])])
+        return None
+
+
+def _player(v: PairView, colours: dict[str, str], size: tuple[int, int]) -> str:
+    """Control's clip beside the treatment's, and one button for both (the page's script
+    starts them together and keeps them in step). ``size``: the video's width and height."""
+    if v.videos is None:
+        return ""
+    e = html.escape
+    w, h = size
+    k = 1 if w >= PLAYER_MIN_PX else math.ceil(PLAYER_MIN_PX / max(w, 1))
+    figs = "".join(
+        f"<figure><figcaption class='vlab' style='border-color:{colours.get(arm, '#000')}'>{e(arm)}</figcaption>"
+        f"<video muted loop playsinline autoplay preload='auto' width='{k * w}' height='{k * h}'"
+        f"{' class=px' if k > 1 else ''} data-src='{e(key)}' title='{e(arm)} {e(v.stem)}'></video></figure>"
+        for arm, key in (("control", v.videos[0]), (v.arm, v.videos[1])))
+    return f"<div class='player'>{figs}<button type='button'>pause both</button></div>"
+
+
+def _strips(v: PairView, colours: dict[str, str]) -> str:
+    if v.images is None:
+        return ""
+    e = html.escape
+    return "<div class='strips'>" + "".join(
+        f"<div class='strip'><span class='lab' style='border-color:{colours.get(arm, '#000')}'>{e(arm)}</span>"
+        f"<img alt='{e(arm)} {e(v.stem)}' data-src='{e(key)}'></div>"
+        for arm, key in (("control", v.images[0]), (v.arm, v.images[1]))) + "</div>"
+
+
+def _links(v: PairView) -> str:
+    """Each mp4 on scratch: its ``file://`` URI (opens where the reader's browser sees
+    that file system) and its path, to copy where a click cannot open it (inside the
+    Snakemake report, a page loaded from a ``data:`` URL may not open ``file:`` links)."""
+    e = html.escape
+    parts = [f"<a class='mp4' href='{e(p.resolve().as_uri())}'>{e(arm)} mp4</a> <code>{e(str(p.resolve()))}</code>"
+             for arm, p in (("control", v.control_video), (v.arm, v.treatment_video))]
+    return "<p class='files'>" + "<br>".join(parts) + "</p>"
+
+
+def _pair_html(v: PairView, colours: dict[str, str], size: tuple[int, int]) -> str:
     e = html.escape
     rows = "".join(
         f"<tr data-metric='{e(m.name)}' data-treatment='{m.treatment!r}' data-control='{m.control!r}' "
@@ -216,22 +356,19 @@ def _pair_html(v: PairView, colours: dict[str, str]) -> str:
         f"<td class='{'worse' if m.worse else 'better' if m.worse is False else ''}'>"
         f"{_fmt(m.diff) if m.diff is not None else _fr_note(v.identical)}</td></tr>" for m in v.metrics)
     speed = "" if v.speedup is None else f"<p>speedup of this pair: <b>{v.speedup:.3f}×</b></p>"
-    if v.images:
-        strips = (f"<div class='strip'><span class='lab' style='border-color:{colours['control']}'>control</span>"
-                  f"<img alt='control {e(v.stem)}' data-img='{e(v.images[0])}'></div>"
-                  f"<div class='strip'><span class='lab' style='border-color:{colours.get(v.arm, '#000')}'>"
-                  f"{e(v.arm)}</span><img alt='{e(v.arm)} {e(v.stem)}' data-img='{e(v.images[1])}'></div>")
-    else:
-        strips = f"<p class='noimg'>{e('; '.join(v.notes) or 'no image')}</p>"
+    notes = f"<p class='noimg'>{e('; '.join(v.notes))}</p>" if v.notes else ""
     prompt = v.prompt if len(v.prompt) <= 240 else v.prompt[:237] + "..."
     same = (f"<p class='identical'><b>{IDENTICAL}</b> (the same frames, bit for bit): its fidelity values are the "
             "metrics' cap, not a measurement, and are left out of every fidelity mean</p>" if v.identical else "")
+    shows = "plays" if v.videos else "filmstrips" if v.images else "numbers"
     return (f"<div class='pair{' identical' if v.identical else ''}' id='{e(v.panel)}-{e(v.arm)}-{e(v.stem)}' "
-            f"data-arm='{e(v.arm)}' data-prompt='{e(v.prompt_id)}' data-seed='{v.seed}' "
+            f"data-arm='{e(v.arm)}' data-prompt='{e(v.prompt_id)}' data-seed='{v.seed}' data-shows='{shows}' "
+            f"data-strips='{str(v.images is not None).lower()}' "
             f"data-identical='{str(v.identical).lower()}' data-score-digest='{e(v.score_digest)}'>"
             f"<h4>{e(v.prompt_id)}, seed {v.seed}{f' ({IDENTICAL})' if v.identical else ''}</h4>"
             f"<p class='prompt'>{e(prompt)}</p>{same}"
-            f"<div class='media'>{strips}</div><table><tr><th>metric</th><th>control</th><th>{e(v.arm)}</th>"
+            f"<div class='media'>{_player(v, colours, size)}{_strips(v, colours)}{notes}{_links(v)}</div>"
+            f"<table><tr><th>metric</th><th>control</th><th>{e(v.arm)}</th>"
             f"<th>Δ</th></tr>{rows}</table>{speed}</div>")
 
 
@@ -239,12 +376,46 @@ _STYLE = ("body{font-family:sans-serif;margin:1em;max-width:1400px} "
           ".pair{border:1px solid #ccc;padding:6px;margin:8px 0;display:grid;"
           "grid-template-columns:minmax(0,1fr) auto;gap:4px 16px} "
           ".pair h4,.pair .prompt{grid-column:1/3;margin:2px 0} .prompt{color:#444;font-size:90%} "
+          ".player{display:flex;flex-wrap:wrap;align-items:flex-end;gap:8px;margin:2px 0} "
+          ".player figure{margin:0;max-width:calc(50% - 60px)} .player video{max-width:100%;height:auto;"
+          "display:block;background:#000} video.px{image-rendering:pixelated} "
+          ".vlab{border-left:6px solid;padding-left:4px;font-weight:bold} "
           ".strip{display:flex;align-items:center;gap:6px;margin:2px 0;min-width:0} "
           ".strip img{max-width:calc(100% - 7em);height:auto} "
           ".lab{width:6em;border-left:6px solid;padding-left:4px;font-weight:bold} "
+          ".files{font-size:80%;color:#444;margin:2px 0;overflow-wrap:anywhere} .noimg{color:#555;margin:2px 0} "
           "td,th{border:1px solid #ddd;padding:2px 6px;text-align:right} table{border-collapse:collapse;font-size:90%} "
           ".worse{background:#fdd} .better{background:#dfd} nav a{margin-right:1em} "
-          ".identical{background:#f4f4f4} p.identical{color:#555;margin:2px 0;grid-column:1/3}")
+          ".identical{background:#f4f4f4} p.identical{color:#555;margin:2px 0;grid-column:1/3} "
+          # Paper does not play: print a pair's filmstrips where it has them (a player would
+          # print one frame); a pair that plays without strips prints its players' frame.
+          "@media print{.pair[data-strips=true] .player{display:none} .player button{display:none} "
+          ".pair{break-inside:avoid}}")
+
+# Both clips of a pair start together and stay in step: the script takes their loop over
+# (loop and autoplay off, so neither starts alone), starts both once both can play, and
+# when both have ended restarts both from frame 0, so the two never drift apart however
+# each decodes. Without scripts the tags' attributes still autoplay and loop each clip.
+# The listeners are set before any source, so no 'canplay' is missed.
+_SCRIPT = """
+for (const p of document.querySelectorAll('.player')) {
+  const vs = [...p.querySelectorAll('video')], button = p.querySelector('button');
+  let ready = 0, on = true;
+  const play = () => { if (on) for (const v of vs) v.play().catch(() => {}); };
+  const restart = () => { for (const v of vs) v.currentTime = 0; play(); };
+  for (const v of vs) {
+    v.loop = false; v.autoplay = false; v.muted = true;
+    v.addEventListener('canplay', () => { if (++ready === vs.length) restart(); }, {once: true});
+    v.addEventListener('ended', () => { if (vs.every(x => x.ended)) restart(); });
+  }
+  button.addEventListener('click', () => {
+    on = !on;
+    if (on) play(); else for (const v of vs) v.pause();
+    button.textContent = on ? 'pause both' : 'play both';
+  });
+}
+for (const e of document.querySelectorAll('[data-src]')) e.src = MEDIA[e.dataset.src];
+"""
 
 
 def arm_verdicts(stats: Mapping[str, Any] | None) -> dict[str, str]:
@@ -261,79 +432,109 @@ def arm_verdicts(stats: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def _allot(views: dict[tuple[str, str], list[PairView]], media: _Media) -> None:
+    """Hand out media to the worst ``MAX_PAIRS`` pairs of each arm, rank by rank across
+    the arms (a cap never starves a later arm): videos first, then filmstrips for the
+    pairs that do not play, then for those that do (print); each pair notes what it lacks."""
+    order = [vs[i] for i in range(MAX_PAIRS) for vs in views.values() if i < len(vs)]
+    for v in order:
+        note = media.play(v)
+        if note:
+            v.notes.append(note)
+    for v in [*(v for v in order if not v.videos), *(v for v in order if v.videos)]:
+        note = media.strips(v)
+        if note:
+            v.notes.append(note)
+    for vs in views.values():
+        for v in vs[MAX_PAIRS:]:
+            v.notes.append(f"numbers only: only the worst {MAX_PAIRS} pairs per arm get players and filmstrips; "
+                           "open the mp4s below")
+
+
+def _trim(views: dict[tuple[str, str], list[PairView]], htmls: dict[int, str], fixed: int) -> int:
+    """Leave out the best pairs without media, rank by rank from the bottom across the
+    arms, until the page (``fixed`` bytes plus each listed pair's HTML) fits in
+    ``PAGE_BYTES``. Returns how many were left out (removed from ``views`` and ``htmls``)."""
+    total = fixed + sum(len(h.encode()) for h in htmls.values())
+    longest = max((len(vs) for vs in views.values()), default=0)
+    order = [vs[i] for i in reversed(range(longest)) for vs in reversed(list(views.values())) if i < len(vs)]
+    out = 0
+    for v in order:
+        if total <= PAGE_BYTES:
+            break
+        if v.videos or v.images:
+            continue
+        total -= len(htmls.pop(id(v)).encode())
+        out += 1
+    for key, vs in views.items():
+        views[key] = [v for v in vs if id(v) in htmls]
+    return out
+
+
 def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[ScoreRecord],
                   timings: list[TimingRecord], out: Path, stats_json: Path | None = None) -> dict[str, int]:
-    """Write the gallery page ``out`` (one HTML file, filmstrips inlined) atomically.
-    Returns counts: pairs, pairs with images, image bytes. Raises VideoReadError when
-    FFmpeg cannot decode a video."""
-    binary = ffmpeg_binary(study.encoder)
-    limit = strip_timeout(study)
+    """Write the gallery page ``out`` (one HTML file, clips and filmstrips inlined)
+    atomically. Returns counts: ``pairs`` (all), ``listed`` (on the page), ``playing``,
+    ``shown`` (with filmstrips), ``bytes`` (all media), ``video_bytes``. Raises
+    VideoReadError when a video is missing or FFmpeg cannot decode it, IntegrityError when a
+    video is not the one its record names."""
     views = pairs(study, gen, scores, timings)
     colours = arm_colours([a.name for a in study.arms])
-    used = {"pairs": 0, "shown": 0, "bytes": 0}
     verdicts = arm_verdicts(json.loads(stats_json.read_text()) if stats_json and stats_json.is_file() else None)
-    made: dict[Path, str] = {}  # video -> image key: a control strip is stored once, shown beside every arm
-    uris: dict[str, str] = {}
-    body = []
+    size = (study.generation.width, study.generation.height)
     with tempfile.TemporaryDirectory(prefix="pairflow-gallery-") as tmp:
+        media = _Media(Path(tmp), ffmpeg_binary(study.encoder), strip_timeout(study))
+        _allot(views, media)
+    script = "<script>const MEDIA = " + json.dumps(media.uris) + ";" + _SCRIPT + "</script>"
+    htmls = {id(v): _pair_html(v, colours, size) for vs in views.values() for v in vs}
+    every = sum(len(vs) for vs in views.values())
+    left_out = _trim(views, htmls, len(script.encode()) + 16 * 2**10)  # 16 KiB: the head, nav and arm headings
+    listed = [v for vs in views.values() for v in vs]
+    used = {"pairs": every, "listed": len(listed), "playing": sum(1 for v in listed if v.videos),
+            "shown": sum(1 for v in listed if v.images), "bytes": media.video_bytes + media.strip_bytes,
+            "video_bytes": media.video_bytes}
+    body = []
+    for (panel, arm), vs in views.items():
+        e = html.escape
+        same = sum(1 for v in vs if v.identical)
+        body.append(f"<h2 id='{e(panel)}-{e(arm)}'>panel {e(panel)}: "
+                    f"<span style='color:{colours.get(arm, '#000')}'>{e(arm)}</span> against control</h2>"
+                    f"<p>{len(vs)} pairs, worst first; {sum(1 for v in vs if v.videos)} play, "
+                    f"{sum(1 for v in vs if v.images)} with filmstrips."
+                    + (f" {same} of {len(vs)} pairs {IDENTICAL}: marked, and left out of every fidelity "
+                       "mean, as in the study table." if same else "") + "</p>"
+                    + (f"<p class='verdicts'>Study verdicts: {colour_verdicts(e(verdicts[arm]))}</p>"
+                       if arm in verdicts else ""))
+        body += [htmls[id(v)] for v in vs]
+    write_text(Path(out), _head(study, views, used, left_out, stats_json) + "".join(body) + script
+               + "</body></html>\n")
+    return used
 
-        def strip(video: Path, frames: int) -> str | None:
-            """``video``'s filmstrip as a data URI (made once), or None past the size cap."""
-            if video in made:
-                return made[video]
-            if used["bytes"] >= MAX_BYTES:
-                return None
-            jpeg = Path(tmp) / f"{len(made)}.jpg"
-            filmstrip(video, frames, jpeg, binary, *limit)
-            data = jpeg.read_bytes()
-            used["bytes"] += len(data)
-            made[video] = f"i{len(made)}"
-            uris[made[video]] = "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
-            return made[video]
 
-        for i in range(MAX_PAIRS):  # rank by rank across the arms: the cap never starves a later arm
-            for vs in views.values():
-                if i < len(vs):
-                    v = vs[i]
-                    c, t = strip(v.control_video, v.frames), strip(v.treatment_video, v.frames)
-                    if c is not None and t is not None:
-                        v.images = (c, t)
-                    else:
-                        v.notes.append(f"no image: the gallery's images reached their {MAX_BYTES // 2**10} KiB "
-                                       "cap")
-        for (panel, arm), vs in views.items():
-            used["pairs"] += len(vs)
-            for v in vs[MAX_PAIRS:]:
-                v.notes.append(f"no image: only the worst {MAX_PAIRS} pairs per arm get images")
-            shown = sum(1 for v in vs if v.images)
-            same = sum(1 for v in vs if v.identical)
-            used["shown"] += shown
-            body.append(f"<h2 id='{html.escape(panel)}-{html.escape(arm)}'>panel {html.escape(panel)}: "
-                        f"<span style='color:{colours.get(arm, '#000')}'>{html.escape(arm)}</span> against control"
-                        f"</h2><p>{len(vs)} pairs, worst first; {shown} with filmstrips."
-                        + (f" {same} of {len(vs)} pairs {IDENTICAL}: marked, and left out of every fidelity "
-                           "mean, as in the study table." if same else "") + "</p>"
-                        + (f"<p class='verdicts'>Study verdicts: {html.escape(verdicts[arm])}</p>"
-                           if arm in verdicts else ""))
-            body += [_pair_html(v, colours) for v in vs]
-    nav = "".join(f"<a href='#{html.escape(p)}-{html.escape(a)}'>{html.escape(p)}: {html.escape(a)}</a>"
-                  for p, a in views)
+def _head(study: StudySpec, views: dict[tuple[str, str], list[PairView]], used: dict[str, int], left_out: int,
+          stats_json: Path | None) -> str:
+    """The page's title, what it shows and how many pairs get what under which cap."""
+    e = html.escape
+    nav = "".join(f"<a href='#{e(p)}-{e(a)}'>{e(p)}: {e(a)}</a>" for p, a in views)
     source = f" Statistics: {stats_json.name} {digest_file(stats_json)}." if stats_json else ""
-    head = (f"<html><head><meta charset='utf-8'><title>{html.escape(study.study)}: gallery</title>"
-            f"<style>{_STYLE}</style></head><body><h1>Study {html.escape(study.study)}: control beside each "
-            f"treatment</h1><p>Each pair: {FRAMES} frames evenly spaced from first to last, decoded from the "
-            "videos on scratch, control above, the treatment below (same prompt, same seed, same initial "
-            "noise). Numbers are each pair's values from its score records (Δ: treatment − control; red: "
-            "worse than control in the metric's direction, green: better); FR metrics (PSNR, SSIM) are the "
+    strips_only = sum(1 for vs in views.values() for v in vs if v.images and not v.videos)
+    numbers = used["listed"] - used["playing"] - strips_only
+    gone = (f", {left_out} left out of this page (its {_kib(PAGE_BYTES)} cap: the best pairs without media go "
+            "first; `pairflow export` lists every pair's numbers)" if left_out else "")
+    return (f"<html><head><meta charset='utf-8'><title>{e(study.study)}: gallery</title>"
+            f"<style>{_STYLE}</style></head><body><h1>Study {e(study.study)}: control beside each treatment</h1>"
+            f"<p class='summary'><b>{used['pairs']} pairs: {used['playing']} play, {strips_only} filmstrips only, "
+            f"{numbers} numbers only{gone}.</b> Media: the worst {MAX_PAIRS} pairs per panel and arm, "
+            f"{_kib(VIDEO_BYTES)} of videos and {_kib(MAX_BYTES)} of media in all at most, inlined in this one "
+            f"page so the Snakemake report can embed it (a page over 2 MiB as the report embeds it does not "
+            f"open); this page holds {_kib(used['video_bytes'])} of videos and {_kib(used['bytes'])} of media. "
+            "Every pair links its two mp4s on scratch (under panels/&lt;panel&gt;/videos/).</p>"
+            "<p>Each pair: control's video beside the treatment's (same prompt, same seed, same initial noise), "
+            "muted, started together and looping in step (one button pauses both); below them, "
+            f"{FRAMES} frames of each evenly spaced from first to last, decoded from the same videos (control "
+            "above; what prints). Numbers are each pair's values from its score records (Δ: treatment − control; "
+            "red: worse than control in the metric's direction, green: better); FR metrics (PSNR, SSIM) are the "
             "treatment's value against its control; a pair identical to control is marked, and its fidelity "
             "values (the metrics' cap) are left out of every fidelity mean, as in the study table. Pairs are "
-            "sorted worst first: mean rank over the metrics, "
-            f"each ranked from worst to best. Images: the worst {MAX_PAIRS} pairs per panel and arm, "
-            f"{MAX_BYTES // 2**10} KiB in all at most, so the Snakemake report can embed this page "
-            f"({used['shown']} of {used['pairs']} pairs shown, {used['bytes'] / 2**10:.0f} KiB). The videos "
-            f"stay on scratch, under panels/&lt;panel&gt;/videos/.{html.escape(source)}</p><nav>{nav}</nav>")
-    # Each image is stored once (in a script) and set on every <img> that names it.
-    script = ("<script>const IMAGES = " + json.dumps(uris) + ";\nfor (const i of document.querySelectorAll("
-              "'img[data-img]')) i.src = IMAGES[i.dataset.img];</script>")
-    write_text(Path(out), head + "".join(body) + script + "</body></html>\n")
-    return used
+            "sorted worst first: mean rank over the metrics, each ranked from worst to best. Verdict words are "
+            f"coloured as in the study table.{e(source)}</p><nav>{nav}</nav>")

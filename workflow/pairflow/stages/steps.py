@@ -389,8 +389,9 @@ def gallery(study: StudySpec, stats_json: Path, out: Path) -> None:
     """The report's video gallery (``gallery.py``): control beside each treatment per pair."""
     gen, scores, timings = panel_records(study, [p.name for p in study.panels])
     used = write_gallery(study, gen, scores, timings, out, Path(stats_json))
-    log.info("gallery: %d pairs, %d with filmstrips, %.2f MiB of images", used["pairs"], used["shown"],
-             used["bytes"] / 2**20)
+    log.info("gallery: %d pairs, %d on the page, %d play, %d with filmstrips; %.2f MiB of media (%.2f MiB of "
+             "videos)", used["pairs"], used["listed"], used["playing"], used["shown"], used["bytes"] / 2**20,
+             used["video_bytes"] / 2**20)
 
 
 def track(study: StudySpec, stats_json: Path, table_md: Path, gallery: Path, manifest: Path, out: Path) -> None:
