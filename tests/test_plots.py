@@ -51,8 +51,8 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     figs: list[Any] = []
     real = plots._save
 
-    def keep(fig: Any, out: Path, caption: str = "") -> None:
-        real(fig, out, caption)  # adds the caption and thins tick labels, then writes
+    def keep(fig: Any, out: Path, caption: str = "", caption_pt: float = 6) -> None:
+        real(fig, out, caption, caption_pt)  # adds the caption and thins tick labels, then writes
         fig.canvas.draw()
         figs.append(fig)
 
@@ -196,3 +196,34 @@ def test_per_prompt_leaves_identical_pairs_out_of_fidelity_bars_marks_and_counts
     marks = [c for c in ssim.collections if c.get_offsets().shape[0]]
     assert sorted(float(x) for c in marks for x, _y in c.get_offsets()) == pytest.approx([0.0, 3 + 0.4])
     assert any(t.get_text() == "every pair identical to control" for t in ssim.get_legend().get_texts())
+
+
+@pytest.mark.parametrize("arms", [1, 3, 12])
+def test_the_forest_plot_is_report_wide_and_its_smallest_text_reads_at_10_px(arms: int, drawn: list[Any],
+                                                                                tmp_path: Path) -> None:
+    """Regression (issue 41): the forest plot put every metric's panel side by side (14-40
+    inches wide), so the report drew its 6-9 pt text at about 6 px. Panels are stacked now,
+    the figure ``FOREST_WIDTH_IN`` wide, no text under ``FOREST_MIN_FONT_PT``; drawn at the
+    report's width (tests/test_workflow.py measures it in chromium) that is >= 10 px."""
+    from PIL import Image
+
+    stats = _stats(arms)
+    stats["comparisons"][0]["metrics"][0].update(verdict_code="non_inferior", p_verdict=0.01,
+                                                  p_verdict_test="non-inferiority (loss = margin 0.02)",
+                                                  p_verdict_family="outside the family, scaled to this cell's Holm "
+                                                                   "level")
+    out = tmp_path / "forest.png"
+    plots.forest(stats, out, "demo: from scratch/study/stats.json (xxh3_128:00), whose provenance lists the "
+                 "manifest roots of every record behind this figure")
+    (fig,) = drawn
+    width_px = Image.open(out).size[0]
+    assert width_px <= 1.15 * plots.FOREST_WIDTH_IN * plots.DPI, width_px  # the labels' margin only
+    texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+             if t.get_text().strip() and t.get_visible()]
+    assert len(texts) > 10 and min(t.get_fontsize() for t in texts) >= plots.FOREST_MIN_FONT_PT
+    assert plots.FOREST_MIN_FONT_PT * plots.DPI / 72 * 0.73 >= 10  # at 73% of its width, the smallest text is 10 px
+    verdict = next(t for t in texts if t.get_text().startswith("non-inferior (p 0.01"))
+    assert verdict.get_color() == plots.COLOURS["non_inferior"]
+    renderer = fig.canvas.get_renderer()
+    box, frame = verdict.get_window_extent(renderer), verdict.axes.get_window_extent(renderer)
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1  # the verdict's words stay inside its panel

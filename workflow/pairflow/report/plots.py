@@ -8,6 +8,7 @@ Tick labels that would overlap are thinned before saving (``_thin_tick_labels``)
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.verdicts import verdict_text
+from ..analysis.verdicts import COLOURS, verdict_text
 from ..atomic import atomic_path
 from ..errors import PairingError
 from ..records.store import IDENTICAL, identical_to_control, in_fidelity_mean
@@ -55,12 +56,13 @@ def _thin_tick_labels(fig: Any) -> None:
                         kept.append(box)
 
 
-def _save(fig: Any, out: Path, caption: str = "") -> None:
-    if caption:
-        fig.text(0.0, 0.0, caption, fontsize=6, color="dimgrey", ha="left", va="top")
+def _save(fig: Any, out: Path, caption: str = "", caption_pt: float = 6) -> None:
+    if caption:  # wrapped to the figure's width (about 0.55 em a character), so it never widens the image
+        chars = max(40, int(fig.get_figwidth() * 72 / (0.55 * caption_pt)))
+        fig.text(0.0, 0.0, textwrap.fill(caption, chars), fontsize=caption_pt, color="dimgrey", ha="left", va="top")
     _thin_tick_labels(fig)
     with atomic_path(Path(out)) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     _agg()
     import matplotlib.pyplot as plt
 
@@ -116,18 +118,34 @@ def forest_title(stats: StudyStats, name: str) -> str:
     return f"{name} vs control (value; {better})"
 
 
+DPI = 110
+"""Pixels per inch of every saved figure (a point of text is DPI / 72 pixels)."""
+FOREST_WIDTH_IN = 9.0
+"""The forest plot's width (inches; 990 px at the saved 110 dpi, plus its labels): about
+the width the Snakemake report draws a figure at, so its text is not shrunk (issue 41:
+one panel per metric side by side made a figure 14-40 inches wide, drawn at ~700 px, its
+text ~6 px). Panels are stacked instead, one per row, each the full width, so a verdict's
+words (phrase, p, test, family) fit on one line beside its point."""
+FOREST_MIN_FONT_PT = 9.0
+"""The forest plot's smallest text (points): 13.75 px at 110 dpi, still 10 px where the
+report draws the figure at 73% of its width."""
+
+
 def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, str] | None = None) -> None:
     """Speedup with its interval (first panel, log scale), then each metric's paired
     difference (NR metrics) or value (FR metrics) with its interval at the cell's
-    family-adjusted level, the verdict beside each point, and the declared margin (dotted,
-    ±) or floor (dotted) the verdict was read against; one row and one colour per arm."""
+    family-adjusted level, the verdict beside each point (coloured as every HTML report
+    colours it, ``verdicts.COLOURS``), and the declared margin (dotted, ±) or floor
+    (dotted) the verdict was read against; one row and one colour per arm; panels stacked,
+    ``FOREST_WIDTH_IN`` wide, no text under ``FOREST_MIN_FONT_PT``."""
     _agg()
     import matplotlib.pyplot as plt
 
     comps = stats["comparisons"]
     col = _colours([c["treatment"] for c in comps], colours)
     names = sorted({m["metric"] for c in comps for m in c["metrics"]})
-    fig, axes = plt.subplots(1, len(names) + 1, figsize=(3.6 * (len(names) + 1), 1.6 + 0.5 * len(comps)),
+    small, body = FOREST_MIN_FONT_PT, FOREST_MIN_FONT_PT + 1
+    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(FOREST_WIDTH_IN, (len(names) + 1) * (1.3 + 0.4 * len(comps))),
                              squeeze=False)
     ax = axes[0][0]
     for i, c in enumerate(comps):
@@ -137,10 +155,11 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
     ax.axvline(1, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     _plain_log_ticks(ax.xaxis)
-    ax.set_title("speedup (control / treatment latency)\n(higher is faster: right of 1)", fontsize=9)
-    ax.set_xlabel("speedup (×, log scale)", fontsize=8)
+    ax.set_title("speedup (control / treatment latency; higher is faster: right of 1)", fontsize=body)
+    ax.set_xlabel("speedup (×, log scale)", fontsize=small)
     ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
-    for ax, name in zip(axes[0][1:], names, strict=True):
+    words: list[tuple[Any, float]] = []  # (a verdict's text, its point)
+    for ax, name in zip([row[0] for row in axes[1:]], names, strict=True):
         ms = [m for c in comps for m in c["metrics"] if m["metric"] == name]
         kind = ms[0]["kind"] if ms else "NR"
         for i, c in enumerate(comps):
@@ -149,26 +168,45 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
             if m is None or point is None:
                 continue
             ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
-            ax.annotate(verdict_text(m) if m.get("verdict_code") else "", (point, i), fontsize=6, xytext=(0, 5),
-                        textcoords="offset points",
-                        ha="center", color=col[c["treatment"]])
-        ax.set_title(forest_title(stats, name), fontsize=9)
+            if m.get("verdict_code"):
+                text = ax.text(point, i + 0.12, verdict_text(m), fontsize=small, va="bottom",
+                               color=COLOURS[m["verdict_code"]])
+                text.set_in_layout(False)  # placed below, once the panels' sizes are known
+                words.append((text, point))
+        ax.set_title(forest_title(stats, name).replace("\n", " "), fontsize=body)
         if any(m["kind"] == "NR" for m in ms):
             ax.axvline(0, color="grey", lw=0.8, ls="--")
         margin = next((m["margin"] for m in ms if m.get("margin")), None)
         floor = next((m["floor"] for m in ms if m.get("floor") is not None), None)
         for x in ([-margin, margin] if margin else []) + ([floor] if floor is not None else []):
             ax.axvline(x, color="tab:red", lw=0.8, ls=":")
-        ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=8)
+        ax.set_xlabel(("Δ " if kind == "NR" else "value ") + name + unit(name), fontsize=small)
         ax.set_yticks(range(len(comps)), [c["treatment"] for c in comps])
-    for ax in axes[0]:
+    for (ax,) in axes:
         ax.set_ylim(-0.6, len(comps) - 0.2)  # room above the top row for its verdict label
+        ax.tick_params(labelsize=body)
         for lb in ax.get_yticklabels():
             lb.set_color(col.get(lb.get_text(), "black"))
     fig.suptitle("Paired estimates per arm; intervals at each cell's family-adjusted level; dotted: margin or floor",
-                 fontsize=10, y=1.04)
+                 fontsize=body + 1, y=1.0)
     fig.tight_layout()
-    _save(fig, out, caption)
+    _place_words(fig, words)
+    _save(fig, out, caption, small)
+
+
+def _place_words(fig: Any, words: list[tuple[Any, float]]) -> None:
+    """Centre each verdict's words above its point, shifted just enough to stay inside its
+    panel (a verdict with its p, test and family is ~100 characters: centred on a point
+    near an edge it would run off the figure, and the figure would widen to hold it)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    renderer = fig.canvas.get_renderer()
+    for text, point in words:
+        ax = text.axes
+        width = text.get_window_extent(renderer).width / ax.get_window_extent(renderer).width
+        at = ax.transAxes.inverted().transform(ax.transData.transform((point, 0)))[0]
+        text.set_transform(blended_transform_factory(ax.transAxes, ax.transData))
+        text.set_x(max(0.005, min(at - width / 2, 0.995 - width)))
 
 
 def latency(timing_records: Sequence[TimingRecord], out: Path, caption: str = "",
