@@ -168,9 +168,9 @@ def forest(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
             if m is None or point is None:
                 continue
             ax.errorbar([point], [i], xerr=_err(point, m["ci"]), fmt="o", capsize=4, color=col[c["treatment"]])
-            if m.get("verdict_code"):
-                text = ax.text(point, i + 0.12, verdict_text(m), fontsize=small, va="bottom",
-                               color=COLOURS[m["verdict_code"]])
+            code = m.get("verdict_code")
+            if code:
+                text = ax.text(point, i + 0.12, verdict_text(m), fontsize=small, va="bottom", color=COLOURS[code])
                 text.set_in_layout(False)  # placed below, once the panels' sizes are known
                 words.append((text, point))
         ax.set_title(forest_title(stats, name).replace("\n", " "), fontsize=body)
