@@ -1,8 +1,7 @@
-"""README: what it says of the code's shape is checked against the code. The Layout
-table names every module and package of ``workflow/pairflow`` and nothing that is not
-there; every module has its test file (``tests/test_<module>.py``, or the file named in
-``COVERED_BY``); every rule script calls into ``pairflow.stages.steps`` only; the Snakefile's
-header names every rule."""
+"""README and docs/: what they say of the code's shape is checked against the code. The Layout table (docs/layout.md) names every
+module and package of ``workflow/pairflow`` and nothing that is not there; every module has
+its test file (``tests/test_<module>.py``, or the file named in ``COVERED_BY``); every rule
+script calls into ``pairflow.stages.steps`` only; the Snakefile's header names every rule."""
 
 from __future__ import annotations
 
@@ -13,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "workflow" / "pairflow"
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+LAYOUT = (DOCS / "layout.md").read_text()
 
 COVERED_BY = {
     # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
@@ -85,12 +86,11 @@ def modules() -> list[str]:
 
 
 def layout_rows() -> list[tuple[str, list[str]]]:
-    """(concern, module names) of each row of the README's Layout table: the backticked
-    names in its module column that look like modules (``stages/timing``) or packages
-    (``metrics/``); class names and paths to other files are left out."""
-    section = README.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    """(concern, module names) of each row of the Layout table (docs/layout.md): the
+    backticked names in its module column that look like modules (``stages/timing``) or
+    packages (``metrics/``); class names and paths to other files are left out."""
     rows = []
-    for line in section.splitlines():
+    for line in LAYOUT.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 2 or cells[1] in ("module", "---"):
             continue
@@ -101,11 +101,11 @@ def layout_rows() -> list[tuple[str, list[str]]]:
 
 def test_the_layout_table_names_every_module_and_package_and_nothing_else() -> None:
     rows = layout_rows()
-    assert len(rows) > 10, "the README's Layout table was not found"
+    assert len(rows) > 10, "docs/layout.md's Layout table was not found"
     named = [n for _, ns in rows for n in ns]
     for name in named:  # a module (stages/timing) or a package (metrics/)
         exists = (PACKAGE / f"{name}.py").is_file() if not name.endswith("/") else (PACKAGE / name / "__init__.py").is_file()
-        assert exists, f"the README's Layout table names {name!r}, which workflow/pairflow does not have"
+        assert exists, f"docs/layout.md's Layout table names {name!r}, which workflow/pairflow does not have"
     missing = []
     for module in modules():
         name = module.removesuffix("/__init__")
@@ -113,12 +113,12 @@ def test_the_layout_table_names_every_module_and_package_and_nothing_else() -> N
         covered = name in named or any(f"{'/'.join(parts[:i])}/" in named for i in range(1, len(parts) + 1))
         if not covered:
             missing.append(module)
-    assert missing == [], f"add a row (or a name to a row) of the README's Layout table for: {missing}"
+    assert missing == [], f"add a row (or a name to a row) of docs/layout.md's Layout table for: {missing}"
 
 
 def test_every_module_has_its_test_file() -> None:
-    """The README: `tests/test_<module>.py` per module, or the file named here."""
-    assert "`tests/` (`tests/test_<module>.py` for each module" in README
+    """docs/layout.md: `tests/test_<module>.py` per module, or the file named here."""
+    assert "`tests/` (`tests/test_<module>.py` for each module" in LAYOUT
     missing = []
     for module in modules():
         mine = ROOT / "tests" / f"test_{module.removesuffix('/__init__').rsplit('/', 1)[-1]}.py"
@@ -134,8 +134,8 @@ def test_every_module_has_its_test_file() -> None:
 
 
 def test_every_rule_script_calls_into_steps_only() -> None:
-    """The README: `stages/steps` is the one layer every rule script calls."""
-    assert "`stages/steps` (the one layer every rule script calls)" in README
+    """docs/layout.md: `stages/steps` is the one layer every rule script calls."""
+    assert "`stages/steps` (the one layer every rule script calls)" in LAYOUT
     for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
         imported = {node.module for node in ast.walk(ast.parse(script.read_text()))
                     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pairflow")}
@@ -152,3 +152,4 @@ def test_the_snakefile_header_names_every_rule() -> None:
     assert len(rules) > 10
     missing = sorted(r for r in rules if not re.search(rf"\b{r}\b", header))
     assert missing == [], f"the Snakefile's header omits rule(s) {missing}"
+
