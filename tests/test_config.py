@@ -400,7 +400,7 @@ def test_relative_paths_resolve_against_the_given_root_never_the_configs_folder(
 
 
 def test_the_readme_wan21_single_gpu_config_is_valid(tmp_path: Path, tiny_model: Path) -> None:
-    """config/examples/wan21-1gpu.yaml (README, "A complete single-GPU Wan 2.1 config")
+    """config/examples/wan21-1gpu.yaml (docs/your-own-study.md, "Pointing the config at a real checkpoint")
     passes every check a run makes, with its model path and prompt sheet supplied."""
     raw = yaml.safe_load((ROOT / "config" / "examples" / "wan21-1gpu.yaml").read_text())
     raw["model"]["path"] = str(tiny_model)  # the download itself is not in the test
