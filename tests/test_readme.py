@@ -1,4 +1,7 @@
-"""README and docs/: what they say of the code's shape is checked against the code. The Layout table (docs/layout.md) names every
+"""README and docs/: what they say is checked against the code and the files. The front
+page stays short (issue 41: about 10 KB), quotes the answer line the table prints, gives the
+two commands CI runs and links every docs page; every relative link and anchor in the
+README, config/README.md and docs/ resolves. The Layout table (docs/layout.md) names every
 module and package of ``workflow/pairflow`` and nothing that is not there; every module has
 its test file (``tests/test_<module>.py``, or the file named in ``COVERED_BY``); every rule
 script calls into ``pairflow.stages.steps`` only; the Snakefile's header names every rule."""
@@ -6,6 +9,7 @@ script calls into ``pairflow.stages.steps`` only; the Snakefile's header names e
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -153,3 +157,101 @@ def test_the_snakefile_header_names_every_rule() -> None:
     missing = sorted(r for r in rules if not re.search(rf"\b{r}\b", header))
     assert missing == [], f"the Snakefile's header omits rule(s) {missing}"
 
+
+FRONT_PAGE_MAX_BYTES = 10_752
+"""Issue 41: the front page is "at most about 10 KB" (10.5 KiB); the manual is docs/."""
+
+PAGES = ("index", "install-and-test", "results-and-reports", "configuration", "your-own-study", "arms",
+         "metrics-and-verdicts", "clusters", "evidence-and-archive", "troubleshooting", "layout")
+"""docs/, one page per concern (issue 41 names configuration, arms, metrics and verdicts,
+clusters, evidence and archive, troubleshooting; the rest hold what the README held)."""
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+"""An inline Markdown link or image: its target."""
+
+
+def test_the_front_page_is_short_and_links_every_docs_page() -> None:
+    size = len(README.encode())
+    assert size <= FRONT_PAGE_MAX_BYTES, (f"README.md is {size} bytes, over {FRONT_PAGE_MAX_BYTES}: move the "
+                                          "detail into the docs page of its concern and link it")
+    pages = sorted(p.stem for p in DOCS.glob("*.md"))
+    assert pages == sorted(PAGES), f"docs/ holds {pages}; PAGES lists {sorted(PAGES)}: list a new page here and in docs/index.md"
+    index = (DOCS / "index.md").read_text()
+    for name in PAGES:
+        assert f"(docs/{name}.md" in README, f"README.md does not link docs/{name}.md"
+        assert name == "index" or f"({name}.md)" in index, f"docs/index.md does not list {name}.md"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, code marks and punctuation dropped (but
+    ``-`` and ``_``), spaces as ``-``."""
+    text = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings (fenced and indented code left out; a
+    repeated heading gets GitHub's ``-1``, ``-2``)."""
+    out: set[str] = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = _slug(m.group(1))
+            n = 0
+            while (slug if n == 0 else f"{slug}-{n}") in out:
+                n += 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_every_relative_link_and_anchor_in_the_readme_and_docs_resolves() -> None:
+    """Links into docs/ (and between its pages) name files that exist and headings those
+    files have; code (spans and indented blocks) is not read for links."""
+    checked = 0
+    for page in [ROOT / "README.md", ROOT / "config" / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = "\n".join(line for line in page.read_text().splitlines() if not line.startswith("    "))
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", text)):
+            if re.match(r"[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)} links {target!r}"
+            assert dest.exists(), f"{where}, but {dest.relative_to(ROOT)} does not exist"
+            if anchor:
+                assert anchor in anchors(dest), f"{where}, but {dest.name} has no heading with that anchor"
+            checked += 1
+    assert checked > 40
+
+
+def test_the_front_page_answer_line_is_what_the_table_prints() -> None:
+    """README.md quotes the answer line (the quoted ``> `` line) that report.table.answer
+    prints for tests/data/readme_stats.json: the default study's stats.json, copied from a
+    run on 2026-12-05 (commit 7e237c7), and checked against the stats schema here. When the
+    line's wording changes, this fails with the new line to paste; when the schema does,
+    rerun the default study and copy results/scratch/study/stats.json there."""
+    from pairflow.records.store import check_schema
+    from pairflow.report.table import answer
+
+    path = ROOT / "tests" / "data" / "readme_stats.json"
+    stats = json.loads(path.read_text())
+    check_schema(stats, path, "read", name="stats")
+    quoted = [line[2:] for line in README.splitlines() if line.startswith("> ")]
+    assert len(quoted) == 1, f"README.md quotes {len(quoted)} answer lines; quote one"
+    printed = answer(stats)
+    assert quoted[0] in printed, f"README.md's answer line is not what the table prints; paste one of: {printed}"
+    assert "![" in README and "docs/img/" in README, "the front page shows one screenshot from docs/img/"
+
+
+def test_the_front_page_gives_the_two_commands_ci_runs() -> None:
+    """The one command that sets up and runs the main job, and the one that sets up and
+    passes the tests; .ci/run runs the second's two halves as written (after its lint)."""
+    setup_and_run = "    bash workflow/setup.sh && .venv/bin/snakemake --profile profiles/local\n"
+    setup_and_test = "    bash workflow/setup.sh test && .venv/bin/python -m pytest -q\n"
+    assert setup_and_run in README and setup_and_test in README
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for half in setup_and_test.strip().split(" && "):
+        assert half in ci, f".ci/run does not run the README's {half!r} as written"
+    assert ci.index("bash workflow/setup.sh test") < ci.index(".venv/bin/python -m pytest -q")
