@@ -548,7 +548,7 @@ def test_every_kind_generates_the_frames_it_generated_before(tiny_model: Path) -
 def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> None:
     """Schemas, messages and docs come from or agree with the kinds' own modules: the
     config schema's arm properties are exactly the registered keys, every dtype enum is
-    PRECISIONS' loadable list, and every key has a row in config/README.md naming its
+    PRECISIONS' loadable list, and every key has a row in docs/arms.md naming its
     kind's module."""
     from pairflow.arms import KEYS, KINDS, LOADABLE, PRECISIONS
     from pairflow.plan.config import _schema
@@ -563,12 +563,14 @@ def test_the_registry_is_the_one_declaration_of_kinds_keys_and_precisions() -> N
     assert LOADABLE == ("float32", "float16", "bfloat16")
     assert {p.name for p in PRECISIONS if p.quantised} == {"int8", "fp8"}
     assert {"cache", "overrides", "model", "dtype", "attention_backend", "search", "vae_dtype"} <= {k.name for k in KINDS}
-    docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "arms.md").read_text()
+    table = docs.split("\n## Arm keys\n", 1)[1].split("| key | default | meaning |\n|---|---|---|\n", 1)[1]
+    table = table.split("\n\n", 1)[0]  # the rows that follow the header, up to the first blank line
     for k in KINDS:
         module = sys.modules[type(k).__module__].__file__
         assert module is not None
         for key in k.keys:
-            assert f"| `arms.<name>.{key}` (`kinds/{Path(module).name}`) |" in docs, key
+            assert f"| `arms.<name>.{key}` (`kinds/{Path(module).name}`) |" in table, key
 
 
 def test_a_quantised_precision_is_declared_but_refused_with_the_reason() -> None:

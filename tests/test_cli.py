@@ -469,11 +469,12 @@ def test_every_command_that_reads_a_config_works_from_another_folder(tmp_path: P
 
 def test_the_own_prompts_recipe_makes_a_study_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 41: README's "My own prompts" kept the default's study name and storage, so
-    a user who had run the default study was told to rm -r its panels. Followed as
-    written, the recipe's study has its own name and storage, disjoint from the default's."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## My own prompts"):]
+    """Issue 41: README's "My own prompts" (now docs/your-own-study.md) kept the default's
+    study name and storage, so a user who had run the default study was told to rm -r its
+    panels. Followed as written, the recipe's study has its own name and storage, disjoint
+    from the default's."""
+    docs = (ROOT / "docs" / "your-own-study.md").read_text()
+    section = docs[docs.index("## My own prompts"):]
     section = section[:section.index("\n## ", 1)]
     assert "rm -r" not in section
     lines = section.splitlines()

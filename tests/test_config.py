@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -399,8 +400,44 @@ def test_relative_paths_resolve_against_the_given_root_never_the_configs_folder(
     assert load_study(inside).root == project.resolve()
 
 
+def _documented_keys(page: str) -> list[str]:
+    """The keys a docs page's key table names: the backticked names of each row's first
+    cell (``generation.height``, ``.width``: the second inherits the first's parent)."""
+    out: list[str] = []
+    for line in (ROOT / "docs" / page).read_text().splitlines():
+        if not line.startswith("| `"):
+            continue
+        parent = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            if "/" in name:
+                continue  # the module that declares it (`kinds/cache.py`)
+            name = parent + name if name.startswith(".") else name
+            parent = name.rsplit(".", 1)[0] if "." in name else ""
+            out.append(name)
+    return out
+
+
+def test_every_config_key_has_its_row_in_the_docs_and_no_row_is_stale() -> None:
+    """docs/configuration.md (and docs/arms.md for an arm's keys) has a row for every key
+    the config schema takes, and none for a key it does not."""
+    schema = config._schema()["properties"]
+    keys = set()
+    for top, spec in schema.items():
+        keys.add(top)
+        keys |= {f"{top}.{k}" for k in spec.get("properties", {})}
+        more = spec.get("additionalProperties")
+        if isinstance(more, dict):
+            keys |= {f"{top}.<name>.{k}" for k in more.get("properties", {})}
+    documented = set(_documented_keys("configuration.md")) | set(_documented_keys("arms.md"))
+    # a section (``storage``) is documented by its keys' rows; a key by its own row
+    missing = sorted(k for k in keys if k not in documented and not any(d.startswith(f"{k}.") for d in documented))
+    assert missing == [], f"add a row to docs/configuration.md (an arm's key: docs/arms.md) for {missing}"
+    stale = sorted(documented - keys)
+    assert stale == [], f"docs/configuration.md or docs/arms.md names keys the schema does not take: {stale}"
+
+
 def test_the_readme_wan21_single_gpu_config_is_valid(tmp_path: Path, tiny_model: Path) -> None:
-    """config/examples/wan21-1gpu.yaml (README, "A complete single-GPU Wan 2.1 config")
+    """config/examples/wan21-1gpu.yaml (docs/your-own-study.md, "Pointing the config at a real checkpoint")
     passes every check a run makes, with its model path and prompt sheet supplied."""
     raw = yaml.safe_load((ROOT / "config" / "examples" / "wan21-1gpu.yaml").read_text())
     raw["model"]["path"] = str(tiny_model)  # the download itself is not in the test

@@ -35,7 +35,7 @@ use rule * from pairflow{prefix}
 print("LOCAL RULES:", " ".join(sorted(workflow._localrules)))
 """
 """The deploying Snakefile as snakedeploy writes it (``{snakefile}``: the module's source,
-``{prefix}``: the README's `` as pairflow_*`` or none), plus one line that prints the rules
+``{prefix}``: docs/your-own-study.md's `` as pairflow_*`` or none), plus one line that prints the rules
 Snakemake marked local."""
 
 
@@ -70,7 +70,7 @@ def test_module_deployment_plans_the_default_study_under_the_deploying_project(t
     <deployed>/workflow/config/panels/smoke.tsv; the package path and PAIRFLOW_HOME came from
     it too. Paths now resolve against the working directory, the checkout from the rules'
     own place. Regression (issue 41): a global ``localrules:`` list names the unprefixed
-    rules, so under the README's ``use rule * from pairflow as pairflow_*`` Snakemake warned
+    rules, so under the docs' ``use rule * from pairflow as pairflow_*`` Snakemake warned
     "localrules directive specifies rules that are not present" and dropped all ten: on a
     cluster they would have been submitted as jobs. Each rule now says ``localrule: True``,
     which the prefix keeps."""
@@ -108,7 +108,7 @@ def snapshot(repo: Path, tag: str) -> Path:
 
 
 def test_snakedeploy_from_the_repository_url_plans_with_the_local_rules_local(tmp_path: Path) -> None:
-    """The README's form, ``snakedeploy deploy-workflow <repo URL> my-study --tag <tag>``,
+    """The form docs/your-own-study.md gives, ``snakedeploy deploy-workflow <repo URL> my-study --tag <tag>``,
     writes ``github("<owner>/<repo>", path="Snakefile", tag="<tag>")`` and
     ``use rule * from <repo>``: Snakemake reads the workflow from its git cache of the
     repository. Here the cache holds a clone of this checkout (no network), so the dry run

@@ -1,5 +1,5 @@
 """errors: every exception class the package raises by name is a PairFlowError subclass
-(the README's promise), except the few listed below, each with why; and the tree drawn
+(docs/layout.md's promise), except the few listed below, each with why; and the tree drawn
 in the module docstring names every class the module defines."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def _browser() -> None:
     if not (shutil.which("chromium") and importlib.util.find_spec("playwright")):
         if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):
             raise AssertionError("PAIRFLOW_REQUIRE_BROWSER is set but chromium or playwright is missing")
-        pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
+        pytest.skip("needs Debian's chromium and playwright (see docs/results-and-reports.md, Reports)")
 
 
 def test_gallery_in_chromium_plays_both_arms_and_shows_the_records_numbers(tree: tuple[Any, ...],

@@ -1,18 +1,23 @@
-"""README: what it says of the code's shape is checked against the code. The Layout
-table names every module and package of ``workflow/pairflow`` and nothing that is not
-there; every module has its test file (``tests/test_<module>.py``, or the file named in
-``COVERED_BY``); every rule script calls into ``pairflow.stages.steps`` only; the Snakefile's
-header names every rule."""
+"""README and docs/: what they say is checked against the code and the files. The front
+page stays short (issue 41: about 10 KB), quotes the answer line the table prints, gives the
+two commands CI runs and links every docs page; every relative link and anchor in the
+README, config/README.md and docs/ resolves. The Layout table (docs/layout.md) names every
+module and package of ``workflow/pairflow`` and nothing that is not there; every module has
+its test file (``tests/test_<module>.py``, or the file named in ``COVERED_BY``); every rule
+script calls into ``pairflow.stages.steps`` only; the Snakefile's header names every rule."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "workflow" / "pairflow"
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+LAYOUT = (DOCS / "layout.md").read_text()
 
 COVERED_BY = {
     # module (path under workflow/pairflow, no .py) -> (its test file, a word that file must use)
@@ -85,12 +90,11 @@ def modules() -> list[str]:
 
 
 def layout_rows() -> list[tuple[str, list[str]]]:
-    """(concern, module names) of each row of the README's Layout table: the backticked
-    names in its module column that look like modules (``stages/timing``) or packages
-    (``metrics/``); class names and paths to other files are left out."""
-    section = README.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    """(concern, module names) of each row of the Layout table (docs/layout.md): the
+    backticked names in its module column that look like modules (``stages/timing``) or
+    packages (``metrics/``); class names and paths to other files are left out."""
     rows = []
-    for line in section.splitlines():
+    for line in LAYOUT.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 2 or cells[1] in ("module", "---"):
             continue
@@ -101,11 +105,11 @@ def layout_rows() -> list[tuple[str, list[str]]]:
 
 def test_the_layout_table_names_every_module_and_package_and_nothing_else() -> None:
     rows = layout_rows()
-    assert len(rows) > 10, "the README's Layout table was not found"
+    assert len(rows) > 10, "docs/layout.md's Layout table was not found"
     named = [n for _, ns in rows for n in ns]
     for name in named:  # a module (stages/timing) or a package (metrics/)
         exists = (PACKAGE / f"{name}.py").is_file() if not name.endswith("/") else (PACKAGE / name / "__init__.py").is_file()
-        assert exists, f"the README's Layout table names {name!r}, which workflow/pairflow does not have"
+        assert exists, f"docs/layout.md's Layout table names {name!r}, which workflow/pairflow does not have"
     missing = []
     for module in modules():
         name = module.removesuffix("/__init__")
@@ -113,12 +117,12 @@ def test_the_layout_table_names_every_module_and_package_and_nothing_else() -> N
         covered = name in named or any(f"{'/'.join(parts[:i])}/" in named for i in range(1, len(parts) + 1))
         if not covered:
             missing.append(module)
-    assert missing == [], f"add a row (or a name to a row) of the README's Layout table for: {missing}"
+    assert missing == [], f"add a row (or a name to a row) of docs/layout.md's Layout table for: {missing}"
 
 
 def test_every_module_has_its_test_file() -> None:
-    """The README: `tests/test_<module>.py` per module, or the file named here."""
-    assert "`tests/` (`tests/test_<module>.py` for each module" in README
+    """docs/layout.md: `tests/test_<module>.py` per module, or the file named here."""
+    assert "`tests/` (`tests/test_<module>.py` for each module" in LAYOUT
     missing = []
     for module in modules():
         mine = ROOT / "tests" / f"test_{module.removesuffix('/__init__').rsplit('/', 1)[-1]}.py"
@@ -134,8 +138,8 @@ def test_every_module_has_its_test_file() -> None:
 
 
 def test_every_rule_script_calls_into_steps_only() -> None:
-    """The README: `stages/steps` is the one layer every rule script calls."""
-    assert "`stages/steps` (the one layer every rule script calls)" in README
+    """docs/layout.md: `stages/steps` is the one layer every rule script calls."""
+    assert "`stages/steps` (the one layer every rule script calls)" in LAYOUT
     for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
         imported = {node.module for node in ast.walk(ast.parse(script.read_text()))
                     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pairflow")}
@@ -152,3 +156,102 @@ def test_the_snakefile_header_names_every_rule() -> None:
     assert len(rules) > 10
     missing = sorted(r for r in rules if not re.search(rf"\b{r}\b", header))
     assert missing == [], f"the Snakefile's header omits rule(s) {missing}"
+
+
+FRONT_PAGE_MAX_BYTES = 10_752
+"""Issue 41: the front page is "at most about 10 KB" (10.5 KiB); the manual is docs/."""
+
+PAGES = ("index", "install-and-test", "results-and-reports", "configuration", "your-own-study", "arms",
+         "metrics-and-verdicts", "clusters", "evidence-and-archive", "troubleshooting", "layout")
+"""docs/, one page per concern (issue 41 names configuration, arms, metrics and verdicts,
+clusters, evidence and archive, troubleshooting; the rest hold what the README held)."""
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+"""An inline Markdown link or image: its target."""
+
+
+def test_the_front_page_is_short_and_links_every_docs_page() -> None:
+    size = len(README.encode())
+    assert size <= FRONT_PAGE_MAX_BYTES, (f"README.md is {size} bytes, over {FRONT_PAGE_MAX_BYTES}: move the "
+                                          "detail into the docs page of its concern and link it")
+    pages = sorted(p.stem for p in DOCS.glob("*.md"))
+    assert pages == sorted(PAGES), f"docs/ holds {pages}; PAGES lists {sorted(PAGES)}: list a new page here and in docs/index.md"
+    index = (DOCS / "index.md").read_text()
+    for name in PAGES:
+        assert f"(docs/{name}.md" in README, f"README.md does not link docs/{name}.md"
+        assert name == "index" or f"({name}.md)" in index, f"docs/index.md does not list {name}.md"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, code marks and punctuation dropped (but
+    ``-`` and ``_``), spaces as ``-``."""
+    text = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings (fenced and indented code left out; a
+    repeated heading gets GitHub's ``-1``, ``-2``)."""
+    out: set[str] = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = _slug(m.group(1))
+            n = 0
+            while (slug if n == 0 else f"{slug}-{n}") in out:
+                n += 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_every_relative_link_and_anchor_in_the_readme_and_docs_resolves() -> None:
+    """Links into docs/ (and between its pages) name files that exist and headings those
+    files have; code (spans and indented blocks) is not read for links."""
+    checked = 0
+    for page in [ROOT / "README.md", ROOT / "config" / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = "\n".join(line for line in page.read_text().splitlines() if not line.startswith("    "))
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", text)):
+            if re.match(r"[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)} links {target!r}"
+            assert dest.exists(), f"{where}, but {dest.relative_to(ROOT)} does not exist"
+            if anchor:
+                assert anchor in anchors(dest), f"{where}, but {dest.name} has no heading with that anchor"
+            checked += 1
+    assert checked > 40
+
+
+def test_the_front_page_answer_line_is_what_the_table_prints() -> None:
+    """README.md quotes the answer line (the quoted ``> `` line) that report.table.answer
+    prints for tests/data/readme_stats.json: the default study's stats.json, copied from a
+    run on 2026-12-05 (commit 7e237c7), and checked against the stats schema here. When the
+    line's wording changes, this fails with the new line to paste; when the schema does,
+    rerun the default study and copy results/scratch/study/stats.json there."""
+    from pairflow.records.store import check_schema
+    from pairflow.report.table import answer
+
+    path = ROOT / "tests" / "data" / "readme_stats.json"
+    stats = json.loads(path.read_text())
+    check_schema(stats, path, "read", name="stats")
+    quoted = [line[2:] for line in README.splitlines() if line.startswith("> ")]
+    assert len(quoted) == 1, f"README.md quotes {len(quoted)} answer lines; quote one"
+    printed = answer(stats)
+    assert quoted[0] in printed, f"README.md's answer line is not what the table prints; paste one of: {printed}"
+    assert "![" in README and "docs/img/" in README, "the front page shows one screenshot from docs/img/"
+
+
+def test_the_front_page_gives_the_two_commands_ci_runs() -> None:
+    """The one command that sets up and runs the main job, and the one that sets up and
+    passes the tests; .ci/run runs the second's two halves as written (after its lint)."""
+    setup_and_run = "    bash workflow/setup.sh && .venv/bin/snakemake --profile profiles/local\n"
+    setup_and_test = "    bash workflow/setup.sh test && .venv/bin/python -m pytest -q\n"
+    assert setup_and_run in README and setup_and_test in README
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for half in setup_and_test.strip().split(" && "):
+        assert half in ci, f".ci/run does not run the README's {half!r} as written"
+    assert ci.index("bash workflow/setup.sh test") < ci.index(".venv/bin/python -m pytest -q")

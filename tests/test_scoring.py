@@ -283,10 +283,10 @@ def test_a_metric_registered_outside_the_package_or_twice_is_refused() -> None:
 
 
 def test_every_metric_has_its_row_in_the_config_docs_and_no_row_is_stale() -> None:
-    """config/README.md's Scorers table has one row per registered metric, and none more."""
+    """docs/metrics-and-verdicts.md's Scorers table has one row per registered metric, and none more."""
     from pairflow.metrics import METRICS
 
-    docs = (Path(__file__).resolve().parents[1] / "config" / "README.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "metrics-and-verdicts.md").read_text()
     table = docs.split("\n## Scorers\n", 1)[1].split("\n## ", 1)[0].split("| name | kind |", 1)[1].split("\n\n", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \|", table, re.M)
     assert sorted(rows) == sorted(METRICS)

@@ -136,9 +136,9 @@ def test_sites_are_found_by_the_registry_and_auto_tries_the_fallback_last():
 
 def test_every_site_has_its_profile_and_its_docs_row():
     """A site is its module, its test, its profile (``profiles/<name>``) and its row in
-    the README's site table: the table names exactly the registered sites."""
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("\n## A new site\n", 1)[1].split("| site | provider |", 1)[1].split("\n\n", 1)[0]
+    the site table of docs/clusters.md: the table names exactly the registered sites."""
+    docs = (ROOT / "docs" / "clusters.md").read_text()
+    table = docs.split("\n## A new site\n", 1)[1].split("| site | provider |", 1)[1].split("\n\n", 1)[0]
     assert sorted(re.findall(r"^\| `([\w-]+)` \|", table, re.M)) == sorted(sites.SITES)
     for name in sites.SITES:
         assert (ROOT / "profiles" / name).is_dir(), f"site {name!r} has no Snakemake profile profiles/{name}"

@@ -374,7 +374,7 @@ def test_report_shows_the_table_and_plots_in_headless_chromium(study_run, tmp_pa
     if not (shutil.which("chromium") and importlib.util.find_spec("playwright")):
         if os.environ.get("PAIRFLOW_REQUIRE_BROWSER"):
             raise AssertionError("PAIRFLOW_REQUIRE_BROWSER is set but chromium or playwright is missing")
-        pytest.skip("needs Debian's chromium and playwright (see README, Reports)")
+        pytest.skip("needs Debian's chromium and playwright (see docs/results-and-reports.md)")
     project, cfg, scratch = study_run
     snakemake(project, "--report", "results/report.html")
     sys.path.insert(0, str(project / "workflow" / "checks"))

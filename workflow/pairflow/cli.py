@@ -80,7 +80,7 @@ examples:
   pairflow archive show SNAPSHOT_ID xxh3_128:...   # one archived record, by record digest or candidate id
 
 exit codes: 0 ok, 1 problems found, 2 usage error, 3 input refused (the message says the
-fix), 130 interrupted. Docs: README.md and config/README.md."""
+fix), 130 interrupted. Docs: README.md and docs/ (every config key: docs/configuration.md)."""
 
 
 def _positive(text: str) -> int:

@@ -49,7 +49,7 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One arm: a declared change to control, of one or more kinds (``config/README.md``).
+    """One arm: a declared change to control, of one or more kinds (``docs/arms.md``).
 
     Each kind of change is one module of ``pairflow.arms.kinds``, which owns its config
     keys, their parsing, check, apply-and-restore and digest fields; this class holds the

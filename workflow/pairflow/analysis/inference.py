@@ -18,7 +18,7 @@ n and never lets p fall below 2 / 2^n, so zero or quantised spread never reads a
 5 prompts or fewer no shape can be checked from the data, so only what the sign-flip test
 allows is claimed. The interval (``Cell.interval``) is every mu the test does not reject:
 the hull of its parts' intervals (each contains the mean). Measured in ``benchmarks/run.py
-stats`` (BENCHMARKS.md); the choice is argued in config/README.md.
+stats`` (BENCHMARKS.md); the choice is argued in docs/metrics-and-verdicts.md.
 
 Zero spread gives no interval and no test of the mean (an interval needs spread; the exact
 sign-flip p says only that the sign is consistent; a 0/1 metric is tested exactly instead,
@@ -50,7 +50,7 @@ PROCEDURE = ("max-p union of Student t and Hall's skew-corrected t, joined by th
              "for quantised values or at most 5 prompts (p = the largest; interval = every mean none rejects)")
 SKEW_FACTOR = 1.5
 """Hall's correction uses SKEW_FACTOR * G1: G1 from few values underestimates a skewed
-population's skewness (benchmarks; config/README.md)."""
+population's skewness (benchmarks; docs/metrics-and-verdicts.md)."""
 SIGNFLIP_ALWAYS_UP_TO = 5
 """At this many prompts or fewer the sign-flip test is always part of the union."""
 SKEW_CHECKED = 2.0

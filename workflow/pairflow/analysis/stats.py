@@ -8,7 +8,7 @@ panel's prompts (prompts are the sampled population; seeds are repeated measures
 Interval and test (``inference.Cell``): the max-p union of Student's t, Hall's
 skew-corrected t and the exact sign-flip permutation test, inverted into an interval
 (coverage and false-positive rate measured at 3 to 30 prompts for normal, heavy-tailed,
-skewed, 0/1, clustered and ratio data: BENCHMARKS.md; why in config/README.md). Zero spread
+skewed, 0/1, clustered and ratio data: BENCHMARKS.md; why in docs/metrics-and-verdicts.md). Zero spread
 gives no interval, and a prompt count at which the sign-flip test cannot reach the level
 gives an unbounded one; the table says which. Each cell answers one question (``Question``):
 a metric with a margin (``stats.margins``) gets one of CONSORT's six verdicts

@@ -5,7 +5,7 @@ of ``arms/kinds/`` defining ``KIND`` (an ``arms.base.ArmKind``): its config keys
 schema, its parsing, its digest and record fields, its check before any model loads, its
 apply-and-restore around a generation and its record section. ``arms.registry`` finds
 them and runs each operation over an arm's declared kinds, in rank order. ``KINDS``
-lists them; ``config/README.md`` names each config key's module. A new kind is one
+lists them; ``docs/arms.md`` names each config key's module. A new kind is one
 module in ``kinds/`` (plus its test and its row there): the config and record schemas,
 an arm's keys, kinds and digest (``registry.declared_keys``, ``declared_kinds``,
 ``arm_digest``), the arms' check, generation and records all reach it through the registry.

@@ -60,7 +60,7 @@ class ArmKind:
     record_schema: ClassVar[Mapping[str, Any]] = {}
     """Record field -> its JSON schema (``record.common``'s ``$defs/arm`` properties)."""
     docs: str = ""
-    """One line for messages and ``config/README.md``: what the kind changes."""
+    """One line for messages and ``docs/arms.md``: what the kind changes."""
     order: int = 5
     """Where ``apply`` enters among the arm's kinds (lowest first; restored in reverse)."""
 

@@ -13,7 +13,7 @@ worker process (``models.load``; a scoring worker's warm-up loads them before it
 task: ``warm``) and frames go through them in batches. A module registers its scorer
 with the ``@metric(name, ..., spec=...)`` decorator, and the registry finds it: every
 module of this package is imported once, when the package is (as ``arms.registry`` finds
-arm kinds). A new metric is its module, its test and its row in config/README.md; the
+arm kinds). A new metric is its module, its test and its row in docs/metrics-and-verdicts.md; the
 config schema's ``scorers`` enum is filled in from ``METRICS``. Metric modules import only
 numpy and this package at module level (torch, pyiqa and the models inside the functions
 that score), so finding them all costs milliseconds and a driver that only needs specs

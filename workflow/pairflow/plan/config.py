@@ -375,7 +375,7 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
     errors = sorted(_validator().iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [_message(e) for e in errors[:10]]
-        raise ConfigError(f"{source}: invalid config; see config/README.md\n" + "\n".join(lines))
+        raise ConfigError(f"{source}: invalid config; see docs/configuration.md\n" + "\n".join(lines))
     unknown = set(raw["repeatability"]["panels"]) - set(raw["panels"])
     if unknown:
         raise ConfigError(f"{source}: key 'repeatability/panels' names {sorted(unknown)}, which are not "

@@ -505,7 +505,7 @@ _PLANNING_TEXT = ("Per-prompt standard deviation of each tested cell and its one
                   "t-test detects at this prompt count and the cell's adjusted level, and the prompts needed to show "
                   "non-inferiority at the margin (stats/margins) with the planned power if the true difference is "
                   "0, at the SD and at its upper bound (simulated with the union test, on this cell's values and on a "
-                  "loss tail of skewness 2 at their SD, the larger; config/README.md, 'How N is planned'). "
+                  "loss tail of skewness 2 at their SD, the larger; docs/metrics-and-verdicts.md, 'How N is planned'). "
                   "'variance' splits "
                   "the per-prompt mean's variance into prompts and seeds (one-way random effects): where prompts "
                   "dominate, more seeds cannot help.")

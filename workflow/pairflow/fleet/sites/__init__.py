@@ -10,7 +10,7 @@ launcher; ``base.parsl_config`` adds the executor every site shares.
 new site (PBS, Kubernetes) is one module of this package defining ``SITE``, an instance
 of a class implementing ``base.Site``; the registry finds it (as the arm kinds and the
 metrics are found). With it come its test, its Snakemake profile (``profiles/<name>``)
-and its row in the README's site table; tests hold the config schema's ``fleet.site``
+and its row in docs/clusters.md's site table; tests hold the config schema's ``fleet.site``
 enum, the profiles and the table to ``SITES``.
 """
 
