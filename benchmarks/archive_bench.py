@@ -282,9 +282,11 @@ def render(a: dict[str, Any] | None) -> list[str]:
             "study-level jobs), the study-level files over 16 KiB "
             "(the timing manifest `study/timing.json` lists every timing record, about 95 bytes a candidate; the "
             "study manifest lists every panel's files) are stored as content-defined chunks shared between "
-            "snapshots, so only the chunks around the rerun panel's lines are new (one chunk pack); the smaller "
-            "study-level files are stored whole; the listing of every pack's root (one line a pack, about 72 bytes) "
-            "is chunked the same way once it is over 16 KiB, so `archive.json` keeps only the chunks' digests. "
+            "snapshots (about 32 lines a chunk), so only the chunks around the rerun panel's lines are new (one "
+            "chunk pack); the smaller study-level files are stored whole; the listing of every pack's root (one line "
+            "a pack, about 72 bytes) is chunked the same way once it is over 16 KiB; a file of more than 32 chunks "
+            "is listed in `archive.json` by an index (its chunks' digests, one a line, in chunks of their own), so "
+            "`archive.json` holds a few KB of digests and a rerun panel changes one or two index chunks. "
             "Largest plain files in the snapshot after the re-promotion (bytes; chunked files are not "
             "among them): " + "; ".join(
                 f"{x['candidates']}: " + ", ".join(f"`{k}` {v}" for k, v in x["packed"]["largest_study_level_files"].items())

@@ -12,7 +12,7 @@ Run it with a Python that has cosmic-ray (a separate venv; it never enters the p
     python3 -m venv /tmp/crvenv && /tmp/crvenv/bin/pip install cosmic-ray==8.7.0
     .venv/bin/python -m pip install --target /tmp/covlib coverage     # which tests reach which line
     /tmp/crvenv/bin/python benchmarks/mutation.py --workers 2          # the five modules
-    /tmp/crvenv/bin/python benchmarks/mutation.py --rerun benchmarks/mutation.json  # its survivors only
+    /tmp/crvenv/bin/python benchmarks/mutation.py --rerun benchmarks/mutation.json  # its survivors and the mutants it never ran
 
 The tests run under ``--python`` (the project venv's by default) with the copy's
 ``workflow`` first on PYTHONPATH and no bytecode written (a mutant must never be read from a
@@ -386,8 +386,9 @@ def main() -> None:
                     "(pip install --target it coverage); empty: every mutant runs every analysis test")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run (then killed)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "mutation.json")
-    ap.add_argument("--rerun", type=Path, help="a previous JSON: run only its survivors (by module, operator, "
-                    "source line and column, so edits elsewhere do not lose them), and merge the outcomes into it")
+    ap.add_argument("--rerun", type=Path, help="a previous JSON: run only its survivors and the mutants it never "
+                    "ran (by module, operator, source line and column, so edits elsewhere do not lose them), and "
+                    "merge the outcomes into it")
     ap.add_argument("--budget", type=float, default=18.0, help="minutes: mutants not started by then are "
                     "recorded as not run (they run in a seeded shuffled order, so those run are a random sample)")
     ap.add_argument("--list", action="store_true", help="count the mutants and exit")
@@ -421,7 +422,10 @@ def main() -> None:
     if args.rerun:
         previous = json.loads(args.rerun.read_text())["mutants"]
         key = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous if p["outcome"] == "survived"}
-        mutants = [m for m in mutants if (m["module"], m["operator"], m["code"], m["col"]) in key]
+        seen = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous}
+        # its survivors, and the mutants it never ran (past its budget, or of lines written since)
+        mutants = [m for m in mutants if (m["module"], m["operator"], m["code"], m["col"]) in key
+                   or (m["module"], m["operator"], m["code"], m["col"]) not in seen]
     random.Random(0).shuffle(mutants)
     print(f"{len(mutants)} mutants selected ({dict(Counter(m['module'] for m in mutants))}); left out: {dict(left)}",
           flush=True)
@@ -470,7 +474,9 @@ def main() -> None:
             w.close()
     if args.rerun:
         done = {(r["module"], r["operator"], r["code"], r["col"]): r for r in results}
-        results = [done.get((p["module"], p["operator"], p["code"], p["col"]), p) for p in previous]
+        had = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous}
+        results = ([done.get((p["module"], p["operator"], p["code"], p["col"]), p) for p in previous]
+                   + [r for k, r in done.items() if k not in had])
     score = {}
     for module in sorted({r["module"] for r in results}):
         rs = [r for r in results if r["module"] == module and r["outcome"].startswith(("killed", "survived"))]

@@ -16,6 +16,7 @@ from pairflow.cli import main
 from pairflow.errors import ArchiveError, IntegrityError
 from pairflow.evidence.archive import (
     CHUNKED_OVER,
+    INDEXED_OVER,
     evidence_files,
     load_manifest,
     pack_group,
@@ -440,10 +441,24 @@ def test_large_study_level_file_is_stored_in_chunks_and_reassembled(tmp_path: Pa
     snap = snapshot(work)
     assert not (snap / "study" / "big.tsv").exists()
     assert manifest["files"]["study/big.tsv"] == digest_bytes(data)
-    chunks = manifest["packing"]["chunks"]["study/big.tsv"]  # type: ignore[typeddict-item]
-    assert len(chunks) > 5 and b"".join(packs.split_chunks(data)) == data
+    entry = manifest["packing"]["chunks"]["study/big.tsv"]  # type: ignore[typeddict-item]
+    chunks = listed_chunks(snap, entry)
+    assert len(chunks) > INDEXED_OVER and b"".join(packs.split_chunks(data)) == data
+    assert set(entry) == {"index"} and 0 < len(entry["index"]) < len(chunks) // 10  # archive.json: the index's digests
     assert read_file(snap, "study/big.tsv") == data
     assert verify_tree(snap) == [] and verify_archive(work).ok
+
+
+def listed_chunks(snap: Path, entry: list[str] | dict[str, list[str]]) -> list[str]:
+    """The chunk digests of one ``packing.chunks`` entry, through its index when it has one
+    (read here from the chunk packs, apart from archive.read_chunked)."""
+    if isinstance(entry, list):
+        return entry
+    members: dict[str, bytes] = {}
+    for rel in json.loads((snap / "archive.json").read_text())["packing"]["chunk_packs"]:
+        members.update((m.path, data) for m, data in packs.Pack(Path(os.path.normpath(snap / rel))).items()
+                       if isinstance(data, bytes))
+    return b"".join(members[h] for h in entry["index"]).decode().split()
 
 
 def test_repromotion_shares_the_unchanged_chunks(tmp_path: Path) -> None:
@@ -453,11 +468,17 @@ def test_repromotion_shares_the_unchanged_chunks(tmp_path: Path) -> None:
     first = promote(scratch, work)
     data = big_table(scratch, changed=range(1000, 1031))
     second = promote(scratch, work)
-    old, new = (m["packing"]["chunks"]["study/big.tsv"] for m in (first, second))  # type: ignore[typeddict-item]
+    snaps = [next(d for d in (work / "snapshots").iterdir()
+                  if json.loads((d / "archive.json").read_text())["root_digest"] == m["root_digest"])
+             for m in (first, second)]
+    entries = [m["packing"]["chunks"]["study/big.tsv"] for m in (first, second)]  # type: ignore[typeddict-item]
+    old, new = (listed_chunks(d, e) for d, e in zip(snaps, entries, strict=True))
     assert len(set(new) - set(old)) <= 3 < len(new)
+    index_added = set(entries[1]["index"]) - set(entries[0]["index"])
+    assert 1 <= len(index_added) <= 2 < len(entries[1]["index"])  # a run of changed chunks: one index chunk or two
     [added] = set(second["packing"]["chunk_packs"]) - set(first["packing"]["chunk_packs"])  # type: ignore[typeddict-item]
     pack = packs.Pack(Path(os.path.normpath(snapshot(work) / added)))
-    assert set(pack.members) == set(new) - set(old) and pack.size < len(data) // 10
+    assert set(pack.members) == (set(new) - set(old)) | index_added and pack.size < len(data) // 10
     assert read_file(snapshot(work), "study/big.tsv") == data and verify_archive(work).ok
 
 
@@ -478,8 +499,30 @@ def test_flipped_bit_in_a_chunk_names_the_file_and_the_chunk(tmp_path: Path) -> 
         read_file(snap, "study/big.tsv")
 
 
-def test_verify_checks_the_reassembled_file_against_its_digest(tmp_path: Path) -> None:
+def test_a_damaged_index_chunk_names_the_file_and_the_index(tmp_path: Path) -> None:
+    """A long chunk list is read through its index: an index chunk missing from every chunk
+    pack names the file, the index chunk and the fix, and verify fails."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    big_table(scratch)
+    promote(scratch, work)
+    path = writable(snapshot(work)) / "archive.json"
+    manifest = json.loads(path.read_text())
+    manifest["packing"]["chunks"]["study/big.tsv"]["index"][1] = "0" * 32  # packing is outside the root digest
+    path.write_text(json.dumps(manifest))
+    problems = verify_tree(snapshot(work))
+    assert any(p.startswith(f"{snapshot(work) / 'study/big.tsv'}: index chunk 1 of ") and "xxh3_128:" + "0" * 32 in p
+               and "in none of the chunk packs archive.json lists" in p and "archive retire" in p
+               for p in problems), problems
+    with pytest.raises(IntegrityError, match="index chunk 1 of"):
+        read_file(snapshot(work), "study/big.tsv")
+
+
+def test_verify_checks_the_reassembled_file_against_its_digest(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Intact chunks put together in another order are not the file archive.json lists."""
+    from pairflow.evidence import archive
+
+    monkeypatch.setattr(archive, "INDEXED_OVER", 10**6)  # the chunks listed in archive.json itself
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     big_table(scratch)
     promote(scratch, work)

@@ -28,8 +28,10 @@ Layout of ``work/<study>/``::
                            as plain files, and ``archive.json`` (written last); a
                            study-level file over ``CHUNKED_OVER`` is stored instead as
                            content-defined chunks in chunk packs (``packs/``, group
-                           ``chunks``) shared between snapshots, listed under ``packing``;
-                           so is a pack listing over that size (``load_manifest``)
+                           ``chunks``) shared between snapshots, listed under ``packing``
+                           (a long list of chunks through an index, itself in chunks:
+                           ``INDEXED_OVER``); so is a pack listing over that size
+                           (``load_manifest``)
     latest.json            the newest complete, non-retired snapshot
     retired/<id>.json      sealed retirement notes (why, who, when, what was found)
     .pairflow.lock         held while a promotion runs (``locks.hold``)
@@ -133,6 +135,15 @@ PACKS_KEY = "archive.json#packs"
 CHUNKED_OVER = 1 << 14
 """Study-level files larger than this (bytes) are stored as content-defined chunks in
 chunk packs shared between snapshots, not plain in each snapshot (``split_chunks``)."""
+INDEXED_OVER = 32
+"""A file cut into more chunks than this is listed in ``archive.json`` by an index, not by
+its chunks: the list of its chunks' digests (one a line) is itself cut into
+content-defined chunks and stored with them, and ``packing.chunks[file]`` is ``{"index":
+[those chunks' digests]}``. So archive.json holds about one digest per ``CHUNK_LINES``²
+lines (30 for a 31,000-candidate timing manifest, not 970), and a rerun panel, whose
+changed lines are a run of chunks, changes one or two index chunks, not a list that
+grows with the panels. (A tree of indexes, as content-defined B-trees have, would go one
+level further; one level keeps archive.json a few KB up to millions of candidates.)"""
 REGENERATE = ("Videos are not archived. Each generation record lists its video's path and xxh3 digest; "
               "to regenerate them bit-for-bit on the same stack (same code commit, environment "
               "digest, model weights, encoder fingerprint and torch threads), check out the "
@@ -259,7 +270,7 @@ def _promote(src: Path, dest: Path, extra: dict[str, Any] | None) -> Manifest:
             if digest_file(tmp) != want:
                 raise ArchiveError(f"copy of {src / rel} to {target} did not verify; check the work storage")
     step("copied", f"{len(loose) - len(chunked)} plain files")
-    chunks: dict[str, list[str]] = {}
+    chunks: dict[str, list[str] | dict[str, list[str]]] = {}
     if legacy:  # the same evidence, archived plain by an earlier version: nothing to add
         manifest: Manifest = json.loads(path.read_text())
     else:
@@ -349,22 +360,29 @@ def _read_checked(path: Path, want: str) -> bytes:
     return body
 
 
-def store_chunks(dest: Path, snapshot: Path, files: dict[str, bytes]) -> tuple[dict[str, list[str]], list[str]]:
+def store_chunks(dest: Path, snapshot: Path,
+                 files: dict[str, bytes]) -> tuple[dict[str, list[str] | dict[str, list[str]]], list[str]]:
     """Store ``files`` (path -> bytes: large study-level files, and the snapshot's pack
     listing as ``PACKS_KEY``) as content-defined chunks: chunks already held by an intact
     chunk pack of an earlier snapshot are shared, the others go into one new chunk pack
     (a pack of group ``chunks`` whose members are named by their digest's hex). Returns
-    ({path: [chunk hex, ...]}, [chunk pack path relative to ``snapshot``])."""
+    ({path: [chunk hex, ...] or {"index": [index chunk hex, ...]}}, [chunk pack path
+    relative to ``snapshot``]); see ``INDEXED_OVER``."""
     if not files:
         return {}, []
-    chunks: dict[str, list[str]] = {}
+    chunks: dict[str, list[str] | dict[str, list[str]]] = {}
     data: dict[str, bytes] = {}
-    for rel, body in sorted(files.items()):
-        chunks[rel] = []
+
+    def cut(body: bytes) -> list[str]:
+        hexes = []
         for c in split_chunks(body):
-            h = digest_bytes(c).split(":", 1)[1]
-            chunks[rel].append(h)
+            hexes.append(h := digest_bytes(c).split(":", 1)[1])
             data[h] = c
+        return hexes
+
+    for rel, body in sorted(files.items()):
+        hexes = cut(body)
+        chunks[rel] = {"index": cut("".join(f"{h}\n" for h in hexes).encode())} if len(hexes) > INDEXED_OVER else hexes
     held: dict[str, Path] = {}
     for sdir in sorted((dest / "snapshots").iterdir()) if (dest / "snapshots").is_dir() else []:
         try:
@@ -787,18 +805,27 @@ def read_chunked(sdir: Path, manifest: dict[str, Any]) -> tuple[dict[str, bytes]
                 bad[m.path] = f"damaged in chunk pack {ppath} ({data})"
             else:
                 store[m.path] = data
-    out = {}
-    for rel, hexes in sorted(chunks.items()):
+
+    def assemble(rel: str, hexes: list[str], what: str) -> bytes | None:
         parts = []
         for i, h in enumerate(hexes):
             if h not in store:
-                problems.append(f"{sdir / rel}: chunk {i} of {len(hexes)} (xxh3_128:{h}) is "
+                problems.append(f"{sdir / rel}: {what} {i} of {len(hexes)} (xxh3_128:{h}) is "
                                 f"{bad.get(h, 'in none of the chunk packs archive.json lists')}; the file cannot "
                                 f"be reassembled, retire the snapshot (pairflow archive retire {sdir.name} --why ...)")
-                break
+                return None
             parts.append(store[h])
+        return b"".join(parts)
+
+    out = {}
+    for rel, entry in sorted(chunks.items()):
+        if isinstance(entry, dict):  # an index: the chunks' digests, one a line, in chunks (INDEXED_OVER)
+            index = assemble(rel, list(entry.get("index") or []), "index chunk")
+            body = None if index is None else assemble(rel, index.decode("ascii", "replace").split(), "chunk")
         else:
-            out[rel] = b"".join(parts)
+            body = assemble(rel, entry, "chunk")
+        if body is not None:
+            out[rel] = body
     return out, problems
 
 
