@@ -102,7 +102,8 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
     assert main(["export", str(scratch.scratch), "--format", "csv"]) == 0
     out = Path(scratch.scratch) / "study" / "export"
     assert capsys.readouterr().out.split() == [str(out / "candidates.csv"), str(out / "summary.csv")] + [
-        str(out / "vbench" / name) for name in ("control_eval_results.json", "pab_eval_results.json", "summary.json")]
+        str(out / name) for name in ("vbench/control_eval_results.json", "vbench/pab_eval_results.json",
+                                     "vbench_summary.json")]
     with (out / "candidates.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == 4 and float(table[1]["temporal_flickering"]) == FLICKER[("a1", "pab")]

@@ -96,7 +96,8 @@ def test_each_arm_file_has_vbench_layout_as_the_published_example(tmp_path: Path
     and the non-VBench metrics are left out."""
     study = recorded_study(tmp_path)
     written = write_vbench(study, tmp_path / "out")
-    assert [p.name for p in written] == ["control_eval_results.json", "pab_eval_results.json", "summary.json"]
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in written] == [
+        "vbench/control_eval_results.json", "vbench/pab_eval_results.json", "vbench_summary.json"]
     for path in written[:2]:
         text = path.read_text()
         mine = json.loads(text)
@@ -132,7 +133,7 @@ def test_values_are_on_vbench_scale_and_overall_formed_as_vbench_forms_it(tmp_pa
     for dim in ("temporal_flickering", "aesthetic_quality"):
         assert [e["video_results"] for e in mine[dim][1]] == [a1[dim], a2[dim]]
         assert mine[dim][0] == pytest.approx((a1[dim] + a2[dim]) / 2)
-    pab = json.loads((tmp_path / "out" / "pab_eval_results.json").read_text())
+    pab = json.loads((tmp_path / "out" / "vbench" / "pab_eval_results.json").read_text())
     assert [e["video_results"] for e in pab["dynamic_degree"][1]] == [False, True]
     assert pab["dynamic_degree"][0] == 0.5
 
@@ -198,15 +199,15 @@ def test_the_summary_carries_source_coverage_totals_and_how_frames_were_read(tmp
     study = recorded_study(tmp_path, decoded_with="bt709")
     out = tmp_path / "out"
     write_vbench(study, out)
-    s = json.loads((out / "summary.json").read_text())
+    s = json.loads((out / "vbench_summary.json").read_text())
     assert s["kind"] == "vbench-summary" and "45e79ec14e69a2187202c675d2dbce1a71843d53" in s["source"]
     assert s["constants"]["normalize"]["motion_smoothness"] == {"min": 0.706, "max": 0.9975}
     assert s["coverage"]["formable"] == [] and "total_score" in s["coverage"]["cannot_form"]
     control = s["arms"]["control"]
-    assert control["eval_results_digest"] == digest_file(out / "control_eval_results.json")
+    assert control["eval_results_digest"] == digest_file(out / "vbench" / "control_eval_results.json")
     assert control["videos"] == dict.fromkeys(EXPORTED, 2)
     assert control["quality_score"] is None and control["cannot_form"]["quality_score"] == ["motion_smoothness"]
-    mine = json.loads((out / "control_eval_results.json").read_text())
+    mine = json.loads((out / "vbench" / "control_eval_results.json").read_text())
     assert control["dimensions"]["temporal_flickering"]["score"] == mine["temporal_flickering"][0]
     assert control["dimensions"]["temporal_flickering"]["normalized"] == pytest.approx(
         (mine["temporal_flickering"][0] - 0.6293) / (1.0 - 0.6293))
@@ -219,7 +220,7 @@ def test_the_static_filter_leaves_moving_videos_out_of_temporal_flickering(tmp_p
     static = {("a1", "control"): True, ("a1", "pab"): True, ("a2", "control"): False, ("a2", "pab"): False}
     study = recorded_study(tmp_path, static=static)
     write_vbench(study, tmp_path / "out")
-    mine = json.loads((tmp_path / "out" / "control_eval_results.json").read_text())
+    mine = json.loads((tmp_path / "out" / "vbench" / "control_eval_results.json").read_text())
     assert [e["video_path"] for e in mine["temporal_flickering"][1]] == ["panels/t/videos/control/a1-s0.mp4"]
     assert mine["temporal_flickering"][0] == VALUES[("a1", "control")]["temporal_flickering"]
     assert len(mine["aesthetic_quality"][1]) == 2
@@ -243,4 +244,4 @@ def test_the_export_command_writes_the_vbench_layout(tmp_path: Path, capsys: pyt
     printed = capsys.readouterr().out.split()
     assert printed == [str(tmp_path / "x" / n) for n in (
         "candidates.csv", "summary.csv", "vbench/control_eval_results.json", "vbench/pab_eval_results.json",
-        "vbench/summary.json")]
+        "vbench_summary.json")]

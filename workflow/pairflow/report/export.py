@@ -17,7 +17,7 @@ opens in pandas without reading JSON records:
   attempt, status, Slurm job id, what it held (GPUs, CPUs, nodes, from when to when,
   GPU-, CPU- and slot-seconds, and from which source), its work and busy share, each
   with the digest of the ``ledger.json`` it came from (written when a run wrote one);
-* ``vbench/<arm>_eval_results.json`` and ``vbench/summary.json``: each arm's VBench
+* ``vbench/<arm>_eval_results.json`` and ``vbench_summary.json``: each arm's VBench
   dimensions in VBench's own result layout, with the total-score normalisation and the
   totals that can or cannot be formed (``report.vbench``).
 
@@ -234,7 +234,7 @@ def export(study: StudySpec, out: Path, fmt: Format) -> list[Path]:
     encoded: dict[Path, str | bytes] = {}
     for name, (rows, cols) in tables.items():
         encoded[out / f"{name}.{fmt}"] = _csv(rows, cols) if fmt == "csv" else _parquet(rows, cols)
-    encoded.update({out / "vbench" / name: text for name, text in vbench_files(study).items()})
+    encoded.update({out / name: text for name, text in vbench_files(study).items()})
     for path, data in encoded.items():
         if isinstance(data, str):
             write_text(path, data)

@@ -27,8 +27,9 @@ interpolation, so its numbers are not VBench's. The nine semantic dimensions hav
 metric. ``cal_final_score`` reads a missing dimension as 0; here a total whose dimensions are
 not all present is not formed, and ``vbench_coverage`` / ``vbench_totals`` name what it lacks.
 Values compare with published VBench numbers only under ``scoring.decode: vbench`` and on
-VBench's own prompt suite; ``summary.json`` says per dimension whether frames were read as
-VBench reads them.
+VBench's own prompt suite; ``vbench_summary.json`` says per dimension whether frames were read as
+VBench reads them. The summary lies beside ``vbench/``, not in it: ``cal_final_score`` reads every
+JSON file of the zip it is given as ``{dimension: [overall, ...]}`` and fails on any other.
 """
 
 from __future__ import annotations
@@ -225,11 +226,12 @@ def _json(obj: Any) -> str:
 
 
 def vbench_files(study: StudySpec) -> dict[str, str]:
-    """The text of ``<arm>_eval_results.json`` for each arm with at least one VBench
-    dimension scored, and of ``summary.json`` (source, constants, the study's coverage, per
+    """The text of ``vbench/<arm>_eval_results.json`` for each arm with at least one VBench
+    dimension scored, and of ``vbench_summary.json`` (source, constants, the study's coverage, per
     arm each dimension's raw and normalised score, the totals formed or why not, the scale
-    changes and whether frames were read as VBench reads them), by file name. Raises
-    IntegrityError on an altered record or a value VBench's layout cannot hold."""
+    changes and whether frames were read as VBench reads them), by path relative to the
+    export folder. Raises IntegrityError on an altered record or a value VBench's layout
+    cannot hold."""
     files: dict[str, str] = {}
     arms: dict[str, Any] = {}
     for arm, by_dim in arm_videos(study).items():
@@ -237,7 +239,7 @@ def vbench_files(study: StudySpec) -> dict[str, str]:
                    if d != "temporal_flickering" or any(v.static is not False for v in vs)}
         if not results:
             continue
-        name = f"{arm}_eval_results.json"
+        name = f"vbench/{arm}_eval_results.json"
         files[name] = _json(results)
         arms[arm] = {"eval_results": name, "eval_results_digest": digest_bytes(files[name].encode()),
                      "videos": {d: len(r[1]) for d, r in results.items()},
@@ -245,14 +247,17 @@ def vbench_files(study: StudySpec) -> dict[str, str]:
                      "read_as_vbench": {d: _read_as_vbench(d, by_dim[d]) for d in results},
                      "scale": {d: SCALE_NOTES[d] for d in results if d in SCALE_NOTES}}
     cov = vbench_coverage(study.scorers)
-    files["summary.json"] = _json({
+    files["vbench_summary.json"] = _json({
         "kind": "vbench-summary", "source": VBENCH_SOURCE, "study": study.study,
         "constants": {"normalize": {d: {"min": lo, "max": hi} for d, (lo, hi) in NORMALIZE.items()},
                       "dim_weight": DIM_WEIGHT, "quality": list(QUALITY), "semantic": list(SEMANTIC),
                       "quality_weight": QUALITY_WEIGHT, "semantic_weight": SEMANTIC_WEIGHT},
         "coverage": {"scored": list(cov.scored), "missing": cov.missing, "formable": list(cov.formable),
                      "cannot_form": {t: list(m) for t, m in cov.cannot_form.items()}},
-        "notes": ["video_path is relative to the scratch directory",
+        "notes": ["video_path is relative to the scratch directory; each video's prompt, seed, arm and record "
+                  "digests are its row of candidates.<fmt> (column video: the same file, relative to its panel)",
+                  "cal_final_score takes one arm's file at a time (zip only vbench/<arm>_eval_results.json); it "
+                  "counts a missing dimension as 0, so its totals for these files are not VBench totals",
                   "prompts are the study's, not VBench's prompt suite: a value compares with a published "
                   "VBench number only for the same prompts, seeds and frame reading (read_as_vbench)",
                   "temporal_flickering leaves out videos the static filter called moving; without "
@@ -262,8 +267,8 @@ def vbench_files(study: StudySpec) -> dict[str, str]:
 
 
 def write_vbench(study: StudySpec, out: Path) -> list[Path]:
-    """Write ``vbench_files`` under ``out`` (atomically, each arm's file before the
-    summary); returns their paths."""
+    """Write ``vbench_files`` under the export folder ``out`` (atomically, each arm's file
+    before the summary); returns their paths."""
     files = vbench_files(study)
     for name, text in files.items():
         write_text(out / name, text)
