@@ -14,7 +14,9 @@ Per dimension, as the single-process ``compute_<dimension>`` forms it:
 
 * subject_consistency, background_consistency: per video the mean over frames t > 0 (PairFlow's
   value); overall ``sum(video_sim) / sum(frames - 1)`` (frame pairs weighted, where PairFlow's
-  own unit is the video); background's entries also carry ``video_sim`` and ``cnt_per_video``;
+  own unit is the video; VBench run on several GPUs averages subject_consistency over videos
+  instead, so its meaning changes with the GPU count: the single-process form is written);
+  background's entries also carry ``video_sim`` and ``cnt_per_video``;
 * temporal_flickering: per video PairFlow's value; overall their mean; a video flagged moving by
   ``scoring.static_filter: intersection`` is left out (VBench scores only static videos);
 * dynamic_degree: per video a JSON boolean (PairFlow's 0.0/1.0); overall the share of True;
