@@ -101,7 +101,9 @@ def test_cli_writes_csv_a_reader_opens_and_refuses_an_altered_record(scratch: St
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(scratch.scratch), "--format", "csv"]) == 0
     out = Path(scratch.scratch) / "study" / "export"
-    assert capsys.readouterr().out.split() == [str(out / "candidates.csv"), str(out / "summary.csv")]
+    assert capsys.readouterr().out.split() == [str(out / "candidates.csv"), str(out / "summary.csv")] + [
+        str(out / name) for name in ("vbench/control_eval_results.json", "vbench/pab_eval_results.json",
+                                     "vbench_summary.json")]
     with (out / "candidates.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == 4 and float(table[1]["temporal_flickering"]) == FLICKER[("a1", "pab")]
@@ -174,7 +176,7 @@ def test_the_ledger_exports_one_row_per_job_with_its_digest(scratch: StudySpec, 
     path.write_text(json.dumps({"kind": "ledger", "format": FORMAT, "jobs": jobs, "totals": totals(jobs.values())}))
     assert main(["export", str(scratch.scratch), "--format", "csv"]) == 0
     out = Path(scratch.scratch) / "study" / "export"
-    assert capsys.readouterr().out.split()[-1] == str(out / "ledger.csv")
+    assert capsys.readouterr().out.split()[2] == str(out / "ledger.csv")  # after the two tables, before vbench/
     with (out / "ledger.csv").open() as f:
         (row,) = list(csv.DictReader(f))
     assert (row["rule"], row["attempt"], row["slurm_job"], row["gpus"], row["cpus"]) == ("timed_pass", "2", "41", "2", "8")

@@ -16,7 +16,10 @@ opens in pandas without reading JSON records:
 * ``ledger.<ext>``: one row per job of the study (``budget.ledger``): rule, wildcards,
   attempt, status, Slurm job id, what it held (GPUs, CPUs, nodes, from when to when,
   GPU-, CPU- and slot-seconds, and from which source), its work and busy share, each
-  with the digest of the ``ledger.json`` it came from (written when a run wrote one).
+  with the digest of the ``ledger.json`` it came from (written when a run wrote one);
+* ``vbench/<arm>_eval_results.json`` and ``vbench_summary.json``: each arm's VBench
+  dimensions in VBench's own result layout, with the total-score normalisation and the
+  totals that can or cannot be formed (``report.vbench``).
 
 Records are read through ``records.read_record`` (self-digest and schema checked), so an
 altered record is refused rather than exported. Parquet needs pyarrow (optional, not a
@@ -40,6 +43,7 @@ from ..layout import Layout
 from ..plan.candidates import candidates, record_path, score_path, timing_path
 from ..plan.config import StudySpec
 from ..records.store import identical_to_control, read_record
+from .vbench import vbench_files
 
 Format = Literal["csv", "parquet"]
 CANDIDATE_ID_COLUMNS = ("study", "panel", "prompt_id", "seed", "arm", "candidate_id")
@@ -216,9 +220,10 @@ def _parquet(rows: Sequence[dict[str, Any]], columns: list[str]) -> bytes:
 
 
 def export(study: StudySpec, out: Path, fmt: Format) -> list[Path]:
-    """Write ``candidates.<fmt>``, ``summary.<fmt>`` and (where a run wrote a ledger)
-    ``ledger.<fmt>`` under ``out`` (atomically); returns their paths. Raises ConfigError
-    when ``fmt`` is parquet and pyarrow is missing, before anything is written."""
+    """Write ``candidates.<fmt>``, ``summary.<fmt>``, (where a run wrote a ledger)
+    ``ledger.<fmt>`` and VBench's layout under ``vbench/`` (``report.vbench``) under ``out``
+    (atomically); returns their paths. Raises ConfigError when ``fmt`` is parquet and
+    pyarrow is missing, before anything is written."""
     cand = candidate_rows(study)
     summ = summary_rows(Layout(study.scratch).study_stats)
     tables = {"candidates": (cand, _columns(cand, CANDIDATE_ID_COLUMNS)),
@@ -229,6 +234,7 @@ def export(study: StudySpec, out: Path, fmt: Format) -> list[Path]:
     encoded: dict[Path, str | bytes] = {}
     for name, (rows, cols) in tables.items():
         encoded[out / f"{name}.{fmt}"] = _csv(rows, cols) if fmt == "csv" else _parquet(rows, cols)
+    encoded.update({out / name: text for name, text in vbench_files(study).items()})
     for path, data in encoded.items():
         if isinstance(data, str):
             write_text(path, data)
