@@ -3,38 +3,27 @@
 Per panel and treatment arm, each (prompt, seed) pair is one row: control's video beside
 the treatment's as HTML5 players (muted, looping, started together and kept in step by a
 small script, one play/pause button driving both), the two filmstrips of real decoded
-frames below them (``FRAMES`` frames evenly spaced over the video, ``STRIP_HEIGHT`` pixels
-high, JPEG: for print, where a ``@media print`` rule hides the players, and for pairs
-that do not play), a link to each mp4 on scratch (its ``file://`` URI and its path), and
-that pair's per-metric values and differences read from its score records (and its
+frames below them (for print, where a ``@media print`` rule hides the players, and for
+pairs that do not play), a link to each mp4 on scratch (its ``file://`` URI and its path),
+and that pair's per-metric values and differences read from its score records (and its
 latency ratio from the timed pass). Pairs are sorted worst first: on each metric the
 pairs are ranked from worst to best in the metric's direction (NR metrics by treatment −
 control, FR metrics by the value against control), and a pair's place is its mean rank
 over the metrics. Each arm's study verdicts head its section, coloured as every HTML
 report colours them (``verdicts.colour_verdicts``).
 
-Size: the page is inlined whole (videos and filmstrips as ``data:`` URIs; a control clip
-and strip once per pair, shared by every arm) so the Snakemake report can embed it like
-any other result; the report embeds a result page as a base64 ``data:`` URL and Chromium
-opens none over 2 MiB. So only the worst ``MAX_PAIRS`` pairs per panel and arm get media,
-handed out rank by rank across the arms so that no arm is starved: first their videos
-(``VIDEO_BYTES`` at most), then filmstrips for the pairs that do not play, then for those
-that do, while all media stay under ``MAX_BYTES``; a pair past a cap keeps what fits
-(filmstrips, or only its numbers and links) and says why, and the page says how many pairs
-play, how many are filmstrips only and how many numbers only. If even the pairs' numbers
-would take the page past ``PAGE_BYTES``, the best pairs without media are left out and
-the page says how many. Every pair links its mp4s whatever it shows. Videos are read
-from scratch and checked against their records' digests; frames are decoded and tiled by
-FFmpeg (the same binary as the encoder, ``video.ffmpeg_binary``). Imports without torch.
+Size: the page is inlined whole, so the Snakemake report can embed it, under the caps of
+``media_budget``, which decides which pairs play, which show filmstrips, which keep only
+their numbers and which the page leaves out, and makes the filmstrips. The page says how
+many pairs play, how many are filmstrips only and how many numbers only, and how many it
+left out. Every pair links its mp4s whatever it shows. Imports without torch.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,41 +31,14 @@ from typing import Any
 
 from ..analysis.verdicts import colour_verdicts, verdict_text
 from ..atomic import write_text
-from ..errors import IntegrityError, VideoReadError
-from ..identity import digest_bytes, digest_file
+from ..identity import digest_file
 from ..layout import Layout
-from ..media.recipe import ffmpeg_binary
-from ..media.tools import TOOL_TIMEOUT_FLOOR_S, run_tool, tool_timeout
 from ..plan.config import StudySpec
 from ..records.store import IDENTICAL, identical_to_control
 from ..records.types import GenerationRecord, ScoreRecord, TimingRecord
+from . import media_budget
 from .plots import arm_colours
 
-FRAMES = 6
-"""Frames per filmstrip, evenly spaced from the first to the last."""
-STRIP_HEIGHT = 96
-"""Pixels per frame row (width follows the video's aspect ratio)."""
-MAX_PAIRS = 6
-"""Pairs with media (players, filmstrips) per panel and treatment arm: the worst ones."""
-MAX_BYTES = 960 * 2**10
-"""All the gallery's media together, videos and filmstrips (960 KiB as files). The
-Snakemake report embeds a result page as a base64 ``data:`` URL, and Chromium opens no
-such URL over 2 MiB: 960 KiB, base64-encoded twice (inlined here, then by the report), is
-1.67 MiB, leaving room for the page's text (``PAGE_BYTES``). Past the cap, pairs keep
-their numbers and links and no media."""
-VIDEO_BYTES = 640 * 2**10
-"""The part of ``MAX_BYTES`` videos may take (640 KiB): videos come first, as they are
-what a reader plays, but the last third stays for filmstrips, so the pairs that do not
-play still show their frames. The default study's 64x64 clips are ~28 KiB each: about
-twenty fit. A real-size clip (Wan at 832x480: megabytes) never fits: it is linked only,
-and the page says so."""
-PAGE_BYTES = 1440 * 2**10
-"""The whole page at most (1440 KiB): base64-encoded by the report it is 1.875 MiB, under
-Chromium's 2 MiB for a ``data:`` URL with room for the report's prefix. Media take at
-most ``MAX_BYTES`` × 4/3 (1280 KiB) of it; where the pairs' numbers would take the page
-past it, the best pairs without media are left out."""
-QUALITY = 5
-"""FFmpeg's JPEG quality scale (2 best, 31 worst)."""
 PLAYER_MIN_PX = 192
 """The narrowest a player is drawn (CSS pixels): a smaller video is scaled up by a whole
 factor, pixels kept square and sharp (the default study's 64x64 clips play at 192 px)."""
@@ -186,46 +148,6 @@ def _rank(views: list[PairView]) -> None:
         for i, v in enumerate(ordered):
             v.rank += i / max(len(names), 1)
 
-
-def frame_indices(frames: int, n: int = FRAMES) -> list[int]:
-    """``n`` frame indices evenly spaced from the first frame to the last (fewer when the
-    video has fewer frames)."""
-    if frames <= n:
-        return list(range(frames))
-    return sorted({round(i * (frames - 1) / (n - 1)) for i in range(n)})
-
-
-def filmstrip(video: Path, frames: int, out: Path, binary: str, timeout_s: float = TOOL_TIMEOUT_FLOOR_S,
-              bound: str = "") -> None:
-    """Decode ``video`` with FFmpeg and tile ``frame_indices(frames)`` in one row,
-    ``STRIP_HEIGHT`` pixels high, into the JPEG ``out``, through the one seam to external
-    tools (``media.tools.run_tool``: killed after ``timeout_s``, ``bound`` saying where
-    that limit came from). Raises VideoReadError with FFmpeg's stderr when decoding
-    fails, ToolTimeoutError when it hangs."""
-    idx = frame_indices(frames)
-    select = "+".join(f"eq(n\\,{i})" for i in idx)
-    vf = f"select='{select}',scale=-2:{STRIP_HEIGHT}:flags=area,tile={len(idx)}x1"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    argv = [binary, "-nostdin", "-v", "error", "-y", "-i", str(video), "-vf", vf, "-frames:v", "1",
-            "-q:v", str(QUALITY), "-update", "1", str(out)]
-    code, err, _ = run_tool(argv, video, timeout_s, bound=bound)
-    if code or not out.is_file():
-        raise VideoReadError(f"{video}: FFmpeg could not make the gallery's filmstrip "
-                             f"({err.decode(errors='replace').strip()[-500:]}); run `pairflow verify` on the "
-                             "results tree: the video may be damaged")
-
-
-def strip_timeout(study: StudySpec) -> tuple[float, str]:
-    """How long one filmstrip may take, and why: the work's ffmpeg timeout
-    (``tool_timeout`` over one video), never more than the stall rule
-    (``fleet.stall_timeout_s``: a filmstrip is one step that reports no progress)."""
-    g = study.generation
-    work = tool_timeout(g.frames, g.height, g.width)
-    if work <= study.fleet.stall_timeout_s:
-        return work, ""
-    return study.fleet.stall_timeout_s, "fleet/stall_timeout_s: one filmstrip is one step of the gallery"
-
-
 def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
 
@@ -233,81 +155,6 @@ def _fmt(x: float | None) -> str:
 def _fr_note(identical: bool) -> str:
     """The Δ cell of a fidelity metric, which has no difference: what its value is."""
     return "(vs control; left out of the mean: identical)" if identical else "(vs control)"
-
-
-def _kib(n: int) -> str:
-    return f"{n / 2**10:.0f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
-
-
-class _Media:
-    """The page's inlined media under the caps, each file once (a control's clip and strip
-    serve every arm), keyed for the page's script. A pair gets both of its clips (or both
-    strips) or neither: half a pair compares nothing."""
-
-    def __init__(self, tmp: Path, binary: str, limit: tuple[float, str]) -> None:
-        self.tmp, self.binary, self.limit = tmp, binary, limit
-        self.keys: dict[tuple[str, Path], str] = {}
-        self.uris: dict[str, str] = {}
-        self.video_bytes = 0
-        self.strip_bytes = 0
-        self._jpegs: dict[Path, bytes] = {}
-
-    def _store(self, kind: str, path: Path, mime: str, data: bytes) -> str:
-        key = f"{kind[0]}{len(self.uris)}"
-        self.keys[(kind, path)] = key
-        self.uris[key] = f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
-        return key
-
-    def play(self, v: PairView) -> str | None:
-        """Inline both clips of ``v`` (each checked against its generation record's digest)
-        when they fit in ``VIDEO_BYTES``; otherwise say why not. Raises VideoReadError when
-        a clip is missing, IntegrityError when it is not the recorded one."""
-        paths = (v.control_video, v.treatment_video)
-        sizes = {}
-        for p in paths:
-            try:
-                sizes[p] = p.stat().st_size
-            except OSError as e:
-                raise VideoReadError(f"{p}: the gallery cannot read this video ({e.strerror}); run `pairflow "
-                                     "verify` on the results tree, which names what is missing and how to "
-                                     "remake it") from e
-        if max(sizes.values()) > VIDEO_BYTES:
-            return (f"linked only: its clip ({_kib(max(sizes.values()))}) is larger than the page's whole video "
-                    f"budget ({_kib(VIDEO_BYTES)}); open the mp4s below")
-        need = sum(n for p, n in sizes.items() if ("video", p) not in self.keys)
-        if self.video_bytes + need > VIDEO_BYTES:
-            return f"no player: the page's videos reached their {_kib(VIDEO_BYTES)} budget; open the mp4s below"
-        for p, want in zip(paths, v.digests, strict=True):
-            if ("video", p) in self.keys:
-                continue
-            data = p.read_bytes()
-            if want and digest_bytes(data) != want:
-                raise IntegrityError(f"{p}: digest {digest_bytes(data)}, but its generation record says {want}: "
-                                     "the video changed after it was made; run `pairflow verify` on the results "
-                                     "tree and remake what it names")
-            self.video_bytes += len(data)
-            self._store("video", p, "video/mp4", data)
-        v.videos = (self.keys[("video", paths[0])], self.keys[("video", paths[1])])
-        return None
-
-    def strips(self, v: PairView) -> str | None:
-        """Inline both filmstrips of ``v`` when all media stay under ``MAX_BYTES``;
-        otherwise say why not. Raises VideoReadError when FFmpeg cannot decode a video."""
-        paths = (v.control_video, v.treatment_video)
-        for p in paths:
-            if ("strip", p) not in self.keys and p not in self._jpegs:
-                jpeg = self.tmp / f"{len(self._jpegs)}.jpg"
-                filmstrip(p, v.frames, jpeg, self.binary, *self.limit)
-                self._jpegs[p] = jpeg.read_bytes()
-        need = sum(len(self._jpegs[p]) for p in set(paths) if ("strip", p) not in self.keys)
-        if self.video_bytes + self.strip_bytes + need > MAX_BYTES:
-            return f"no filmstrip: the page's media reached their {_kib(MAX_BYTES)} cap"
-        for p in paths:
-            if ("strip", p) not in self.keys:
-                self.strip_bytes += len(self._jpegs[p])
-                self._store("strip", p, "image/jpeg", self._jpegs[p])
-        v.images = (self.keys[("strip", paths[0])], self.keys[("strip", paths[1])])
-        return None
 
 
 def _player(v: PairView, colours: dict[str, str], size: tuple[int, int]) -> str:
@@ -432,44 +279,6 @@ def arm_verdicts(stats: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def _allot(views: dict[tuple[str, str], list[PairView]], media: _Media) -> None:
-    """Hand out media to the worst ``MAX_PAIRS`` pairs of each arm, rank by rank across
-    the arms (a cap never starves a later arm): videos first, then filmstrips for the
-    pairs that do not play, then for those that do (print); each pair notes what it lacks."""
-    order = [vs[i] for i in range(MAX_PAIRS) for vs in views.values() if i < len(vs)]
-    for v in order:
-        note = media.play(v)
-        if note:
-            v.notes.append(note)
-    for v in [*(v for v in order if not v.videos), *(v for v in order if v.videos)]:
-        note = media.strips(v)
-        if note:
-            v.notes.append(note)
-    for vs in views.values():
-        for v in vs[MAX_PAIRS:]:
-            v.notes.append(f"numbers only: only the worst {MAX_PAIRS} pairs per arm get players and filmstrips; "
-                           "open the mp4s below")
-
-
-def _trim(views: dict[tuple[str, str], list[PairView]], htmls: dict[int, str], fixed: int) -> int:
-    """Leave out the best pairs without media, rank by rank from the bottom across the
-    arms, until the page (``fixed`` bytes plus each listed pair's HTML) fits in
-    ``PAGE_BYTES``. Returns how many were left out (removed from ``views`` and ``htmls``)."""
-    total = fixed + sum(len(h.encode()) for h in htmls.values())
-    longest = max((len(vs) for vs in views.values()), default=0)
-    order = [vs[i] for i in reversed(range(longest)) for vs in reversed(list(views.values())) if i < len(vs)]
-    out = 0
-    for v in order:
-        if total <= PAGE_BYTES:
-            break
-        if v.videos or v.images:
-            continue
-        total -= len(htmls.pop(id(v)).encode())
-        out += 1
-    for key, vs in views.items():
-        views[key] = [v for v in vs if id(v) in htmls]
-    return out
-
 
 def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[ScoreRecord],
                   timings: list[TimingRecord], out: Path, stats_json: Path | None = None) -> dict[str, int]:
@@ -482,13 +291,12 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
     colours = arm_colours([a.name for a in study.arms])
     verdicts = arm_verdicts(json.loads(stats_json.read_text()) if stats_json and stats_json.is_file() else None)
     size = (study.generation.width, study.generation.height)
-    with tempfile.TemporaryDirectory(prefix="pairflow-gallery-") as tmp:
-        media = _Media(Path(tmp), ffmpeg_binary(study.encoder), strip_timeout(study))
-        _allot(views, media)
+    media = media_budget.inline(study, views)
     script = "<script>const MEDIA = " + json.dumps(media.uris) + ";" + _SCRIPT + "</script>"
     htmls = {id(v): _pair_html(v, colours, size) for vs in views.values() for v in vs}
     every = sum(len(vs) for vs in views.values())
-    left_out = _trim(views, htmls, len(script.encode()) + 16 * 2**10)  # 16 KiB: the head, nav and arm headings
+    fixed = len(script.encode()) + 16 * 2**10  # 16 KiB: the head, nav and arm headings
+    left_out = media_budget.trim(views, htmls, fixed)
     listed = [v for vs in views.values() for v in vs]
     used = {"pairs": every, "listed": len(listed), "playing": sum(1 for v in listed if v.videos),
             "shown": sum(1 for v in listed if v.images), "bytes": media.video_bytes + media.strip_bytes,
@@ -513,25 +321,26 @@ def write_gallery(study: StudySpec, gen: list[GenerationRecord], scores: list[Sc
 
 def _head(study: StudySpec, views: dict[tuple[str, str], list[PairView]], used: dict[str, int], left_out: int,
           stats_json: Path | None) -> str:
-    """The page's title, what it shows and how many pairs get what under which cap."""
-    e = html.escape
+    """The page's title, what it shows and how many pairs get what under which cap
+    (``media_budget``'s, read as they stand when the page is written)."""
+    e, mb, kib = html.escape, media_budget, media_budget.kib
     nav = "".join(f"<a href='#{e(p)}-{e(a)}'>{e(p)}: {e(a)}</a>" for p, a in views)
     source = f" Statistics: {stats_json.name} {digest_file(stats_json)}." if stats_json else ""
     strips_only = sum(1 for vs in views.values() for v in vs if v.images and not v.videos)
     numbers = used["listed"] - used["playing"] - strips_only
-    gone = (f", {left_out} left out of this page (its {_kib(PAGE_BYTES)} cap: the best pairs without media go "
+    gone = (f", {left_out} left out of this page (its {kib(mb.PAGE_BYTES)} cap: the best pairs without media go "
             "first; `pairflow export` lists every pair's numbers)" if left_out else "")
     return (f"<html><head><meta charset='utf-8'><title>{e(study.study)}: gallery</title>"
             f"<style>{_STYLE}</style></head><body><h1>Study {e(study.study)}: control beside each treatment</h1>"
             f"<p class='summary'><b>{used['pairs']} pairs: {used['playing']} play, {strips_only} filmstrips only, "
-            f"{numbers} numbers only{gone}.</b> Media: the worst {MAX_PAIRS} pairs per panel and arm, "
-            f"{_kib(VIDEO_BYTES)} of videos and {_kib(MAX_BYTES)} of media in all at most, inlined in this one "
+            f"{numbers} numbers only{gone}.</b> Media: the worst {mb.MAX_PAIRS} pairs per panel and arm, "
+            f"{kib(mb.VIDEO_BYTES)} of videos and {kib(mb.MAX_BYTES)} of media in all at most, inlined in this one "
             f"page so the Snakemake report can embed it (a page over 2 MiB as the report embeds it does not "
-            f"open); this page holds {_kib(used['video_bytes'])} of videos and {_kib(used['bytes'])} of media. "
+            f"open); this page holds {kib(used['video_bytes'])} of videos and {kib(used['bytes'])} of media. "
             "Every pair links its two mp4s on scratch (under panels/&lt;panel&gt;/videos/).</p>"
             "<p>Each pair: control's video beside the treatment's (same prompt, same seed, same initial noise), "
             "muted, started together and looping in step (one button pauses both); below them, "
-            f"{FRAMES} frames of each evenly spaced from first to last, decoded from the same videos (control "
+            f"{mb.FRAMES} frames of each evenly spaced from first to last, decoded from the same videos (control "
             "above; what prints). Numbers are each pair's values from its score records (Δ: treatment − control; "
             "red: worse than control in the metric's direction, green: better); FR metrics (PSNR, SSIM) are the "
             "treatment's value against its control; a pair identical to control is marked, and its fidelity "
