@@ -141,6 +141,7 @@ def test_a_look_s_boundary_depends_only_on_the_looks_before_it() -> None:
     ((0.5, 0.9), 40, 0.05, "ending at 1"),
     ((0.5, 1.0), 40, 1.5, "alpha 1.5"),
     ((0.02, 1.0), 40, 0.05, "fewer than 2 prompts"),
+    ((0.41, 0.5, 1.0), 10, 0.05, "two of them the same"),
 ])
 def test_a_bad_design_is_refused_naming_the_value(fractions: tuple[float, ...], max_prompts: int, alpha: float,
                                                   match: str) -> None:
@@ -174,6 +175,17 @@ def test_monitor_reads_a_one_sided_design_only_on_the_better_side() -> None:
     worse = -np.random.default_rng(2).normal(2.0, 1.0, 30)
     assert not gs.monitor(worse, d, null=0.0, sign=1).decided
     assert gs.monitor(-worse, d, null=0.0, sign=1).decided
+
+
+def test_decisions_from_z_statistics_at_observed_fractions() -> None:
+    d = gs.Design(EQUAL5, 100, 0.05, "obf")  # boundaries 4.877, 3.357, 2.680, 2.290, 2.031
+    assert gs.decide_z([1.0, 3.4, 9.9], EQUAL5[:3], d) == ["continue", "reject"]
+    assert gs.decide_z([1.0, -3.4], EQUAL5[:2], d) == ["continue", "reject"]  # two-sided
+    assert gs.decide_z([0.5, 1.0, 1.5, 2.0, 2.0], EQUAL5, d)[-1] == "final"
+    one = gs.Design(EQUAL5, 100, 0.025, "obf", sides=1)
+    assert gs.decide_z([1.0, -3.4], EQUAL5[:2], one) == ["continue", "continue"]
+    with pytest.raises(StatsError, match="one z per look"):
+        gs.decide_z([1.0], EQUAL5[:2], d)
 
 
 def test_the_vectorised_stop_agrees_with_monitor_row_by_row() -> None:

@@ -126,6 +126,11 @@ class Design:
         if self.max_prompts < 2 or self.max_prompts * f[0] < 2:
             raise ConfigError(f"the first look at fraction {f[0]} of {self.max_prompts} planned prompts has fewer "
                               "than 2 prompts; plan more prompts or a later first look")
+        looks = self.looks
+        if any(a >= b for a, b in zip(looks, looks[1:], strict=False)):
+            raise ConfigError(f"looks at fractions {list(f)} of {self.max_prompts} prompts fall on prompt counts "
+                              f"{list(looks)}, two of them the same; space the looks further apart or plan more "
+                              "prompts")
         if self.spending == "hsd" and self.gamma == 0:
             raise ConfigError("Hwang-Shih-DeCani gamma 0 is the linear limit, not a member; give e.g. -4 or 1")
 
@@ -369,12 +374,25 @@ class Outcome:
 
 
 def fractions_reached(design: Design, n: int) -> list[float]:
-    """The information fractions of the looks ``n`` prompts reach: each planned look's
-    prompts over the maximum, the one at (or past) the maximum as 1."""
-    out = []
-    for m, f in zip(design.looks, design.fractions, strict=True):
-        if m <= n:
-            out.append(f)
+    """The planned information fractions of the looks whose prompts ``n`` prompts cover
+    (the last, at ``max_prompts``, is 1)."""
+    return [f for m, f in zip(design.looks, design.fractions, strict=True) if m <= n]
+
+
+def decide_z(z: Sequence[float], fractions: Sequence[float], design: Design) -> list[Decision]:
+    """The decision at each look from z statistics already formed (known variance, or
+    a caller's own statistic): ``z[k]`` at information fraction ``fractions[k]`` (observed;
+    need not be the planned ones, 1 at the last). ``reject`` at the first look beyond its
+    boundary (two-sided: |z|; one-sided: z above), and nothing after it; ``final`` at a
+    last look of fraction 1 that does not reject. Raises StatsError if the lengths differ."""
+    if len(z) != len(fractions):
+        raise StatsError(f"{len(z)} z statistics for {len(fractions)} look fractions; give one z per look")
+    out: list[Decision] = []
+    for zk, t, b in zip(z, fractions, design.boundaries(fractions), strict=True):
+        if (abs(zk) if design.sides == 2 else zk) >= b:
+            out.append("reject")
+            break
+        out.append("final" if t >= 1.0 else "continue")
     return out
 
 
@@ -430,9 +448,11 @@ def monitor_questions(values: Mapping[str, np.ndarray], nulls: Mapping[str, floa
     return out, all(o.stopped for o in out.values())
 
 
-def stop_looks(x: np.ndarray, design: Design, null: float, continuous: bool, seed: int = 0) -> np.ndarray:
+def stop_looks(x: np.ndarray, design: Design, null: float, continuous: bool, seed: int = 0,
+               sign: int = 1) -> np.ndarray:
     """Vectorised ``monitor`` for simulation: per row of ``x`` (studies, max_prompts) the
-    index of the look that rejects first (-1: none), two-sided designs. ``continuous``
+    index of the look that rejects first (-1: none); a one-sided design rejects only with
+    the mean on the ``sign`` side of ``null`` (+1: above). ``continuous``
     rows (never flat or quantised) take ``inference.parametric_p`` past
     ``inference.SIGNFLIP_ALWAYS_UP_TO`` prompts, as planning does; others ``union_p``."""
     stop = np.full(x.shape[0], -1)
@@ -441,7 +461,7 @@ def stop_looks(x: np.ndarray, design: Design, null: float, continuous: bool, see
         p = _rows_p(x[:, :n], null, continuous, seed)
         hit = (stop < 0) & (p < design.nominal(b))
         if design.sides == 1:
-            hit &= x[:, :n].mean(axis=1) > null
+            hit &= sign * (x[:, :n].mean(axis=1) - null) > 0
         stop[hit] = j
     return stop
 
