@@ -3,9 +3,12 @@ sequential verdict's error rate and interval coverage simulated under the verdic
 
 Where each published figure comes from (each test names its own):
 - Pocock (1977) and O'Brien & Fleming (1979) constants, two-sided alpha 0.05, equally
-  spaced looks: Jennison & Turnbull (2000), *Group Sequential Methods with Applications
-  to Clinical Trials*, Tables 2.1 (Pocock C_P(K)) and 2.3 (O'Brien-Fleming C_B(K)). These
-  were not found in a stored copy of the book, so the test also derives the Pocock
+  spaced looks, and Pocock's maximum-sample-size factors R_P(K, 0.05, beta): Jennison &
+  Turnbull (2000), *Group Sequential Methods with Applications to Clinical Trials*,
+  Tables 2.1-2.3. No stored copy of the book was found; the figures were read from two
+  public code tabulations of those tables (found through the code index: a Python module
+  listing C_P(K) 2.178, 2.289, 2.361, 2.413 and R_P for power 0.8 and 0.9, and a Rust
+  module listing C_B(K) 1.977, 2.004, 2.024, 2.040), and the test also derives the Pocock
   constant's crossing probability by an independent brute-force Monte Carlo of the
   Brownian motion; K = 4 is further pinned by SAS/STAT's PROC SEQDESIGN Example 3
   ("Creating Two-Sided Pocock and O'Brien-Fleming Designs", SAS/STAT User's Guide),
@@ -64,10 +67,23 @@ def test_pocock_constants_match_jennison_turnbull_table_2_1(k: int, constant: fl
     assert float(np.mean(hits >= 0)) == pytest.approx(0.05, abs=0.0015)
 
 
-def test_obrien_fleming_constants_match_table_2_3_and_sas() -> None:
+@pytest.mark.parametrize("power, factors", [(0.8, (1.110, 1.166, 1.202, 1.229)), (0.9, (1.100, 1.151, 1.183, 1.207))])
+def test_pocock_sample_size_factors_match_jennison_turnbull_table_2_2(power: float,
+                                                                      factors: tuple[float, ...]) -> None:
+    """R_P(K, 0.05, 1 - power): the maximum information over the fixed design's, from the
+    recursion under drift (``crossing`` with theta)."""
+    fixed = norm.isf(0.025) + norm.isf(1 - power)
+    for k, factor in zip((2, 3, 4, 5), factors, strict=True):
+        f, b = tuple((j + 1) / k for j in range(k)), gs.constant_boundaries(k, 0.05, "pocock")
+        theta = brentq(lambda th, f=f, b=b: float(gs.crossing(f, b, 2, th).sum()) - power, 1.0, 7.0)
+        assert (theta / fixed) ** 2 == pytest.approx(factor, abs=1e-3)
+
+
+def test_obrien_fleming_constants_match_table_2_3() -> None:
     assert gs.constant_boundaries(5, 0.05, "obf") == pytest.approx((4.562, 3.226, 2.634, 2.281, 2.040), abs=5e-4)
     four = gs.constant_boundaries(4, 0.05, "obf")
     assert four[-1] == pytest.approx(2.024, abs=5e-4)  # C_B(4), Table 2.3
+    assert [gs.constant_boundaries(k, 0.05, "obf")[-1] for k in (2, 3)] == pytest.approx([1.977, 2.004], abs=5e-4)
     assert four == pytest.approx(tuple(four[-1] * math.sqrt(4 / (j + 1)) for j in range(4)))
 
 
