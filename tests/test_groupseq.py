@@ -209,9 +209,20 @@ def test_the_vectorised_stop_agrees_with_monitor_row_by_row() -> None:
     d = gs.Design((0.25, 0.5, 0.75, 1.0), 24, 0.05, "pocock")
     x = rng.normal(0.45, 1.0, (40, 24))
     stop = gs.stop_looks(x, d, 0.0, continuous=True)
-    for row, s in zip(x, stop, strict=True):
+    covered = gs.covers(x, d, stop, 0.45, continuous=True)
+    for row, s, c in zip(x, stop, covered, strict=True):
         out = gs.monitor(row, d)
         assert (len(out.looks) - 1 if out.decided else -1) == s
+        lo, hi = out.interval  # the repeated confidence interval monitor reports is the one covers() reads
+        assert lo is not None and hi is not None and (lo <= 0.45 <= hi) == c
+    assert 0 < int(np.sum(stop >= 0)) < 40  # both kinds of row were compared
+
+
+def test_zero_spread_never_decides_and_says_why_there_is_no_interval() -> None:
+    d = gs.Design((0.5, 1.0), 20, 0.05, "obf")
+    out = gs.monitor(np.full(20, 0.1), d)
+    assert not out.decided and out.stopped and [lk.decision for lk in out.looks] == ["continue", "final"]
+    assert out.interval == (None, None) and out.why is not None and "zero spread" in out.why
 
 
 def test_several_questions_split_alpha_and_stop_only_when_all_are_decided() -> None:
@@ -241,6 +252,8 @@ def test_expected_prompts_under_an_effect_and_the_saving_against_the_fixed_desig
     simulated, power = gs.simulated_prompts(d, 0.5)
     assert expected < simulated < 40 and simulated - expected < 3.0 and 0.75 < power < 0.95
     assert gs.expected_prompts(d, 0.0)[0] > 39.5  # no effect: almost every study runs to the maximum
+    one = gs.Design((0.25, 0.5, 0.75, 1.0), 40, 0.025, "obf", sides=1)
+    assert gs.expected_prompts(one, -0.5)[0] > 39.9 > gs.expected_prompts(one, 0.5)[0]  # worse: never stops
 
 
 def _shape(name: str, rng: np.random.Generator, reps: int, n: int) -> tuple[np.ndarray, bool]:

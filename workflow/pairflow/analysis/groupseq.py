@@ -302,13 +302,15 @@ def constant_boundaries(k: int, alpha: float, kind: Literal["pocock", "obf"], si
 
 def expected_prompts(design: Design, effect: float) -> tuple[float, np.ndarray]:
     """(expected prompts generated, probability of stopping at each look) if the true
-    standardised effect per prompt is ``effect`` (|mean - null| / per-prompt SD), under the
+    standardised effect per prompt is ``effect`` ((mean - null) / per-prompt SD, positive
+    on the better side; a two-sided design reads its size only), under the
     normal approximation with known variance: the z statistic at N prompts then has mean
     ``effect * sqrt(N)``. A study that never crosses runs to ``max_prompts``. The saving
     against the fixed design of ``max_prompts`` is ``1 - expected / max_prompts``; at
     small N it is optimistic (``simulated_prompts`` decides with the verdicts' test)."""
     f, b = design.fractions, design.boundaries()
-    p = crossing(f, b, design.sides, abs(effect) * math.sqrt(design.max_prompts))
+    drift = (abs(effect) if design.sides == 2 else effect) * math.sqrt(design.max_prompts)  # one-sided: signed
+    p = crossing(f, b, design.sides, drift)
     stop = p.copy()
     stop[-1] = 1.0 - float(p[:-1].sum())  # the last look ends every study
     return float(np.dot(stop, design.looks)), stop
