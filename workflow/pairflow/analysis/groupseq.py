@@ -12,8 +12,7 @@ question is decided or at ``N``.
 Boundaries: the alpha-spending approach of Lan & DeMets (1983, Biometrika 70:659-663),
 with the O'Brien-Fleming-type spending ``2 - 2 Phi(z_{1-a/2} / sqrt(t))`` for each side's
 ``a`` (alpha / 2 per side of a two-sided design, as ldbounds, gsDesign and rpact spend
-it), the Pocock-type
-``a log(1 + (e - 1) t)`` and Hwang, Shih & DeCani's (1990) family
+it), the Pocock-type ``a log(1 + (e - 1) t)`` and Hwang, Shih & DeCani's (1990) family
 ``a (1 - e^{-g t}) / (1 - e^{-g})``. Each look's boundary solves "probability of first
 crossing here = the alpha spent here" under the null, by the recursive numerical
 integration of Armitage, McPherson & Rowe (1969, JRSS A 132:235-244): the density of the
@@ -35,24 +34,25 @@ has 10-60 prompts. Each look's z boundary ``b_k`` is turned into its nominal two
 level ``p_k = 2 (1 - Phi(b_k))`` and the look rejects when the verdicts' own test
 (``inference.union_p``: the max-p union of Student's t, Hall's skew-corrected t and, for
 quantised values or few prompts, the exact sign-flip test) gives p < p_k at that look's
-own n. That is the practical "same nominal level, t quantile at the look's df" rule (Jennison &
-Turnbull 2000 discuss it for normal data of unknown variance), with the verdicts' test in
-place of the t test so
-that a sequential verdict is read with the same test as a fixed one. Its error rate is
-not exact at small n; the tests simulate it (false-positive rate at most alpha + 0.01)
-under the shapes the verdicts are tested on.
+own n. That is the practical "same nominal level, t quantile at the look's df" rule
+(Jennison & Turnbull 2000 discuss it for normal data of unknown variance), with the
+verdicts' test in place of the t test so that a sequential verdict is read with the same
+test as a fixed one. Its error rate is not exact at small n; the tests simulate it
+(false-positive rate at most alpha + 0.01) under the shapes the verdicts are tested on.
 
 The interval after a stop: the repeated confidence interval of Jennison & Turnbull (1989,
 JRSS B 51:305-361) at the look where the question was decided: every mean the same test
 does not reject at that look's nominal level ``p_k``, i.e. ``Cell.interval(1 - p_k)``.
 The sequence of these intervals covers the true mean at every look at once with
-probability at least 1 - alpha, so the one read at any stopping look, however the stop was
-chosen, covers at least as often: valid under optional stopping and with looks that were
-not planned, at the price of being wider than a fixed-sample interval on the same
-prompts (about ``b_k / 1.96`` times: 1.03 at the last of four O'Brien-Fleming-type looks,
-over 2 at the first). The stage-wise-ordering exact interval
-(Tsiatis, Rosner & Mehta 1984) is shorter but needs the looks to follow the plan and the
-variance known, neither of which a small study of prompts guarantees.
+probability at least 1 - alpha (exactly so for a z statistic; simulated in the tests for
+this test), so the one read at any stopping look, however the stop was chosen, covers at
+least as often: valid under optional stopping and with looks that were not planned, at
+the price of being wider than a fixed-sample interval on the same prompts (about
+``b_k / 1.96`` times: 1.03 at the last of four O'Brien-Fleming-type looks, over 2 at the
+first). The stage-wise-ordering exact interval (Tsiatis, Rosner & Mehta 1984) is shorter
+but needs the looks to follow the plan and the variance known, neither of which a small
+study of prompts guarantees. Under several questions a question's interval is read at
+the share of alpha it was decided with.
 
 Several questions: each is tested with its own spending boundary at a share of the
 table's alpha. ``bonferroni`` (the default) gives each ``alpha / m`` over the ``m``
@@ -90,6 +90,10 @@ GRID_PER_SD = 24
 GRID_STEP = 0.02
 """Largest grid step on the score scale, so that a later look's short increment (SD
 down to about 0.2) still has ten points per SD."""
+MAX_GRID = 6000
+"""Most grid points at a look (the kernel is points x previous points, so this bounds
+memory at about 300 MB): reached only by looks under about 1/140 of the plan apart, which
+looks over at most a hundred-odd prompts cannot be; beyond it the grid coarsens."""
 TAIL_SD = 10.0
 """A one-sided design's continuation region is cut this many SDs below the drift: the mass
 beyond it is below 1e-23."""
@@ -235,7 +239,7 @@ class _Recursion:
         hi = min(upper, Z_CAP + 2) * st
         lo = max(lower, -Z_CAP - 2) * st if lower != -math.inf else self.theta * t - TAIL_SD * st
         lo = min(lo, hi - 1e-9)
-        x, wx = _simpson(lo, hi, min(sd / GRID_PER_SD, GRID_STEP))
+        x, wx = _simpson(lo, hi, max(min(sd / GRID_PER_SD, GRID_STEP), (hi - lo) / MAX_GRID))
         prev = self.grid if self.grid is not None else np.zeros(1)
         pw = self.dens if self.dens is not None else np.ones(1)
         kern = norm.pdf((x[:, None] - prev[None, :] - self.theta * d) / sd) / sd
