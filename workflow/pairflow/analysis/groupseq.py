@@ -393,7 +393,8 @@ def decide_z(z: Sequence[float], fractions: Sequence[float], design: Design) -> 
     """The decision at each look from z statistics already formed (known variance, or
     a caller's own statistic): ``z[k]`` at information fraction ``fractions[k]`` (observed;
     need not be the planned ones, 1 at the last). ``reject`` at the first look beyond its
-    boundary (two-sided: |z|; one-sided: z above), and nothing after it; ``final`` at a
+    boundary (two-sided: |z|; one-sided: z above, so orient z with the better side
+    positive), and nothing after it; ``final`` at a
     last look of fraction 1 that does not reject. Raises StatsError if the lengths differ."""
     if len(z) != len(fractions):
         raise StatsError(f"{len(z)} z statistics for {len(fractions)} look fractions; give one z per look")
