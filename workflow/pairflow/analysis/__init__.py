@@ -2,5 +2,7 @@
 
 ``inference`` is one cell's test and interval; ``stats`` pairs treatment with control
 across a panel and a study; ``repeat`` measures the noise floor from repeatability reruns;
-``groupseq`` is group-sequential stopping over prompts (alpha-spending boundaries and the
-decision at each look; not yet called by any stage). Imports neither torch nor the fleet."""
+``spending`` is a group-sequential plan's boundaries (alpha spending, the
+Armitage-McPherson-Rowe recursion, expected prompts) and ``groupseq`` the stopping over
+prompts that reads them (the decision at each look, the interval after a stop, several
+questions; not yet called by any stage). Imports neither torch nor the fleet."""
