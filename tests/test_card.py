@@ -11,20 +11,24 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, small_config, write_config
+from conftest import ROOT, generation_record, small_config, write_config
 
 from pairflow.analysis.verdicts import verdict_text
 from pairflow.cli import main
 from pairflow.errors import IntegrityError
+from pairflow.generation.provenance import provenance
 from pairflow.identity import digest_file, digest_obj
 from pairflow.layout import Layout
+from pairflow.plan.candidates import candidates, record_path
 from pairflow.plan.config import StudySpec, load_study, study_from_raw
+from pairflow.records.store import write_record
 from pairflow.report.card import (
     AS_DECLARED,
     FIXED_N,
     NOISE_NOT_MEASURED,
     NOT_CONFIGURED,
     NOT_RECORDED,
+    as_run,
     declared,
     read_card,
     scorer_weight_keys,
@@ -189,6 +193,26 @@ def test_the_results_part_carries_stats_json_numbers_the_noise_floor_and_the_arc
     page = (layout.study / "card.md").read_text()
     assert "| pab | 1.8× [1.5, 2.1] | 0.6× (no interval" in page and "3.5 / not recorded" in page
     assert "root `xxh3_128:" + "1" * 32 in page
+
+
+def test_what_the_records_say_ran_is_read_against_the_seal(project: Path) -> None:
+    """A generation record made at another commit than the sealed card's is a deviation
+    ("as run"), counted; its other provenance equals the card's and is not listed."""
+    study = _study(project)
+    card = write_card(study)[0]
+    layout = Layout(study.scratch)
+    prov = provenance(study)
+    c = candidates(study, study.panels[0])[1]
+    gen = generation_record("t", c.key.prompt_id, 0, c.arm.name, 1, "v")
+    gen.update({k: prov[k] for k in ("environment", "model", "encoder", "config_digest")},
+               code={"commit": "0" * 40, "dirty": False})
+    write_record(record_path(layout, c), gen)
+    assert as_run(study, card["declared"]) == [{"field": "as run: code.commit", "declared": card["declared"]["code"][
+        "commit"], "found": "0" * 40, "records": 1}]
+    layout.study_stats.write_text(json.dumps(STATS))
+    res = write_card(study)[1]
+    assert res is not None and res["comparison"]["deviations"][-1]["field"] == "as run: code.commit"
+    assert "| as run: code.commit |" in (layout.study / "card.md").read_text()
 
 
 def test_the_scorer_weights_are_the_ones_scoring_verifies(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ claim and from what, and after it, what it found and whether it kept to what it 
   speedup with its interval, the compute ratio, peak device memory (where recorded) and
   the verdicts against control; the noise floor (where repeatability ran), the ledger's
   slot-seconds and the archive's root digest (``latest.json``); and the comparison with
-  the sealed card: ``as declared``, or each deviation (field, declared, found). It names
+  the sealed card: ``as declared``, or each deviation (field, declared, found) of the
+  declared part recomputed now and of what the records say ran (``as_run``). It names
   the seal it was read against and carries its own digest.
 * ``card.md``: both rendered as one Markdown page (one source: the JSON above).
 
@@ -46,7 +47,9 @@ from ..identity import digest_file, digest_obj
 from ..layout import Layout, as_named
 from ..metrics import metric_spec, needed_weights
 from ..metrics.weights import read_lock, verify
+from ..plan.candidates import candidates, record_path, score_path
 from ..plan.config import StudySpec
+from ..records.store import read_record
 from .vbench import vbench_coverage
 
 FORMAT = "pairflow-claim-card/1"
@@ -287,13 +290,52 @@ def results(study: StudySpec) -> dict[str, Any] | None:
             "noise_floor": noise, "ledger": ledger, "archive": archive}
 
 
+AS_RUN: dict[str, tuple[str, Any]] = {
+    "code.commit": ("generation", lambda r: r["code"]["commit"]),
+    "environment.installed_digest": ("generation", lambda r: r["environment"].get("installed_digest")),
+    "model.weights.digest": ("generation", lambda r: digest_obj(r["model"]["weights"]) if r["model"]["weights"]
+                             else None),
+    "encoder.recipe_digest": ("generation", lambda r: r["encoder"]["recipe_digest"]),
+    "encoder.fingerprint.digest": ("generation", lambda r: r["encoder"]["fingerprint"]["digest"]),
+    "config_digest": ("generation", lambda r: r["config_digest"]),
+    "scorers.weights.lock": ("score", lambda r: r["scorer"]["weights_lock"]),
+    "scoring.decode": ("score", lambda r: r["scorer"]["decode"]),
+    "scoring.static_filter": ("score", lambda r: r["scorer"]["static_filter"]),
+}
+"""Declared fields every generation or score record also states, and how to read them
+from one (the record's provenance: what really ran, wherever it ran)."""
+
+
+def as_run(study: StudySpec, sealed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every value the study's records state for an ``AS_RUN`` field that differs from the
+    sealed card's, as ``{"field": "as run: <field>", "declared", "found", "records"}`` (how
+    many records say so). Records are read through their self-digest check (RecordError on
+    an altered one)."""
+    layout = Layout(study.scratch)
+    seen: dict[tuple[str, str], int] = {}
+    for panel in study.panels:
+        for c in candidates(study, panel):
+            for kind, path in (("generation", record_path(layout, c)), ("score", score_path(layout, c))):
+                if not path.is_file():
+                    continue
+                rec = dict(read_record(path, "generation") if kind == "generation" else read_record(path, "score"))
+                for name, (k, read) in AS_RUN.items():
+                    if k == kind:
+                        key = (name, json.dumps(read(rec)))
+                        seen[key] = seen.get(key, 0) + 1
+    want = _leaves(sealed)
+    return [{"field": f"as run: {name}", "declared": want.get(name), "found": json.loads(value), "records": n}
+            for (name, value), n in sorted(seen.items()) if json.loads(value) != want.get(name)]
+
+
 def result_card(study: StudySpec, sealed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The results part against the sealed card ``sealed``, with the comparison: the
-    declared part recomputed now and every deviation from it. None before the statistics."""
+    """The results part against the sealed card ``sealed``, with the comparison: every
+    deviation of the declared part recomputed now, then of what the records say ran
+    (``as_run``). None before the statistics."""
     body = results(study)
     if body is None:
         return None
-    found = deviations(sealed["declared"], declared(study))
+    found = deviations(sealed["declared"], declared(study)) + as_run(study, sealed["declared"])
     out = {"kind": "claim-card-results", "format": FORMAT, "study": study.study, "seal": sealed["seal"],
            **body, "comparison": AS_DECLARED if not found else {"deviations": found}}
     return {**out, "digest": digest_obj(out)}
@@ -413,5 +455,6 @@ def markdown(card: Mapping[str, Any], res: Mapping[str, Any] | None, found: list
     else:
         lines += [f"{len(found)} deviation(s) from the sealed card:", "", "| field | declared | found |",
                   "|---|---|---|"]
-        lines += [f"| {f['field']} | `{json.dumps(f['declared'])}` | `{json.dumps(f['found'])}` |" for f in found]
+        lines += [f"| {f['field']} | `{json.dumps(f['declared'])}` | `{json.dumps(f['found'])}`"
+                  + (f" ({f['records']} record(s))" if "records" in f else "") + " |" for f in found]
     return "\n".join(lines) + "\n"
