@@ -190,6 +190,15 @@ def test_the_results_part_carries_stats_json_numbers_the_noise_floor_and_the_arc
     assert res is not None and res["noise_floor"]["noise_floor"] == floor
     assert res["noise_floor"]["noise_flags"] == ["a flag"]
     assert res["noise_floor"]["digest"] == digest_file(layout.repeatability())
+    jobs = {f"j{i}": {"held": {"slot_s": 10.0 * i, "gpu_s": 5.0 * i},
+                      "rows": [{"arm": "pab", "stage": "generate", "kind": "work", "slot_s": 3.0 * i},
+                               {"arm": "control", "stage": "generate", "kind": "work", "slot_s": 2.0 * i}]}
+            for i in (1, 2)}
+    layout.ledger().write_text(json.dumps({"jobs": jobs}))
+    res = write_card(study)[1]
+    assert res is not None and res["ledger"] == {"jobs": 2, "slot_s": 30.0, "gpu_s": 15.0, "digest": digest_file(
+        layout.ledger()), "slot_s_by_arm": {"control": 6.0, "pab": 9.0}}
+    assert "- **Ledger**: 2 job(s), 30.0 slot-seconds (15.0 GPU-seconds)." in (layout.study / "card.md").read_text()
     page = (layout.study / "card.md").read_text()
     assert "| pab | 1.8× [1.5, 2.1] | 0.6× (no interval" in page and "3.5 / not recorded" in page
     assert "root `xxh3_128:" + "1" * 32 in page

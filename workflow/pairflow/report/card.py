@@ -390,11 +390,23 @@ def _ci(v: Any) -> str:
 def markdown(card: Mapping[str, Any], res: Mapping[str, Any] | None, found: list[dict[str, Any]]) -> str:
     """The card as one Markdown page: the declared part, then the results (or that the
     study has none yet), then the comparison with the seal. Rendered from the JSON only."""
-    d = card["declared"]
+    lines = [f"# Claim card: {card['declared']['study']}", "",
+             f"Sealed {card['sealed']}: `{card['seal']}` ({FORMAT}).", "", "## Declared", ""]
+    lines += _declared_lines(card["declared"]) + ["", "## Results", ""] + _result_lines(res)
+    lines += ["## Against the seal", ""]
+    if not found:
+        lines.append(f"{AS_DECLARED.capitalize()}: the declared part recomputed now equals the sealed one.")
+    else:
+        lines += [f"{len(found)} deviation(s) from the sealed card:", "", "| field | declared | found |",
+                  "|---|---|---|"]
+        lines += [f"| {f['field']} | `{json.dumps(f['declared'])}` | `{json.dumps(f['found'])}`"
+                  + (f" ({f['records']} record(s))" if "records" in f else "") + " |" for f in found]
+    return "\n".join(lines) + "\n"
+
+
+def _declared_lines(d: Mapping[str, Any]) -> list[str]:
     q, p = d["questions"], d["plan"]
-    lines = [f"# Claim card: {d['study']}", "",
-             f"Sealed {card['sealed']}: `{card['seal']}` ({FORMAT}).", "", "## Declared", "",
-             f"**Questions** (alpha {q['alpha']:g}, power {q['power']:g}; family: {q['family']['method']} over "
+    lines = [f"**Questions** (alpha {q['alpha']:g}, power {q['power']:g}; family: {q['family']['method']} over "
              f"{q['family']['size']} tests):", "",
              "| arm | metric | question | margin / floor | in the family |", "|---|---|---|---|---|"]
     for c in q["cells"]:
@@ -403,34 +415,39 @@ def markdown(card: Mapping[str, Any], res: Mapping[str, Any] | None, found: list
                      f"{'yes' if c['in_family'] else 'no'} |")
     panels = ", ".join(f"{n}: {v['prompts']} prompts x {v['seeds']} seeds" for n, v in p["panels"].items())
     iso = "; ".join(f"{a['name']}: {a['iso_compute_control'] or NOT_CONFIGURED}" for a in d["arms"] if not a["control"])
-    lines += ["", f"**Planned N**: {p['prompts']} prompts, {p['pairs_per_arm']} pairs per arm, {p['candidates']} "
+    lines += ["", f"- **Planned N**: {p['prompts']} prompts, {p['pairs_per_arm']} pairs per arm, {p['candidates']} "
               f"candidates ({panels}); unit: {p['unit']}.",
-              f"**Stopping rule**: {p['stopping_rule']['text']}. **Timed pass**: {p['timing']['rule']}.",
-              f"**Arms**: {', '.join(a['name'] for a in d['arms'])}; iso-compute control: {iso}.",
-              f"**Seeds**: {json.dumps(d['seeds']['panels'])}; statistics seed {d['seeds']['stats']}, timing seed "
+              f"- **Stopping rule**: {p['stopping_rule']['text']}. **Timed pass**: {p['timing']['rule']}.",
+              f"- **Arms**: {', '.join(a['name'] for a in d['arms'])}; iso-compute control: {iso}.",
+              f"- **Seeds**: {json.dumps(d['seeds']['panels'])}; statistics seed {d['seeds']['stats']}, timing seed "
               f"{d['seeds']['timing']}.", "", "| panel | sheet | sheet digest | prompts digest |", "|---|---|---|---|"]
     lines += [f"| {n} | `{s['sheet']}` | `{s['sheet_digest']}` | `{s['prompts_digest']}` |"
               for n, s in d["prompt_sheets"].items()]
     w = d["scorers"]["weights"]
     enc = d["encoder"]
     mw = d["model"]["weights"]
-    lines += ["", f"**Model**: {d['model']['kind']} {d['model']['id']}"
+    lines += ["", f"- **Model**: {d['model']['kind']} {d['model']['id']}"
               + (f" (revision {d['model']['revision']})" if d["model"]["revision"] else "") + ", weights "
               + (f"`{mw['digest']}` over {mw['files']} file(s)." if mw["digest"] else
                  "not found at the model path when the card was sealed (a model a rule builds is not built yet)."),
-              f"**Scorers**: {', '.join(d['scorers']['metrics'])}; weights: "
+              f"- **Scorers**: {', '.join(d['scorers']['metrics'])}; weights: "
               + (f"lock `{w['lock']}` ({w['origin']}), {len(w['files'])} file(s)" if w["keys"] else "none needed")
               + ".",
-              f"**Encoder**: recipe `{enc['recipe_digest']}`, fingerprint `{enc['fingerprint']['digest']}`; "
+              f"- **Encoder**: recipe `{enc['recipe_digest']}`, fingerprint `{enc['fingerprint']['digest']}`; "
               f"**decode**: {d['scoring']['decode']}; **static filter**: {d['scoring']['static_filter']}"
               + ("" if d["scoring"]["static_filter_applies"] else " (applies to no scorer)") + ".",
-              f"**Code**: {d['code']['commit'] or 'not a git checkout'}"
+              f"- **Code**: {d['code']['commit'] or 'not a git checkout'}"
               + (" (uncommitted changes)" if d["code"]["dirty"] else "")
               + f"; **environment**: `{d['environment']['digest']}` (Python {d['environment']['python']}).",
-              f"**VBench**: scored {', '.join(d['vbench']['scored']) or 'none'}; not scored: "
+              f"- **VBench**: scored {', '.join(d['vbench']['scored']) or 'none'}; not scored: "
               f"{', '.join(d['vbench']['missing'])}; totals that cannot be formed: "
               + ("; ".join(f"{t} (lacks {', '.join(m)})" for t, m in d["vbench"]["cannot_form"].items()) or "none")
-              + ".", "", "## Results", ""]
+              + "."]
+    return lines
+
+
+def _result_lines(res: Mapping[str, Any] | None) -> list[str]:
+    lines: list[str] = []
     if res is None:
         lines += ["No study statistics yet: the results part is added when the study has finished.", ""]
     else:
@@ -445,16 +462,12 @@ def markdown(card: Mapping[str, Any], res: Mapping[str, Any] | None, found: list
                          f"{a['against_iso_compute_control']} |")
         nf = res["noise_floor"]
         ar = res["archive"]
-        lines += ["", "**Noise floor**: " + (nf if isinstance(nf, str) else ", ".join(
+        led = res["ledger"]
+        lines += ["", "- **Ledger**: " + (led if isinstance(led, str) else
+                                          f"{led['jobs']} job(s), {_num(led['slot_s'], '.1f')} slot-seconds "
+                                          f"({_num(led['gpu_s'], '.1f')} GPU-seconds)") + ".",
+                  "- **Noise floor**: " + (nf if isinstance(nf, str) else ", ".join(
             f"{m}: max range {_num(v['max_range'])}" for m, v in (nf["noise_floor"] or {}).items())) + ".",
-            "**Archive**: " + (ar if isinstance(ar, str) else f"snapshot {ar['snapshot']}, root `{ar['root_digest']}`")
-            + ".", ""]
-    lines += ["## Against the seal", ""]
-    if not found:
-        lines.append(f"{AS_DECLARED.capitalize()}: the declared part recomputed now equals the sealed one.")
-    else:
-        lines += [f"{len(found)} deviation(s) from the sealed card:", "", "| field | declared | found |",
-                  "|---|---|---|"]
-        lines += [f"| {f['field']} | `{json.dumps(f['declared'])}` | `{json.dumps(f['found'])}`"
-                  + (f" ({f['records']} record(s))" if "records" in f else "") + " |" for f in found]
-    return "\n".join(lines) + "\n"
+            "- **Archive**: "
+            + (ar if isinstance(ar, str) else f"snapshot {ar['snapshot']}, root `{ar['root_digest']}`") + ".", ""]
+    return lines
