@@ -66,7 +66,8 @@ def test_the_declared_card_states_questions_plan_seeds_digests_and_what_is_not_t
     study = _study(project)
     card, res, found, paths = write_card(study)
     layout = Layout(study.scratch)
-    assert paths == [layout.card, layout.study / "card.md"] and res is None and found == []
+    assert paths == [layout.card, layout.study / "card-results.json", layout.study / "card.md"]
+    assert not res["finished"] and "arms" not in res and res["comparison"] == AS_DECLARED and found == []
     assert card["seal"] == digest_obj(card["declared"]) == json.loads(layout.card.read_text())["seal"]
     assert card["sealed"] == "before generation"
     d = card["declared"]
@@ -164,7 +165,7 @@ def test_the_results_part_carries_stats_json_numbers_the_noise_floor_and_the_arc
     latest.parent.mkdir(parents=True)
     latest.write_text(json.dumps({"snapshot": "snapshots/abc", "root_digest": "xxh3_128:" + "1" * 32}))
     card, res, found, paths = write_card(study)
-    assert res is not None and found == [] and res["comparison"] == AS_DECLARED
+    assert res["finished"] and found == [] and res["comparison"] == AS_DECLARED
     assert paths == [layout.study / "card-results.json", layout.study / "card.md"]
     assert json.loads((layout.study / "card-results.json").read_text()) == res
     assert res["seal"] == card["seal"] and res["digest"] == digest_obj({k: v for k, v in res.items() if k != "digest"})

@@ -279,7 +279,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         for p in paths:
             print(p)
         print(f"claim card {card['seal']} (sealed {card['sealed']}); "
-              f"{'results added' if res is not None else 'no results yet'}; "
+              f"{'results added' if res['finished'] else 'no study statistics yet'}; "
               + (AS_DECLARED if not found else f"{len(found)} deviation(s): " + ", ".join(f['field'] for f in found)))
         return EXIT_PROBLEMS if found else EXIT_OK
     if args.cmd == "archive":

@@ -13,13 +13,14 @@ claim and from what, and after it, what it found and whether it kept to what it 
   totals that cannot be formed (``report.vbench``). It is canonical JSON, sealed: ``seal``
   is ``identity.digest_obj`` of ``declared``. A sealed card is never rewritten: a later run
   recomputes the declared part and lists every field that changed as a deviation.
-* ``card-results.json``: the **results** part once the study statistics exist: per arm the
-  speedup with its interval, the compute ratio, peak device memory (where recorded) and
-  the verdicts against control; the noise floor (where repeatability ran), the ledger's
-  slot-seconds and the archive's root digest (``latest.json``); and the comparison with
-  the sealed card: ``as declared``, or each deviation (field, declared, found) of the
-  declared part recomputed now and of what the records say ran (``as_run``). It names
-  the seal it was read against and carries its own digest.
+* ``card-results.json``: the **results** part, written on every run: once the study
+  statistics exist (``finished``), per arm the speedup with its interval, the compute
+  ratio, peak device memory (where recorded) and the verdicts against control; the noise
+  floor (where repeatability ran), the ledger's slot-seconds and the archive's root digest
+  (``latest.json``); and always the comparison with the sealed card: ``as declared``, or
+  each deviation (field, declared, found) of the declared part recomputed now and of what
+  the records say ran (``as_run``). It names the seal it was read against and carries its
+  own digest.
 * ``card.md``: both rendered as one Markdown page (one source: the JSON above).
 
 What does not exist yet is stated, in fields that later work fills: the stopping rule is
@@ -328,28 +329,28 @@ def as_run(study: StudySpec, sealed: Mapping[str, Any]) -> list[dict[str, Any]]:
             for (name, value), n in sorted(seen.items()) if json.loads(value) != want.get(name)]
 
 
-def result_card(study: StudySpec, sealed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The results part against the sealed card ``sealed``, with the comparison: every
-    deviation of the declared part recomputed now, then of what the records say ran
-    (``as_run``). None before the statistics."""
+def result_card(study: StudySpec, sealed: Mapping[str, Any]) -> dict[str, Any]:
+    """The results part against the sealed card ``sealed``: the study's results once its
+    statistics exist (``finished``; ``results``), and always the comparison: every deviation
+    of the declared part recomputed now, then of what the records written so far say ran
+    (``as_run``), or ``as declared``."""
     body = results(study)
-    if body is None:
-        return None
     found = deviations(sealed["declared"], declared(study)) + as_run(study, sealed["declared"])
     out = {"kind": "claim-card-results", "format": FORMAT, "study": study.study, "seal": sealed["seal"],
-           **body, "comparison": AS_DECLARED if not found else {"deviations": found}}
+           "finished": body is not None, **(body or {}),
+           "comparison": AS_DECLARED if not found else {"deviations": found}}
     return {**out, "digest": digest_obj(out)}
 
 
 # --- writing and rendering ----------------------------------------------------------------
 
 
-def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None,
+def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any], dict[str, Any],
                                                                    list[dict[str, Any]], list[Path]]:
     """Seal the card in ``out`` (default: the study folder) unless a sealed one is there
-    (kept byte for byte; IntegrityError when it was altered), add the results part when the
-    statistics exist, and render ``card.md`` from both. Returns (card, results or None,
-    deviations of the declared part now from the sealed one, the paths written)."""
+    (kept byte for byte; IntegrityError when it was altered, ConfigError when it is another
+    study's), write the results part (``result_card``) beside it and render ``card.md``
+    from both. Returns (card, results part, its deviations, the paths written)."""
     default = Layout(study.scratch).card
     folder = out if out is not None else default.parent
     path, rpath, mpath = folder / default.name, folder / RESULTS_NAME, folder / PAGE_NAME
@@ -364,15 +365,10 @@ def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any
         write_text(path, json.dumps(card, indent=1, sort_keys=True) + "\n")
         written.append(path)
     res = result_card(study, card)
-    if res is not None:
-        write_text(rpath, json.dumps(res, indent=1, sort_keys=True) + "\n")
-        written.append(rpath)
-        found = [] if res["comparison"] == AS_DECLARED else res["comparison"]["deviations"]
-    else:
-        found = [] if path in written else deviations(card["declared"], declared(study))
-    write_text(mpath, markdown(card, res, found))
-    written.append(mpath)
-    return card, res, found, written
+    write_text(rpath, json.dumps(res, indent=1, sort_keys=True) + "\n")
+    found = [] if res["comparison"] == AS_DECLARED else res["comparison"]["deviations"]
+    write_text(mpath, markdown(card, res))
+    return card, res, found, [*written, rpath, mpath]
 
 
 def _num(x: Any, spec: str = ".3g") -> str:
@@ -387,15 +383,17 @@ def _ci(v: Any) -> str:
     return f"{_num(v['estimate'])}×{ci}"
 
 
-def markdown(card: Mapping[str, Any], res: Mapping[str, Any] | None, found: list[dict[str, Any]]) -> str:
+def markdown(card: Mapping[str, Any], res: Mapping[str, Any]) -> str:
     """The card as one Markdown page: the declared part, then the results (or that the
     study has none yet), then the comparison with the seal. Rendered from the JSON only."""
+    found = [] if res["comparison"] == AS_DECLARED else res["comparison"]["deviations"]
     lines = [f"# Claim card: {card['declared']['study']}", "",
              f"Sealed {card['sealed']}: `{card['seal']}` ({FORMAT}).", "", "## Declared", ""]
     lines += _declared_lines(card["declared"]) + ["", "## Results", ""] + _result_lines(res)
     lines += ["## Against the seal", ""]
     if not found:
-        lines.append(f"{AS_DECLARED.capitalize()}: the declared part recomputed now equals the sealed one.")
+        lines.append(f"{AS_DECLARED.capitalize()}: the declared part recomputed now equals the sealed one, and so "
+                     "does what every record written so far says ran.")
     else:
         lines += [f"{len(found)} deviation(s) from the sealed card:", "", "| field | declared | found |",
                   "|---|---|---|"]
@@ -446,9 +444,9 @@ def _declared_lines(d: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _result_lines(res: Mapping[str, Any] | None) -> list[str]:
+def _result_lines(res: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
-    if res is None:
+    if not res["finished"]:
         lines += ["No study statistics yet: the results part is added when the study has finished.", ""]
     else:
         lines += [f"From `{res['stats']['path']}` (`{res['stats']['digest']}`).", "",
