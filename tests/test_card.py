@@ -68,7 +68,8 @@ def test_the_declared_card_states_questions_plan_seeds_digests_and_what_is_not_t
     layout = Layout(study.scratch)
     assert paths == [layout.card, layout.study / "card-results.json", layout.study / "card.md"]
     assert not res["finished"] and "arms" not in res and res["comparison"] == AS_DECLARED and found == []
-    assert card["seal"] == digest_obj(card["declared"]) == json.loads(layout.card.read_text())["seal"]
+    assert card["seal"] == digest_obj({k: v for k, v in card.items() if k != "seal"})
+    assert json.loads(layout.card.read_text()) == card
     assert card["sealed"] == "before generation"
     d = card["declared"]
     q = d["questions"]
@@ -257,3 +258,28 @@ def test_bad_out_and_a_card_of_another_study_are_refused_in_one_line(project: Pa
     assert main(["card", "--directory", str(project), "--out", str(other)]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is the claim card of study 'tiny-default', not 'test'" in err
+
+
+def test_a_card_of_the_finished_study_carries_its_numbers_and_finds_it_as_declared(finished_study: Path,
+                                                                                  tmp_path: Path) -> None:
+    """On the session's finished study (real Snakemake, every arm kind, the archive
+    promoted): sealed now on the same machine and checkout, the records say it ran as
+    declared; every arm's numbers are stats.json's; the archive root is latest.json's."""
+    from conftest import study_config
+
+    study = study_from_raw(study_config(finished_study), finished_study)
+    card, res, found, _ = write_card(study, tmp_path)
+    assert card["sealed"] == "after generation had begun"
+    assert found == [] and res["comparison"] == AS_DECLARED
+    stats = json.loads(Layout(study.scratch).study_stats.read_text())
+    assert [a["arm"] for a in res["arms"]] == [c["treatment"] for c in stats["comparisons"]]
+    for arm, c in zip(res["arms"], stats["comparisons"], strict=True):
+        assert (arm["speedup"]["estimate"], arm["speedup"]["ci"]) == (c["speedup"]["geomean"], c["speedup"]["ci"])
+        assert (arm["compute_ratio"]["estimate"], arm["compute_ratio"]["ci"]) == (c["compute"]["ratio"],
+                                                                                  c["compute"]["ci"])
+        assert [(v["metric"], v["verdict_code"], v["text"]) for v in arm["against_control"]] == [
+            (m["metric"], m["verdict_code"], verdict_text(m)) for m in c["metrics"]]
+    latest = json.loads((study.work / study.study / "latest.json").read_text())
+    assert res["archive"] == {"snapshot": latest["snapshot"], "root_digest": latest["root_digest"]}
+    # temporal_flickering only: psnr and ssim have no floor here, so they are values outside the family
+    assert card["declared"]["questions"]["family"]["size"] == len(study.treatments)

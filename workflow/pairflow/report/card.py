@@ -11,8 +11,8 @@ claim and from what, and after it, what it found and whether it kept to what it 
   (the mirror's lock), the encoder recipe and fingerprint, the decode mode and the
   static-filter policy; code and environment; the VBench dimensions not scored and the
   totals that cannot be formed (``report.vbench``). It is canonical JSON, sealed: ``seal``
-  is ``identity.digest_obj`` of ``declared``. A sealed card is never rewritten: a later run
-  recomputes the declared part and lists every field that changed as a deviation.
+  is ``identity.digest_obj`` of the rest of the card. A sealed card is never rewritten: a
+  later run recomputes the declared part and lists every field that changed as a deviation.
 * ``card-results.json``: the **results** part, written on every run: once the study
   statistics exist (``finished``), per arm the speedup with its interval, the compute
   ratio, peak device memory (where recorded) and the verdicts against control; the noise
@@ -102,7 +102,7 @@ def plan(study: StudySpec) -> dict[str, Any]:
     pairs = sum(p["pairs_per_arm"] for p in panels.values())
     t = study.timing
     timed = ({"pairs": "auto", "rule": f"two-stage (Stein): {t.pilot_prompts} pilot prompts, then as many as reach "
-              f"a speedup interval of +-{t.precision:g} relative half-width, at most {t.max_prompts}"}
+              f"a speedup interval of relative half-width {t.precision:g}, at most {t.max_prompts}"}
              if t.pairs == "auto" else {"pairs": t.pairs, "rule": "every pair" if t.pairs == "all"
                                         else f"{t.pairs} pairs per panel, a seeded sample (seed {t.seed})"})
     return {"unit": "prompt (the treatment - control difference averaged over its seeds)", "panels": panels,
@@ -179,13 +179,11 @@ def declared(study: StudySpec) -> dict[str, Any]:
 
 
 def seal(study: StudySpec) -> dict[str, Any]:
-    """A new sealed card: the declared part, its seal (``digest_obj`` of it) and whether
-    generation had begun when it was sealed (a card sealed late says so)."""
-    body = declared(study)
-    started = _generation_started(study)
-    return {"kind": "claim-card", "format": FORMAT, "study": study.study, "declared": body,
-            "seal": digest_obj(body),
-            "sealed": "after generation had begun" if started else "before generation"}
+    """A new sealed card: the declared part, whether generation had begun when it was sealed
+    (a card sealed late says so), and its seal: ``digest_obj`` of everything else in it."""
+    card = {"kind": "claim-card", "format": FORMAT, "study": study.study, "declared": declared(study),
+            "sealed": "after generation had begun" if _generation_started(study) else "before generation"}
+    return {**card, "seal": digest_obj(card)}
 
 
 def _generation_started(study: StudySpec) -> bool:
@@ -194,8 +192,8 @@ def _generation_started(study: StudySpec) -> bool:
 
 
 def read_card(path: Path) -> dict[str, Any]:
-    """A sealed card from ``path``. Raises IntegrityError when its declared part no longer
-    digests to its seal (the file was edited), naming both digests and the fix."""
+    """A sealed card from ``path``. Raises IntegrityError when it no longer digests to its
+    seal (the file was edited), naming both digests and the fix."""
     try:
         card: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -203,9 +201,9 @@ def read_card(path: Path) -> dict[str, Any]:
                              "to seal a new card (every field then counts as declared now)") from None
     if card.get("format") != FORMAT or "declared" not in card:
         raise IntegrityError(f"{path} is not a claim card ({FORMAT}); move it aside or give another --out")
-    found = digest_obj(card["declared"])
+    found = digest_obj({k: v for k, v in card.items() if k != "seal"})
     if found != card.get("seal"):
-        raise IntegrityError(f"claim card {path} was altered after sealing: its declared part digests to {found}, "
+        raise IntegrityError(f"claim card {path} was altered after sealing: it digests to {found}, "
                              f"its seal says {card.get('seal')}; restore it from the archive (a sealed card is never "
                              "edited: a change is a deviation)")
     return card
