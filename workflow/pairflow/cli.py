@@ -6,7 +6,7 @@ Exit codes (distinct from argparse's usage error, 2):
 
     0  success
     1  the check ran and found problems (verify: evidence incomplete or altered;
-       status --check: failures present)
+       status --check: failures present; card: the declared part deviates from its seal)
     2  usage error: unknown subcommand or option, missing argument (argparse)
     3  PairFlow refused the input (config, sheet, tree, lock): the message says the fix
     130  interrupted (Ctrl-C)
@@ -49,6 +49,7 @@ from .locks import hold
 from .metrics.weights import build_test_mirror, fetch
 from .plan.candidates import panel_dir
 from .plan.config import FleetSpec, StudySpec, load_study
+from .report.card import AS_DECLARED, write_card
 from .report.export import export
 from .report.status import as_dict, render, study_status
 from .report.tracker import require as require_tracker
@@ -73,6 +74,7 @@ examples:
   pairflow verify results/scratch         # prove the results complete and consistent
   pairflow verify results/work/tiny-default --json
   pairflow export results/scratch --format csv   # candidates.csv and summary.csv for pandas
+  pairflow card                           # the claim card: sealed before generation, results after
   pairflow rerun-panel smoke -- --profile profiles/local
   pairflow calibrate                      # the frozen table: seconds and peak memory per phase and arm
   pairflow estimate --nodes 4 --slots-per-node 8   # slot-seconds per stage and arm, GPU-hours, wall time
@@ -154,6 +156,16 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format (default csv)")
     ex.add_argument("--out", type=Path, default=None, metavar="DIR",
                     help="where to write the tables (default: PATH/study/export)")
+    cd = command("card", "write the study's claim card: what it declares before generation, what it found after",
+                 "card.json: the declared part (questions, margins, alpha, family, planned N, stopping rule, seeds, "
+                 "prompt sheets', model and scorer weights' digests, encoder recipe, decode mode, static filter, "
+                 "code and environment, VBench coverage), sealed by its digest and never rewritten; "
+                 "card-results.json once the study statistics exist (per arm speedup, compute ratio, peak memory, "
+                 "verdicts; noise floor; archive root) with every deviation from the seal; card.md: both as one "
+                 "page. Exit 1 when the declared part now deviates from the sealed one.")
+    study_args(cd)
+    cd.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="where to write the card (default: storage.scratch/study)")
     r = command("rerun-panel", "regenerate, rescore and re-analyse one panel; other panels untouched",
                 "Everything after '--' goes to snakemake, e.g. pairflow rerun-panel smoke -- --profile "
                 "profiles/local")
@@ -261,6 +273,15 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         for written in export(study, out, args.format):
             print(written)
         return EXIT_OK
+    if args.cmd == "card":
+        study = locate(args.configfile, args.directory).study()
+        card, res, found, paths = write_card(study, writable(args.out, "--out") if args.out is not None else None)
+        for p in paths:
+            print(p)
+        print(f"claim card {card['seal']} (sealed {card['sealed']}); "
+              f"{'results added' if res['finished'] else 'no study statistics yet'}; "
+              + (AS_DECLARED if not found else f"{len(found)} deviation(s): " + ", ".join(f['field'] for f in found)))
+        return EXIT_PROBLEMS if found else EXIT_OK
     if args.cmd == "archive":
         if args.archive_cmd == "show":
             sdir = Path(args.snapshot)

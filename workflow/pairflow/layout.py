@@ -28,6 +28,8 @@ path is deterministic (dates go inside files, never into names)::
         gallery.html                       the video gallery (players and filmstrips inlined)
         tracked.json                       the tracker run logged by rule track (report/tracker)
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
+        card.json, card-results.json,      the claim card (pairflow card): the sealed declared part,
+        card.md                            the results against it, both as one page
       accounts/                            one record per job (job-*.json: written by the job itself at
                                            start and exit) and per Slurm submission (slurm-*.json: the
                                            scheduler's figures); the ledger is built from them
@@ -199,6 +201,11 @@ class Layout:
     def export(self) -> Path:
         """Where ``pairflow export`` writes its tables by default."""
         return self.study / "export"
+
+    @property
+    def card(self) -> Path:
+        """The sealed claim card (``report/card``); ``card-results.json`` and ``card.md`` lie beside it."""
+        return self.study / "card.json"
 
     @property
     def gallery(self) -> Path:
