@@ -611,13 +611,16 @@ def test_a_snapshot_has_a_few_packs_a_panel_and_a_constant_number_of_other_files
 
 
 def test_the_caches_and_the_archive_job_s_own_files_are_not_evidence(tmp_path: Path) -> None:
-    """The plan-time memo and vouchers (rewritten by every plan) and the archive job's log,
-    account and benchmark (new in every run of the rule) are not archived, so a rerun
+    """The plan-time memo and vouchers (rewritten by every plan), the archive job's log,
+    account and benchmark (new in every run of the rule) and the claim card (written on
+    request, naming the archive's root) are not archived, so a rerun
     after a killed promotion computes the same snapshot id (issue 40: it promoted a new
     snapshot beside the interrupted one)."""
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     mine = {"checks/evidence.json": "{}", "checks/vouched/study--timing.json": "{}", "logs/archive.log": "1\n",
-            "accounts/job-archive-1000-1.json": "{}", "benchmarks/archive/study.tsv": "s\n"}
+            "accounts/job-archive-1000-1.json": "{}", "benchmarks/archive/study.tsv": "s\n",
+            # the claim card (pairflow card): its results part names the archive's root
+            "study/card.json": "{}", "study/card-results.json": "{}", "study/card.md": "# card\n"}
     for rel, text in mine.items():
         (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
         (scratch / rel).write_text(text)

@@ -283,3 +283,4 @@ def test_a_card_of_the_finished_study_carries_its_numbers_and_finds_it_as_declar
     assert res["archive"] == {"snapshot": latest["snapshot"], "root_digest": latest["root_digest"]}
     # temporal_flickering only: psnr and ssim have no floor here, so they are values outside the family
     assert card["declared"]["questions"]["family"]["size"] == len(study.treatments)
+

@@ -12,9 +12,11 @@ memo ``checks/evidence.json`` and the jobs' stat vouchers ``checks/vouched/``: i
 signatures that mean nothing off this file system, rewritten by any plan, and a plan
 without them checks in full), and not the archive job's own log, account and benchmark
 (each run of the archive rule writes new ones; for the same reason the ledger does not
-bill the archive rule's jobs, ``budget.ledger``). So a snapshot's id is a function of
-the evidence it seals alone: a rerun after a kill computes the same id and finishes
-the interrupted snapshot.
+bill the archive rule's jobs, ``budget.ledger``), and not the claim card (``pairflow card``
+writes it when the user asks, before or after the archive; its results part names the
+archive's root, so archiving it would change the root it names). So a snapshot's id is a
+function of the evidence it seals alone: a rerun after a kill computes the same id and
+finishes the interrupted snapshot.
 
 Layout of ``work/<study>/``::
 
@@ -92,6 +94,8 @@ from ..records.store import (
     write_record,
 )
 from ..records.types import Manifest
+from ..report.card import PAGE_NAME as CARD_PAGE
+from ..report.card import RESULTS_NAME as CARD_RESULTS
 from .verification import Report, links, temp_files
 
 EVIDENCE_SUFFIXES = (".json", ".md", ".log", ".tsv", ".csv", ".png", ".svg", ".html")
@@ -105,7 +109,8 @@ NOT_EVIDENCE = (
     _HERE.evidence_memo.as_posix(), f"{_HERE.vouchers.as_posix()}/",  # the plan-time check's caches
     (_HERE.logs / f"{ARCHIVE_RULE}.log").as_posix(),  # the archive job's own bookkeeping
     f"{_HERE.benchmark(ARCHIVE_RULE, 'study').parent.as_posix()}/",
-    (_HERE.accounts / f"job-{ARCHIVE_RULE}-").as_posix())
+    (_HERE.accounts / f"job-{ARCHIVE_RULE}-").as_posix(),
+    *((_HERE.card.parent / n).as_posix() for n in (_HERE.card.name, CARD_RESULTS, CARD_PAGE)))
 """Paths (relative to scratch; a trailing ``/`` names a folder, ``job-archive-`` every
 account of the archive rule) that are never evidence: see the module docstring."""
 ACCOUNTS_GROUP = "accounts"
