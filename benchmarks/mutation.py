@@ -379,7 +379,8 @@ def combine(paths: list[Path]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modules", nargs="+", default=list(MODULES))
+    ap.add_argument("--modules", nargs="+", default=None, help=f"default: {', '.join(MODULES)}; with --rerun, "
+                    "every module the previous run holds")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--python", default=str(Path("/work/main/.venv/bin/python")))
     ap.add_argument("--coverage-lib", default="/tmp/covlib", help="a folder holding coverage.py for --python "
@@ -413,14 +414,16 @@ def main() -> None:
                  "python3 -m venv /tmp/crvenv && /tmp/crvenv/bin/pip install cosmic-ray==8.7.0")
     from importlib.metadata import version
 
+    previous: list[dict[str, Any]] = json.loads(args.rerun.read_text())["mutants"] if args.rerun else []
+    if args.modules is None:
+        args.modules = sorted({p["module"] for p in previous}) if previous else list(MODULES)
     mutants, left = [], Counter[str]()
     for module in args.modules:
         ms, lo = select(module)
         mutants += ms
         left += lo
-    previous: list[dict[str, Any]] = []
+    current = {(m["module"], m["operator"], m["code"], m["col"]) for m in mutants}  # the code as it is now
     if args.rerun:
-        previous = json.loads(args.rerun.read_text())["mutants"]
         key = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous if p["outcome"] == "survived"}
         seen = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous}
         # its survivors, and the mutants it never ran (past its budget, or of lines written since)
@@ -475,7 +478,9 @@ def main() -> None:
     if args.rerun:
         done = {(r["module"], r["operator"], r["code"], r["col"]): r for r in results}
         had = {(p["module"], p["operator"], p["code"], p["col"]) for p in previous}
-        results = ([done.get((p["module"], p["operator"], p["code"], p["col"]), p) for p in previous]
+        # A previous mutant of a line that is gone (rewritten since) is dropped, not kept with its old outcome.
+        results = ([done.get((p["module"], p["operator"], p["code"], p["col"]), p) for p in previous
+                    if p["module"] not in args.modules or (p["module"], p["operator"], p["code"], p["col"]) in current]
                    + [r for k, r in done.items() if k not in had])
     score = {}
     for module in sorted({r["module"] for r in results}):
