@@ -219,3 +219,22 @@ def test_at_equal_counts_the_stressed_plan_reports_the_stressed_power() -> None:
     b = planning.smallest_prompts(x, 0.0, decides, 0.8, skew=-2.0, df=planning.stress_df(x), **kw)  # type: ignore[arg-type]
     assert a.prompts == b.prompts == 37 and a.power != b.power
     assert planning.plan(x, 0.0, decides, 0.8, loss_side=-1, **kw) == planning.Plan(37, b.power, planning.PLAN_CAP)  # type: ignore[arg-type]
+
+
+def test_each_candidate_count_gets_2000_simulated_studies() -> None:
+    """docs/metrics-and-verdicts.md: "2000 studies per N" (a power of 0.8 known to a Monte
+    Carlo SE of 0.009): the decision procedure sees 2000 studies of N prompts for each count
+    the search tries, in ``power_at``, ``smallest_prompts`` and ``plan`` alike."""
+    x = np.random.default_rng(3).normal(0, 1, 10)
+    shapes: list[tuple[int, ...]] = []
+
+    def decides(v: np.ndarray) -> np.ndarray:
+        shapes.append(v.shape)
+        return np.full(len(v), v.shape[1] >= 5)
+
+    planning.power_at(x, 0.0, 7, decides)
+    planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=4)
+    planning.plan(x, 0.0, decides, 0.8, start=3, guess=4)
+    assert shapes and {s[0] for s in shapes} == {2000}
+    assert (7,) in {s[1:] for s in shapes} and (5,) in {s[1:] for s in shapes}
+    assert round(float(np.sqrt(0.8 * 0.2 / planning.PLAN_REPS)), 3) == 0.009
