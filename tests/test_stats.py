@@ -732,6 +732,23 @@ def test_seed_and_prompt_variance_tie_reads_add_prompts() -> None:
     assert pl["advice"].startswith("add seeds")
 
 
+def test_two_prompts_are_enough_for_the_plannings_sd_and_its_upper_bound() -> None:
+    """Issue 39 item 5 (a survivor of "n > 1" -> "n > 2"): two prompts give an SD with 1 df,
+    so planning reports it: values 1 and 3 have SD sqrt(2); its 80% upper bound is
+    sqrt(2) sqrt(1 / chi2.ppf(0.2, 1)) (= 5.58), and a detectable effect follows from it."""
+    from scipy.stats import chi2
+
+    from pairflow.analysis.inference import Cell, Question, signflip_signs
+    from pairflow.analysis.stats import _planning
+
+    values = {("p0", 0): 1.0, ("p1", 0): 3.0}
+    pl = _planning(Cell(np.array([1.0, 3.0]), signflip_signs(2, 2000, 0)), Question("difference", 1), values, 0.05, S)
+    assert pl["sd_prompt"] == pytest.approx(math.sqrt(2), rel=1e-12)
+    assert pl["sd_upper"] == pytest.approx(math.sqrt(2) * math.sqrt(1 / float(chi2.ppf(0.2, 1))), rel=1e-9)
+    assert pl["sd_upper"] == pytest.approx(5.58, abs=0.01)
+    assert pl["detectable_effect"] is not None and pl["detectable_effect"] > 0
+
+
 def test_planning_asks_for_non_inferiority_at_the_loss_edge_of_the_metrics_direction(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Issue 39 item 5: "prompts needed" plans a study whose true difference is 0 to show the
     loss is inside the margin: for a higher-is-better metric the boundary is -margin, for a
@@ -879,6 +896,30 @@ def test_the_compute_ratio_interval_and_what_the_counts_lack() -> None:
     tiny = compute_of(lambda r: r["compute"].update(work_flops=1 if r["arm"]["name"] == "treat" else 2))
     assert tiny is not None and tiny["ratio"] == 0.5  # any positive count divides, however small
     assert (partial["attention_computed"], partial["attention_skipped"], partial["generations"]) == (0, 0, 0)
+
+
+def test_a_sequential_designs_stopping_reason_comes_from_the_pairs_it_stopped_before() -> None:
+    """``timing.pairs: auto``: the design's "stopped" lists the reasons its not-timed
+    treatment records carry; a not-timed record without a reason (one a fixed ``pairs: N``
+    sample wrote) adds none and is no error, and with no reason at all the design reads
+    "exhausted" (every prompt timed)."""
+    from pairflow.analysis import sequential
+
+    gen, scores, timings = records(ratio=2.0, prompts=6, seeds=1)
+    by_id = {(g["candidate"]["prompt_id"], g["arm"]["name"]): g for g in gen}
+    timings = [t if t["candidate"]["prompt_id"] != "p05" else timing_record(by_id[("p05", t["arm"]["name"])], None)
+               for t in timings]  # p05: not timed, and its records name no stopping reason
+    for t in timings:
+        if t["candidate"]["prompt_id"] != "p05":
+            t["timing"]["sequential"] = {"design": sequential.DESIGN, "pilot": True, "pilot_prompts": 3,
+                                         "precision": 0.05, "max_prompts": 6, "level": 0.95}
+    design = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["design"]
+    assert design["design"] == sequential.DESIGN and design["stopped"] == ["exhausted"]
+    for t in timings:
+        if t["candidate"]["prompt_id"] == "p05" and t["arm"]["name"] == "treat":
+            t["timing"]["stopped"] = "ceiling"
+    design = analyse(gen, scores, timings, ["treat"], S)["comparisons"][0]["latency"]["design"]
+    assert design["stopped"] == ["ceiling"]
 
 
 def test_sequential_timing_gives_steins_interval_when_the_whole_pilot_is_in_view() -> None:
