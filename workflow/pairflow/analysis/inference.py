@@ -412,7 +412,8 @@ def detectable_effect(sd: float, n: int, level: float, power: float) -> float | 
     hi = sd * (crit + 1.0) / math.sqrt(n)
     while gap(hi) < 0:  # power rises with the effect; widen until the bracket holds it
         hi *= 2
-    return float(brentq(gap, 0.0, hi))
+    # xtol relative to the bracket: brentq's default (2e-12 absolute) is the answer itself at an sd of 1e-12
+    return float(brentq(gap, 0.0, hi, xtol=1e-14 * hi))
 
 
 def min_prompts(alpha: float, quantised: bool) -> int:
