@@ -593,6 +593,7 @@ def test_decide_in_counts_from_one_above_the_cells_own_and_says_when_it_had_the_
     cell, q = Cell(x, signflip_signs(8, 2000, 0)), Question("margin", 1, margin=0.5)
     word, detail, _on = verdict(cell, q, 0.05, 0.2)
     assert word == "inconclusive" and "about 9 prompts would decide it" in detail
+    assert "with as heavy a loss tail as this test is validated for (skewness 2)" in detail  # not quantised
     had = plan_prompts(cell, cell.mean, -0.5, 0.05, 0.2, now=8, start=9).power_now
     assert had == 0.235
     chance = f"this study's 8 prompts had {had:.0%} power under the same assumption, so it fell short by chance"
@@ -846,3 +847,171 @@ def test_at_a_level_the_signflip_test_only_ties_the_interval_is_unbounded() -> N
     assert lo is None and hi is None and why is not None and "no test can reach p < 0.0625" in why
     lo, hi, why = cell.interval(0.93)
     assert why is None and lo is not None and hi is not None
+
+
+def test_a_p_exactly_at_alpha_is_not_a_rejection_in_a_verdict() -> None:
+    """A verdict rejects a null when its p is below alpha, not at it (as ``family_levels``
+    and planning read p). Five prompts 1..5, all above 0: the exact sign-flip p of mean 0
+    is 2/32 = 0.0625 (only the all-plus and all-minus sign vectors reach the observed sum),
+    above Student's (t = 4.24, df 4: 0.013; no skew, so Hall's is the same). At alpha
+    0.0625 exactly the cell is inconclusive; a hair above, superior."""
+    from pairflow.analysis.inference import Cell, Question, signflip_signs, verdict
+
+    cell = Cell(np.array([1.0, 2.0, 3.0, 4.0, 5.0]), signflip_signs(5, 2000, 0))
+    assert cell.p(0.0) == 2 / 32
+    assert verdict(cell, Question("difference", 1), 2 / 32, 0.8)[0] == "inconclusive"
+    assert verdict(cell, Question("difference", 1), 0.0626, 0.8)[0] == "superior"
+
+
+def test_the_interval_holds_the_extreme_values_the_signflip_test_accepts() -> None:
+    """The interval is every mu the test accepts. Five symmetric prompts 0, 4.9, 5, 5.1, 10
+    at level 0.9: at mu = 0 (the smallest value) one y is 0, so flipping it ties the
+    observed sum and the exact sign-flip p is 4/32 = 0.125 >= 0.1: accepted (the union's p
+    there is at least that). Just below 0 only the all-plus and all-minus vectors reach
+    it, 2/32: rejected. Student's interval (mean 5 +- 2.13 * 3.54 / sqrt 5 = 1.6..8.4) is
+    inside, so the sign-flip edges are the interval's: 0 and 10 (to 1e-7), each included."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    cell = Cell(np.array([0.0, 4.9, 5.0, 5.1, 10.0]), signflip_signs(5, 2000, 0))
+    for edge in (0.0, 10.0):
+        p = cell.p(edge)
+        assert p is not None and p >= 0.125 and cell.p_signflip(edge) == 4 / 32
+    lo, hi, why = cell.interval(0.9)
+    assert why is None and lo is not None and hi is not None
+    assert -1e-7 < lo <= 0.0 and 10.0 <= hi < 10.0 + 1e-7
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e12])
+def test_whether_the_signflip_test_bounds_the_interval_does_not_depend_on_the_units(scale: float) -> None:
+    """Five prompts 1..5 at level 0.9: the sign-flip test's smallest p, 2/32 = 0.0625, is
+    below 0.1, so far from the data it rejects and the interval is bounded, in any units
+    (here the values times 1e12: far from the data every y has one sign and none is
+    within the p's rounding tolerance, 1e-9 of sum |y|, of zero)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    cell = Cell(scale * np.array([1.0, 2.0, 3.0, 4.0, 5.0]), signflip_signs(5, 2000, 0))
+    assert cell.bounded(0.9)
+    lo, hi, why = cell.interval(0.9)
+    assert why is None and lo is not None and hi is not None and lo < scale < 5 * scale < hi
+
+
+def test_an_unbounded_interval_names_its_reason() -> None:
+    """Where the sign-flip test cannot reject at the level the interval is unbounded and
+    says why the test is in the union: 3 distinct prompts at 0.95 (smallest p 2/8 = 0.25)
+    read "at most 5 prompts"; 6 prompts, half on one value, at 0.99 (smallest p 2/64 =
+    0.031) read "quantised values"."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    few = Cell(np.array([1.0, 2.0, 4.0]), signflip_signs(3, 2000, 0))
+    assert not few.quantised
+    lo, hi, why = few.interval(0.95)
+    assert lo is None and hi is None and why is not None and "(at most 5 prompts:" in why
+    quant = Cell(np.array([0.0, 0.0, 0.0, 1.0, 2.0, 3.0]), signflip_signs(6, 2000, 0))
+    assert quant.quantised
+    lo, hi, why = quant.interval(0.99)
+    assert lo is None and hi is None and why is not None and "(quantised values:" in why
+
+
+@pytest.mark.parametrize("centre, half_gap, flat", [(0.0, 1.5e-12, False), (1e6, 1.05e-6, True)])
+def test_union_p_reads_zero_spread_by_the_cells_rule(centre: float, half_gap: float, flat: bool) -> None:
+    """``union_p`` calls a row flat (and gives the sign-flip p alone) exactly when ``Cell``
+    does: sd <= 1e-12 * max(1, |mean|). Six prompts in three pairs, centre -+ g and centre
+    (sd = g sqrt(0.8), not quantised: the pairs are more than 1e-12 of the values apart).
+    At centre 0, g = 1.5e-12: sd 1.34e-12 is above 1e-12 * 1: not flat, the t test decides
+    and 1e-3 below the values p is tiny. At centre 1e6, g = 1.05e-6: sd 0.94e-6 is within
+    1e-12 * 1e6: flat, and p is the exact sign-flip p, 2/64."""
+    from pairflow.analysis.inference import Cell, signflip_signs, union_p
+
+    x = centre + np.array([-half_gap, -half_gap, 0.0, 0.0, half_gap, half_gap])
+    cell = Cell(x, signflip_signs(6, 2000, 0))
+    assert cell.flat is flat and not cell.quantised
+    p = float(union_p(x[None, :], centre - 1e-3, cell.signs)[0])
+    assert (p == 2 / 64) if flat else (p < 1e-20)
+
+
+def test_bh_counts_an_adjusted_p_equal_to_alpha_as_not_rejected() -> None:
+    """Benjamini-Hochberg's level is R alpha / m with R the adjusted p-values below alpha:
+    raw 0.01 and 0.05 of two tests adjust to 0.02 and 0.05 (0.05 * 2 / 2); 0.05 is not
+    below 0.05, so R = 1 and both levels are 0.025."""
+    from pairflow.analysis.inference import family_levels
+
+    adjusted, levels = family_levels([0.01, 0.05], 0.05, "bh")
+    assert adjusted == [0.02, 0.05] and levels == [0.025, 0.025]
+
+
+def test_power_reads_scipys_nan_lower_tail_as_0() -> None:
+    """The two-sided power is a probability: at df 1 and noncentrality 40 scipy's
+    nct.cdf(-2) is NaN (far into the lower tail), which counts 0, so the power is the
+    upper tail alone."""
+    from scipy.stats import nct
+
+    from pairflow.analysis.inference import _power
+
+    assert math.isnan(nct.cdf(-2.0, 1, 40.0))
+    assert float(_power(2.0, 1, 40.0)) == float(nct.sf(2.0, 1, 40.0)) <= 1.0
+
+
+def test_required_prompts_is_the_first_count_with_the_power() -> None:
+    """The block search returns what a one-count-at-a-time search with the noncentral t
+    (df n - 1 in the critical value and the power) returns: from 2 prompts (an effect of
+    100 sd needs 2, also with a limit of 2), through the first block's end (264) to the
+    second block's first count (265, an effect of 0.1727 sd). Zero spread needs 2."""
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from pairflow.analysis.inference import required_prompts
+
+    def one_at_a_time(d: float) -> int:
+        k = 2
+        while True:
+            crit, nc = student.ppf(0.975, k - 1), d * math.sqrt(k)
+            if nct.sf(crit, k - 1, nc) + np.nan_to_num(nct.cdf(-crit, k - 1, nc), nan=0.0) >= 0.8:
+                return k
+            k += 1
+
+    assert required_prompts(1.0, 100.0, 0.95, 0.8) == required_prompts(1.0, 100.0, 0.95, 0.8, limit=2) == 2
+    for d, n in ((3.0, 4), (1.5, 6), (1.0, 10), (0.8, 15), (0.17272901055587234, 265)):
+        assert required_prompts(1.0, d, 0.95, 0.8) == one_at_a_time(d) == n
+    assert required_prompts(0.0, 0.5, 0.95, 0.8) == 2
+
+
+def test_zero_spread_detects_any_effect() -> None:
+    """With a per-prompt SD of 0 every difference is detected: the detectable effect is 0."""
+    from pairflow.analysis.inference import detectable_effect
+
+    assert detectable_effect(0.0, 10, 0.95, 0.8) == 0.0
+
+
+def test_a_one_metric_family_is_one_test(tmp_path: Path) -> None:
+    """One treatment and one NR metric, its FR metrics without floors (not tested): the
+    family is one test, Holm's first level is alpha itself (0.05), and 6 prompts allow a
+    verdict for any metric (2/64 < 0.05); 5 get the warning, naming alpha alone."""
+    from conftest import small_config
+
+    from pairflow.analysis.inference import too_few_prompts
+    from pairflow.plan.config import study_from_raw
+
+    cfg = small_config(tmp_path, tmp_path / "model")
+    cfg["panels"] = {}
+    for n in (5, 6):
+        sheet = tmp_path / f"p{n}.tsv"
+        sheet.write_text("prompt_id\tprompt\n" + "".join(f"q{i}\tprompt {i}\n" for i in range(n)))
+        cfg["panels"][f"p{n}"] = {"sheet": str(sheet), "seeds": [0]}
+    cfg["stats"] = {"resamples": 200, "multiplicity": "holm"}
+    study = study_from_raw(cfg, tmp_path, source="test")
+    assert [s.name for s in study.treatments] == ["pab"] and study.scorers == ("temporal_flickering", "psnr", "ssim")
+    assert too_few_prompts(study) == [
+        "panel 'p5' has 5 prompts: no verdict is possible in its own table (the exact sign-flip test decides at 5 "
+        "prompts or fewer and its smallest p, 0.0625, is not below 0.05 (alpha 0.05)); 6 prompts would allow one"]
+
+
+@pytest.mark.parametrize("sd", [1e-12, 1e-9, 1e6])
+def test_detectable_effect_is_as_precise_in_any_units(sd: float) -> None:
+    """The detectable effect is sd times the effect in SDs, to 1e-12, for an SD of 1e-12
+    as for 1e6 (the root search's tolerance is relative to its bracket, not 2e-12 in the
+    metric's units, which at an SD of 1e-12 would be 4% of the answer)."""
+    from pairflow.analysis.inference import detectable_effect
+
+    one = detectable_effect(1.0, 12, 0.95, 0.8)
+    d = detectable_effect(sd, 12, 0.95, 0.8)
+    assert one is not None and d is not None and d / sd == pytest.approx(one, rel=1e-12)
