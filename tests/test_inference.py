@@ -881,6 +881,23 @@ def test_the_interval_holds_the_extreme_values_the_signflip_test_accepts() -> No
     assert -1e-7 < lo <= 0.0 and 10.0 <= hi < 10.0 + 1e-7
 
 
+@pytest.mark.parametrize("scale", [1e-12, 1e12])
+def test_the_signflip_edges_are_the_same_in_any_units(scale: float) -> None:
+    """The sign-flip edges of the interval do not depend on the units: the prompts of
+    ``test_the_interval_holds_the_extreme_values_the_signflip_test_accepts`` times 1e-12 or
+    1e12 get the same edges times the scale, to 1e-12 of the range (just beyond 0 and 10,
+    where the p's 1e-9 tolerance still counts the nearly-zero y as a tie, by about
+    1.25e-8)."""
+    from pairflow.analysis.inference import Cell, signflip_signs
+
+    x = np.array([0.0, 4.9, 5.0, 5.1, 10.0])
+    lo, hi, _ = Cell(x, signflip_signs(5, 2000, 0)).interval(0.9)
+    lo_s, hi_s, _ = Cell(scale * x, signflip_signs(5, 2000, 0)).interval(0.9)
+    assert lo is not None and hi is not None and lo_s is not None and hi_s is not None
+    assert -1e-7 < lo < 0.0 and 10.0 < hi < 10.0 + 1e-7
+    assert lo_s / scale == pytest.approx(lo, abs=1e-11) and hi_s / scale == pytest.approx(hi, abs=1e-11)
+
+
 @pytest.mark.parametrize("scale", [1.0, 1e12])
 def test_whether_the_signflip_test_bounds_the_interval_does_not_depend_on_the_units(scale: float) -> None:
     """Five prompts 1..5 at level 0.9: the sign-flip test's smallest p, 2/32 = 0.0625, is

@@ -170,17 +170,17 @@ class Cell:
                 return float((np.cbrt(1 + 3 * a * (y - a / 2)) - 1) / a)
             hall = (self.mean - ginv(half) * se, self.mean - ginv(-half) * se)
         lo, hi = min(self.mean - half * se, hall[0]), max(self.mean + half * se, hall[1])
-        if self.uses_signflip:
-            lo = min(lo, self._signflip_edge(float(self.x.min()) - 1e-9 * max(1.0, np.ptp(self.x)), level))
-            hi = max(hi, self._signflip_edge(float(self.x.max()) + 1e-9 * max(1.0, np.ptp(self.x)), level))
+        if self.uses_signflip:  # bounded: one range beyond the data every y has one sign, none near 0: rejected
+            lo = min(lo, self._signflip_edge(float(self.x.min() - np.ptp(self.x)), level))
+            hi = max(hi, self._signflip_edge(float(self.x.max() + np.ptp(self.x)), level))
         return lo, hi, None
 
     def _signflip_edge(self, out: float, level: float) -> float:
-        """Bisection between a rejected ``out`` (beyond the data) and the mean (p = 1) for
-        the outermost mu the sign-flip test still accepts."""
+        """Bisection between a rejected ``out`` (one range beyond the data) and the mean
+        (p = 1) for the outermost mu the sign-flip test still accepts, to 2^-60 of their
+        distance: the same edge in any units (where the p's tolerance counts a nearly-zero
+        y as a tie just beyond the data, the outer end of that band)."""
         inside = self.mean
-        if self.p_signflip(out) >= 1 - level:
-            return out
         for _ in range(60):
             mid = (inside + out) / 2
             if self.p_signflip(mid) >= 1 - level:
