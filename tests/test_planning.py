@@ -40,6 +40,14 @@ def test_search_finds_the_smallest_count_and_is_deterministic() -> None:
     assert planning.scale_df(x) <= 9 and planning.scale_df(np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 10.0])) < 9
 
 
+def test_a_skewness_of_0_is_the_normal_draw_itself() -> None:
+    """``skewed``'s "0: normal": at skewness 0 a row is the generator's standard normal
+    draws, not their mirror (the lognormal's sigma is 1e-4 there: equal to 1e-3)."""
+    got = planning.skewed(np.random.default_rng(5), np.array([0.0, 0.0]), 400)
+    want = np.random.default_rng(5).standard_normal((2, 400))
+    assert np.allclose(got, want, atol=1e-3) and not np.allclose(got, -want, atol=1e-3)
+
+
 def test_skewed_draws_have_the_stated_skewness_and_unit_spread() -> None:
     y = planning.skewed(np.random.default_rng(3), np.array([-2.0, 0.0, 1.0, 0.5] * 75), 4000)
     for k, rows in ((-2.0, y[0::4]), (0.0, y[1::4]), (1.0, y[2::4]), (0.5, y[3::4])):
@@ -159,6 +167,16 @@ def test_the_stressed_plan_is_the_larger_of_its_two_with_that_ones_power() -> No
     assert got == planning.Plan(b.prompts, b.power, planning.PLAN_CAP, min(a.power_now, b.power_now))
     pilot = planning.plan(x, 0.0, decide, 0.8, model="pilot", **kw)  # type: ignore[arg-type]
     assert pilot == a
+    # the stressed tail is on the loss side unless asked otherwise
+    assert planning.plan(x, 0.0, decide, 0.8, **kw) == got  # type: ignore[arg-type]
+    # one of the two past the cap: the plan is "more than cap", at the smaller power
+    cap = a.prompts
+    a_cap = planning.smallest_prompts(x, 0.0, decide, 0.8, **kw, cap=cap)  # type: ignore[arg-type]
+    b_cap = planning.smallest_prompts(x, 0.0, decide, 0.8, skew=-2.0, df=planning.stress_df(x), **kw,  # type: ignore[arg-type]
+                                      cap=cap)
+    assert a_cap.prompts == cap and b_cap.prompts is None
+    assert planning.plan(x, 0.0, decide, 0.8, cap=cap, **kw) == planning.Plan(  # type: ignore[arg-type]
+        None, min(a_cap.power, b_cap.power), cap, min(a.power_now, b.power_now))
 
 
 def test_the_search_answer_is_the_crossing_its_path_meets() -> None:
@@ -204,6 +222,17 @@ def test_a_power_equal_to_the_target_reaches_it() -> None:
         plan = planning.smallest_prompts(x, 0.0, decides, 0.8, start=3, guess=guess, reps=10)
         assert (plan.prompts, plan.power) == (6, 0.8)
 
+    asked: list[int] = []
+
+    def from7(v: np.ndarray) -> np.ndarray:  # exactly 0.8 from 7 prompts on
+        asked.append(v.shape[1])
+        return np.array(([True] * 8 + [False] * 2) * (len(v) // 10)) & (v.shape[1] >= 7)
+
+    # growing by half, at least one prompt a step, from 2 (2, 3, 4, 6, 9), then bisecting
+    # between 6 and 9: 7 meets the power exactly (the tie in the bisection) and is the answer
+    plan = planning.smallest_prompts(x, 0.0, from7, 0.8, start=2, reps=10)
+    assert (plan.prompts, plan.power) == (7, 0.8) and asked == [2, 3, 4, 6, 9, 7]
+
 
 def test_at_equal_counts_the_stressed_plan_reports_the_stressed_power() -> None:
     """Both models reach the power first at 37 prompts (a procedure deciding from 37 on when
@@ -238,3 +267,16 @@ def test_each_candidate_count_gets_2000_simulated_studies() -> None:
     assert shapes and {s[0] for s in shapes} == {2000}
     assert (7,) in {s[1:] for s in shapes} and (5,) in {s[1:] for s in shapes}
     assert round(float(np.sqrt(0.8 * 0.2 / planning.PLAN_REPS)), 3) == 0.009
+
+
+def test_the_documented_search_cap_is_the_codes() -> None:
+    """docs/metrics-and-verdicts.md states the largest count the search tries ("more than
+    2000" beyond it); the code's cap is that number."""
+    from conftest import ROOT
+
+    doc = " ".join((ROOT / "docs" / "metrics-and-verdicts.md").read_text().split())
+    assert f'"more than {planning.PLAN_CAP}" beyond' in doc
+    x = np.random.default_rng(2).normal(0, 1, 10)
+    never = planning.smallest_prompts(x, 0.0, lambda v: np.zeros(len(v), dtype=bool), 0.8, start=2, reps=10)
+    assert never.prompts is None and never.cap == planning.PLAN_CAP
+

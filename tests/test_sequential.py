@@ -118,6 +118,17 @@ def test_a_plan_whose_need_equals_the_ceiling_stopped_for_precision() -> None:
     assert sequential.plan(pilot, 0.95, 0.02, 5, 19, 64).stopped == "exhausted"
 
 
+def test_a_need_that_is_a_whole_number_up_to_rounding_is_that_number() -> None:
+    """(q sd / d)^2 lands on 25 up to float rounding when the precision is chosen so that
+    q sd / d = 5: the plan asks 25 prompts, not 26 (the 1e-9 guard takes rounding off,
+    never adds a prompt)."""
+    pilot = np.array([0.10, 0.14, 0.06, 0.12, 0.08])
+    q = 2.7764451051977987  # t(4) at 0.975
+    precision = math.expm1(q * float(pilot.std(ddof=1)) / 5)
+    assert abs((q * float(pilot.std(ddof=1)) / math.log1p(precision)) ** 2 - 25) < 1e-9
+    assert sequential.plan(pilot, 0.95, precision, 5, 200, 64).prompts == 25
+
+
 def test_stein_half_width_from_a_pilot_of_2() -> None:
     """Two pilot prompts are enough for a spread (t with 1 df): q = 12.706, sd = 0.1414; the
     half-width is q sd / sqrt(N) for any N >= 1 timed prompts."""
