@@ -302,7 +302,9 @@ def test_a_hung_ffmpeg_in_the_calibration_worker_is_ended_by_the_stall_rule(tiny
     ended = time.time()
     assert str(e.value).startswith("the calibration worker: stalled: no progress for ")
     assert "(fleet/stall_timeout_s: 10); it last reported: fake-ffmpeg: consumed " in str(e.value)
-    assert ended - marker.stat().st_mtime < 10 + 10  # the stall rule, not ffmpeg's 120 s timeout
+    # the stall rule (10 s), not ffmpeg's own 120 s timeout: half that bound leaves room for a
+    # loaded machine's worker teardown without confusing the two
+    assert ended - marker.stat().st_mtime < 60
     assert not psutil.pid_exists(int(marker.read_text())) or psutil.Process(
         int(marker.read_text())).status() == psutil.STATUS_ZOMBIE  # the hung ffmpeg went with its worker
 

@@ -30,6 +30,7 @@ from pairflow.report.card import (
     NOT_RECORDED,
     as_run,
     declared,
+    deviations,
     read_card,
     scorer_weight_keys,
     seal,
@@ -119,7 +120,8 @@ def test_the_seal_is_the_same_in_another_process(project: Path) -> None:
                            str(out)], capture_output=True, text=True, cwd=project, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")})
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((out / "card.json").read_text())["seal"] == first["seal"]
+    other = json.loads((out / "card.json").read_text())
+    assert other["seal"] == first["seal"], deviations(first["declared"], other["declared"])
     assert f"claim card {first['seal']}" in proc.stdout
 
 
@@ -270,7 +272,7 @@ def test_a_card_of_the_finished_study_carries_its_numbers_and_finds_it_as_declar
     study = study_from_raw(study_config(finished_study), finished_study)
     card, res, found, _ = write_card(study, tmp_path)
     assert card["sealed"] == "after generation had begun"
-    assert found == [] and res["comparison"] == AS_DECLARED
+    assert found == [] and res["comparison"] == AS_DECLARED, found
     stats = json.loads(Layout(study.scratch).study_stats.read_text())
     assert [a["arm"] for a in res["arms"]] == [c["treatment"] for c in stats["comparisons"]]
     for arm, c in zip(res["arms"], stats["comparisons"], strict=True):
