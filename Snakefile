@@ -7,7 +7,8 @@
 #     study makes it one job for every panel, fleet_study]
 #   → exclusive timed pass [timed_pass] → paired statistics per panel and for the study
 #     [study_stats] → figures, gallery, tracker [plots, gallery, track] → slot utilisation
-#     [utilisation] → archive evidence [archive].
+#     [utilisation] → archive evidence [archive] → the claim card's results [card] (the card
+#     itself is sealed by the first generation job, before it generates anything).
 #   On demand: repeatability reruns [replicate_panel, repeatability].
 from snakemake.utils import min_version
 
@@ -61,6 +62,7 @@ rule all:
     input:
         MANIFESTS,
         ARCHIVE_DONE,
+        CARD_RESULTS,
         STUDY_TABLE,
         STUDY_TABLE_HTML,
         GALLERY,

@@ -612,15 +612,15 @@ def test_a_snapshot_has_a_few_packs_a_panel_and_a_constant_number_of_other_files
 
 def test_the_caches_and_the_archive_job_s_own_files_are_not_evidence(tmp_path: Path) -> None:
     """The plan-time memo and vouchers (rewritten by every plan), the archive job's log,
-    account and benchmark (new in every run of the rule) and the claim card (written on
-    request, naming the archive's root) are not archived, so a rerun
+    account and benchmark (new in every run of the rule) and the claim card's results part
+    and page (written after the archive, naming its root) are not archived, so a rerun
     after a killed promotion computes the same snapshot id (issue 40: it promoted a new
     snapshot beside the interrupted one)."""
     scratch, work = make_scratch(tmp_path), tmp_path / "work"
     mine = {"checks/evidence.json": "{}", "checks/vouched/study--timing.json": "{}", "logs/archive.log": "1\n",
             "accounts/job-archive-1000-1.json": "{}", "benchmarks/archive/study.tsv": "s\n",
-            # the claim card (pairflow card): its results part names the archive's root
-            "study/card.json": "{}", "study/card-results.json": "{}", "study/card.md": "# card\n"}
+            # the claim card's results part and page name the archive's root
+            "study/card-results.json": "{}", "study/card.md": "# card\n"}
     for rel, text in mine.items():
         (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
         (scratch / rel).write_text(text)
@@ -631,6 +631,17 @@ def test_the_caches_and_the_archive_job_s_own_files_are_not_evidence(tmp_path: P
     (scratch / "accounts" / "job-archive-2000-2.json").write_text("{}")
     assert promote(scratch, work)["root_digest"] == first["root_digest"]
     assert len(list((work / "snapshots").iterdir())) == 1 and verify_archive(work).ok
+
+
+def test_the_sealed_claim_card_is_evidence(tmp_path: Path) -> None:
+    """The sealed card (sealed before generation, never rewritten, named by every
+    generation record) is archived; its results part and page are not."""
+    scratch, work = make_scratch(tmp_path), tmp_path / "work"
+    (scratch / "study").mkdir(exist_ok=True)
+    for name in ("card.json", "card-results.json", "card.md"):
+        (scratch / "study" / name).write_text("{}\n")
+    files = promote(scratch, work)["files"]
+    assert "study/card.json" in files and "study/card-results.json" not in files and "study/card.md" not in files
 
 
 def test_pack_groups_of_panels_replicates_and_job_files() -> None:

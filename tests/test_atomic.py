@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pairflow.atomic import replace_dir, sweep_temps, write_text
+from pairflow.atomic import replace_dir, sweep_temps, write_new, write_text
 
 
 @pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o002, 0o664, 0o775), (0o022, 0o644, 0o755),
@@ -43,3 +43,12 @@ def test_sweep_removes_only_temps_older_than_the_job(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "r.json"]
 
 
+
+
+def test_write_new_creates_once_and_never_replaces(tmp_path: Path) -> None:
+    """``write_new``: the first call creates the file whole; a second (an earlier run's
+    file, or a racing writer's) leaves it byte for byte and says so; no temp is left."""
+    final = tmp_path / "sub" / "card.json"
+    assert write_new(final, b"first\n") is True
+    assert write_new(final, b"second\n") is False
+    assert final.read_bytes() == b"first\n" and sorted(p.name for p in final.parent.iterdir()) == ["card.json"]

@@ -286,3 +286,25 @@ def test_a_card_of_the_finished_study_carries_its_numbers_and_finds_it_as_declar
     # temporal_flickering only: psnr and ssim have no floor here, so they are values outside the family
     assert card["declared"]["questions"]["family"]["size"] == len(study.treatments)
 
+
+
+def test_the_workflow_seals_the_card_before_generation_and_every_record_names_it(
+        finished_study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the session's finished study (real Snakemake): the first generation job sealed
+    the card before it generated anything; every generation record names that seal; rule
+    card wrote the results part, as declared, against it; ``pairflow verify`` of the
+    archive finds the archived card with every record made under it."""
+    from conftest import study_config
+
+    study = study_from_raw(study_config(finished_study), finished_study)
+    layout = Layout(study.scratch)
+    card = read_card(layout.card)
+    assert card["sealed"] == "before generation"
+    records = [json.loads(p.read_text()) for p in layout.panels.glob("*/records/*/*.json")]
+    assert records and {r["card_seal"] for r in records} == {card["seal"]}
+    res = json.loads((layout.study / "card-results.json").read_text())
+    assert res["seal"] == card["seal"] and res["comparison"] == AS_DECLARED and res["finished"]
+    assert main(["verify", str(finished_study / "results" / "work" / study.study)]) == 0
+    out = capsys.readouterr().out
+    assert (f"sealed {card['seal']} (before generation); {len(records)} of {len(records)} generation record(s) "
+            "made under it; as declared") in out

@@ -83,7 +83,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path, *, create: bool = True, fsync: bool = True) -> Iterator[Path]:
+def atomic_path(final: Path, *, create: bool = True, fsync: bool = True, clobber: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; on success fsync it and rename over ``final``,
     then fsync the directory.
 
@@ -92,6 +92,9 @@ def atomic_path(final: Path, *, create: bool = True, fsync: bool = True) -> Iter
     as ``open`` does): it saves creating the file twice and a chmod. ``fsync=False``: the
     caller has fsynced the file's data before the block ends (to overlap it with other
     work), so it is not fsynced again; the directory still is, after the rename.
+    ``clobber=False`` never replaces an existing ``final``: the temp file is hard-linked
+    to it, which raises FileExistsError where the name is taken (a racing writer's file
+    stays as it was).
     On any exception the temporary file is removed and ``final`` is untouched.
     """
     final = Path(final)
@@ -115,7 +118,10 @@ def atomic_path(final: Path, *, create: bool = True, fsync: bool = True) -> Iter
         if fsync:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        if clobber:
+            os.replace(tmp, final)
+        else:
+            os.link(tmp, final)  # atomic create-if-absent; the temp name goes in finally
         _fsync_dir(final.parent)
     except OSError as e:
         if e.errno in FULL:
@@ -140,6 +146,18 @@ def write_bytes(final: Path, data: bytes) -> None:
     """Atomically write ``data`` to ``final``."""
     with atomic_path(final) as tmp:
         tmp.write_bytes(data)
+
+
+def write_new(final: Path, data: bytes) -> bool:
+    """Atomically create ``final`` holding ``data`` unless it exists, never replacing it.
+    True when this call created it, False when it was already there (an earlier run's, or
+    a racing writer's: whichever linked first wins, whole)."""
+    try:
+        with atomic_path(final, clobber=False) as tmp:
+            tmp.write_bytes(data)
+    except FileExistsError:
+        return False
+    return True
 
 
 def write_text(final: Path, text: str) -> None:

@@ -39,6 +39,7 @@ from .budget.calibrate import calibrate, read_table, table_path
 from .budget.estimate import check_budget, estimate, summary_lines
 from .errors import ConfigError, PairFlowError
 from .evidence.archive import ARCHIVE_MANIFEST, retire, show, verify_archive, verify_tree
+from .evidence.cards import check_archive_card, check_snapshot_card
 from .evidence.healing import drop_memo
 from .evidence.verification import Report, check_results, recorded_study, temp_files, write_verify_json
 from .fleet.pool import TaskHooks, noop, run_tasks
@@ -516,6 +517,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool, directory: Path |
     when everything holds, else 1."""
     if (path / "latest.json").exists() or (path / "snapshots").is_dir():
         report = verify_archive(path)
+        check_archive_card(path, report)
     elif (path / ARCHIVE_MANIFEST).exists():
         report = Report()
         for line in verify_tree(path):
@@ -524,6 +526,7 @@ def verify(path: Path, configfile: Path | None, as_json: bool, directory: Path |
                        else "altered", file, message)
         for t in temp_files(path):
             report.add("temp", t, "left by an interrupted write; safe to delete")
+        check_snapshot_card(path, report)
     else:
         _require_tree(path)
         if configfile is not None:

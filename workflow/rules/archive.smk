@@ -20,3 +20,19 @@ rule archive:
         "../../envs/pairflow.yaml"
     script:
         "../scripts/archive.py"
+
+
+# The claim card after the archive: the results against the card sealed before generation
+# (by the first generation job), with the archive's root digest; not itself archived.
+rule card:
+    localrule: True
+    input:
+        ARCHIVE_DONE,
+    output:
+        CARD_RESULTS,
+    log:
+        f"{LOGS}/card.log",
+    conda:
+        "../../envs/pairflow.yaml"
+    script:
+        "../scripts/card.py"

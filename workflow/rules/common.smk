@@ -108,6 +108,8 @@ TRACKED = str(LAYOUT.tracked)
 # Rule track logs to the tracker only when report/tracker names one (default none).
 TRACKERS = [TRACKED] if STUDY.report.tracker != "none" else []
 ARCHIVE_DONE = str(LAYOUT.archived)
+# The claim card's results part and page (sealed card.json: by the first generation job).
+CARD_RESULTS = [str(LAYOUT.card.with_name(n)) for n in ("card-results.json", "card.md")]
 UTILISATION = str(LAYOUT.utilisation())
 UTILISATION_MD = str(LAYOUT.utilisation(".md"))
 LOGS = str(LAYOUT.logs)

@@ -12,9 +12,11 @@ memo ``checks/evidence.json`` and the jobs' stat vouchers ``checks/vouched/``: i
 signatures that mean nothing off this file system, rewritten by any plan, and a plan
 without them checks in full), and not the archive job's own log, account and benchmark
 (each run of the archive rule writes new ones; for the same reason the ledger does not
-bill the archive rule's jobs, ``budget.ledger``), and not the claim card (``pairflow card``
-writes it when the user asks, before or after the archive; its results part names the
-archive's root, so archiving it would change the root it names). So a snapshot's id is a
+bill the archive rule's jobs, ``budget.ledger``), and not the claim card's results part and
+page (``card-results.json``, ``card.md``: written after the archive, they name its root, so
+archiving them would change the root they name). The sealed card itself (``card.json``,
+sealed before generation and never rewritten) is evidence: every generation record names
+its seal, and ``pairflow verify`` checks it against the snapshot. So a snapshot's id is a
 function of the evidence it seals alone: a rerun after a kill computes the same id and
 finishes the interrupted snapshot.
 
@@ -110,7 +112,7 @@ NOT_EVIDENCE = (
     (_HERE.logs / f"{ARCHIVE_RULE}.log").as_posix(),  # the archive job's own bookkeeping
     f"{_HERE.benchmark(ARCHIVE_RULE, 'study').parent.as_posix()}/",
     (_HERE.accounts / f"job-{ARCHIVE_RULE}-").as_posix(),
-    *((_HERE.card.parent / n).as_posix() for n in (_HERE.card.name, CARD_RESULTS, CARD_PAGE)))
+    *((_HERE.card.parent / n).as_posix() for n in (CARD_RESULTS, CARD_PAGE)))
 """Paths (relative to scratch; a trailing ``/`` names a folder, ``job-archive-`` every
 account of the archive rule) that are never evidence: see the module docstring."""
 ACCOUNTS_GROUP = "accounts"

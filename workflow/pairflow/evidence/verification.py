@@ -62,10 +62,13 @@ KINDS = {
     "snapshot": "incomplete or damaged snapshots",
     "latest": "latest.json",
     "config": "study config",
+    "card": "the claim card (altered after sealing, or records generated under another card)",
 }
 """Problem kinds, in the order ``pairflow verify`` groups them."""
 NOTE_KINDS = {"temp": "temporary files left by an interrupted write (safe to delete)",
-              "retired": "retired snapshots (kept, excluded from latest.json)"}
+              "retired": "retired snapshots (kept, excluded from latest.json)",
+              "declared": "the claim card: its seal and the records made under it",
+              "deviation": "what the records say ran that differs from what the claim card declared"}
 """Findings that do not fail verification."""
 
 

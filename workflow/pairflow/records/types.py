@@ -237,6 +237,7 @@ class GenerationRecord(Provenance, _Sealed):
     worker: dict[str, Any]
     search: NotRequired[SearchRecord]
     arm_model: NotRequired[dict[str, Any]]
+    card_seal: NotRequired[str]
 
 
 class MetricSpecFields(TypedDict):

@@ -25,9 +25,11 @@ claim and from what, and after it, what it found and whether it kept to what it 
 
 What does not exist yet is stated, in fields that later work fills: the stopping rule is
 ``fixed N (no interim looks)`` (no group-sequential design), and each treatment's
-iso-compute control is ``not configured``. Not done here (docs/results-and-reports.md,
-"Claim card"): the seal entering every record, ``pairflow verify`` checking a card against
-its archive offline, and a rule that seals the card before generation.
+iso-compute control is ``not configured``. In the workflow (docs/results-and-reports.md,
+"Claim card"): the first generation job seals the card before it generates anything
+(``sealed_card``, from ``stages.generation``), every generation record names its seal,
+rule ``card`` writes the results part after the archive, and ``pairflow verify`` checks an
+archived card against the archived records (``evidence.cards``).
 
 Imports without torch.
 """
@@ -35,13 +37,13 @@ Imports without torch.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..analysis.inference import Question
 from ..analysis.verdicts import verdict_text
-from ..atomic import write_text
+from ..atomic import write_new, write_text
 from ..errors import ConfigError, IntegrityError
 from ..generation.provenance import arm_record, provenance
 from ..identity import digest_file, digest_obj
@@ -51,6 +53,7 @@ from ..metrics.weights import read_lock, verify
 from ..plan.candidates import candidates, record_path, score_path
 from ..plan.config import StudySpec
 from ..records.store import read_record
+from ..records.types import Provenance
 from .vbench import vbench_coverage
 
 FORMAT = "pairflow-claim-card/1"
@@ -137,11 +140,12 @@ def _static_filter_applies(study: StudySpec) -> bool:
     return study.scoring.static_filter == "intersection" and "temporal_flickering" in study.scorers
 
 
-def declared(study: StudySpec) -> dict[str, Any]:
+def declared(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]:
     """The declared part of the card, from the config and the plan alone (plus the files
     they name: sheets, model, weight mirror, ffmpeg). Deterministic for the same inputs on
-    the same machine and checkout."""
-    prov = provenance(study)
+    the same machine and checkout. ``prov``: the study's ``provenance``, where the caller
+    already computed it (the model's files are hashed once)."""
+    prov = provenance(study) if prov is None else prov
     weights = prov["model"]["weights"]
     env = prov["environment"]
     cov = vbench_coverage(study.scorers)
@@ -178,10 +182,10 @@ def declared(study: StudySpec) -> dict[str, Any]:
     }
 
 
-def seal(study: StudySpec) -> dict[str, Any]:
+def seal(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]:
     """A new sealed card: the declared part, whether generation had begun when it was sealed
     (a card sealed late says so), and its seal: ``digest_obj`` of everything else in it."""
-    card = {"kind": "claim-card", "format": FORMAT, "study": study.study, "declared": declared(study),
+    card = {"kind": "claim-card", "format": FORMAT, "study": study.study, "declared": declared(study, prov),
             "sealed": "after generation had begun" if _generation_started(study) else "before generation"}
     return {**card, "seal": digest_obj(card)}
 
@@ -195,11 +199,22 @@ def read_card(path: Path) -> dict[str, Any]:
     """A sealed card from ``path``. Raises IntegrityError when it no longer digests to its
     seal (the file was edited), naming both digests and the fix."""
     try:
-        card: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        data = path.read_bytes()
+    except OSError as e:
         raise IntegrityError(f"claim card {path} cannot be read ({e}); restore it from the archive, or remove it "
                              "to seal a new card (every field then counts as declared now)") from None
-    if card.get("format") != FORMAT or "declared" not in card:
+    return card_from_bytes(data, path)
+
+
+def card_from_bytes(data: bytes, path: Path | str) -> dict[str, Any]:
+    """The sealed card in ``data`` (read from ``path``: a file, or an archived one), checked
+    as ``read_card`` checks it."""
+    try:
+        card: dict[str, Any] = json.loads(data)
+    except ValueError as e:
+        raise IntegrityError(f"claim card {path} cannot be read ({e}); restore it from the archive, or remove it "
+                             "to seal a new card (every field then counts as declared now)") from None
+    if not isinstance(card, dict) or card.get("format") != FORMAT or "declared" not in card:
         raise IntegrityError(f"{path} is not a claim card ({FORMAT}); move it aside or give another --out")
     found = digest_obj({k: v for k, v in card.items() if k != "seal"})
     if found != card.get("seal"):
@@ -311,17 +326,27 @@ def as_run(study: StudySpec, sealed: Mapping[str, Any]) -> list[dict[str, Any]]:
     many records say so). Records are read through their self-digest check (RecordError on
     an altered one)."""
     layout = Layout(study.scratch)
+
+    def records() -> Iterator[Mapping[str, Any]]:
+        for panel in study.panels:
+            for c in candidates(study, panel):
+                if record_path(layout, c).is_file():
+                    yield read_record(record_path(layout, c), "generation")
+                if score_path(layout, c).is_file():
+                    yield read_record(score_path(layout, c), "score")
+
+    return as_run_of(records(), sealed)
+
+
+def as_run_of(records: Iterable[Mapping[str, Any]], sealed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``as_run`` over ``records`` (generation and score records, by their ``kind``; others
+    are passed over), wherever they were read from: a results tree or an archive."""
     seen: dict[tuple[str, str], int] = {}
-    for panel in study.panels:
-        for c in candidates(study, panel):
-            for kind, path in (("generation", record_path(layout, c)), ("score", score_path(layout, c))):
-                if not path.is_file():
-                    continue
-                rec = dict(read_record(path, "generation") if kind == "generation" else read_record(path, "score"))
-                for name, (k, read) in AS_RUN.items():
-                    if k == kind:
-                        key = (name, json.dumps(read(rec)))
-                        seen[key] = seen.get(key, 0) + 1
+    for rec in records:
+        for name, (k, read) in AS_RUN.items():
+            if k == rec.get("kind"):
+                key = (name, json.dumps(read(dict(rec))))
+                seen[key] = seen.get(key, 0) + 1
     want = _leaves(sealed)
     return [{"field": f"as run: {name}", "declared": want.get(name), "found": json.loads(value), "records": n}
             for (name, value), n in sorted(seen.items()) if json.loads(value) != want.get(name)]
@@ -343,6 +368,25 @@ def result_card(study: StudySpec, sealed: Mapping[str, Any]) -> dict[str, Any]:
 # --- writing and rendering ----------------------------------------------------------------
 
 
+def sealed_card(study: StudySpec, path: Path | None = None,
+                prov: Provenance | None = None) -> tuple[dict[str, Any], bool]:
+    """(the study's sealed card at ``path`` (default ``Layout.card``), whether this call
+    sealed it). A card already there is read and checked (IntegrityError when altered,
+    ConfigError when it is another study's) and never rewritten; else one is sealed now
+    and created without replacing anything (``atomic.write_new``: of two panel jobs
+    sealing at once, the first to land wins and the other reads it)."""
+    path = Layout(study.scratch).card if path is None else path
+    created = False
+    if not path.exists():
+        card = seal(study, prov)
+        created = write_new(path, (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
+    card = read_card(path)
+    if card["study"] != study.study:
+        raise ConfigError(f"{path} is the claim card of study {card['study']!r}, not {study.study!r}; give "
+                          "another --out, or the config of that study")
+    return card, created
+
+
 def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any], dict[str, Any],
                                                                    list[dict[str, Any]], list[Path]]:
     """Seal the card in ``out`` (default: the study folder) unless a sealed one is there
@@ -352,16 +396,8 @@ def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any
     default = Layout(study.scratch).card
     folder = out if out is not None else default.parent
     path, rpath, mpath = folder / default.name, folder / RESULTS_NAME, folder / PAGE_NAME
-    written = []
-    if path.exists():
-        card = read_card(path)
-        if card["study"] != study.study:
-            raise ConfigError(f"{path} is the claim card of study {card['study']!r}, not {study.study!r}; give "
-                              "another --out, or the config of that study")
-    else:
-        card = seal(study)
-        write_text(path, json.dumps(card, indent=1, sort_keys=True) + "\n")
-        written.append(path)
+    card, created = sealed_card(study, path)
+    written = [path] if created else []
     res = result_card(study, card)
     write_text(rpath, json.dumps(res, indent=1, sort_keys=True) + "\n")
     found = [] if res["comparison"] == AS_DECLARED else res["comparison"]["deviations"]

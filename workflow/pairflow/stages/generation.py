@@ -63,6 +63,7 @@ from ..records.types import (
     VideoFields,
 )
 from ..records.vouch import vouch
+from ..report.card import sealed_card
 from .jobs import WARM_UP, clear_failures, describe, sweep_after, sweep_panel, timed_imports
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,8 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                    "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
         "code": prov["code"], "environment": prov["environment"], "model": prov["model"],
         "encoder": prov["encoder"], "config_digest": prov["config_digest"], "site": prov["site"],
+        # the claim card this candidate was generated under (report.card): its seal
+        "card_seal": shared["card_seal"],
     }
     # each declared kind's own section (a search's candidates, a student's weights)
     cast(dict[str, Any], record).update(record_sections(c.arm, result, study.model))
@@ -294,8 +297,13 @@ def incomplete(study: StudySpec, cands: list[Candidate], records: dict[Path, Gen
 
 
 def generation_context(study: StudySpec) -> dict[str, Any]:
-    """What every generation task of a job shares (see ``context``)."""
-    return {"study": study, "provenance": provenance(study)}
+    """What every generation task of a job shares (see ``context``): the study, its
+    provenance and the seal of its claim card, sealed here, before this job generates
+    anything, where no card is yet (``report.card.sealed_card``; a card sealed after
+    another job's records landed says so)."""
+    prov = provenance(study)
+    card, _ = sealed_card(study, prov=prov)
+    return {"study": study, "provenance": prov, "card_seal": card["seal"]}
 
 
 def generation_payload(ref: Any, c: Candidate, checks: set[str]) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from ..plan.config import StudySpec, study_from_raw
 from ..records.store import build_manifest, check_schema, read_record, stale_link, write_manifest
 from ..records.types import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 from ..report import plots as P
+from ..report.card import write_card
 from ..report.gallery import write_gallery
 from ..report.table import html, markdown
 from ..report.tracker import log_study
@@ -430,6 +431,14 @@ def add_to_ledger(study: StudySpec) -> dict[str, Any]:
     book = ledger.update(study, lay.ledger(), est)
     write_text(lay.ledger(".md"), ledger.markdown(book))
     return book
+
+
+def card(study: StudySpec) -> None:
+    """The claim card's results part and page (``report.card.write_card``), after the
+    archive: the card sealed before generation is kept byte for byte, and read against."""
+    _, _, found, _ = write_card(study)
+    log.info("claim card %s: %s", Layout(study.scratch).card,
+             "as declared" if not found else f"{len(found)} deviation(s) from the sealed card")
 
 
 def archive(study: StudySpec, out: Path, configfiles: tuple[str, ...] = ("config/config.yaml",)) -> None:
