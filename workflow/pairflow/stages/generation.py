@@ -165,9 +165,9 @@ def generate_task(payload: dict[str, Any]) -> dict[str, Any]:
                    "model_loads": dict(g.LOAD_COUNTS), "warm_up": WARM_UP or None},
         "code": prov["code"], "environment": prov["environment"], "model": prov["model"],
         "encoder": prov["encoder"], "config_digest": prov["config_digest"], "site": prov["site"],
-        # the claim card this candidate was generated under (report.card): its seal
-        "card_seal": shared["card_seal"],
     }
+    if shared.get("card_seal"):  # the claim card this candidate was generated under (generation_context)
+        record["card_seal"] = shared["card_seal"]
     # each declared kind's own section (a search's candidates, a student's weights)
     cast(dict[str, Any], record).update(record_sections(c.arm, result, study.model))
     write_record(record_path(layout, c), record)
