@@ -53,7 +53,7 @@ include: "workflow/rules/repeatability.smk"
 
 # Light aggregation steps run where Snakemake runs, not as scheduler jobs: each such rule
 # says `localrule: True` itself (build_tiny_model, check_arms, estimate, study_stats, plots,
-# gallery, track, utilisation, archive, repeatability), which a module's `use rule * from
+# gallery, track, utilisation, archive, card, repeatability), which a module's `use rule * from
 # pairflow as pairflow_*` keeps; a global `localrules:` list names unprefixed rules and
 # would be dropped there.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,9 +238,16 @@ def test_the_scorer_weights_are_the_ones_scoring_verifies(tmp_path: Path) -> Non
             assert scorer_weight_keys(study) == study_weights(study)
 
 
+def _default_project(dest: Path) -> Path:
+    """The project's own config and prompt sheets in ``dest``, nothing run: a card of it
+    never reads the checkout's own results (a main job run there would be its records)."""
+    shutil.copytree(ROOT / "config", dest / "config")
+    return dest
+
+
 def test_the_default_config_gets_a_card(tmp_path: Path) -> None:
     """The project's own config (config/config.yaml): 3 treatments x 3 tested metrics in one Holm family."""
-    assert main(["card", "--directory", str(ROOT), "--out", str(tmp_path)]) == 0
+    assert main(["card", "--directory", str(_default_project(tmp_path / "proj")), "--out", str(tmp_path)]) == 0
     card = read_card(tmp_path / "card.json")
     assert card["study"] == "tiny-default" and card["declared"]["questions"]["family"]["size"] == 9
     assert (tmp_path / "card.md").read_text().startswith("# Claim card: tiny-default")
@@ -255,7 +263,8 @@ def test_bad_out_and_a_card_of_another_study_are_refused_in_one_line(project: Pa
     assert main(["card", "--directory", str(project / "nowhere")]) == 3
     assert "--directory" in capsys.readouterr().err
     other = tmp_path / "other"
-    assert main(["card", "--directory", str(ROOT), "--out", str(other)]) == 0  # tiny-default's card
+    assert main(["card", "--directory", str(_default_project(tmp_path / "proj")), "--out",
+                 str(other)]) == 0  # tiny-default's card
     capsys.readouterr()
     assert main(["card", "--directory", str(project), "--out", str(other)]) == 3
     err = capsys.readouterr().err

@@ -16,7 +16,7 @@ from conftest import ROOT
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 LOCAL_RULES = {"build_tiny_model", "check_arms", "estimate", "study_stats", "plots", "gallery", "track",
-               "utilisation", "archive", "repeatability"}
+               "utilisation", "archive", "card", "repeatability"}
 """The rules that run where Snakemake runs, never as scheduler jobs (each says ``localrule: True``)."""
 
 MODULE = """configfile: "config/config.yaml"
