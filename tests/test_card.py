@@ -84,7 +84,7 @@ def test_the_declared_card_states_questions_plan_seeds_digests_and_what_is_not_t
     p = d["plan"]
     assert (p["prompts"], p["pairs_per_arm"], p["candidates"]) == (2, 2, 4)
     assert p["stopping_rule"] == {"kind": "fixed-n", "text": FIXED_N, "interim_looks": 0}
-    assert [a["iso_compute_control"] for a in d["arms"]] == [None, None]
+    assert [a["iso_compute_control"] for a in d["arms"]] == [None, NOT_CONFIGURED]  # iso_compute off
     assert d["seeds"]["panels"] == {"t": [0]}
     sheet = project / "config" / "panels" / "t.tsv"
     assert d["prompt_sheets"]["t"]["sheet_digest"] == digest_file(sheet)

@@ -103,7 +103,7 @@ def test_the_arm_is_read_against_the_plain_arm_pair_by_pair() -> None:
     gen, scores, timings = _records()
     s = StatsSpec(2000, 0.95, 0, margins={"q": 0.02}, floors={"psnr": 30.0})
     c = iso.against(gen, scores, timings, "fb", "iso-steps-3", s)
-    assert c["reference"] == "iso-steps-3" and c["treatment"] == "fb" and c["n_pairs"] == 10
+    assert c["treatment"] == "fb" and c["n_pairs"] == 10
     m = {x["metric"]: x for x in c["metrics"]}
     assert m["q"]["diff"] == pytest.approx(0.1, abs=0.01) and m["q"]["verdict_code"] == "superior"
     assert m["q"]["margin"] == 0.02
@@ -121,3 +121,110 @@ def test_a_pair_without_its_plain_partner_is_refused_as_any_pair_is() -> None:
     gen = [g for g in gen if not (g["arm"]["name"] == "iso-steps-3" and g["candidate"]["prompt_id"] == "p03")]
     with pytest.raises(PairingError, match="lack a partner"):
         iso.against(gen, scores, timings, "fb", "iso-steps-3", StatsSpec(2000, 0.95, 0))
+
+
+def test_config_refuses_iso_compute_without_calibration_and_a_taken_name(tmp_path: Path, tiny_model: Path) -> None:
+    from conftest import small_config
+
+    from pairflow.errors import ConfigError
+    from pairflow.plan.config import study_from_raw
+
+    cfg = small_config(tmp_path, tiny_model, iso_compute={"enabled": True})
+    with pytest.raises(ConfigError, match="iso_compute/enabled is true but fleet/calibrate is false"):
+        study_from_raw(cfg, tmp_path)
+    cfg["fleet"]["calibrate"] = True
+    cfg["arms"]["iso-steps-2"] = {"steps": 2}
+    with pytest.raises(ConfigError, match=r"arm name\(s\) \['iso-steps-2'\] .* start with 'iso-steps-'"):
+        study_from_raw(cfg, tmp_path)
+
+
+def test_the_derived_plain_arms_join_the_study_outside_its_keys(tmp_path: Path, tiny_model: Path) -> None:
+    """Once rule calibrate wrote the derivation, its plain arms are arms of the study (with
+    the arms they control), but not treatments of the declared family, nor in the keys of
+    the arms' check and the calibration table; a control of an arm no longer declared is
+    dropped; an unreadable file is refused by name."""
+    import json
+
+    from conftest import small_config
+
+    from pairflow.budget.calibrate import key_fields
+    from pairflow.errors import ConfigError
+    from pairflow.layout import Layout
+    from pairflow.plan.config import study_from_raw
+
+    cfg = small_config(tmp_path, tiny_model, iso_compute={"enabled": True}, fleet={"calibrate": True})
+    before = study_from_raw(cfg, tmp_path)
+    path = Layout(before.scratch).iso_compute
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"arms": [{"name": "iso-steps-2", "steps": 2, "for": ["pab"]},
+                                         {"name": "iso-steps-1", "steps": 1, "for": ["gone"]}]}))
+    after = study_from_raw(cfg, tmp_path)
+    assert [a.name for a in after.arms] == ["control", "pab", "iso-steps-2"]
+    assert after.arms[-1] == ArmSpec("iso-steps-2", steps=2, derived_for=("pab",))
+    assert [a.name for a in after.treatments] == ["pab"] and after.declared_arms == before.arms
+    assert key_fields(after) == key_fields(before)
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="iso_compute.json cannot be read"):
+        study_from_raw(cfg, tmp_path)
+
+
+def test_controls_derive_each_eligible_arm_and_share_plain_arms() -> None:
+    counted = {"control": {"compute": {"total_flops": 650.0, "transformer_flops": 600.0}},
+               "a": {"compute": {"total_flops": 290.0, "transformer_flops": 240.0}},
+               "b": {"compute": {"total_flops": 350.0, "transformer_flops": 300.0}},
+               "few": {"compute": {"total_flops": 250.0, "transformer_flops": 200.0}},
+               "uncounted": {"compute": {"total_flops": None, "transformer_flops": None}}}
+    arms = [ArmSpec("control"), ArmSpec("a", "FirstBlockCacheConfig", {"threshold": 0.1}),
+            ArmSpec("b", attention_backend="sage"), ArmSpec("few", steps=2),
+            ArmSpec("uncounted", "FirstBlockCacheConfig", {"threshold": 0.2})]
+    got = iso.controls(arms, counted, 6)
+    assert [d["arm"] for d in got["derivations"]] == ["a", "b"]
+    assert got["arms"] == [{"name": "iso-steps-2", "steps": 2, "for": ["a"]},
+                           {"name": "iso-steps-3", "steps": 3, "for": ["a", "b"]}]
+    assert set(got["skipped"]) == {"few", "uncounted"} and "not counted" in got["skipped"]["uncounted"]
+
+
+@pytest.mark.slow
+def test_a_study_with_iso_compute_reads_each_arm_against_plain_steps(tmp_path: Path, tiny_model: Path) -> None:
+    """Real Snakemake on a study of control and a first-block cache, iso-compute on: rule
+    calibrate derives the plain step counts from counted FLOPs, the plain arms are
+    generated, scored and timed from the same seeds, the study table opens with the
+    verdicts against them, the plot draws the steps curve, verify passes and a second
+    run has nothing to do."""
+    import json
+
+    from conftest import copy_project, run_snakemake, small_config, write_config
+
+    from pairflow.layout import Layout
+
+    project = copy_project(tmp_path / "proj")
+    cfg = small_config(project, tiny_model, iso_compute={"enabled": True}, fleet={"cpu_workers": 1, "calibrate": True},
+                       timing={"repeats": 1}, stats={"resamples": 200, "margins": {"temporal_flickering": 0.01}},
+                       scorers=["temporal_flickering", "psnr"])
+    cfg["arms"] = {"control": {"cache": None}, "fb": {"cache": {"class": "FirstBlockCacheConfig",
+                                                                "params": {"threshold": 1.2}}}}
+    write_config(project, cfg)
+    run_snakemake(project)
+    layout = Layout(Path(cfg["storage"]["scratch"]))
+    derivation = json.loads(layout.iso_compute.read_text())
+    (d,) = derivation["derivations"]
+    assert d["arm"] == "fb" and 0 < d["matched_steps"] < 3 and d["steps"]
+    plains = [a["name"] for a in derivation["arms"]]
+    for name in plains:
+        assert sorted(p.name for p in (layout.panel("t") / "records" / name).glob("*.json")) == ["a1-s0.json",
+                                                                                              "a2-s0.json"]
+    stats = json.loads(layout.study_stats.read_text())
+    assert [c["treatment"] for c in stats["comparisons"]] == ["fb"]  # the declared family only
+    rows = stats["iso_compute"]["comparisons"]
+    assert [r["reference"] for r in rows] == plains and all(r["comparison"]["n_pairs"] == 2 for r in rows)
+    assert [c["treatment"] for c in stats["iso_compute"]["curve"]] == plains
+    table = layout.study_table().read_text().splitlines()
+    assert table[2].startswith("**fb ") and "plain steps" in table[2]
+    assert "## Against equal-compute steps" in table
+    assert (layout.plots / "pareto.png").is_file()
+    card = json.loads((layout.study / "card-results.json").read_text())
+    assert [r["against"] for r in card["arms"][0]["against_iso_compute_control"]] == plains
+    from pairflow.cli import main
+
+    assert main(["verify", str(layout.scratch)]) == 0
+    assert "Nothing to be done" in run_snakemake(project, "-n")

@@ -229,7 +229,7 @@ def test_every_relative_link_and_anchor_in_the_readme_and_docs_resolves() -> Non
 def test_the_front_page_answer_line_is_what_the_table_prints() -> None:
     """README.md quotes the answer line (the quoted ``> `` line) that report.table.answer
     prints for tests/data/readme_stats.json: the default study's stats.json, copied from a
-    run on 2026-12-05 (commit 7e237c7), and checked against the stats schema here. When the
+    run on 2026-12-05 (iso_compute on), and checked against the stats schema here. When the
     line's wording changes, this fails with the new line to paste; when the schema does,
     rerun the default study and copy results/scratch/study/stats.json there."""
     from pairflow.records.store import check_schema

@@ -30,6 +30,7 @@ path is deterministic (dates go inside files, never into names)::
         export/candidates.csv, summary.csv pairflow export's tables (csv or parquet)
         card.json, card-results.json,      the claim card (pairflow card): the sealed declared part,
         card.md                            the results against it, both as one page
+        iso_compute.json                   the iso-compute controls' derivation (rule calibrate)
       accounts/                            one record per job (job-*.json: written by the job itself at
                                            start and exit) and per Slurm submission (slurm-*.json: the
                                            scheduler's figures); the ledger is built from them
@@ -206,6 +207,12 @@ class Layout:
     def card(self) -> Path:
         """The sealed claim card (``report/card``); ``card-results.json`` and ``card.md`` lie beside it."""
         return self.study / "card.json"
+
+    @property
+    def iso_compute(self) -> Path:
+        """The iso-compute controls' derivation (``analysis.isocompute``), written by rule
+        calibrate; the plain arms it names join the study (``plan.config``)."""
+        return self.study / "iso_compute.json"
 
     @property
     def gallery(self) -> Path:

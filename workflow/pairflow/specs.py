@@ -73,6 +73,10 @@ class ArmSpec:
     attention_backend: str | None = None
     search: SearchSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    derived_for: tuple[str, ...] = ()
+    """Non-empty for an arm the study derived rather than declared: an iso-compute control
+    (``analysis.isocompute``), naming the arms it is the equal-compute control of. Not an
+    output-changing field (its steps are)."""
 
     @property
     def is_control(self) -> bool:

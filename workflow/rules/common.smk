@@ -91,7 +91,7 @@ MODEL_INDEX = str(as_named(STUDY.model.path) / "model_index.json")
 ARMS_CHECK = str(LAYOUT.arms_check)
 # What the arms' check depends on besides the model files (a params rerun trigger). The
 # check itself imports diffusers, so it runs in rule check_arms, never while planning.
-ARMS_KEY = arms_check_key(STUDY.arms, STUDY.model)
+ARMS_KEY = arms_check_key(STUDY.declared_arms, STUDY.model)
 GEN_MANIFEST = str(LAYOUT.generation_manifest("{panel}"))
 SCORE_MANIFEST = str(LAYOUT.score_manifest("{panel}"))
 TIMING_MANIFEST = str(LAYOUT.timing_manifest)
@@ -164,7 +164,7 @@ def arms_check_input(wildcards):
     """The model files the arms' check reads: the built tiny model, else the index,
     transformer and VAE configs of the study's model and of the arms' own models."""
     return [*([MODEL_INDEX] if STUDY.model.kind == "embedded-tiny" else []),
-            *(str(as_named(p)) for p in arms_check_inputs(STUDY.arms, STUDY.model))]
+            *(str(as_named(p)) for p in arms_check_inputs(STUDY.declared_arms, STUDY.model))]
 
 
 # A plain rerun heals: when the run is planned (not inside a job), the evidence is

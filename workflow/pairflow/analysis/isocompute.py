@@ -41,12 +41,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..arms.registry import declared_kinds
-from ..plan.config import StatsSpec
+from ..plan.config import ISO_PREFIX, StatsSpec
 from ..records.types import Comparison, GenerationRecord, ScoreRecord, TimingRecord
 from ..specs import ArmSpec
 from .stats import analyse
@@ -55,6 +55,7 @@ ACCELERATION_KINDS = frozenset({"cache", "attention_backend", "overrides"})
 """Kinds of change that make an arm an acceleration arm (``arms.registry``'s kind names)."""
 WHOLE = 1e-9
 """A matched step count within this share of a whole number is that number."""
+FORMAT = "pairflow-iso-compute/1"
 REFERENCE = "control"
 """The name ``stats.analyse`` reads as the reference arm; the plain arm takes its place."""
 
@@ -118,9 +119,41 @@ def derive(arm: str, control_steps: int, control_flops: float, control_transform
     return made(tuple(n for n in (math.floor(k), math.ceil(k)) if 1 <= n < control_steps))
 
 
+def controls(arms: Sequence[ArmSpec], counted: Mapping[str, Mapping[str, Any]], control_steps: int) -> dict[str, Any]:
+    """The iso-compute controls of ``arms`` (the declared ones, control among them) from
+    ``counted`` (arm name -> an entry with ``compute: {total_flops, transformer_flops}``,
+    per video: the calibration's counts): each eligible arm's ``Derivation``, each other
+    arm with why it has none, and the plain arms to add (one per step count, naming the
+    arms it is the control of). What ``Layout.iso_compute`` holds."""
+    c = counted["control"]["compute"]
+    derivations: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    by_steps: dict[int, list[str]] = {}
+    for a in arms:
+        why = eligible(a)
+        f = (counted.get(a.name) or {}).get("compute") or {}
+        if why is None and not (f.get("total_flops") or 0) > 0:
+            why = "its FLOPs were not counted (an attention kernel outside aten: a lower bound only)"
+        if why is not None:
+            if not a.is_control:
+                skipped[a.name] = why
+            continue
+        d = derive(a.name, control_steps, float(c["total_flops"]), float(c["transformer_flops"]),
+                   float(f["total_flops"]))
+        derivations.append(d.asdict())
+        for k in d.steps:
+            by_steps.setdefault(k, []).append(a.name)
+        if not d.steps:
+            skipped[a.name] = str(d.why_none)
+    return {"format": FORMAT, "control_steps": control_steps, "counted": "calibration: one representative "
+            "candidate per arm, FLOPs counted in full (FlopCounterMode)", "derivations": derivations,
+            "skipped": skipped, "arms": [{"name": iso_arm(k).name, "steps": k, "for": names}
+                                         for k, names in sorted(by_steps.items())]}
+
+
 def iso_arm(steps: int) -> ArmSpec:
     """The plain arm of the control's pipeline at ``steps`` steps."""
-    return ArmSpec(f"iso-steps-{steps}", steps=steps)
+    return ArmSpec(f"{ISO_PREFIX}{steps}", steps=steps)
 
 
 def against(gen_records: Sequence[GenerationRecord], score_records: Sequence[ScoreRecord],
@@ -146,6 +179,33 @@ def against(gen_records: Sequence[GenerationRecord], score_records: Sequence[Sco
 
     fidelity = {n for r in score_records for n, v in r["scores"].items() if v["spec"]["kind"] == "FR"}
     spec = dataclasses.replace(s, floors={}, margins={k: v for k, v in s.margins.items() if k not in fidelity})
-    result = analyse(keep(gen_records), keep(score_records, True), keep(timing_records), [arm], spec)
-    comparison = result["comparisons"][0]
-    return {**comparison, "reference": plain}  # type: ignore[typeddict-unknown-key]
+    return analyse(keep(gen_records), keep(score_records, True), keep(timing_records), [arm], spec)["comparisons"][0]
+
+
+def side(steps: int, matched: float) -> str:
+    """Where the plain arm's cost lies against the arm's: ``equal compute`` (the matched
+    count is whole), ``fewer steps`` (cheaper) or ``more steps`` (dearer)."""
+    if abs(steps - matched) <= WHOLE * max(1.0, matched):
+        return "equal compute"
+    return "fewer steps" if steps < matched else "more steps"
+
+
+def section(derivation: Mapping[str, Any], gen_records: Sequence[GenerationRecord],
+            score_records: Sequence[ScoreRecord], timing_records: Sequence[TimingRecord],
+            s: StatsSpec) -> dict[str, Any]:
+    """The study statistics' ``iso_compute`` part: the derivation (``controls``: what rule
+    calibrate wrote); for each arm and each of its plain arms, ``against``'s comparison
+    with the plain arm's step count and side; and the steps curve (``curve``: each plain
+    arm against control, as the study table reads an arm, in a family of their own)."""
+    rows = []
+    for d in derivation["derivations"]:
+        for k in d["steps"]:
+            plain = iso_arm(int(k)).name
+            rows.append({"arm": d["arm"], "reference": plain, "steps": int(k), "side": side(int(k), d["matched_steps"]),
+                         "comparison": against(gen_records, score_records, timing_records, d["arm"], plain, s)})
+    plains = sorted({r["reference"] for r in rows}, key=lambda n: int(n.removeprefix(ISO_PREFIX)))
+    curve = analyse(gen_records, score_records, timing_records, plains, s)["comparisons"] if plains else []
+    return {"derivations": list(derivation["derivations"]), "skipped": dict(derivation.get("skipped", {})),
+            "family": "one Holm family per (arm, plain arm): its quality metrics", "comparisons": rows,
+            # the steps curve: each plain arm against control (its own family; what the plot draws)
+            "curve": curve}

@@ -110,7 +110,9 @@ def key_fields(study: StudySpec) -> dict[str, Any]:
     which the table records); no torch."""
     env = environment()
     return {"format": FORMAT, "model": study.model.identity(),
-            "arms": {a.name: arm_digest(a) for a in study.arms},
+            "arms": {a.name: arm_digest(a) for a in study.declared_arms},
+            # the table then also holds the iso-compute controls' derivation and measures them
+            "iso_compute": bool(study.raw.get("iso_compute", {}).get("enabled")),
             "shape": asdict(study.generation),
             "encoder": {k: v for k, v in study.raw["encoder"].items()},
             "scorers": list(study.scorers), "scoring": study.raw["scoring"],
@@ -405,6 +407,7 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
         try:
             table: dict[str, Any] = read_table(study) if out is None else dict(json.loads(path.read_text()))
             if table.get("device") == device_kind():
+                publish_iso_compute(study, table)
                 return table
             log.warning("recalibrating: %s was measured on %s, this process runs on %s", path, table.get("device"),
                         device_kind())
@@ -420,7 +423,26 @@ def calibrate(study: StudySpec, out: Path | None = None, force: bool = False,
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     log.info("calibration table %s (%.1f s)", path, time.time() - started)
+    if out is None or measure is None:  # the table the study reads (not the preparing job's cached copy)
+        publish_iso_compute(study, table)
     return table
+
+
+def publish_iso_compute(study: StudySpec, table: dict[str, Any]) -> None:
+    """Where ``iso_compute/enabled``: write the table's iso-compute derivation to
+    ``Layout.iso_compute`` (the plain arms it names join the study from there on:
+    ``plan.config.derived_arms``), with the key of the table it came from. A table
+    without one (measured before it was enabled) is a CalibrationError naming the fix."""
+    if not study.raw.get("iso_compute", {}).get("enabled"):
+        return
+    iso = table.get("iso_compute")
+    if not isinstance(iso, dict):
+        raise CalibrationError(f"calibration table {table.get('key')} holds no iso-compute derivation (it was "
+                               "measured with iso_compute/enabled false); remake it: snakemake --forcerun calibrate")
+    write_text(Layout(study.scratch).iso_compute,
+               json.dumps({**iso, "calibration_key": table.get("key")}, indent=1, sort_keys=True) + "\n")
+    log.info("iso-compute controls %s: %s", Layout(study.scratch).iso_compute,
+             ", ".join(f"{a['name']} for {', '.join(a['for'])}" for a in iso.get("arms", [])) or "none")
 
 
 def take_prepared(study: StudySpec, out: Path, planned_key: str, device: str | None = None,
@@ -452,6 +474,7 @@ def take_prepared(study: StudySpec, out: Path, planned_key: str, device: str | N
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, text)
+    publish_iso_compute(study, json.loads(text))
     cached.unlink(missing_ok=True)
     log.info("calibration table %s: measured by this run's preparing job (%s), taken from %s", out,
              json.loads(text).get("measured_in"), cached)

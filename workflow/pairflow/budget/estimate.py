@@ -98,9 +98,13 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
 
 
 def drivers(study: StudySpec) -> dict[str, Any]:
-    """The settings the cost scales with, as a budget refusal names them."""
+    """The settings the cost scales with, as a budget refusal names them: the declared arms
+    (the iso-compute controls follow from them and the calibration table, rule estimate's
+    input; ``iso_compute`` says whether they are added)."""
     return {"prompts": sum(len(p.prompts) for p in study.panels), "panels": len(study.panels),
-            "seeds": {p.name: len(p.seeds) for p in study.panels}, "arms": sorted(a.name for a in study.arms),
+            "seeds": {p.name: len(p.seeds) for p in study.panels},
+            "arms": sorted(a.name for a in study.declared_arms),
+            **({"iso_compute": True} if study.raw.get("iso_compute", {}).get("enabled") else {}),
             "search_n": {a.name: a.search.n for a in study.arms if a.search is not None},
             "timing.repeats": study.timing.repeats, "timing.warmup": study.timing.warmup,
             "timing.pairs": study.timing.pairs}

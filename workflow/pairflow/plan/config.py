@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import json
 import os
 import re
 import stat
@@ -32,6 +33,7 @@ from ..arms import registry as arm_registry
 from ..arms.base import ParseContext
 from ..errors import ConfigError
 from ..identity import digest_bytes, digest_obj
+from ..layout import Layout
 from ..metrics import METRICS
 from ..specs import ArmSpec as ArmSpec
 from ..specs import GenerationSpec as GenerationSpec
@@ -287,7 +289,15 @@ class StudySpec:
 
     @property
     def treatments(self) -> tuple[ArmSpec, ...]:
-        return tuple(a for a in self.arms if not a.is_control)
+        """The declared arms other than control: the questions of the study's family (an
+        iso-compute control, ``ArmSpec.derived_for``, is read against its arms instead)."""
+        return tuple(a for a in self.arms if not a.is_control and not a.derived_for)
+
+    @property
+    def declared_arms(self) -> tuple[ArmSpec, ...]:
+        """The arms the config declares, without the ones the study derived (what keys the
+        arms' check and the calibration table: a derivation never invalidates them)."""
+        return tuple(a for a in self.arms if not a.derived_for)
 
     def panel_digest(self, name: str) -> str:
         """Digest of what defines one panel's candidates: study, model, arms, generation,
@@ -613,6 +623,16 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                              prompts[name] if prompts is not None else
                              read_sheet(sheets[name], name, *relative.get(name, (None, None))))
                    for name, p in raw["panels"].items())
+    if raw.get("iso_compute", {}).get("enabled"):
+        if raw["fleet"].get("calibrate") is False:
+            raise ConfigError(f"iso_compute/enabled is true but fleet/calibrate is false in {source}: the "
+                              "equal-compute step counts are derived from the calibration's counted FLOPs; set "
+                              "fleet/calibrate to true or iso_compute/enabled to false")
+        taken = sorted(a.name for a in arms if a.name.startswith(ISO_PREFIX))
+        if taken:
+            raise ConfigError(f"arm name(s) {taken} in {source} start with {ISO_PREFIX!r}, which names the "
+                              "iso-compute controls the study derives; rename them")
+        arms = arms + derived_arms(resolve(raw["storage"]["scratch"]), arms)
     if raw["fleet"].get("budget_gpu_hours") is not None and raw["fleet"].get("calibrate") is False:
         raise ConfigError(f"fleet/budget_gpu_hours is {raw['fleet']['budget_gpu_hours']} but fleet/calibrate is false "
                           f"in {source}: the budget guard needs the calibration table's estimate; set fleet/calibrate "
@@ -634,6 +654,33 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
         fleet=FleetSpec(**raw["fleet"]),
         weights=WeightsSpec(resolve(raw["weights"]["mirror"]) if raw["weights"]["mirror"] else None),
         scoring=ScoringSpec(**raw["scoring"]), raw=raw, report=ReportSpec(**raw["report"]))
+
+
+ISO_PREFIX = "iso-steps-"
+"""The name of an iso-compute control: ``iso-steps-<k>``, the control's pipeline at k steps."""
+
+
+def derived_arms(scratch: Path, declared: tuple[ArmSpec, ...]) -> tuple[ArmSpec, ...]:
+    """The iso-compute controls rule calibrate derived (``Layout.iso_compute``), as plain
+    arms of ``k`` steps, each naming the declared arms it is the equal-compute control of;
+    none before calibration. Raises ConfigError naming the file and the fix when it cannot
+    be read or names an arm the config no longer declares."""
+    path = Layout(scratch).iso_compute
+    if not path.is_file():
+        return ()
+    try:
+        data = json.loads(path.read_text())
+        rows = [(str(a["name"]), int(a["steps"]), tuple(str(f) for f in a["for"])) for a in data["arms"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} cannot be read ({e}): it is rule calibrate's; rerun it with "
+                          "`snakemake --forcerun calibrate` (or remove the file)") from None
+    names = {a.name for a in declared}
+    out = []
+    for name, steps, of in rows:
+        of = tuple(a for a in of if a in names)
+        if of:  # a control of arms no longer declared is dropped (the next calibration rewrites the file)
+            out.append(ArmSpec(name, steps=steps, derived_for=of))
+    return tuple(out)
 
 
 SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",

@@ -591,3 +591,5 @@ class StudyStats(TypedDict):
     family_size: int
     comparisons: list[Comparison]
     provenance: NotRequired[dict[str, str]]
+    iso_compute: NotRequired[dict[str, Any]]
+    """Each acceleration arm against its plain arms of equal compute (``analysis.isocompute.section``)."""

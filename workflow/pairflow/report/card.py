@@ -25,7 +25,8 @@ claim and from what, and after it, what it found and whether it kept to what it 
 
 What does not exist yet is stated, in fields that later work fills: the stopping rule is
 ``fixed N (no interim looks)`` (no group-sequential design), and each treatment's
-iso-compute control is ``not configured``. In the workflow (docs/results-and-reports.md,
+iso-compute control is ``not configured`` unless ``iso_compute/enabled`` (then the rule is
+declared, and the plain arms and their verdicts are results). In the workflow (docs/results-and-reports.md,
 "Claim card"): the first generation job seals the card before it generates anything
 (``sealed_card``, from ``stages.generation``), every generation record names its seal,
 rule ``card`` writes the results part after the archive, and ``pairflow verify`` checks an
@@ -42,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.inference import Question
-from ..analysis.verdicts import verdict_text
+from ..analysis.isocompute import eligible
+from ..analysis.verdicts import PHRASES, verdict_text
 from ..atomic import write_new, write_text
 from ..errors import ConfigError, IntegrityError
 from ..generation.provenance import arm_record, provenance
@@ -51,7 +53,7 @@ from ..layout import Layout, as_named
 from ..metrics import metric_spec, needed_weights
 from ..metrics.weights import read_lock, verify
 from ..plan.candidates import candidates, record_path, score_path
-from ..plan.config import StudySpec
+from ..plan.config import ArmSpec, StudySpec
 from ..records.store import read_record
 from ..records.types import Provenance
 from .vbench import vbench_coverage
@@ -61,6 +63,7 @@ FIXED_N = "fixed N (no interim looks)"
 NOT_CONFIGURED = "not configured"
 NOT_RECORDED = "not recorded"
 AS_DECLARED = "as declared"
+ISO_RULE = "plain steps of equal counted FLOPs, derived at calibration (both neighbours where none matches)"
 NOISE_NOT_MEASURED = "not measured (no repeatability report; `snakemake repeatability` makes one)"
 RESULTS_NAME, PAGE_NAME = "card-results.json", "card.md"
 """Beside the sealed card (``Layout.card``): the results part and the page."""
@@ -110,7 +113,8 @@ def plan(study: StudySpec) -> dict[str, Any]:
                                         else f"{t.pairs} pairs per panel, a seeded sample (seed {t.seed})"})
     return {"unit": "prompt (the treatment - control difference averaged over its seeds)", "panels": panels,
             "prompts": sum(p["prompts"] for p in panels.values()), "pairs_per_arm": pairs,
-            "candidates": pairs * len(study.arms),
+            # the declared arms' (iso-compute controls are derived at calibration: results, not the plan)
+            "candidates": pairs * len(study.declared_arms),
             # Filled by group-sequential stopping (issue 43 item 2): kind, looks, spending.
             "stopping_rule": {"kind": "fixed-n", "text": FIXED_N, "interim_looks": 0},
             "timing": {**timed, "warmup": t.warmup, "repeats": t.repeats},
@@ -155,8 +159,9 @@ def declared(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]
         "arms": [{"name": a.name, "control": a.is_control, "kinds": arm_record(a)["kinds"],
                   "digest": arm_record(a)["digest"],
                   # Filled by iso-compute controls (issue 43 item 1): the arm each treatment is also read against.
-                  "against": [] if a.is_control else ["control"],
-                  "iso_compute_control": None} for a in study.arms],
+                  "against": [] if a.is_control else ["control"] + (
+                      ["plain steps of equal compute"] if _iso_declared(study, a) == ISO_RULE else []),
+                  "iso_compute_control": _iso_declared(study, a)} for a in study.declared_arms],
         "plan": plan(study),
         "seeds": {"panels": {p.name: list(p.seeds) for p in study.panels}, "stats": study.stats.seed,
                   "stats_resamples": study.stats.resamples, "timing": study.timing.seed},
@@ -180,6 +185,18 @@ def declared(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]
         "vbench": {"scored": list(cov.scored), "missing": cov.missing, "formable": list(cov.formable),
                    "cannot_form": {t: list(m) for t, m in cov.cannot_form.items()}},
     }
+
+
+def _iso_declared(study: StudySpec, arm: ArmSpec) -> str | None:
+    """What the card declares of ``arm``'s iso-compute control: none for control, ``not
+    configured`` where ``iso_compute/enabled`` is false, else the rule (the step counts
+    themselves are measured, so they are results, not declarations)."""
+    if arm.is_control:
+        return None
+    if not study.raw.get("iso_compute", {}).get("enabled"):
+        return NOT_CONFIGURED
+    why = eligible(arm)
+    return ISO_RULE if why is None else f"none: {why}"
 
 
 def seal(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]:
@@ -249,10 +266,12 @@ def _json_or_none(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def arm_results(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def arm_results(comparison: Mapping[str, Any], iso: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One treatment's line of the card from its ``stats.json`` comparison: speedup and
     compute ratio with their intervals, each arm's peak device memory (GiB) where the
-    timed pass recorded it, and each metric's verdict against control (``verdict_text``)."""
+    timed pass recorded it, each metric's verdict against control (``verdict_text``), and
+    against each of its plain arms of equal compute (``iso``: stats.json's ``iso_compute``;
+    ``not configured`` without one, the reason where the arm has none)."""
     sp = comparison["speedup"]
     cp = comparison.get("compute")
     eff = comparison.get("efficiency") or {}
@@ -266,9 +285,21 @@ def arm_results(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "against_control": [{"metric": m["metric"], "verdict_code": m.get("verdict_code"),
                              "verdict": m.get("verdict"), "p_verdict": m.get("p_verdict"),
                              "text": verdict_text(m)} for m in comparison["metrics"]],
-        # Filled by iso-compute controls (issue 43 item 1).
-        "against_iso_compute_control": NOT_CONFIGURED,
+        "against_iso_compute_control": _iso_results(comparison["treatment"], iso),
     }
+
+
+def _iso_results(arm: str, iso: Mapping[str, Any] | None) -> Any:
+    if iso is None:
+        return NOT_CONFIGURED
+    rows = [r for r in iso["comparisons"] if r["arm"] == arm]
+    if not rows:
+        return f"none: {iso.get('skipped', {}).get(arm, 'no plain arm derived')}"
+    return [{"against": r["reference"], "steps": r["steps"], "side": r["side"],
+             "compute_ratio": (r["comparison"].get("compute") or {}).get("ratio"),
+             "speedup": r["comparison"]["speedup"]["geomean"],
+             "verdicts": [{"metric": m["metric"], "verdict_code": m.get("verdict_code"), "text": verdict_text(m)}
+                          for m in r["comparison"]["metrics"]]} for r in rows]
 
 
 def results(study: StudySpec) -> dict[str, Any] | None:
@@ -300,7 +331,7 @@ def results(study: StudySpec) -> dict[str, Any] | None:
                     else "not archived yet (no latest.json)")
     return {"stats": {"path": str(as_named(layout.study_stats, study.root)), "digest": digest_file(layout.study_stats),
                       "level": stats.get("level")},
-            "arms": [arm_results(c) for c in stats["comparisons"]],
+            "arms": [arm_results(c, stats.get("iso_compute")) for c in stats["comparisons"]],
             "noise_floor": noise, "ledger": ledger, "archive": archive}
 
 
@@ -405,6 +436,14 @@ def write_card(study: StudySpec, out: Path | None = None) -> tuple[dict[str, Any
     return card, res, found, [*written, rpath, mpath]
 
 
+def _iso_cell(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return "; ".join(f"{r['against']} ({r['side']}): " + ", ".join(f"{x['metric']} {PHRASES[x['verdict_code']]}"
+                                                                    for x in r["verdicts"] if x["verdict_code"])
+                     for r in v)
+
+
 def _num(x: Any, spec: str = ".3g") -> str:
     return NOT_RECORDED if x is None else x if isinstance(x, str) else format(x, spec)
 
@@ -491,7 +530,7 @@ def _result_lines(res: Mapping[str, Any]) -> list[str]:
             verdicts = "; ".join(f"{v['metric']}: {v['text']}" for v in a["against_control"])
             lines.append(f"| {a['arm']} | {_ci(a['speedup'])} | {_ci(a['compute_ratio'])} | "
                          f"{_num(mem['control'])} / {_num(mem['treatment'])} | {verdicts} | "
-                         f"{a['against_iso_compute_control']} |")
+                         f"{_iso_cell(a['against_iso_compute_control'])} |")
         nf = res["noise_floor"]
         ar = res["archive"]
         led = res["ledger"]

@@ -365,7 +365,8 @@ def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
     """Quality against cost per arm: for each metric, the paired difference [CI] (FR
     metrics: the value) against the compute ratio (top row, FLOPs, exact) and against the
     measured speedup [CI] (bottom row). Control sits at ratio 1 and Δ 0 for NR metrics.
-    Arms without compute counts are left out of the top row."""
+    Arms without compute counts are left out of the top row. With iso-compute controls,
+    the plain step counts draw the steps curve (``_steps_curve``)."""
     _agg()
     import matplotlib.pyplot as plt
 
@@ -392,6 +393,7 @@ def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
                             color=col[c["treatment"]])
                 ax.annotate(c["treatment"], (xv, point), fontsize=7, xytext=(3, 3), textcoords="offset points",
                             color=col[c["treatment"]])
+            _steps_curve(ax, stats, name, what, nr)
             if nr:
                 ax.scatter([1.0], [0.0], marker="s", color="black")
                 ax.annotate("control", (1.0, 0.0), fontsize=7, xytext=(3, -9), textcoords="offset points")
@@ -406,6 +408,26 @@ def pareto(stats: StudyStats, out: Path, caption: str = "", colours: dict[str, s
     fig.suptitle(f"Quality against cost per arm, {stats['level']:.0%} t-intervals over prompts", fontsize=10, y=1.02)
     fig.tight_layout()
     _save(fig, out, caption)
+
+
+def _steps_curve(ax: Any, stats: StudyStats, name: str, what: str, nr: bool) -> None:
+    """The plain arms of the iso-compute controls (stats.json's ``iso_compute.curve``: each
+    against control) as a grey line through control, labelled by step count: the cost a
+    plain step count buys, with the arms as points beside it."""
+    pts = []
+    for c in (stats.get("iso_compute") or {}).get("curve", []):
+        m = next((m for m in c["metrics"] if m["metric"] == name), None)
+        x = (c["compute"]["ratio"] if c.get("compute") else None) if what == "compute" else c["speedup"]["geomean"]
+        point = None if m is None else (m["diff"] if m["diff"] is not None else m["treatment_mean"])
+        if x is not None and point is not None:
+            pts.append((float(x), float(point), c["treatment"].rsplit("-", 1)[-1]))
+    if not pts:
+        return
+    line = sorted(pts + ([(1.0, 0.0, "")] if nr else []))
+    ax.plot([p[0] for p in line], [p[1] for p in line], color="grey", lw=1, ls="-", marker=".", zorder=0,
+            label="plain steps (equal-compute controls)")
+    for x, y, k in pts:
+        ax.annotate(f"{k} steps", (x, y), fontsize=6, color="grey", xytext=(3, -8), textcoords="offset points")
 
 
 def _pareto_title(stats: StudyStats, name: str, nr: bool) -> str:

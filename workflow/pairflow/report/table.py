@@ -13,7 +13,7 @@ from typing import Any
 from ..analysis import tail
 from ..analysis.inference import MULTIPLICITY_NAMES
 from ..analysis.stats import NO_EFFECT
-from ..analysis.verdicts import colour_verdicts, verdict_text
+from ..analysis.verdicts import PHRASES, colour_verdicts, verdict_text
 from ..records.store import IDENTICAL
 from ..records.types import Comparison, ComputeSummary, MetricResult, StudyStats
 
@@ -410,7 +410,76 @@ def answer(stats: StudyStats) -> list[str]:
             same = identical_note(m)
             metrics.append(f"{m['metric']} {verdict_text(m)}, {value}" + (f" ({same})" if same else ""))
         out.append(f"{c['treatment']}: " + ", ".join(parts) + ("; " + "; ".join(metrics) if metrics else ""))
+    return [*iso_sentences(stats), *out]
+
+
+# --- iso-compute controls (analysis.isocompute; stats.json's iso_compute) ---------------------------
+
+ISO_TEXT = ("Does each acceleration arm beat simply taking fewer steps at the same cost? Rule calibrate counted "
+            "each arm's FLOPs on one representative candidate and derived the plain step count of the control's "
+            "pipeline whose FLOPs match (F(k) = rest + k x one step's transformer FLOPs, both from the control's "
+            "count); where no count matches exactly, both neighbours are generated, scored and timed from the same "
+            "seeds, and the arm is read against each, pair by pair: Δ = arm − plain arm (fidelity metrics: the "
+            "difference of the two arms' fidelity to control), with the metric's margin where the study gives one, "
+            "one Holm family per (arm, plain arm). The compute ratio is the arm's counted FLOPs over the plain "
+            "arm's on the same pairs; the speedup is from the timed pass.")
+
+
+def _verdict_word(m: Mapping[str, Any]) -> str:
+    code = m.get("verdict_code")
+    return PHRASES[code] if code else "value only"
+
+
+def iso_sentences(stats: Mapping[str, Any]) -> list[str]:
+    """One sentence per (arm, plain arm), in the derivation's order: what the answer line
+    opens with."""
+    iso = stats.get("iso_compute")
+    if not iso:
+        return []
+    out = []
+    for row in iso["comparisons"]:
+        ms = sorted(row["comparison"]["metrics"], key=lambda m: m["metric"])
+        beats = [f"{m['metric']} ({_verdict_word(m)})" for m in ms if m.get("verdict_code") == "superior"]
+        rest = [f"{m['metric']} ({_verdict_word(m)})" for m in ms if m.get("verdict_code") != "superior"]
+        plain = f"{row['steps']} plain steps ({row['side']})"
+        if beats:
+            text = f"{row['arm']} beats {plain} on {', '.join(beats)}" + (f", not on {', '.join(rest)}" if rest else "")
+        else:
+            text = f"{row['arm']} does not beat {plain} on any metric: " + ", ".join(rest)
+        out.append(text)
     return out
+
+
+def iso_derivation_lines(stats: Mapping[str, Any]) -> list[str]:
+    """How each arm's plain step counts were derived, and why an arm has none."""
+    iso = stats.get("iso_compute")
+    if not iso:
+        return []
+    out = []
+    for d in iso["derivations"]:
+        steps = " and ".join(str(k) for k in d["steps"]) or "none"
+        out.append(f"{d['arm']}: {d['arm_flops']:.4g} FLOPs per video = {d['matched_steps']:.3f} of the control's "
+                   f"{d['control_steps']} steps (one step {d['step_flops']:.4g}, the rest {d['rest_flops']:.4g}); "
+                   f"plain arms: {steps}" + (f" ({d['why_none']})" if d.get("why_none") else ""))
+    out += [f"{arm}: no iso-compute control ({why})" for arm, why in sorted(iso.get("skipped", {}).items())]
+    return out
+
+
+def iso_rows(stats: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (arm, plain arm, metric)."""
+    head = ["arm", "against", "compute ratio (× plain arm)", "speedup (× plain arm)", "metric",
+            "Δ arm − plain arm [CI]", "verdict (p of the deciding test: test, family)"]
+    out = []
+    iso = stats.get("iso_compute") or {}
+    for row in iso.get("comparisons", []):
+        c = row["comparison"]
+        cp = c.get("compute")
+        sp = c["speedup"]
+        for m in sorted(c["metrics"], key=lambda m: m["metric"]):
+            out.append([row["arm"], f"{row['reference']} ({row['side']})",
+                        "n/a" if not cp else f"{cp['ratio']:.3f}", f"{sp['geomean']:.2f}",
+                        m["metric"], estimate(m, column_decimals([m])), verdict_text(m)])
+    return head, out
 
 
 def _front_lines(stats: StudyStats) -> list[str]:
@@ -570,6 +639,12 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
         lines += ["", "## Tails: what the prompts rule out", "", _TAILS_TEXT, "",
                   "| " + " | ".join(t_head) + " |", "|" + "---|" * len(t_head)]
         lines += ["| " + " | ".join(r) + " |" for r in t_rows]
+    i_head, i_rows = iso_rows(stats)
+    if stats.get("iso_compute"):
+        lines += ["", "## Against equal-compute steps", "", ISO_TEXT, "",
+                  *(f"- {line}" for line in iso_derivation_lines(stats)), "",
+                  "| " + " | ".join(i_head) + " |", "|" + "---|" * len(i_head)]
+        lines += ["| " + " | ".join(r) + " |" for r in i_rows]
     lines += ["", "## Quality against cost", "", _FRONT_TEXT, "", *(f"- {line}" for line in _front_lines(stats))]
     p_head, p_rows = planning(stats)
     if p_rows:
@@ -599,6 +674,9 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              "</table><ul>", *(f"<li>{escape(n)}</li>" for n in _notes(stats)), "</ul>",
              *_html_table("Verdicts", _VERDICTS_TEXT, verdicts(stats), escape),
              *_html_tails(stats, escape),
+             *([*_html_table("Against equal-compute steps", ISO_TEXT, iso_rows(stats), escape), "<ul>",
+                *(f"<li>{escape(line)}</li>" for line in iso_derivation_lines(stats)), "</ul>"]
+               if stats.get("iso_compute") else []),
              f"<h2>Quality against cost</h2><p>{escape(_FRONT_TEXT)}</p><ul>",
              *(f"<li>{escape(line)}</li>" for line in _front_lines(stats)), "</ul>",
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",

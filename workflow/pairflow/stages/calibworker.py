@@ -32,7 +32,7 @@ from ..generation.provenance import arm_record
 from ..identity import digest_file, digest_obj
 from ..layout import Layout
 from ..plan.candidates import candidates
-from ..plan.config import StudySpec
+from ..plan.config import ArmSpec, StudySpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,8 +98,7 @@ def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> 
     ctx = ScoreContext(mirror=study.weights.mirror, batch=study.scoring.batch, fps=study.generation.fps,
                        device=device, clip_precision=clip_precision(study, device))
     with tempfile.TemporaryDirectory(prefix="pairflow-calibrate-") as tmp:
-        for arm in sorted(study.arms, key=lambda a: a.name != "control"):  # control first: FR scorers' reference
-            c = next(x for x in first if x.arm.name == arm.name)
+        def one(arm: ArmSpec, c: Any) -> None:
             mem = PhaseMemory(cuda)
             pipe, load = _phase(mem, "load", lambda arm=arm: arm_pipeline(arm, study.model, study.generation))
             tokens = g.text_tokens(pipe, study.generation)
@@ -147,11 +146,28 @@ def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> 
             for name in study.scorers:
                 _, phases[f"score:{name}"] = _phase(mem, f"score:{name}", lambda name=name, decoded=decoded: score(
                     name, decoded[metric_decoding(study, name)], ref.get("frames"), ctx))
+            counted = result.compute or {}
             arms[arm.name] = {"arm": dict(arm_record(arm)), "candidate": c.key.candidate_id, "phases": phases,
                               "warmup_s": warmup_s, "generate_s": generate_s + phases["encode"]["s"],
                               "timed_s": timed_s,
-                              "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:"))}
-    return {"device": device, "import": imp, "arms": arms, "capacity": _capacity(cuda), "worker_pid": os.getpid()}
+                              "score_s": sum(v["s"] for k, v in phases.items() if k.startswith("score:")),
+                              # counted in full: what the iso-compute controls are derived from
+                              "compute": {k: counted.get(k) for k in ("total_flops", "transformer_flops")}}
+
+        declared = sorted(study.declared_arms, key=lambda a: a.name != "control")  # control first: FR's reference
+        for arm in declared:
+            one(arm, next(x for x in first if x.arm.name == arm.name))
+        iso = None
+        if study.raw.get("iso_compute", {}).get("enabled"):
+            from ..analysis import isocompute  # lazy: the statistics, in the measuring process only
+
+            # derived from the counts just made; each plain arm measured on control's candidate (same prompt, seed)
+            iso = isocompute.controls(declared, arms, study.generation.steps)
+            control = next(x for x in first if x.arm.is_control)
+            for row in iso["arms"]:
+                one(isocompute.iso_arm(row["steps"]), control)
+    return {"device": device, "import": imp, "arms": arms, "capacity": _capacity(cuda), "worker_pid": os.getpid(),
+            **({"iso_compute": iso} if iso is not None else {})}
 
 
 # --- the preparing job ------------------------------------------------------------------------
@@ -160,7 +176,7 @@ def arms_model_files(study: StudySpec) -> list[Path]:
     """The model files rule check_arms takes as input (``common.smk``'s ``arms_check_input``):
     the embedded model's index, else the configs ``arms.arms_check_inputs`` lists."""
     own = [Path(study.model.path) / "model_index.json"] if study.model.kind == "embedded-tiny" else []
-    return [*own, *arms_check_inputs(study.arms, study.model)]
+    return [*own, *arms_check_inputs(study.declared_arms, study.model)]
 
 
 def arms_entry_key(study: StudySpec) -> str:
@@ -169,7 +185,7 @@ def arms_entry_key(study: StudySpec) -> str:
     and the bytes of its input files (a rebuilt model or an edited checkpoint config
     names another entry). No torch."""
     files = [f for f in arms_model_files(study) if f.is_file()]
-    return digest_obj({"check": arms_check_key(study.arms, study.model),
+    return digest_obj({"check": arms_check_key(study.declared_arms, study.model),
                        "files": sorted(digest_file(f) for f in files)})
 
 
@@ -202,7 +218,7 @@ def prepare(study: StudySpec, job: str, build: Callable[[], object] | None = Non
     at = Layout(study.scratch)
     entry = at.prepared_arms(arms_entry_key(study))  # after the build: the model's files are in the key
     try:
-        write_arms_check(study.arms, study.model, entry)
+        write_arms_check(study.declared_arms, study.model, entry)
     except Exception as e:
         if strict:
             raise

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..analysis import repeat
+from ..analysis import isocompute, repeat
 from ..analysis.repeat import replicate_study
 from ..analysis.stats import analyse, noise_flags
 from ..atomic import job_start, sweep_temps, write_bytes, write_text
@@ -186,13 +186,26 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
         files += [pdir / "stats.json", pdir / "table.md", pdir / "table.html"]
     pooled: Records = ([g for r in by_panel.values() for g in r[0]], [s for r in by_panel.values() for s in r[1]],
                        [t for r in by_panel.values() for t in r[2]])
-    _write_stats(analyse(*pooled, treatments, study.stats), out_json, out_md, f"{study.study}: study table",
-                 roots)
+    stats = analyse(*pooled, treatments, study.stats)
+    derivation = iso_derivation(study)
+    if derivation is not None:
+        stats["iso_compute"] = isocompute.section(derivation, *pooled, study.stats)
+    _write_stats(stats, out_json, out_md, f"{study.study}: study table", roots)
     manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
                                                        *files],
                               {"study": study.study, "panel_roots": roots, "config": config_snapshot(study)},
                               base=os.path.relpath(study.scratch, Path(out_manifest).parent))
     write_manifest(out_manifest, manifest)
+
+
+def iso_derivation(study: StudySpec) -> dict[str, Any] | None:
+    """The iso-compute derivation rule calibrate wrote (``Layout.iso_compute``), where
+    ``iso_compute/enabled`` and its plain arms are in the study; else None."""
+    path = Layout(study.scratch).iso_compute
+    if not study.raw.get("iso_compute", {}).get("enabled") or not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def study_manifests(study: StudySpec, timing_manifest: Path) -> dict[str, Path]:
