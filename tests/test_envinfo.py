@@ -40,3 +40,15 @@ def test_installed_digest_counts_each_distribution_once_however_often_the_path_l
     once, twice = digest(str(site)), digest(str(site), cwd=site)
     assert once == twice
     assert once != digest()  # the extra distribution is seen
+
+
+def test_the_installed_digest_ignores_a_packages_vendored_folder() -> None:
+    """Importing ``pkg_resources`` (CLIP does) puts ``setuptools/_vendor`` on the path;
+    the digest of what is installed stays what it was before (it keys the calibration
+    table and is compared across processes by the claim card)."""
+    code = ("from pairflow import envinfo; before = envinfo.environment()['installed_digest']; "
+            "import sys, pkg_resources; "
+            "assert any(p.endswith('_vendor') for p in sys.path), 'pkg_resources added no vendored folder'; "
+            "envinfo.environment.cache_clear(); "
+            "assert envinfo.environment()['installed_digest'] == before, 'digest changed'")
+    subprocess.run([sys.executable, "-W", "ignore", "-c", code], check=True, capture_output=True, text=True)

@@ -155,14 +155,15 @@ def test_a_budget_or_a_tracker_replans_only_what_depends_on_it(study_run) -> Non
     """Settings that change no output replan nothing. On the finished study a passing
     budget plans no job (it was a params trigger of rule estimate, whose remade output
     then reran 10 jobs: both panel jobs and the timed pass among them); naming a tracker
-    plans rule track (its output is the tracker's run), rule archive (the last rule: it seals
-    once the tracker's run is done) and rule all."""
+    plans rule track (its output is the tracker's run), rule archive (it seals once the
+    tracker's run is done), rule card after it (its results name the archive's root) and
+    rule all."""
     project, cfg, _ = study_run
     assert _planned(project, cfg) == []
     assert _planned(project, {**cfg, "fleet": {**cfg["fleet"], "budget_gpu_hours": 100.0}}) == []
     tracked = {**cfg, "report": {**cfg.get("report", {}), "tracker": "mlflow",
                                  "tracker_uri": f"file:{project / 'mlruns'}"}}
-    assert _planned(project, tracked) == ["all", "archive", "track"]
+    assert _planned(project, tracked) == ["all", "archive", "card", "track"]
 
 
 def test_without_a_table_the_budget_refusal_is_one_message_exit_3_not_retried(tiny_model: Path,

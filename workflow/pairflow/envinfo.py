@@ -57,8 +57,9 @@ def environment() -> dict[str, Any]:
     holds its metadata, so the same install listed twice (the project's ``workflow/``
     with its ``pairflow.egg-info`` on the path of a Snakemake job but not of the planner)
     would digest differently: the set makes the digest depend on what is installed, not
-    on the path it was found by (the calibration table's key depends on it)."""
-    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()})
+    on the path it was found by (the calibration table's key depends on it); the path is
+    ``install_paths`` (no package's vendored folder)."""
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions(path=install_paths())})
     env: dict[str, Any] = {
         "python": sys.version.split()[0], "platform": platform.platform(),
         "packages": {p: package_version(p) for p in _PACKAGES},
@@ -70,6 +71,17 @@ def environment() -> dict[str, Any]:
     env["cuda"] = torch_cuda_version() if driver else None
     env["driver"] = driver if env["cuda"] else None
     return env
+
+
+def install_paths() -> list[str]:
+    """``sys.path`` without the folders inside a site-packages folder that is itself on it.
+
+    Those are a package's own vendored libraries, not installs: importing ``pkg_resources``
+    (as CLIP does) puts ``setuptools/_vendor`` on the path, whose twelve ``.dist-info``
+    folders would otherwise change the installed digest of every process that imported it
+    first (a scoring job against a generation job, a test worker against a fresh process)."""
+    roots = [Path(q).resolve() for q in sys.path if q and Path(q).name in ("site-packages", "dist-packages")]
+    return [p for p in sys.path if not any(r in Path(p or ".").resolve().parents for r in roots)]
 
 
 def torch_cuda_version() -> str | None:

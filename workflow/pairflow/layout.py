@@ -62,6 +62,12 @@ ARCHIVE_RULE = "archive"
 """The rule that seals the evidence into a snapshot (``evidence.archive``). Its own log,
 job accounts and benchmark are not evidence and its jobs are not billed in the ledger
 (``budget.ledger``): each run of it would change what it seals."""
+CARD_RULE = "card"
+"""The rule that writes the claim card's results after the archive (``report.card``)."""
+SEALING_RULES = (ARCHIVE_RULE, CARD_RULE)
+"""The rules that run when the evidence is sealed or after: their own logs, job accounts
+and benchmarks are not evidence and their jobs are not billed in the ledger (a rerun of
+either would change what the archive seals)."""
 STAGES = ("generate", "score")
 """Stages that fan out per panel (their jobs have run folders, telemetry and failures)."""
 

@@ -6,7 +6,7 @@ Sources, all under ``Layout.accounts`` (module ``jobaccount``):
 - every job's own account (``job-*.json``: rule, wildcards, attempt, start, end, status,
   cores reserved, CPU seconds, and the work the job noted about itself); prepare,
   calibrate, estimate, panel, fleet, timed pass, stats and report jobs, retried and failed
-  attempts included; not the archive rule's (``layout.ARCHIVE_RULE``): the ledger is part
+  attempts included; not the archive rule's, nor rule card's after it (``layout.SEALING_RULES``): the ledger is part
   of the evidence the archive seals, and a bill that counted the sealing job would change
   with every run of it (a rerun after a killed archive would seal other evidence);
 - on Slurm, each submission's record (``slurm-*.json``, written by the pairflow-slurm
@@ -52,7 +52,7 @@ import psutil
 
 from ..atomic import write_text
 from ..fleet.sites import slurmacct
-from ..layout import ARCHIVE_RULE, Layout
+from ..layout import SEALING_RULES, Layout
 from ..plan.config import StudySpec
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ def entries(folder: Path, now: float, done: Iterable[str] = (),
         if rec is None:
             continue
         if rec.get("kind") == "job-account":
-            if rec.get("rule") == ARCHIVE_RULE:
+            if rec.get("rule") in SEALING_RULES:
                 continue
             with_mtime = (rec, p.stat().st_mtime)
             accounts[p.stem] = with_mtime

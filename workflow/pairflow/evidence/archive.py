@@ -82,7 +82,7 @@ from typing import Any, cast
 from ..atomic import TMP_PREFIX, atomic_path, sweep_temps, write_text
 from ..errors import ArchiveError, IntegrityError, PairFlowError
 from ..identity import digest_bytes, digest_file, digest_obj
-from ..layout import ARCHIVE_RULE, Layout
+from ..layout import SEALING_RULES, Layout
 from ..locks import hold
 from ..records.packs import SUFFIX, Pack, files_root, split_chunks, write_pack
 from ..records.store import (
@@ -109,9 +109,10 @@ SKIP_NAMES = ("archived.json",)
 _HERE = Layout(Path("."))
 NOT_EVIDENCE = (
     _HERE.evidence_memo.as_posix(), f"{_HERE.vouchers.as_posix()}/",  # the plan-time check's caches
-    (_HERE.logs / f"{ARCHIVE_RULE}.log").as_posix(),  # the archive job's own bookkeeping
-    f"{_HERE.benchmark(ARCHIVE_RULE, 'study').parent.as_posix()}/",
-    (_HERE.accounts / f"job-{ARCHIVE_RULE}-").as_posix(),
+    # the archive job's and (after it) the card job's own bookkeeping
+    *((_HERE.logs / f"{rule}.log").as_posix() for rule in SEALING_RULES),
+    *(f"{_HERE.benchmark(rule, 'study').parent.as_posix()}/" for rule in SEALING_RULES),
+    *((_HERE.accounts / f"job-{rule}-").as_posix() for rule in SEALING_RULES),
     *((_HERE.card.parent / n).as_posix() for n in (CARD_RESULTS, CARD_PAGE)))
 """Paths (relative to scratch; a trailing ``/`` names a folder, ``job-archive-`` every
 account of the archive rule) that are never evidence: see the module docstring."""

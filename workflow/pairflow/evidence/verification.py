@@ -67,7 +67,7 @@ KINDS = {
 """Problem kinds, in the order ``pairflow verify`` groups them."""
 NOTE_KINDS = {"temp": "temporary files left by an interrupted write (safe to delete)",
               "retired": "retired snapshots (kept, excluded from latest.json)",
-              "declared": "the claim card: its seal and the records made under it",
+              "declared": "generation records made before the workflow sealed claim cards",
               "deviation": "what the records say ran that differs from what the claim card declared"}
 """Findings that do not fail verification."""
 
