@@ -159,7 +159,8 @@ def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> 
             one(arm, next(x for x in first if x.arm.name == arm.name))
         iso = None
         if study.raw.get("iso_compute", {}).get("enabled"):
-            from ..analysis import isocompute  # lazy: the statistics, in the measuring process only
+            # lazy: the statistics, in the measuring process only (planning imports this module for the key)
+            from ..analysis import isocompute
 
             # derived from the counts just made; each plain arm measured on control's candidate (same prompt, seed)
             iso = isocompute.controls(declared, arms, study.generation.steps)
