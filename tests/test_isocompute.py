@@ -11,7 +11,7 @@ import pytest
 from conftest import generation_record, metric_spec, score_record, timing_record
 
 from pairflow.analysis import isocompute as iso
-from pairflow.errors import PairingError
+from pairflow.errors import PairingError, StatsError
 from pairflow.generation.armrun import run_arm
 from pairflow.generation.generate import load_pipeline
 from pairflow.plan.config import ArmSpec, GenerationSpec, ModelSpec, SearchSpec, StatsSpec
@@ -46,7 +46,7 @@ def test_the_matched_step_count_is_the_linear_cost_model_solved() -> None:
         assert none.steps == () and none.why_none is not None and "not cheaper than control" in none.why_none
     assert d(290.0).asdict()["steps"] == [2, 3]
     for bad in ((0, 650.0, 600.0, 1.0), (6, 650.0, 0.0, 1.0), (6, 500.0, 600.0, 1.0), (6, 650.0, 600.0, 0.0)):
-        with pytest.raises(ValueError, match="not a counted run's figure"):
+        with pytest.raises(StatsError, match="not a counted run's figure"):
             iso.derive("a", *bad)
 
 

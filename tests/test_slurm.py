@@ -22,7 +22,7 @@ import yaml
 from conftest import ROOT, copy_project, slurm_env
 
 from pairflow.fleet.sites.slurm import cluster_unavailable
-from pairflow.layout import ARCHIVE_RULE
+from pairflow.layout import SEALING_RULES
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -49,7 +49,7 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
     scratch = slurm_study / "results/scratch"
     assert (scratch / "study/table.md").exists() and (scratch / "study/archived.json").exists()
     gen = _records(slurm_study, "records")
-    assert len(gen) == 56  # 2 panels: (4 + 3 prompts) x 2 seeds x 4 arms
+    assert len(gen) == 84  # 2 panels: (4 + 3 prompts) x 2 seeds x 6 arms (4 declared, 2 iso-compute controls)
     jobs = {r["worker"]["slurm_job"] for r in gen}
     assert None not in jobs and len(jobs) == 2  # one Slurm job per panel
     # ... which also scored it (fleet.panel_jobs: combined, the default): same job, same workers
@@ -63,7 +63,7 @@ def test_default_study_runs_through_slurm_jobs(slurm_study: Path) -> None:
 
 def test_timed_pass_ran_alone(slurm_study: Path) -> None:
     timings = _records(slurm_study, "timing")
-    assert len(timings) == 56
+    assert len(timings) == 84
     # timing.pairs: auto may stop before every pair (records saying so carry no worker)
     timed = [t for t in timings if t["sampled"]]
     assert len(timed) >= 2 * 5 * 4 and all(t["timing"].get("stopped") for t in timings if not t["sampled"])
@@ -133,7 +133,7 @@ def test_the_ledger_holds_every_job_at_the_gpu_seconds_slurm_held(slurm_study: P
     assert timed["held"]["gpus"] == 2, timed["held"]  # --exclusive: the node's GPUs, all of them
     ledger = json.loads((slurm_study / "results/scratch/study/ledger.json").read_text())
     # the archive job seals the ledger into its snapshot, so the ledger never bills it (budget.ledger)
-    ran = [r for r in RULE.findall((slurm_study / "snakemake.log").read_text()) if r not in ("all", ARCHIVE_RULE)]
+    ran = [r for r in RULE.findall((slurm_study / "snakemake.log").read_text()) if r not in ("all", *SEALING_RULES)]
     assert sorted(j["rule"] for j in ledger["jobs"].values()) == sorted(ran)
     t = ledger["totals"]
     assert 0 < t["busy_share"] < 1 and t["busy_share"] == pytest.approx(t["work_s"] / t["slot_s"])
@@ -350,9 +350,9 @@ def test_a_killed_node_pool_is_retried_on_the_other_node_without_losing_or_dupli
     gen, scores = _panel_records(panel, "records"), _panel_records(panel, "scores")
     for records in (gen, scores):
         ids = [r["candidate"]["candidate_id"] for r in records]
-        assert len(ids) == 32 and len(set(ids)) == 32  # smoke: 4 prompts x 2 seeds x 4 arms
+        assert len(ids) == 48 and len(set(ids)) == 48  # smoke: 4 prompts x 2 seeds x 6 arms (2 iso-compute)
     manifest = json.loads((panel / "generation.json").read_text())
-    assert len(manifest["files"]) == 32
+    assert len(manifest["files"]) == 48
     assert killed["in_flight"], killed
     by_task = {}
     for r in gen + scores:

@@ -223,7 +223,7 @@ def test_one_allocation_spans_the_clusters_nodes(tiny_model: Path, tmp_path: Pat
                          cwd=project, env=env, capture_output=True, text=True, timeout=2400)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     gen, scores = _records(project), _records(project, "scores")
-    assert len(gen) == len(scores) == 56
+    assert len(gen) == len(scores) == 84  # the default study: 4 declared arms and 2 iso-compute controls
     jobs = {r["worker"]["slurm_job"] for r in [*gen.values(), *scores.values()]}
     assert len(jobs) == 1 and None not in jobs  # one allocation for the whole study
     assert len({r["worker"]["host"] for r in gen.values()}) == nodes  # workers on every node

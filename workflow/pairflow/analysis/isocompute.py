@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..arms.registry import declared_kinds
+from ..errors import StatsError
 from ..plan.config import ISO_PREFIX, StatsSpec
 from ..records.types import Comparison, GenerationRecord, ScoreRecord, TimingRecord
 from ..specs import ArmSpec
@@ -96,13 +97,13 @@ class Derivation:
 def derive(arm: str, control_steps: int, control_flops: float, control_transformer_flops: float,
            arm_flops: float) -> Derivation:
     """The plain step counts matching ``arm_flops`` (see the module), from the control's
-    counted FLOPs per video at ``control_steps`` steps. Raises ValueError for figures no
+    counted FLOPs per video at ``control_steps`` steps. Raises StatsError for figures no
     counted run gives (no steps, no transformer FLOPs, a part larger than the whole)."""
     if control_steps < 1 or not control_transformer_flops > 0 or not control_flops >= control_transformer_flops:
-        raise ValueError(f"control FLOPs {control_flops} (transformer {control_transformer_flops}) at "
+        raise StatsError(f"control FLOPs {control_flops} (transformer {control_transformer_flops}) at "
                          f"{control_steps} steps: not a counted run's figures")
     if not arm_flops > 0:
-        raise ValueError(f"{arm}: counted FLOPs {arm_flops}: not a counted run's figure")
+        raise StatsError(f"{arm}: counted FLOPs {arm_flops}: not a counted run's figure")
     step = control_transformer_flops / control_steps
     rest = control_flops - control_transformer_flops
     k = (arm_flops - rest) / step
