@@ -16,7 +16,7 @@ from pairflow.cli import main
 from pairflow.evidence.archive import promote
 from pairflow.generation.provenance import provenance
 from pairflow.layout import Layout
-from pairflow.plan.candidates import candidates, record_path
+from pairflow.plan.candidates import Candidate, candidates, record_path
 from pairflow.plan.config import StudySpec, load_study
 from pairflow.records.store import write_record
 from pairflow.report.card import sealed_card
@@ -42,6 +42,22 @@ def study(tmp_path: Path, tiny_model: Path) -> StudySpec:
 def _verify(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
     code = main(["verify", str(path), "--json"])
     return code, json.loads(capsys.readouterr().out)
+
+
+def _rewrite(study: StudySpec, c: Candidate, drop: tuple[str, ...] = (), **fields: object) -> None:
+    """Rewrite ``c``'s generation record with ``fields`` set and ``drop`` removed (a new self-digest)."""
+    path = record_path(Layout(study.scratch), c)
+    rec = json.loads(path.read_text())
+    for key in ("record_digest", *drop):
+        rec.pop(key)
+    write_record(path, {**rec, **fields})
+
+
+def _archived(study: StudySpec, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    """Promote the study's scratch tree to a fresh archive and verify it (``--json``)."""
+    work = tmp_path / "work" / study.study
+    promote(study.scratch, work)
+    return _verify(work, capsys)
 
 
 def _notes(report: dict, kind: str) -> list[str]:
@@ -93,14 +109,8 @@ def test_an_edited_archived_card_and_records_of_another_card_fail(study: StudySp
 def test_what_the_archived_records_say_ran_is_a_deviation_note(study: StudySpec, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     layout = Layout(study.scratch)
-    c = candidates(study, study.panels[0])[0]
-    rec = json.loads(record_path(layout, c).read_text())
-    rec.pop("record_digest")
-    rec["code"] = {"commit": "0" * 40, "dirty": False}
-    write_record(record_path(layout, c), rec)
-    work = tmp_path / "work" / study.study
-    promote(study.scratch, work)
-    code, report = _verify(work, capsys)
+    _rewrite(study, candidates(study, study.panels[0])[0], code={"commit": "0" * 40, "dirty": False})
+    code, report = _archived(study, tmp_path, capsys)
     assert code == 0, report  # a deviation is stated, not a failure
     card = json.loads(layout.card.read_text())
     assert _notes(report, "deviation") == [
@@ -112,29 +122,16 @@ def test_a_snapshot_without_a_card_verifies_as_before(study: StudySpec, tmp_path
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A study archived before the workflow sealed cards (no card, records without a seal)
     verifies as it always did: nothing about a card is added."""
-    layout = Layout(study.scratch)
-    layout.card.unlink()
+    Layout(study.scratch).card.unlink()
     for c in candidates(study, study.panels[0]):
-        rec = json.loads(record_path(layout, c).read_text())
-        rec.pop("record_digest")
-        rec.pop("card_seal")
-        write_record(record_path(layout, c), rec)
-    work = tmp_path / "work" / study.study
-    promote(study.scratch, work)
-    code, report = _verify(work, capsys)
+        _rewrite(study, c, drop=("card_seal",))
+    code, report = _archived(study, tmp_path, capsys)
     assert code == 0 and report["notes"] == [] and report["problems"] == []
 
 
 def test_records_older_than_the_card_are_counted_in_a_note(study: StudySpec, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    layout = Layout(study.scratch)
-    c = candidates(study, study.panels[0])[0]
-    rec = json.loads(record_path(layout, c).read_text())
-    rec.pop("record_digest")
-    rec.pop("card_seal")
-    write_record(record_path(layout, c), rec)
-    work = tmp_path / "work" / study.study
-    promote(study.scratch, work)
-    code, report = _verify(work, capsys)
+    _rewrite(study, candidates(study, study.panels[0])[0], drop=("card_seal",))
+    code, report = _archived(study, tmp_path, capsys)
     notes = _notes(report, "declared")
     assert code == 0 and len(notes) == 1 and notes[0].startswith("1 generation record(s) name no claim card")
