@@ -112,7 +112,7 @@ def key_fields(study: StudySpec) -> dict[str, Any]:
     return {"format": FORMAT, "model": study.model.identity(),
             "arms": {a.name: arm_digest(a) for a in study.declared_arms},
             # the table then also holds the iso-compute controls' derivation and measures them
-            "iso_compute": bool(study.raw.get("iso_compute", {}).get("enabled")),
+            "iso_compute": study.iso_compute,
             "shape": asdict(study.generation),
             "encoder": {k: v for k, v in study.raw["encoder"].items()},
             "scorers": list(study.scorers), "scoring": study.raw["scoring"],
@@ -433,7 +433,7 @@ def publish_iso_compute(study: StudySpec, table: dict[str, Any]) -> None:
     ``Layout.iso_compute`` (the plain arms it names join the study from there on:
     ``plan.config.derived_arms``), with the key of the table it came from. A table
     without one (measured before it was enabled) is a CalibrationError naming the fix."""
-    if not study.raw.get("iso_compute", {}).get("enabled"):
+    if not study.iso_compute:
         return
     iso = table.get("iso_compute")
     if not isinstance(iso, dict):
@@ -474,8 +474,8 @@ def take_prepared(study: StudySpec, out: Path, planned_key: str, device: str | N
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, text)
-    publish_iso_compute(study, json.loads(text))
+    publish_iso_compute(study, prepared)
     cached.unlink(missing_ok=True)
     log.info("calibration table %s: measured by this run's preparing job (%s), taken from %s", out,
-             json.loads(text).get("measured_in"), cached)
+             prepared.get("measured_in"), cached)
     return True

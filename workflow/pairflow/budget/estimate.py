@@ -104,7 +104,7 @@ def drivers(study: StudySpec) -> dict[str, Any]:
     return {"prompts": sum(len(p.prompts) for p in study.panels), "panels": len(study.panels),
             "seeds": {p.name: len(p.seeds) for p in study.panels},
             "arms": sorted(a.name for a in study.declared_arms),
-            **({"iso_compute": True} if study.raw.get("iso_compute", {}).get("enabled") else {}),
+            **({"iso_compute": True} if study.iso_compute else {}),
             "search_n": {a.name: a.search.n for a in study.arms if a.search is not None},
             "timing.repeats": study.timing.repeats, "timing.warmup": study.timing.warmup,
             "timing.pairs": study.timing.pairs}

@@ -294,6 +294,12 @@ class StudySpec:
         return tuple(a for a in self.arms if not a.is_control and not a.derived_for)
 
     @property
+    def iso_compute(self) -> bool:
+        """``iso_compute/enabled``: each acceleration arm is also read against plain steps of
+        equal compute (``analysis.isocompute``)."""
+        return bool(self.raw.get("iso_compute", {}).get("enabled"))
+
+    @property
     def declared_arms(self) -> tuple[ArmSpec, ...]:
         """The arms the config declares, without the ones the study derived (what keys the
         arms' check and the calibration table: a derivation never invalidates them)."""
@@ -663,8 +669,8 @@ ISO_PREFIX = "iso-steps-"
 def derived_arms(scratch: Path, declared: tuple[ArmSpec, ...]) -> tuple[ArmSpec, ...]:
     """The iso-compute controls rule calibrate derived (``Layout.iso_compute``), as plain
     arms of ``k`` steps, each naming the declared arms it is the equal-compute control of;
-    none before calibration. Raises ConfigError naming the file and the fix when it cannot
-    be read or names an arm the config no longer declares."""
+    none before calibration; a control of arms the config no longer declares is left out.
+    Raises ConfigError naming the file and the fix when it cannot be read."""
     path = Layout(scratch).iso_compute
     if not path.is_file():
         return ()

@@ -193,7 +193,7 @@ def _iso_declared(study: StudySpec, arm: ArmSpec) -> str | None:
     themselves are measured, so they are results, not declarations)."""
     if arm.is_control:
         return None
-    if not study.raw.get("iso_compute", {}).get("enabled"):
+    if not study.iso_compute:
         return NOT_CONFIGURED
     why = eligible(arm)
     return ISO_RULE if why is None else f"none: {why}"

@@ -158,7 +158,7 @@ def measure_worker(study: StudySpec, imported: dict[str, Any] | None = None) -> 
         for arm in declared:
             one(arm, next(x for x in first if x.arm.name == arm.name))
         iso = None
-        if study.raw.get("iso_compute", {}).get("enabled"):
+        if study.iso_compute:
             # lazy: the statistics, in the measuring process only (planning imports this module for the key)
             from ..analysis import isocompute
 

@@ -202,7 +202,7 @@ def iso_derivation(study: StudySpec) -> dict[str, Any] | None:
     """The iso-compute derivation rule calibrate wrote (``Layout.iso_compute``), where
     ``iso_compute/enabled`` and its plain arms are in the study; else None."""
     path = Layout(study.scratch).iso_compute
-    if not study.raw.get("iso_compute", {}).get("enabled") or not path.is_file():
+    if not study.iso_compute or not path.is_file():
         return None
     data: dict[str, Any] = json.loads(path.read_text())
     return data
