@@ -678,8 +678,9 @@ def derived_arms(scratch: Path, declared: tuple[ArmSpec, ...]) -> tuple[ArmSpec,
         data = json.loads(path.read_text())
         rows = [(str(a["name"]), int(a["steps"]), tuple(str(f) for f in a["for"])) for a in data["arms"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{path} cannot be read ({e}): it is rule calibrate's; rerun it with "
-                          "`snakemake --forcerun calibrate` (or remove the file)") from None
+        raise ConfigError(f"{path} cannot be read ({e}): it is rule calibrate's, and no plan can be made "
+                          "while it is there; remove it, then rerun with `snakemake --forcerun calibrate`, which "
+                          "writes it again") from None
     names = {a.name for a in declared}
     out = []
     for name, steps, of in rows:
