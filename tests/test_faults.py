@@ -56,6 +56,18 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[0]
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie, read once: a process may exit between two reads of /proc (a CI run
+    failed on `_stat(p) and _stat(p)[1]` when the job exited between them)."""
+    stat = _stat(pid)
+    return stat is not None and stat[1] not in "ZX"
+
+
+def _parent(pid: int) -> int | None:
+    stat = _stat(pid)
+    return stat[0] if stat else None
+
+
 def complete_records(scratch: Path) -> list[Path]:
     done = []
     for p in sorted((scratch / "panels").rglob("records/*/*.json")):
@@ -183,7 +195,7 @@ def test_whole_run_killed_mid_panel_resumes_only_unfinished(tiny_model: Path, tm
         proc.kill()
         proc.wait()
         killed = time.monotonic()
-        wait_for(lambda: not [p for p in running if _stat(p) and _stat(p)[1] not in "ZX"], 60,
+        wait_for(lambda: not [p for p in running if _running(p)], 60,
                  "every process of the killed run to end by itself")
         orphan_s = time.monotonic() - killed
     finally:
@@ -509,7 +521,7 @@ def _job_process(project: Path, root: int) -> int:
 
 
 def _live(pids: list[int]) -> list[int]:
-    return [p for p in pids if _stat(p) and _stat(p)[1] not in "ZX"]
+    return [p for p in pids if _running(p)]
 
 
 @pytest.mark.parametrize("targets", ["job", "job and its children"])
@@ -531,7 +543,7 @@ def test_sigterm_during_warm_up_ends_the_panel_job_and_its_pool_within_10s(tiny_
         wait_for(lambda: _heartbeat_in(scratch, "warm-up"), 300, "a worker in warm-up")
         job = _job_process(project, proc.pid)
         tree = [p for p in run_processes(project, proc.pid) if p != proc.pid]
-        children = [c for c in tree if _stat(c) and _stat(c)[0] == job]
+        children = [c for c in tree if _parent(c) == job]
         assert children or targets == "job", tree
         for pid in [job, *(children if targets != "job" else [])]:
             os.kill(pid, signal.SIGTERM)
