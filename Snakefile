@@ -4,7 +4,8 @@
 #   → calibrate, then estimate the cost against fleet.budget_gpu_hours [calibrate, estimate]
 #   → generate and score each panel, one Parsl fan-out per panel [generate_score_panel;
 #     fleet.panel_jobs: per-stage makes it generate_panel then score_panel; fleet.allocation:
-#     study makes it one job for every panel, fleet_study]
+#     study makes it one job for every panel, fleet_study; sequential: each look's jobs
+#     first [look_panel], then its decision [checkpoint look], until one says stop]
 #   → exclusive timed pass [timed_pass] → paired statistics per panel and for the study
 #     [study_stats] → figures, gallery, tracker [plots, gallery, track] → slot utilisation
 #     [utilisation] → archive evidence [archive] → the claim card's results [card] (the card
@@ -37,6 +38,10 @@ if STUDY.fleet.allocation == "study":
 elif STUDY.fleet.panel_jobs == "combined":
 
     include: "workflow/rules/panel.smk"
+
+    if STUDY.sequential is not None:
+
+        include: "workflow/rules/looks.smk"
 
 else:
 

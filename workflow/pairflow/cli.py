@@ -313,7 +313,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
                              project=where.directory)
         check_arms(s.arms, s.model)
         require_tracker(s, config)  # report/tracker's package, as planning checks it
-        n = sum(len(p.prompts) * len(p.seeds) for p in s.panels) * len(s.arms)
+        n = sum(len(p.planned) * len(p.seeds) for p in s.panels) * len(s.arms)
         print(f"{config}: OK, study {s.study}, {len(s.panels)} panel(s), {n} candidates; relative paths "
               f"resolved against {where.directory} ({where.why})")
         for line in [*notes, *too_few_prompts(s)]:

@@ -31,6 +31,8 @@ path is deterministic (dates go inside files, never into names)::
         card.json, card-results.json,      the claim card (pairflow card): the sealed declared part,
         card.md                            the results against it, both as one page
         iso_compute.json                   the iso-compute controls' derivation (rule calibrate)
+        looks/look-<k>.json                a group-sequential look's decision (checkpoint look)
+        looks/<panel>/look-<k>.*.json      a panel's generation and score manifests at look k
       accounts/                            one record per job (job-*.json: written by the job itself at
                                            start and exit) and per Slurm submission (slurm-*.json: the
                                            scheduler's figures); the ledger is built from them
@@ -213,6 +215,20 @@ class Layout:
     def card(self) -> Path:
         """The sealed claim card (``report/card``); ``card-results.json`` and ``card.md`` lie beside it."""
         return self.study / "card.json"
+
+    @property
+    def looks(self) -> Path:
+        """A group-sequential study's looks (``sequential``): each look's decision
+        (``look``) and each panel's manifests at that look (``look_manifest``)."""
+        return self.study / "looks"
+
+    def look(self, look: int | str) -> Path:
+        """Look ``look``'s decision: the questions tested, and whether the study stops."""
+        return self.looks / f"look-{look}.json"
+
+    def look_manifest(self, panel: str, look: int | str, part: str) -> Path:
+        """A panel's ``part`` manifest (generation or scores) at look ``look``."""
+        return self.looks / panel / f"look-{look}.{part}.json"
 
     @property
     def iso_compute(self) -> Path:

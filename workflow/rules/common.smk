@@ -27,6 +27,7 @@ from pairflow.fleet import orphans  # noqa: E402
 from pairflow.stages.steps import check_panel_rules  # noqa: E402
 from pairflow.report.tracker import require as require_tracker  # noqa: E402
 from pairflow.analysis.inference import too_few_prompts  # noqa: E402
+from pairflow.plan.config import look_counts, look_stops  # noqa: E402
 
 
 # After every run, failed or not, its jobs go into the ledger (study/ledger.json and
@@ -143,6 +144,38 @@ run at 100k candidates."""
 wildcard_constraints:
     panel="[A-Za-z0-9][A-Za-z0-9_-]{0,63}",
     rep="r[0-9]+",
+    look="[1-9][0-9]?",
+
+
+# sequential/enabled: the looks (looks.smk). LOOK_COUNTS: per look, each panel's released prompts.
+SEQUENTIAL = STUDY.sequential
+LOOK_COUNTS = look_counts(STUDY)
+LOOK_GEN = str(LAYOUT.look_manifest("{panel}", "{look}", "generation"))
+LOOK_SCORES = str(LAYOUT.look_manifest("{panel}", "{look}", "scores"))
+LOOK_DECISION = str(LAYOUT.look("{look}"))
+
+
+def look_count(wildcards):
+    """The prompts of this job's panel released by its look (a params rerun trigger)."""
+    return LOOK_COUNTS[int(wildcards.look) - 1][wildcards.panel]
+
+
+def previous_look(wildcards):
+    """A look's jobs follow the previous look's decision (which said continue)."""
+    k = int(wildcards.look)
+    return [] if k == 1 else [LOOK_DECISION.format(look=k - 1)]
+
+
+def stop_look(wildcards=None):
+    """The decision of the look the study stops at: each look's checkpoint in turn, until
+    one says stop (Snakemake re-plans after each). Empty when the study has no looks."""
+    if SEQUENTIAL is None:
+        return []
+    for k in range(1, len(LOOK_COUNTS) + 1):
+        decision = checkpoints.look.get(look=k).output[0]
+        if look_stops(decision):
+            return [decision]
+    return [decision]
 
 
 def panel_sheet(wildcards):

@@ -11,6 +11,8 @@ rule generate_score_panel:
         sheet=panel_sheet,
         heal_generation=healing(GEN_MANIFEST),
         heal_scores=healing(SCORE_MANIFEST),
+        # sequential/enabled: the stopping look's decision (the release these manifests hold)
+        looks=stop_look,
     output:
         generation=GEN_MANIFEST,
         scores=SCORE_MANIFEST,

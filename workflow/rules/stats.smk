@@ -6,6 +6,7 @@ rule study_stats:
         scores=expand(SCORE_MANIFEST, panel=PANELS),
         timing=TIMING_MANIFEST,
         heal=healing(STUDY_MANIFEST),
+        looks=stop_look,  # sequential/enabled: where the study stopped (stats.json's sequential)
     output:
         panel_stats=expand(PANEL_STATS, panel=PANELS),
         panel_tables=expand(PANEL_TABLE, panel=PANELS),

@@ -439,7 +439,7 @@ def too_few_prompts(study: StudySpec) -> list[str]:
     need, need_q = min_prompts(first, quantised=False), min_prompts(first, quantised=True)
     out = []
     for p in study.panels:
-        n = len(p.prompts)
+        n = len(p.planned)
         if n < need_q:
             why = (f"the exact sign-flip test decides at {SIGNFLIP_ALWAYS_UP_TO} prompts or fewer and its smallest p, "
                    f"{signflip_min_p(n):.3g}, is not below {first:.3g} (alpha {alpha:g}"

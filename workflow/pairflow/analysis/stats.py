@@ -219,6 +219,15 @@ def _compare(gen: Index[GenerationRecord], scores: Index[ScoreRecord], timings: 
     }, pending
 
 
+def question_values(gen: Index[GenerationRecord], scores: Index[ScoreRecord], treatment: str,
+                    s: StatsSpec) -> dict[str, tuple[Question | None, dict[Key, float]]]:
+    """Per metric the treatment was scored on: its question and per-pair values, exactly
+    as the table's cells take them (pairs completed and checked, the static filter
+    applied): what a group-sequential look tests (``analysis.looks``)."""
+    pending = _metric_cells(gen, scores, treatment, _complete_pairs(gen, treatment, s, []), s, [])
+    return {m["metric"]: (q, values) for m, _cell, q, values in pending}
+
+
 def _complete_pairs(gen: Index[GenerationRecord], treatment: str, s: StatsSpec, notes: list[str]) -> list[Key]:
     """The (prompt, seed) keys both arms have, each pair checked comparable. A key only
     one arm has raises PairingError, unless ``stats/missing: drop-pair`` drops it (noted)."""

@@ -14,6 +14,10 @@ slot-seconds / 3600 on GPUs) per stage and arm:
   ``auto``, the sequential design, at most ``timing/max_prompts`` prompts: an upper bound),
   each the arm's uncounted generation seconds (``timed_s``).
 
+A group-sequential study (``sequential``) is estimated at its planned maximum, every
+prompt of every sheet and a panel job per look: the budget guard is for the worst case;
+the report states what a stop saved.
+
 Wall time: the fan-out jobs at ``nodes x slots_per_node`` slots, one panel job after
 another (as the local profile runs them; on a cluster they may overlap, so this is an
 upper bound there), plus the timed pass on one slot. Not estimated: job start-up
@@ -43,9 +47,9 @@ def _timed_pairs(study: StudySpec) -> int:
     """Pairs the timed pass times, over every panel."""
     pairs = study.timing.pairs
     if pairs == "auto":  # sequential: at most timing.max_prompts prompts (every seed of each); an upper bound
-        units = sorted((len(p.seeds) for p in study.panels for _prompt in p.prompts), reverse=True)
+        units = sorted((len(p.seeds) for p in study.panels for _prompt in p.planned), reverse=True)
         return sum(units[:study.timing.max_prompts])
-    return sum(len(p.prompts) * len(p.seeds) if pairs == "all" else min(int(pairs), len(p.prompts) * len(p.seeds))
+    return sum(len(p.planned) * len(p.seeds) if pairs == "all" else min(int(pairs), len(p.planned) * len(p.seeds))
                for p in study.panels)
 
 
@@ -58,7 +62,7 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
     slots_node = slots_per_node or (1 if table["device"] == "cuda" else study.fleet.cpu_workers)
     slots = max(1, nodes) * slots_node
     arms = table["arms"]
-    per_panel = {p.name: len(p.prompts) * len(p.seeds) for p in study.panels}
+    per_panel = {p.name: len(p.planned) * len(p.seeds) for p in study.panels}
     n = sum(per_panel.values())
     by: dict[str, dict[str, float]] = {s: {} for s in STAGES}
     for a in study.arms:
@@ -68,7 +72,9 @@ def estimate(study: StudySpec, table: dict[str, Any], nodes: int = 1,
         timed = float(t.get("timed_s", float(t["generate_s"]) - float(t["phases"]["encode"]["s"])))
         by["timing"][a.name] = (study.timing.warmup + study.timing.repeats * _timed_pairs(study)) * timed
     load = sum(float(t["phases"]["load"]["s"]) for t in arms.values())
-    jobs = len(study.panels) * (1 if study.fleet.panel_jobs == "combined" else 2)
+    # a group-sequential study at its planned maximum: a job per panel at each look, and the final one
+    looks = len(study.sequential.looks) + 1 if study.sequential else 1
+    jobs = len(study.panels) * (1 if study.fleet.panel_jobs == "combined" else 2) * looks
     warm_job = slots * (float(table["import"]["s"]) + load)
     warm_total = jobs * warm_job
     work = {a: by["generate"][a] + by["score"][a] for a in by["generate"]}
@@ -101,7 +107,7 @@ def drivers(study: StudySpec) -> dict[str, Any]:
     """The settings the cost scales with, as a budget refusal names them: the declared arms
     (the iso-compute controls follow from them and the calibration table, rule estimate's
     input; ``iso_compute`` says whether they are added)."""
-    return {"prompts": sum(len(p.prompts) for p in study.panels), "panels": len(study.panels),
+    return {"prompts": sum(len(p.planned) for p in study.panels), "panels": len(study.panels),
             "seeds": {p.name: len(p.seeds) for p in study.panels},
             "arms": sorted(a.name for a in study.declared_arms),
             **({"iso_compute": True} if study.iso_compute else {}),

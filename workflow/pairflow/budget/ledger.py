@@ -61,12 +61,13 @@ FORMAT = 2
 KINDS = ("work", "warm-up", "start-up", "idle", "failed", "retried")
 STUDY_ARM = "(study)"
 """The arm of a job that serves every arm (prepare, calibrate, stats, report, archive)."""
-FANOUT = ("generate_score_panel", "generate_panel", "score_panel", "fleet_study", "replicate_panel")
+FANOUT = ("generate_score_panel", "generate_panel", "score_panel", "fleet_study", "replicate_panel", "look_panel")
 STAGE_OF_RULE = {"build_tiny_model": "prepare", "check_arms": "prepare", "calibrate": "calibrate",
                  "estimate": "estimate", "generate_score_panel": "generate-score", "generate_panel": "generate",
                  "score_panel": "score", "fleet_study": "generate-score", "timed_pass": "timing",
                  "study_stats": "stats", "repeatability": "stats", "plots": "report", "gallery": "report",
-                 "track": "report", "utilisation": "report", "archive": "archive", "replicate_panel": "replicate"}
+                 "track": "report", "utilisation": "report", "archive": "archive", "replicate_panel": "replicate",
+                 "look_panel": "generate-score", "look": "stats"}
 Scheduler = Callable[[str], "dict[str, Any] | None"]
 
 

@@ -47,9 +47,10 @@ def arm_of(record: Mapping[str, Any]) -> ArmSpec:
 
 def config_snapshot(study: StudySpec) -> dict[str, Any]:
     """What verify needs to rebuild the study years later: the defaults-filled config,
-    the project root it was resolved against, and every panel's prompts (sheets move)."""
+    the project root it was resolved against, and every panel's planned prompts (sheets
+    move; a group-sequential study's release is read from its looks' decisions)."""
     return {"raw": study.raw, "root": str(study.root),
-            "prompts": {p.name: [[q.prompt_id, q.text] for q in p.prompts] for p in study.panels}}
+            "prompts": {p.name: [[q.prompt_id, q.text] for q in p.planned] for p in study.panels}}
 
 
 def study_from_snapshot(snapshot: dict[str, Any], scratch: Path) -> StudySpec:

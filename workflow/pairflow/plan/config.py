@@ -15,9 +15,11 @@ one), never the config file's own folder.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import json
+import math
 import os
 import re
 import stat
@@ -110,10 +112,25 @@ class Prompt:
 
 @dataclass(frozen=True)
 class PanelSpec:
+    """A panel: its sheet, seeds and the prompts the study runs. ``held``: the sheet's
+    prompts a group-sequential study has not released (it stopped before them, or has not
+    reached their look: ``sequential``); ``planned`` is every prompt of the sheet."""
+
     name: str
     sheet: Path
     seeds: tuple[int, ...]
     prompts: tuple[Prompt, ...]
+    held: tuple[Prompt, ...] = ()
+
+    @property
+    def planned(self) -> tuple[Prompt, ...]:
+        """The sheet's prompts in release order (the sheet's order): the planned maximum."""
+        return self.prompts + self.held
+
+    def released(self, n: int) -> PanelSpec:
+        """This panel with only its first ``n`` planned prompts released."""
+        every = self.planned
+        return PanelSpec(self.name, self.sheet, self.seeds, every[:n], every[n:])
 
 
 @dataclass(frozen=True)
@@ -305,12 +322,28 @@ class StudySpec:
         arms' check and the calibration table: a derivation never invalidates them)."""
         return tuple(a for a in self.arms if not a.derived_for)
 
+    @property
+    def sequential(self) -> SequentialSpec | None:
+        """``sequential``: the group-sequential looks over prompts, None when off."""
+        q = self.raw.get("sequential", {})
+        if not q.get("enabled"):
+            return None
+        return SequentialSpec(tuple(float(f) for f in q["looks"]), q["spending"], float(q["gamma"]),
+                              q["multiplicity"])
+
     def panel_digest(self, name: str) -> str:
         """Digest of what defines one panel's candidates: study, model, arms, generation,
-        encoder, and this panel's seeds and prompts (not other panels)."""
+        encoder, and this panel's seeds and planned prompts (not other panels; a
+        group-sequential release does not change it)."""
         p = self.panel(name)
         return digest_obj({"study": self._candidates_digest,
-                           "seeds": list(p.seeds), "prompts": [[q.prompt_id, q.digest] for q in p.prompts]})
+                           "seeds": list(p.seeds), "prompts": [[q.prompt_id, q.digest] for q in p.planned]})
+
+    def at_look(self, look: int) -> StudySpec:
+        """This study with only the prompts released by look ``look`` (1-based) of
+        ``sequential``: each panel's first ``look_counts`` prompts."""
+        counts = look_counts(self)[look - 1]
+        return dataclasses.replace(self, panels=tuple(p.released(counts[p.name]) for p in self.panels))
 
     @functools.cached_property
     def _candidates_digest(self) -> str:
@@ -401,6 +434,15 @@ def validate_raw(raw: Any, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source}: key 'generation/frames' is {gen['frames']}; Wan's VAE "
                           "compresses time by 4, so frames must be 4k+1 (e.g. 9, 17, 81)")
     fleet = raw["fleet"]
+    if raw["sequential"]["enabled"] and (fleet["allocation"] == "study" or fleet["panel_jobs"] != "combined"):
+        raise ConfigError(f"{source}: key 'sequential/enabled' is true with fleet/allocation "
+                          f"{fleet['allocation']!r} and fleet/panel_jobs {fleet['panel_jobs']!r}; group-sequential "
+                          "looks run one job per panel and look that generates and scores (fleet/allocation: "
+                          "per-panel, fleet/panel_jobs: combined); set those, or sequential/enabled: false")
+    looks = raw["sequential"]["looks"]
+    if any(not a < b for a, b in zip([0.0, *looks], looks, strict=False)) or looks[-1] != 1:
+        raise ConfigError(f"{source}: key 'sequential/looks' is {looks}; give increasing fractions of each "
+                          "panel's prompts in (0, 1] ending at 1, e.g. [0.5, 1] or [0.25, 0.5, 0.75, 1]")
     if fleet["allocation"] == "study" and fleet["panel_jobs"] != "combined":
         raise ConfigError(f"{source}: key 'fleet/allocation' is 'study' but 'fleet/panel_jobs' is "
                           f"{fleet['panel_jobs']!r}; the study-wide job generates and scores in one pool, so set "
@@ -629,6 +671,8 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                              prompts[name] if prompts is not None else
                              read_sheet(sheets[name], name, *relative.get(name, (None, None))))
                    for name, p in raw["panels"].items())
+    if raw["sequential"]["enabled"]:
+        panels = _release(panels, raw, resolve(raw["storage"]["scratch"]))
     if raw.get("iso_compute", {}).get("enabled"):
         if raw["fleet"].get("calibrate") is False:
             raise ConfigError(f"iso_compute/enabled is true but fleet/calibrate is false in {source}: the "
@@ -660,6 +704,81 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
         fleet=FleetSpec(**raw["fleet"]),
         weights=WeightsSpec(resolve(raw["weights"]["mirror"]) if raw["weights"]["mirror"] else None),
         scoring=ScoringSpec(**raw["scoring"]), raw=raw, report=ReportSpec(**raw["report"]))
+
+
+@dataclass(frozen=True)
+class SequentialSpec:
+    """``sequential``: ``looks`` (fractions of each panel's prompts released at each look,
+    the last 1), the alpha-spending function and its ``gamma`` (Hwang-Shih-DeCani), and how
+    the questions share alpha (``analysis.groupseq``)."""
+
+    looks: tuple[float, ...]
+    spending: Literal["obf", "pocock", "hsd"]
+    gamma: float
+    multiplicity: Literal["bonferroni", "holm"]
+
+
+LOOK_FORMAT = "pairflow-look/1"
+"""The format of a look's decision file (``Layout.look``; ``stages.looks``)."""
+
+
+def look_counts(study: StudySpec) -> list[dict[str, int]]:
+    """Per look, each panel's prompts released by then: ``ceil(fraction * planned)`` of
+    its sheet, in the sheet's order (at least 1 prompt a panel from the first look)."""
+    seq = study.sequential
+    if seq is None:
+        return [{p.name: len(p.planned) for p in study.panels}]
+    return [{p.name: max(1, math.ceil(f * len(p.planned) - 1e-9)) for p in study.panels} for f in seq.looks]
+
+
+def planned_digest(panels: tuple[PanelSpec, ...] | list[PanelSpec], looks: list[float]) -> str:
+    """What a look's decision file must match to release prompts: every panel's planned
+    prompts and seeds, and the looks' fractions (a changed sheet or design ignores it)."""
+    return digest_obj({"looks": looks, "panels": {p.name: [list(p.seeds), [[q.prompt_id, q.digest] for q in p.planned]]
+                                                  for p in panels}})
+
+
+def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec],
+                  looks: list[float]) -> dict[str, Any] | None:
+    """The decision file of the look a group-sequential study stopped at (``Layout.look``):
+    the first that says it stopped and matches ``panels``' planned prompts and ``looks``
+    (one of a changed sheet or design is ignored); None before any stop. Raises
+    ConfigError naming an unreadable file and the fix."""
+    looks_dir = Layout(scratch).looks
+    if not looks_dir.is_dir():
+        return None
+    want = planned_digest(panels, looks)
+    for path in sorted(looks_dir.glob("look-*.json"), key=lambda q: (len(q.name), q.name)):
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != LOOK_FORMAT or data.get("planned") != want or not data.get("stop"):
+                continue
+            if any(int(v) < 1 for v in data["released"].values()):  # a malformed count is refused below
+                raise ValueError(f"released counts {data['released']} must be positive integers")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path} cannot be read ({e}): it is rule look's decision; remove it and rerun, which "
+                              "decides that look again from its records") from None
+        return dict(data)
+    return None
+
+
+def look_stops(path: str | Path) -> bool:
+    """Whether a look's decision file says the study stops there."""
+    try:
+        return bool(json.loads(Path(path).read_text())["stop"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} cannot be read ({e}): it is rule look's decision; remove it and rerun, which "
+                          "decides that look again from its records") from None
+
+
+def _release(panels: tuple[PanelSpec, ...], raw: dict[str, Any], scratch: Path) -> tuple[PanelSpec, ...]:
+    """The panels as a stopped group-sequential study released them (``stop_decision``);
+    before any stop, every planned prompt (each look's job releases its own,
+    ``StudySpec.at_look``)."""
+    stop = stop_decision(scratch, panels, list(raw["sequential"]["looks"]))
+    if stop is None:
+        return panels
+    return tuple(p.released(int(stop["released"].get(p.name, len(p.planned)))) for p in panels)
 
 
 ISO_PREFIX = "iso-steps-"

@@ -593,3 +593,5 @@ class StudyStats(TypedDict):
     provenance: NotRequired[dict[str, str]]
     iso_compute: NotRequired[dict[str, Any]]
     """Each acceleration arm against its plain arms of equal compute (``analysis.isocompute.section``)."""
+    sequential: NotRequired[dict[str, Any]]
+    """A group-sequential study's looks, where it stopped and what that saved (``analysis.looks.section``)."""

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..analysis.inference import Question
+from ..analysis import looks
 from ..analysis.isocompute import eligible
 from ..analysis.verdicts import PHRASES, verdict_text
 from ..atomic import write_new, write_text
@@ -80,20 +80,12 @@ def questions(study: StudySpec) -> dict[str, Any]:
     and the family: its method and members (the cells with a question)."""
     s = study.stats
     cells = []
-    for arm in study.treatments:
-        for name in study.scorers:
-            spec = metric_spec(name)
-            sign = 1 if spec.higher_is_better else -1
-            q: Question | None
-            if spec.kind == "FR":
-                q = Question("floor", sign, floor=s.floors[name]) if name in s.floors else None
-            else:
-                q = Question("margin", sign, margin=s.margins[name]) if name in s.margins else Question("difference",
-                                                                                                         sign)
-            cells.append({"arm": arm.name, "metric": name, "kind": spec.kind, "higher_is_better": spec.higher_is_better,
-                          "question": q.kind if q else None, "margin": s.margins.get(name),
-                          "floor": s.floors.get(name), "hypothesis": q.hypothesis if q else "value only",
-                          "null": q.null if q else None, "in_family": q is not None})
+    for arm, name, q in looks.questions(study):
+        spec = metric_spec(name)
+        cells.append({"arm": arm, "metric": name, "kind": spec.kind, "higher_is_better": spec.higher_is_better,
+                      "question": q.kind if q else None, "margin": s.margins.get(name),
+                      "floor": s.floors.get(name), "hypothesis": q.hypothesis if q else "value only",
+                      "null": q.null if q else None, "in_family": q is not None})
     members = [f"{c['arm']}/{c['metric']}" for c in cells if c["in_family"]]
     return {"alpha": round(1 - s.level, 12), "level": s.level, "power": s.power,
             "family": {"method": s.multiplicity, "size": len(members), "members": members},
@@ -103,7 +95,7 @@ def questions(study: StudySpec) -> dict[str, Any]:
 def plan(study: StudySpec) -> dict[str, Any]:
     """Planned N (the unit of analysis is the prompt; seeds are averaged within it), the
     stopping rule, the timed pass's sample and the repeatability reruns."""
-    panels = {p.name: {"prompts": len(p.prompts), "seeds": len(p.seeds), "pairs_per_arm": len(p.prompts) * len(p.seeds)}
+    panels = {p.name: {"prompts": len(p.planned), "seeds": len(p.seeds), "pairs_per_arm": len(p.planned) * len(p.seeds)}
               for p in study.panels}
     pairs = sum(p["pairs_per_arm"] for p in panels.values())
     t = study.timing
@@ -115,8 +107,8 @@ def plan(study: StudySpec) -> dict[str, Any]:
             "prompts": sum(p["prompts"] for p in panels.values()), "pairs_per_arm": pairs,
             # the declared arms' (iso-compute controls are derived at calibration: results, not the plan)
             "candidates": pairs * len(study.declared_arms),
-            # Filled by group-sequential stopping (issue 43 item 2): kind, looks, spending.
-            "stopping_rule": {"kind": "fixed-n", "text": FIXED_N, "interim_looks": 0},
+            "stopping_rule": looks.stopping_rule(study) if study.sequential else
+            {"kind": "fixed-n", "text": FIXED_N, "interim_looks": 0},
             "timing": {**timed, "warmup": t.warmup, "repeats": t.repeats},
             "repeatability": {"replicates": study.repeatability.replicates,
                               "panels": list(study.repeatability.panels)}}
@@ -166,8 +158,8 @@ def declared(study: StudySpec, prov: Provenance | None = None) -> dict[str, Any]
         "seeds": {"panels": {p.name: list(p.seeds) for p in study.panels}, "stats": study.stats.seed,
                   "stats_resamples": study.stats.resamples, "timing": study.timing.seed},
         "prompt_sheets": {p.name: {"sheet": str(as_named(p.sheet, study.root)), "sheet_digest": digest_file(p.sheet),
-                                   "prompts": len(p.prompts),
-                                   "prompts_digest": digest_obj([[q.prompt_id, q.digest] for q in p.prompts])}
+                                   "prompts": len(p.planned),
+                                   "prompts_digest": digest_obj([[q.prompt_id, q.digest] for q in p.planned])}
                           for p in study.panels},
         # None when the model path holds no files yet (the embedded tiny model is built by a rule; a hub id has none)
         "model": {**prov["model"],

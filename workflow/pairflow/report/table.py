@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from ..analysis import tail
+from ..analysis import looks, tail
 from ..analysis.inference import MULTIPLICITY_NAMES
 from ..analysis.stats import NO_EFFECT
 from ..analysis.verdicts import PHRASES, colour_verdicts, verdict_text
@@ -410,7 +410,35 @@ def answer(stats: StudyStats) -> list[str]:
             same = identical_note(m)
             metrics.append(f"{m['metric']} {verdict_text(m)}, {value}" + (f" ({same})" if same else ""))
         out.append(f"{c['treatment']}: " + ", ".join(parts) + ("; " + "; ".join(metrics) if metrics else ""))
-    return [*iso_sentences(stats), *out]
+    seq = stats.get("sequential")
+    return [*iso_sentences(stats), *([looks.sentence(seq)] if seq else []), *out]
+
+
+# --- group-sequential looks (analysis.looks; stats.json's sequential) --------------------------------
+
+LOOKS_TEXT = ("Prompts were released in looks (each panel's sheet in its own order). After each look every "
+              "pre-registered question (the table's family) was tested with the verdicts' own test at the nominal "
+              "level of its alpha-spending boundary, and the study stopped generating once every question was "
+              "decided, or at the last look. A question's interval is the repeated confidence interval at the "
+              "look it stopped at (Jennison & Turnbull 1989): valid however the stop came about, and wider than "
+              "a fixed-sample interval; the table above reads the released prompts as a fixed sample, so its "
+              "intervals are narrower than the design allows. What was not released was never generated.")
+
+
+def looks_lines(stats: Mapping[str, Any]) -> list[str]:
+    """The section's bullets: the design, where it stopped, what it saved."""
+    seq = stats["sequential"]
+    c = seq["candidates"]
+    saved = ("not estimated (no calibration)" if seq.get("saved_slot_s") is None else
+             f"about {looks.hours(seq['saved_slot_s'])} of {looks.hours(seq['fixed_slot_s'])} "
+             f"{(seq.get('unit') or '').replace('-hours', '')} time estimated for the fixed design")
+    return [f"Design: {seq['looks']} looks at {', '.join(map(str, seq['prompts_at_looks']))} of {seq['max_prompts']} "
+            f"prompts; {seq['spending_name']} spending, alpha {seq['alpha']:g} shared by {len(seq['questions'])} "
+            f"question(s) ({seq['multiplicity']})",
+            f"Stopped at look {seq['look']} ({seq['prompts']} prompts; "
+            + ", ".join(f"{p} {n}" for p, n in sorted(seq["released"].items())) + f"): {seq['why']}",
+            f"Saved against the fixed design: {c['saved']} of {c['planned']} candidates "
+            f"({100 * seq['saved_share']:.0f}%), {saved} ({seq['saved_from']})"]
 
 
 # --- iso-compute controls (analysis.isocompute; stats.json's iso_compute) ---------------------------
@@ -645,6 +673,12 @@ def markdown(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
                   *(f"- {line}" for line in iso_derivation_lines(stats)), "",
                   "| " + " | ".join(i_head) + " |", "|" + "---|" * len(i_head)]
         lines += ["| " + " | ".join(r) + " |" for r in i_rows]
+    if stats.get("sequential"):
+        l_head, l_rows = looks.rows(stats["sequential"])
+        lines += ["", "## Group-sequential looks", "", LOOKS_TEXT, "",
+                  *(f"- {line}" for line in looks_lines(stats)), "",
+                  "| " + " | ".join(l_head) + " |", "|" + "---|" * len(l_head)]
+        lines += ["| " + " | ".join(r) + " |" for r in l_rows]
     lines += ["", "## Quality against cost", "", _FRONT_TEXT, "", *(f"- {line}" for line in _front_lines(stats))]
     p_head, p_rows = planning(stats)
     if p_rows:
@@ -677,6 +711,9 @@ def html(stats: StudyStats, title: str, provenance: dict[str, str]) -> str:
              *([*_html_table("Against equal-compute steps", ISO_TEXT, iso_rows(stats), escape), "<ul>",
                 *(f"<li>{escape(line)}</li>" for line in iso_derivation_lines(stats)), "</ul>"]
                if stats.get("iso_compute") else []),
+             *([*_html_table("Group-sequential looks", LOOKS_TEXT, looks.rows(stats["sequential"]), escape), "<ul>",
+                *(f"<li>{escape(line)}</li>" for line in looks_lines(stats)), "</ul>"]
+               if stats.get("sequential") else []),
              f"<h2>Quality against cost</h2><p>{escape(_FRONT_TEXT)}</p><ul>",
              *(f"<li>{escape(line)}</li>" for line in _front_lines(stats)), "</ul>",
              *_html_planning(stats, escape), "<h2>Provenance</h2><ul>",

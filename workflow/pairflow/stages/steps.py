@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..analysis import isocompute, repeat
+from ..analysis import isocompute, looks, repeat
+from ..analysis.inference import Question
 from ..analysis.repeat import replicate_study
-from ..analysis.stats import analyse, noise_flags
+from ..analysis.stats import analyse, index, noise_flags, question_values
 from ..atomic import job_start, sweep_temps, write_bytes, write_text
 from ..budget import ledger
 from ..budget.calibrate import calibrate, take_prepared
@@ -53,7 +54,7 @@ from ..plan.candidates import (
     telemetry_path,
     timing_path,
 )
-from ..plan.config import StudySpec, study_from_raw
+from ..plan.config import StudySpec, stop_decision, study_from_raw
 from ..records.store import build_manifest, check_schema, read_record, stale_link, write_manifest
 from ..records.types import GenerationRecord, ScoreRecord, StudyStats, TimingRecord
 from ..report import plots as P
@@ -119,9 +120,10 @@ class _LoggingHook:
 Records = tuple[list[GenerationRecord], list[ScoreRecord], list[TimingRecord]]
 
 
-def panel_records(study: StudySpec, panels: list[str]) -> Records:
+def panel_records(study: StudySpec, panels: list[str], timing: bool = True) -> Records:
     """(generation, score, timing) records of the named panels, each self-digest checked
-    and each score and timing record bound to its candidate's current generation record.
+    and each score and timing record bound to its candidate's current generation record
+    (``timing`` False: no timing records, as at a group-sequential look).
 
     Raises IntegrityError naming the record whose ``generation_record_digest`` is not
     the current one (it was computed from another generation of the candidate)."""
@@ -129,8 +131,8 @@ def panel_records(study: StudySpec, panels: list[str]) -> Records:
     cs = [c for p in panels for c in candidates(study, study.panel(p))]
     gen = [read_record(record_path(layout, c), "generation") for c in cs]
     scores = [read_record(score_path(layout, c), "score") for c in cs]
-    timings = [read_record(timing_path(layout, c), "timing") for c in cs]
-    for where, recs in ((score_path, scores), (timing_path, timings)):
+    timings = [read_record(timing_path(layout, c), "timing") for c in cs] if timing else []
+    for where, recs in ((score_path, scores), (timing_path, timings)) if timing else ((score_path, scores),):
         for c, g, r in zip(cs, gen, recs, strict=True):
             why = stale_link(r, g)
             if why:
@@ -190,12 +192,60 @@ def _study_stats(study: StudySpec, manifests: dict[str, Path], out_json: Path, o
     derivation = iso_derivation(study)
     if derivation is not None:
         stats["iso_compute"] = isocompute.section(derivation, *pooled, study.stats)
+    seq = sequential_section(study)
+    if seq is not None:
+        stats["sequential"] = seq
     _write_stats(stats, out_json, out_md, f"{study.study}: study table", roots)
     manifest = build_manifest("study", study.scratch, [Path(out_json), Path(out_md), Path(out_md).with_suffix(".html"),
                                                        *files],
                               {"study": study.study, "panel_roots": roots, "config": config_snapshot(study)},
                               base=os.path.relpath(study.scratch, Path(out_manifest).parent))
     write_manifest(out_manifest, manifest)
+
+
+def look_panel(study: StudySpec, panel: str, look: int, gen_out: Path, score_out: Path) -> None:
+    """A group-sequential look's job for one panel: generate and score the prompts
+    released by look ``look`` (``StudySpec.at_look``; those of earlier looks are reused),
+    and write the panel's manifests at that look."""
+    generate_score_panel(study.at_look(look), panel, gen_out, score_out)
+
+
+def decide_look(study: StudySpec, look: int, out: Path) -> dict[str, Any]:
+    """Checkpoint look: test every pre-registered question on the records the look's
+    jobs made (``analysis.looks.decide``) and write the decision ``out``; the workflow
+    re-plans from it (the next look's jobs, or the final panel jobs at this release)."""
+    at = study.at_look(look)
+    gen, scores, _ = panel_records(at, [p.name for p in at.panels], timing=False)
+    g, sc = index(gen), index(scores)
+    cells: dict[tuple[str, str], tuple[Question, dict[tuple[str, int], float]]] = {}
+    by_arm: dict[str, dict[str, tuple[Question | None, dict[tuple[str, int], float]]]] = {}
+    for arm, metric, q in looks.questions(study):
+        if q is None:
+            continue
+        got = by_arm.setdefault(arm, question_values(g, sc, arm, study.stats))
+        if metric not in got:
+            raise IntegrityError(f"look {look}: no {metric} scores for arm {arm} in the released records; rerun the "
+                                 "workflow, which rescores them")
+        cells[(arm, metric)] = (q, got[metric][1])
+    decision = looks.decide(study, look, cells)
+    write_text(out, json.dumps(decision, indent=1, sort_keys=True) + "\n")
+    log.info("look %d of %d (%d of %d prompts): %s; %s", look, decision["looks"], decision["prompts"],
+             decision["max_prompts"], "stop" if decision["stop"] else "continue", decision["why"])
+    return decision
+
+
+def sequential_section(study: StudySpec) -> dict[str, Any] | None:
+    """stats.json's ``sequential`` (``analysis.looks.section``) where the study declares
+    looks and has stopped; the estimate where rule calibrate made one."""
+    seq = study.sequential
+    if seq is None:
+        return None
+    stop = stop_decision(study.scratch, study.panels, list(seq.looks))
+    if stop is None:
+        raise IntegrityError(f"{Layout(study.scratch).looks}: no look's decision says the study stopped; rerun the "
+                             "workflow, which decides the looks")
+    est = Layout(study.scratch).estimate
+    return looks.section(study, stop, json.loads(est.read_text()) if study.fleet.calibrate and est.is_file() else None)
 
 
 def iso_derivation(study: StudySpec) -> dict[str, Any] | None:
