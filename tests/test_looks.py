@@ -124,3 +124,14 @@ def test_a_study_continues_after_look_1_and_stops_at_look_2_of_3(tiny_model: Pat
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "Nothing to be done" in run_snakemake(project, "-n")
     assert yaml.safe_load((project / "config" / "config.yaml").read_text())["sequential"]["enabled"]
+
+
+def test_the_sequential_example_config_is_valid(tmp_path: Path) -> None:
+    """config/examples/sequential.yaml (docs/metrics-and-verdicts.md, "Group-sequential
+    looks") passes every config check, with iso-compute controls and looks on."""
+    root = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((root / "config" / "examples" / "sequential.yaml").read_text())
+    raw["storage"] = {"scratch": str(tmp_path / "s"), "work": str(tmp_path / "w")}
+    study = study_from_raw(raw, root)
+    assert study.iso_compute and study.sequential is not None
+    assert looks.design(study).looks == (10, 20)

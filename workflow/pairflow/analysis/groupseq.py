@@ -1,8 +1,8 @@
 """Group-sequential stopping over prompts: the decision at each look, the interval after a
 stop, several questions at once, and the prompts a stop saves under the verdicts' test.
 The boundaries it reads are ``spending``'s (alpha spending, the Armitage-McPherson-Rowe
-recursion). The statistics core only: no rule, checkpoint or report reads it yet
-(docs/metrics-and-verdicts.md says what is wired).
+recursion). ``looks`` binds it to a study (config ``sequential``): rule look_panel and
+checkpoint look call it between looks (docs/metrics-and-verdicts.md, "Group-sequential looks").
 
 A study that declares looks releases its prompts in stages: look k analyses the first
 ``n_k`` prompts of the release order, at information fraction ``t_k = n_k / N`` of the

@@ -23,8 +23,9 @@ claim and from what, and after it, what it found and whether it kept to what it 
   own digest.
 * ``card.md``: both rendered as one Markdown page (one source: the JSON above).
 
-What does not exist yet is stated, in fields that later work fills: the stopping rule is
-``fixed N (no interim looks)`` (no group-sequential design), and each treatment's
+The stopping rule is ``fixed N (no interim looks)`` unless ``sequential/enabled`` (then the
+looks, spending function, alpha, multiplicity and first boundaries are declared, and the
+results say where the study stopped and what it saved: ``stopped``), and each treatment's
 iso-compute control is ``not configured`` unless ``iso_compute/enabled`` (then the rule is
 declared, and the plain arms and their verdicts are results). In the workflow (docs/results-and-reports.md,
 "Claim card"): the first generation job seals the card before it generates anything
@@ -324,7 +325,15 @@ def results(study: StudySpec) -> dict[str, Any] | None:
     return {"stats": {"path": str(as_named(layout.study_stats, study.root)), "digest": digest_file(layout.study_stats),
                       "level": stats.get("level")},
             "arms": [arm_results(c, stats.get("iso_compute")) for c in stats["comparisons"]],
-            "noise_floor": noise, "ledger": ledger, "archive": archive}
+            "noise_floor": noise, "ledger": ledger, "archive": archive,
+            **({"stopped": _stopped(stats["sequential"])} if stats.get("sequential") else {})}
+
+
+def _stopped(seq: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a group-sequential study stopped and what that saved (stats.json's ``sequential``)."""
+    return {"look": seq["look"], "looks": seq["looks"], "prompts": seq["prompts"], "max_prompts": seq["max_prompts"],
+            "why": seq["why"], "candidates": seq["candidates"], "saved_slot_s": seq.get("saved_slot_s"),
+            "unit": seq.get("unit"), "text": looks.sentence(seq)}
 
 
 AS_RUN: dict[str, tuple[str, Any]] = {
@@ -526,6 +535,8 @@ def _result_lines(res: Mapping[str, Any]) -> list[str]:
         nf = res["noise_floor"]
         ar = res["archive"]
         led = res["ledger"]
+        if res.get("stopped"):
+            lines += ["", f"- **Stopped**: {res['stopped']['text']}."]
         lines += ["", "- **Ledger**: " + (led if isinstance(led, str) else
                                           f"{led['jobs']} job(s), {_num(led['slot_s'], '.1f')} slot-seconds "
                                           f"({_num(led['gpu_s'], '.1f')} GPU-seconds)") + ".",
