@@ -124,7 +124,7 @@ def _console(*loggers: str) -> Iterator[None]:
 
 
 def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
-              grant: Grant) -> dict[str, Any]:
+              grant: Grant, job: str = COMBINED) -> dict[str, Any]:
     """Generate every incomplete candidate of a panel and score every candidate whose
     score is missing or stale, in one worker pool; then write the generation manifest
     ``gen_out`` and the score manifest ``score_out``.
@@ -135,11 +135,11 @@ def run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path,
     manifest is then written; a rerun runs only what is unfinished)."""
     layout = Layout(study.scratch)
     with hold(panel_dir(layout, panel_name), f"generate and score {panel_name}"):
-        return _run_panel(study, panel_name, gen_out, score_out, run_dir, grant)
+        return _run_panel(study, panel_name, gen_out, score_out, run_dir, grant, job)
 
 
 def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path, run_dir: Path,
-               grant: Grant) -> dict[str, Any]:
+               grant: Grant, job: str) -> dict[str, Any]:
     layout = Layout(study.scratch)
     started = job_start()
     sweep_panel(study, panel_name, started, ("records", "videos", "scores", "failures/generate", "failures/score"))
@@ -195,7 +195,7 @@ def _run_panel(study: StudySpec, panel_name: str, gen_out: Path, score_out: Path
     packing = workers_for(study, ("generate", "score"), grant)  # one pool serves both: the fewer workers
     slots = _slot_count(study.fleet, grant, packing) if start_early else 0
     with _console("pairflow"), PhaseWatch(phases, label, slots):
-        hooks = TaskHooks(telemetry_path(layout, panel_name, COMBINED),
+        hooks = TaskHooks(telemetry_path(layout, panel_name, job),
                           lambda p: failure_path(layout, p["candidate"], p["stage"]), describe,
                           warm=(warm_panel, panel_warm_payload(study, build, phases)),
                           start_early=start_early, follow=follow)

@@ -207,7 +207,7 @@ def look_panel(study: StudySpec, panel: str, look: int, gen_out: Path, score_out
     """A group-sequential look's job for one panel: generate and score the prompts
     released by look ``look`` (``StudySpec.at_look``; those of earlier looks are reused),
     and write the panel's manifests at that look."""
-    generate_score_panel(study.at_look(look), panel, gen_out, score_out)
+    generate_score_panel(study.at_look(look), panel, gen_out, score_out, look_job(look))
 
 
 def decide_look(study: StudySpec, look: int, out: Path) -> dict[str, Any]:
@@ -325,13 +325,19 @@ def generate_panel(study: StudySpec, panel: str, out: Path) -> None:
     note_spans(telemetry_path(Layout(study.scratch), panel, "generate"), "generate")
 
 
-def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path) -> None:
+def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out: Path, job: str = COMBINED) -> None:
     """Generate a panel's incomplete candidates and score what is missing or stale in one
     job (``fleet.panel_jobs: combined``), then write its generation manifest ``gen_out``
-    and score manifest ``score_out``."""
-    run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, COMBINED),
-              grant_from_env(os.environ, study.fleet.site))
-    note_spans(telemetry_path(Layout(study.scratch), panel, COMBINED), COMBINED)
+    and score manifest ``score_out``. ``job`` names its run folder and telemetry record
+    (a look's job has its own: ``look_job``)."""
+    run_panel(study, panel, gen_out, score_out, Layout(study.scratch).run_dir(panel, job),
+              grant_from_env(os.environ, study.fleet.site), job)
+    note_spans(telemetry_path(Layout(study.scratch), panel, job), COMBINED)
+
+
+def look_job(look: int) -> str:
+    """The run folder and telemetry name of a group-sequential look's panel job."""
+    return f"{COMBINED}-look{look}"
 
 
 def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
@@ -473,6 +479,9 @@ def utilisation(study: StudySpec, out_json: Path, out_md: Path) -> None:
     layout = Layout(study.scratch)
     paths = {f"{job_stage(study, stage)}:{p.name}": telemetry_path(layout, p.name, job_stage(study, stage))
              for p in study.panels for stage in ("generate", "score")}  # combined: one job, one record
+    if study.sequential is not None:  # each look's panel jobs: their own records
+        paths |= {f"{look_job(k)}:{p.name}": telemetry_path(layout, p.name, look_job(k))
+                  for p in study.panels for k in range(1, len(study.sequential.looks) + 1)}
     if study.fleet.allocation == "study":  # one job for every panel: its one record
         paths = {"fleet:study": Layout(study.scratch).fleet_telemetry}
     paths = {k: v for k, v in paths.items() if v.exists()}  # a job that found nothing to do writes none
