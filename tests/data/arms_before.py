@@ -51,11 +51,14 @@ GENERATED = [ArmSpec("control"),
 
 def identities(root: Path) -> dict[str, Any]:
     """The default study's candidate ids, panel digests and arm records, and one arm per
-    kind's digest, keys, kinds and record (pure functions, no model)."""
+    kind's digest, keys, kinds and record (pure functions, no model). The declared arms
+    only: the iso-compute controls a run of the default study derived (its
+    results/scratch/study/iso_compute.json, where one exists) are not what was recorded."""
     study = load_study(root / "config" / "config.yaml", root)
-    default = {"arms": {a.name: {"digest": arm_digest(a), "record": dict(arm_record(a))} for a in study.arms},
+    default = {"arms": {a.name: {"digest": arm_digest(a), "record": dict(arm_record(a))} for a in study.declared_arms},
                "panels": {p.name: study.panel_digest(p.name) for p in study.panels},
-               "candidates": [c.key.candidate_id for p in study.panels for c in candidates(study, p)]}
+               "candidates": [c.key.candidate_id for p in study.panels for c in candidates(study, p)
+                              if not c.arm.derived_for]}
     variants = {a.name: {"digest": arm_digest(a), "keys": list(declared_keys(a)), "kinds": list(declared_kinds(a)),
                          "record": dict(arm_record(a))} for a in VARIANTS}
     return {"default_study": default, "variants": variants}

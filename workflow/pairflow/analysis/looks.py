@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..metrics import metric_spec
 from ..plan.config import LOOK_FORMAT, StudySpec, look_counts, planned_digest
 from . import groupseq
@@ -74,7 +75,7 @@ def design(study: StudySpec) -> Design:
     """The study's design: its looks at the released share of every planned prompt."""
     seq = study.sequential
     if seq is None:
-        raise ValueError("the study declares no sequential looks")
+        raise ConfigError("the study declares no sequential looks (sequential/enabled is false)")
     total = sum(len(p.planned) for p in study.panels)
     released = [sum(c.values()) for c in look_counts(study)]
     return Design(tuple(n / total for n in released), total, round(1 - study.stats.level, 12), seq.spending, 2,
@@ -88,7 +89,7 @@ def stopping_rule(study: StudySpec) -> dict[str, Any]:
     alpha then passes to the rest, so later boundaries can only be lower)."""
     seq = study.sequential
     if seq is None:
-        raise ValueError("the study declares no sequential looks")
+        raise ConfigError("the study declares no sequential looks (sequential/enabled is false)")
     d = design(study)
     m = max(1, sum(q is not None for *_, q in questions(study)))
     first = Design(d.fractions, d.max_prompts, d.alpha / m, d.spending, d.sides, d.gamma)
@@ -125,7 +126,7 @@ def decide(study: StudySpec, look: int, cells: Mapping[tuple[str, str], tuple[Qu
     monitored question is decided, or at the last look."""
     seq = study.sequential
     if seq is None:
-        raise ValueError("the study declares no sequential looks")
+        raise ConfigError("the study declares no sequential looks (sequential/enabled is false)")
     d = design(study)
     counts = look_counts(study)
     n = sum(counts[look - 1].values())

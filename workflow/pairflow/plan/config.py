@@ -753,11 +753,13 @@ def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec]
             data = json.loads(path.read_text())
             if data.get("format") != LOOK_FORMAT or data.get("planned") != want or not data.get("stop"):
                 continue
-            if any(int(v) < 1 for v in data["released"].values()):  # a malformed count is refused below
-                raise ValueError(f"released counts {data['released']} must be positive integers")
+            bad = [v for v in data["released"].values() if int(v) < 1]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{path} cannot be read ({e}): it is rule look's decision; remove it and rerun, which "
                               "decides that look again from its records") from None
+        if bad:
+            raise ConfigError(f"{path} releases {data['released']}: counts must be positive; it is rule look's "
+                              "decision; remove it and rerun, which decides that look again from its records")
         return dict(data)
     return None
 
