@@ -228,3 +228,9 @@ def test_a_study_with_iso_compute_reads_each_arm_against_plain_steps(tmp_path: P
 
     assert main(["verify", str(layout.scratch)]) == 0
     assert "Nothing to be done" in run_snakemake(project, "-n")
+    # The derivation removed while the table is current: the next run writes it again from the
+    # table (no rule would), the plain arms stay in the plan, and nothing is recomputed.
+    before = layout.iso_compute.read_bytes()
+    layout.iso_compute.unlink()
+    assert "Nothing to be done" in run_snakemake(project)
+    assert layout.iso_compute.read_bytes() == before

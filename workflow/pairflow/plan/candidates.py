@@ -105,6 +105,12 @@ COMBINED = "generate-score"
 per-job folders are named (its run folder, telemetry record and log)."""
 
 
+def look_job(look: int) -> str:
+    """The run folder and telemetry name of a group-sequential look's panel job (its
+    own, so a later look or the final panel job does not overwrite them)."""
+    return f"{COMBINED}-look{look}"
+
+
 def job_stage(study: StudySpec, stage: str) -> str:
     """The job a panel's ``stage`` (generate, score) runs in: ``COMBINED`` for both under
     ``fleet.panel_jobs: combined``, else the stage itself."""

@@ -32,7 +32,16 @@ from ..budget.ledger import FORMAT as LEDGER_FORMAT
 from ..budget.ledger import busy_line
 from ..fleet.pool import ACTIVE_S
 from ..layout import Layout
-from ..plan.candidates import candidates, failure_path, job_stage, record_path, score_path, timing_path
+from ..plan.candidates import (
+    COMBINED,
+    candidates,
+    failure_path,
+    job_stage,
+    look_job,
+    record_path,
+    score_path,
+    timing_path,
+)
 from ..plan.config import StudySpec
 
 RATE_WINDOW_S = 600.0
@@ -124,7 +133,7 @@ def _rules(study: StudySpec, stage: str) -> tuple[tuple[str, ...], bool]:
     if study.fleet.allocation == "study":
         return ("fleet_study",), False
     if study.fleet.panel_jobs == "combined":
-        return ("generate_score_panel",), True
+        return ("generate_score_panel", *(("look_panel",) if study.sequential else ())), True
     return (("generate_panel",) if stage == "generate" else ("score_panel",)), True
 
 
@@ -168,6 +177,10 @@ def _beat_dir(study: StudySpec, panel: str, stage: str) -> Path:
         return layout.timed_run_dir(panel) / "heartbeats"
     if study.fleet.allocation == "study":
         return layout.fleet_run_dir / "heartbeats"
+    if study.sequential is not None:  # the look's job that ran last (each look has its own folder)
+        dirs = [layout.run_dir(panel, job) / "heartbeats"
+                for job in (COMBINED, *(look_job(k) for k in range(1, len(study.sequential.looks) + 1)))]
+        return max((d for d in dirs if d.is_dir()), key=lambda d: d.stat().st_mtime, default=dirs[0])
     return layout.run_dir(panel, job_stage(study, stage)) / "heartbeats"
 
 

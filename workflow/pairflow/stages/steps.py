@@ -48,6 +48,7 @@ from ..plan.candidates import (
     COMBINED,
     candidates,
     job_stage,
+    look_job,
     panel_dir,
     record_path,
     score_path,
@@ -334,10 +335,6 @@ def generate_score_panel(study: StudySpec, panel: str, gen_out: Path, score_out:
               grant_from_env(os.environ, study.fleet.site), job)
     note_spans(telemetry_path(Layout(study.scratch), panel, job), COMBINED)
 
-
-def look_job(look: int) -> str:
-    """The run folder and telemetry name of a group-sequential look's panel job."""
-    return f"{COMBINED}-look{look}"
 
 
 def fleet_study(study: StudySpec, outputs: dict[str, tuple[Path, Path]]) -> None:
