@@ -88,6 +88,28 @@ def test_a_look_stops_only_when_every_question_is_decided(tmp_path: Path, tiny_m
     assert "24 of 48 candidates not generated (50%" in looks.sentence(seq)
 
 
+def test_the_stopping_decision_releases_the_study_and_only_for_its_own_design(tmp_path: Path,
+                                                                              tiny_model: Path) -> None:
+    """Once a look's decision says stop, the study (as every later job and `pairflow verify`
+    build it) holds only the released prompts, the rest ``held``; a decision made for other
+    looks or another sheet releases nothing; an unreadable one is refused with the fix."""
+    cfg, study = _study(tmp_path, tiny_model, 12, looks=[0.5, 1], spending="pocock")
+    decision = looks.decide(study, 1, _cells(study, 1, 0.5))
+    path = Layout(study.scratch).look(1)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(decision))
+    stopped = study_from_raw(cfg, tmp_path)
+    assert [len(p.prompts) for p in stopped.panels] == [6] and len(stopped.panels[0].held) == 6
+    assert stopped.panel_digest("p0") == study.panel_digest("p0")
+    other = {**cfg, "sequential": {**cfg["sequential"], "looks": [0.25, 1]}}
+    assert [len(p.prompts) for p in study_from_raw(other, tmp_path).panels] == [12]
+    (tmp_path / "config" / "panels" / "p0.tsv").write_text("prompt_id\tprompt\nz\ta new sheet\n")
+    assert [len(p.prompts) for p in study_from_raw(cfg, tmp_path).panels] == [1]
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"look-1.json cannot be read.*remove it and rerun"):
+        study_from_raw(cfg, tmp_path)
+
+
 @pytest.mark.slow
 def test_a_study_continues_after_look_1_and_stops_at_look_2_of_3(tiny_model: Path, tmp_path: Path) -> None:
     """12 prompts in looks of 3, 6 and 12. A margin of 1 on temporal_flickering (whose
@@ -99,7 +121,7 @@ def test_a_study_continues_after_look_1_and_stops_at_look_2_of_3(tiny_model: Pat
     sheet = project / "config" / "panels" / "t.tsv"
     sheet.write_text("prompt_id\tprompt\n" + "".join(f"a{i}\tscene number {i}\n" for i in range(12)))
     cfg["stats"].update(level=0.9, margins={"temporal_flickering": 1.0})
-    cfg["sequential"] = {"enabled": True, "looks": [0.25, 0.5, 1.0], "spending": "pocock"}
+    cfg["sequential"] = {"enabled": True, "looks": [0.25, 0.5, 1], "spending": "pocock"}
     cfg["timing"] = {"repeats": 1}
     write_config(project, cfg)
     reuse_arms_check(project, cfg)

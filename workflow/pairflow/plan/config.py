@@ -734,8 +734,8 @@ def look_counts(study: StudySpec) -> list[dict[str, int]]:
 def planned_digest(panels: tuple[PanelSpec, ...] | list[PanelSpec], looks: list[float]) -> str:
     """What a look's decision file must match to release prompts: every panel's planned
     prompts and seeds, and the looks' fractions (a changed sheet or design ignores it)."""
-    return digest_obj({"looks": looks, "panels": {p.name: [list(p.seeds), [[q.prompt_id, q.digest] for q in p.planned]]
-                                                  for p in panels}})
+    panel = {p.name: [list(p.seeds), [[q.prompt_id, q.digest] for q in p.planned]] for p in panels}
+    return digest_obj({"looks": [float(f) for f in looks], "panels": panel})
 
 
 def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec],
