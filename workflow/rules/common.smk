@@ -120,24 +120,6 @@ LOGS = str(LAYOUT.logs)
 # calibrate measured it on, the panel jobs' own under profiles/slurm.
 CALIBRATION_KEY = calibration_key(STUDY)
 CALIBRATION = str(LAYOUT.calibration(CALIBRATION_KEY))
-# iso_compute/enabled: the plain arms join the study from study/iso_compute.json, which rule
-# calibrate writes beside its table. Where the table is current but the file was removed,
-# no rule would run to write it again (the table is there) and the plain arms would drop
-# out of the plan, their evidence then read as extra: write it again from the table here.
-if (not (workflow.remote_exec or workflow.subprocess_exec) and STUDY.iso_compute and os.path.exists(CALIBRATION)
-        and not LAYOUT.iso_compute.exists()):
-    if plans_only():
-        logger.warning(f"PairFlow (dry run, nothing written): {LAYOUT.iso_compute} is missing; a run writes it again "
-                       f"from the calibration table {CALIBRATION}")
-    else:
-        try:
-            publish_iso_compute(STUDY, load_table(Path(CALIBRATION)))
-            STUDY = study_from_raw(config, Path.cwd(), source=", ".join(CONFIGFILES))
-        except PairFlowError as e:
-            logger.error(f"error: {e}")
-            sys.exit(3)
-        logger.warning(f"PairFlow: {LAYOUT.iso_compute} was missing; written again from the calibration table "
-                       f"{CALIBRATION}")
 ESTIMATE = str(LAYOUT.estimate)
 # The fan-out waits for the estimate (the budget guard), unless fleet.calibrate is false.
 ESTIMATE_INPUT = [ESTIMATE] if STUDY.fleet.calibrate else []
@@ -262,6 +244,26 @@ if not (workflow.remote_exec or workflow.subprocess_exec) and (ARGS := command_l
     except PairFlowError as e:
         logger.error(f"error: {e}")
         sys.exit(3)
+
+
+# iso_compute/enabled: the plain arms join the study from study/iso_compute.json, which rule
+# calibrate writes beside its table. Where the table is current but the file was removed,
+# no rule would run to write it again (the table is there) and the plain arms would drop
+# out of the plan, their evidence then read as extra: write it again from the table here.
+if (not (workflow.remote_exec or workflow.subprocess_exec) and STUDY.iso_compute and os.path.exists(CALIBRATION)
+        and not LAYOUT.iso_compute.exists()):
+    if plans_only():
+        logger.warning(f"PairFlow (dry run, nothing written): {LAYOUT.iso_compute} is missing; a run writes it again "
+                       f"from the calibration table {CALIBRATION}")
+    else:
+        try:
+            publish_iso_compute(STUDY, load_table(Path(CALIBRATION)))
+            STUDY = study_from_raw(config, Path.cwd(), source=", ".join(CONFIGFILES))
+        except PairFlowError as e:
+            logger.error(f"error: {e}")
+            sys.exit(3)
+        logger.warning(f"PairFlow: {LAYOUT.iso_compute} was missing; written again from the calibration table "
+                       f"{CALIBRATION}")
 
 
 STALE, UNHEALED = {}, []
