@@ -54,6 +54,10 @@ def test_each_look_releases_every_panels_share_in_sheet_order(tmp_path: Path, ti
 def test_looks_are_refused_where_they_cannot_run(tmp_path: Path, tiny_model: Path) -> None:
     with pytest.raises(ConfigError, match=r"sequential/looks.*ending at 1"):
         _study(tmp_path, tiny_model, 8, looks=[0.5, 0.9])
+    with pytest.raises(ConfigError, match=r"first look releases 1 prompt over every panel"):
+        _study(tmp_path, tiny_model, 3, looks=[0.2, 1])
+    with pytest.raises(ConfigError, match=r"looks 0.5 and 0.6 release the same 2 prompts"):
+        _study(tmp_path, tiny_model, 3, looks=[0.5, 0.6, 1])
     with pytest.raises(ConfigError, match=r"sequential/enabled.*fleet/panel_jobs: combined"):
         cfg = small_config(tmp_path, tiny_model, sequential={"enabled": True})
         cfg["fleet"]["panel_jobs"] = "per-stage"
@@ -103,8 +107,9 @@ def test_the_stopping_decision_releases_the_study_and_only_for_its_own_design(tm
     assert stopped.panel_digest("p0") == study.panel_digest("p0")
     other = {**cfg, "sequential": {**cfg["sequential"], "looks": [0.25, 1]}}
     assert [len(p.prompts) for p in study_from_raw(other, tmp_path).panels] == [12]
-    (tmp_path / "config" / "panels" / "p0.tsv").write_text("prompt_id\tprompt\nz\ta new sheet\n")
-    assert [len(p.prompts) for p in study_from_raw(cfg, tmp_path).panels] == [1]
+    (tmp_path / "config" / "panels" / "p0.tsv").write_text("prompt_id\tprompt\n" + "".join(
+        f"z{i}\tanother prompt {i}\n" for i in range(4)))
+    assert [len(p.prompts) for p in study_from_raw(cfg, tmp_path).panels] == [4]
     path.write_text("{not json")
     with pytest.raises(ConfigError, match=r"look-1.json cannot be read.*remove it and rerun"):
         study_from_raw(cfg, tmp_path)

@@ -672,6 +672,7 @@ def study_from_raw(raw: dict[str, Any], root: Path, source: str = "config",
                              read_sheet(sheets[name], name, *relative.get(name, (None, None))))
                    for name, p in raw["panels"].items())
     if raw["sequential"]["enabled"]:
+        _check_looks(panels, raw["sequential"]["looks"], source)
         panels = _release(panels, raw, resolve(raw["storage"]["scratch"]))
     if raw.get("iso_compute", {}).get("enabled"):
         if raw["fleet"].get("calibrate") is False:
@@ -762,6 +763,21 @@ def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec]
                               "decision; remove it and rerun, which decides that look again from its records")
         return dict(data)
     return None
+
+
+def _check_looks(panels: tuple[PanelSpec, ...], looks: list[float], source: str) -> None:
+    """Refuse looks the design cannot test: a first look of fewer than 2 prompts over every
+    panel, or two looks releasing the same prompts (``look_counts``' rounding)."""
+    totals = [sum(max(1, math.ceil(f * len(p.planned) - 1e-9)) for p in panels) for f in looks]
+    if totals[0] < 2:
+        raise ConfigError(f"{source}: key 'sequential/looks' is {looks}: its first look releases {totals[0]} prompt "
+                          "over every panel, and no test decides on fewer than 2; add prompts or start later "
+                          "(e.g. looks: [0.5, 1])")
+    same = [(looks[i], looks[i + 1]) for i in range(len(looks) - 1) if totals[i] == totals[i + 1]]
+    if same:
+        raise ConfigError(f"{source}: key 'sequential/looks' is {looks}: looks {same[0][0]} and {same[0][1]} release "
+                          f"the same {totals[looks.index(same[0][0])]} prompts over every panel (each panel releases "
+                          "ceil(fraction x its prompts)); space the looks further apart or add prompts")
 
 
 def look_stops(path: str | Path) -> bool:
