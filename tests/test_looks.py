@@ -86,9 +86,12 @@ def test_a_look_stops_only_when_every_question_is_decided(tmp_path: Path, tiny_m
     last = looks.decide(study, 2, _cells(study, 2, 0.0))
     assert last["stop"] and last["why"].startswith("the last look")
     seq = looks.section(study.at_look(1), clear, {"total_slot_s": 100.0, "unit": "CPU-worker-hours",
-                                                   "stage_slot_s": {"generate": 60.0, "score": 20.0, "timing": 10.0}})
+                                                   "stage_slot_s": {"generate": 60.0, "score": 20.0, "timing": 10.0}},
+                        {"jobs": 1.0, "work_s": 12.0, "slot_s": 30.0})
     assert seq["candidates"] == {"planned": 48, "generated": 24, "saved": 24}
     assert seq["saved_slot_s"] == pytest.approx(40.0)  # half of generation and scoring (timing samples pairs)
+    assert seq["measured"]["work_s_per_candidate"] == pytest.approx(0.5)  # 12 s of work for 24 candidates
+    assert seq["measured"]["saved_work_s"] == pytest.approx(12.0)
     assert "24 of 48 candidates not generated (50%" in looks.sentence(seq)
 
 
@@ -141,6 +144,7 @@ def test_a_study_continues_after_look_1_and_stops_at_look_2_of_3(tiny_model: Pat
     seq = stats["sequential"]
     assert (seq["look"], seq["prompts"], seq["max_prompts"]) == (2, 6, 12)
     assert seq["candidates"] == {"planned": 24, "generated": 12, "saved": 12}
+    assert seq["measured"]["jobs"] == 2 and seq["measured"]["saved_work_s"] > 0  # the two looks' jobs' telemetry
     assert stats["comparisons"][0]["n_prompts"] == 6
     table = layout.study_table().read_text()
     assert "## Group-sequential looks" in table and "Stopped at look 2 (6 prompts; t 6)" in table

@@ -172,11 +172,15 @@ def _outcome(o: groupseq.Outcome) -> dict[str, Any]:
                        "estimate": k.estimate, "decision": k.decision} for k in o.looks]}
 
 
-def section(study: StudySpec, stop: Mapping[str, Any], estimate: Mapping[str, Any] | None) -> dict[str, Any]:
+def section(study: StudySpec, stop: Mapping[str, Any], estimate: Mapping[str, Any] | None,
+            measured: Mapping[str, float] | None = None) -> dict[str, Any]:
     """stats.json's ``sequential``: the stopping look's decision, and what stopping there
-    saved against the fixed design of every planned prompt: candidates not generated, and
-    the calibration estimate's slot-seconds for them (generation and scoring, pro rata;
-    the timed pass too where it times every pair), None without a calibration."""
+    saved against the fixed design of every planned prompt: candidates not generated; the
+    calibration estimate's slot-seconds for them (generation and scoring, pro rata; the
+    timed pass too where it times every pair), None without a calibration; and, from the
+    look jobs' own telemetry (``measured``: their summed ``work_s`` and ``slot_s``), the
+    work seconds those candidates would have taken at the measured work per candidate:
+    work only, no start-up or idle slot time, so the lower figure a sceptic would quote."""
     planned = sum(len(p.planned) * len(p.seeds) for p in study.panels)
     run = sum(len(p.prompts) * len(p.seeds) for p in study.panels)
     arms = len(study.arms)
@@ -196,6 +200,10 @@ def section(study: StudySpec, stop: Mapping[str, Any], estimate: Mapping[str, An
                         "1989): valid however the stop was chosen; the table's fixed-sample intervals are not",
             "candidates": {"planned": planned * arms, "generated": run * arms, "saved": (planned - run) * arms},
             "saved_share": share, "saved_slot_s": saved_s, "fixed_slot_s": fixed_s, "unit": unit,
+            "measured": None if not measured or run <= 0 else {
+                **{k: float(v) for k, v in measured.items()},
+                "work_s_per_candidate": float(measured["work_s"]) / (run * arms),
+                "saved_work_s": float(measured["work_s"]) / (run * arms) * (planned - run) * arms},
             "saved_from": "the calibration estimate (study/estimate.json), pro rata to candidates not generated"
             if estimate is not None else "no calibration (fleet/calibrate: false): candidates only"}
 

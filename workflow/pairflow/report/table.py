@@ -438,7 +438,12 @@ def looks_lines(stats: Mapping[str, Any]) -> list[str]:
             f"Stopped at look {seq['look']} ({seq['prompts']} prompts; "
             + ", ".join(f"{p} {n}" for p, n in sorted(seq["released"].items())) + f"): {seq['why']}",
             f"Saved against the fixed design: {c['saved']} of {c['planned']} candidates "
-            f"({100 * seq['saved_share']:.0f}%), {saved} ({seq['saved_from']})"]
+            f"({100 * seq['saved_share']:.0f}%), {saved} ({seq['saved_from']})"
+            + ("" if not seq.get("measured") or not c["saved"] else
+               f"; at the look jobs' measured work per candidate ({seq['measured']['work_s_per_candidate']:.3g} s: "
+               f"{seq['measured']['work_s']:.3g} s of work in {seq['measured']['slot_s']:.3g} slot-s held by "
+               f"{int(seq['measured']['jobs'])} job(s)), about {looks.hours(seq['measured']['saved_work_s'])} of work, "
+               "start-up and idle not counted")]
 
 
 # --- iso-compute controls (analysis.isocompute; stats.json's iso_compute) ---------------------------

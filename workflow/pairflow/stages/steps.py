@@ -245,8 +245,14 @@ def sequential_section(study: StudySpec) -> dict[str, Any] | None:
     if stop is None:
         raise IntegrityError(f"{Layout(study.scratch).looks}: no look's decision says the study stopped; rerun the "
                              "workflow, which decides the looks")
-    est = Layout(study.scratch).estimate
-    return looks.section(study, stop, json.loads(est.read_text()) if study.fleet.calibrate and est.is_file() else None)
+    layout = Layout(study.scratch)
+    est = layout.estimate
+    jobs = [json.loads(t.read_text())["job"] for p in study.panels for k in range(1, int(stop["look"]) + 1)
+            if (t := telemetry_path(layout, p.name, look_job(k))).is_file()]
+    measured = ({"jobs": float(len(jobs)), "work_s": sum(float(j.get("work_s") or 0.0) for j in jobs),
+                 "slot_s": sum(float(j.get("slot_s") or 0.0) for j in jobs)} if jobs else None)
+    return looks.section(study, stop, json.loads(est.read_text()) if study.fleet.calibrate and est.is_file() else None,
+                         measured)
 
 
 def iso_derivation(study: StudySpec) -> dict[str, Any] | None:
