@@ -95,6 +95,23 @@ def test_a_look_stops_only_when_every_question_is_decided(tmp_path: Path, tiny_m
     assert "24 of 48 candidates not generated (50%" in looks.sentence(seq)
 
 
+def test_a_question_the_static_filter_cut_holds_the_study_open_and_keeps_its_alpha(tmp_path: Path,
+                                                                                   tiny_model: Path) -> None:
+    """A question missing a released prompt is not monitored: no stop before the last look,
+    and the monitored ones share only their part of alpha (here half of it: 2 questions)."""
+    _, study = _study(tmp_path, tiny_model, 12, looks=[0.5, 1], spending="pocock", multiplicity="bonferroni")
+    cells = _cells(study, 1, 0.5)
+    (key, (q, values)), = cells.items()
+    cut = {k: v for k, v in values.items() if k[0] != "p0/q0"}
+    both = {**cells, ("pab", "cut"): (q, cut)}
+    got = looks.decide(study, 1, both)
+    assert not got["stop"] and got["why"] == "1 of 2 question(s) undecided"
+    rows = {r["metric"]: r for r in got["questions"]}
+    assert rows["cut"]["monitored"] is False and "1 of the 6 released prompts have no value" in rows["cut"]["note"]
+    assert rows[key[1]]["decided"] and rows[key[1]]["alpha_share"] == pytest.approx(0.05 / 2)
+    assert looks.decide(study, 2, {**_cells(study, 2, 0.5), ("pab", "cut"): (q, cut)})["stop"]  # the last look
+
+
 def test_the_stopping_decision_releases_the_study_and_only_for_its_own_design(tmp_path: Path,
                                                                               tiny_model: Path) -> None:
     """Once a look's decision says stop, the study (as every later job and `pairflow verify`

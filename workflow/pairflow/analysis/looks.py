@@ -2,7 +2,7 @@
 prompts, the pre-registered questions, the decision at each look, and what a stop saved.
 ``spending`` gives the boundaries and ``groupseq`` decides with them; this module binds
 them to a study. Pure functions over records and the config; the look jobs and the
-checkpoint that calls them are ``stages.looks``.
+checkpoint call them through ``stages.steps`` (``look_panel``, ``decide_look``).
 
 Release: look k releases each panel's first ``ceil(f_k * planned)`` prompts of its sheet
 (the sheet's order is the pre-registered release order; ``plan.config.look_counts``). The
@@ -122,8 +122,10 @@ def decide(study: StudySpec, look: int, cells: Mapping[tuple[str, str], tuple[Qu
     """Look ``look``'s decision file (``Layout.look``) from ``cells``: (arm, metric) to its
     question and per-pair values (``analysis.stats.question_values`` over the prompts
     released by this look). Every question of ``questions`` must have a cell (a cell
-    missing means its records are: ``stages.looks`` refuses before). Stops when every
-    monitored question is decided, or at the last look."""
+    missing means its records are: ``stages.steps.decide_look`` refuses before). Stops
+    when every monitored question is decided, or at the last look. Where some question is
+    not monitored, the monitored ones share only their part of alpha (m'/m of it), so the
+    family's error rate still counts every question."""
     seq = study.sequential
     if seq is None:
         raise ConfigError("the study declares no sequential looks (sequential/enabled is false)")
@@ -140,7 +142,9 @@ def decide(study: StudySpec, look: int, cells: Mapping[tuple[str, str], tuple[Qu
                                 "read at the planned maximum")
             continue
         arrays[qid], nulls[qid], signs[qid] = x, q.null, q.sign
-    outcomes, stopped = groupseq.monitor_questions(arrays, nulls, d, signs, study.stats.seed, seq.multiplicity) \
+    part = d if not unmonitored else Design(d.fractions, d.max_prompts, d.alpha * len(arrays) / len(cells),
+                                            d.spending, d.sides, d.gamma)
+    outcomes, stopped = groupseq.monitor_questions(arrays, nulls, part, signs, study.stats.seed, seq.multiplicity) \
         if arrays else ({}, False)
     last = look == len(d.looks)
     stop = last or (bool(arrays) and stopped and not unmonitored)

@@ -720,7 +720,7 @@ class SequentialSpec:
 
 
 LOOK_FORMAT = "pairflow-look/1"
-"""The format of a look's decision file (``Layout.look``; ``stages.looks``)."""
+"""The format of a look's decision file (``Layout.look``; ``stages.steps.decide_look``)."""
 
 
 def look_counts(study: StudySpec) -> list[dict[str, int]]:
