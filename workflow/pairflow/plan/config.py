@@ -729,7 +729,12 @@ def look_counts(study: StudySpec) -> list[dict[str, int]]:
     seq = study.sequential
     if seq is None:
         return [{p.name: len(p.planned) for p in study.panels}]
-    return [{p.name: max(1, math.ceil(f * len(p.planned) - 1e-9)) for p in study.panels} for f in seq.looks]
+    return [{p.name: _released(f, len(p.planned)) for p in study.panels} for f in seq.looks]
+
+
+def _released(fraction: float, planned: int) -> int:
+    """A panel's prompts released at ``fraction``: ``ceil(fraction * planned)``, at least 1."""
+    return max(1, math.ceil(fraction * planned - 1e-9))
 
 
 def planned_digest(panels: tuple[PanelSpec, ...] | list[PanelSpec], looks: list[float]) -> str:
@@ -750,17 +755,15 @@ def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec]
         return None
     want = planned_digest(panels, looks)
     for path in sorted(looks_dir.glob("look-*.json"), key=lambda q: (len(q.name), q.name)):
+        data = _read_decision(path)
+        if data.get("format") != LOOK_FORMAT or data.get("planned") != want or not data.get("stop"):
+            continue
         try:
-            data = json.loads(path.read_text())
-            if data.get("format") != LOOK_FORMAT or data.get("planned") != want or not data.get("stop"):
-                continue
             bad = [v for v in data["released"].values() if int(v) < 1]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ConfigError(f"{path} cannot be read ({e}): it is rule look's decision; remove it and rerun, which "
-                              "decides that look again from its records") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path} cannot be read ({e}): {_REDECIDE}") from None
         if bad:
-            raise ConfigError(f"{path} releases {data['released']}: counts must be positive; it is rule look's "
-                              "decision; remove it and rerun, which decides that look again from its records")
+            raise ConfigError(f"{path} releases {data['released']}: counts must be positive; {_REDECIDE}")
         return dict(data)
     return None
 
@@ -768,7 +771,7 @@ def stop_decision(scratch: Path, panels: tuple[PanelSpec, ...] | list[PanelSpec]
 def _check_looks(panels: tuple[PanelSpec, ...], looks: list[float], source: str) -> None:
     """Refuse looks the design cannot test: a first look of fewer than 2 prompts over every
     panel, or two looks releasing the same prompts (``look_counts``' rounding)."""
-    totals = [sum(max(1, math.ceil(f * len(p.planned) - 1e-9)) for p in panels) for f in looks]
+    totals = [sum(_released(f, len(p.planned)) for p in panels) for f in looks]
     if totals[0] < 2:
         raise ConfigError(f"{source}: key 'sequential/looks' is {looks}: its first look releases {totals[0]} prompt "
                           "over every panel, and no test decides on fewer than 2; add prompts or start later "
@@ -780,13 +783,26 @@ def _check_looks(panels: tuple[PanelSpec, ...], looks: list[float], source: str)
                           "ceil(fraction x its prompts)); space the looks further apart or add prompts")
 
 
+_REDECIDE = "it is rule look's decision; remove it and rerun, which decides that look again from its records"
+
+
+def _read_decision(path: Path) -> dict[str, Any]:
+    """A look's decision file as a JSON object; ConfigError naming the file and the fix."""
+    try:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        return data
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"{path} cannot be read ({e}): {_REDECIDE}") from None
+
+
 def look_stops(path: str | Path) -> bool:
     """Whether a look's decision file says the study stops there."""
-    try:
-        return bool(json.loads(Path(path).read_text())["stop"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{path} cannot be read ({e}): it is rule look's decision; remove it and rerun, which "
-                          "decides that look again from its records") from None
+    data = _read_decision(Path(path))
+    if "stop" not in data:
+        raise ConfigError(f"{path} cannot be read (no key 'stop'): {_REDECIDE}")
+    return bool(data["stop"])
 
 
 def _release(panels: tuple[PanelSpec, ...], raw: dict[str, Any], scratch: Path) -> tuple[PanelSpec, ...]:
