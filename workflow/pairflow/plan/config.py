@@ -790,11 +790,11 @@ def _read_decision(path: Path) -> dict[str, Any]:
     """A look's decision file as a JSON object; ConfigError naming the file and the fix."""
     try:
         data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict):
-            raise TypeError(f"a JSON {type(data).__name__}, not an object")
-        return data
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError) as e:
         raise ConfigError(f"{path} cannot be read ({e}): {_REDECIDE}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} cannot be read (a JSON {type(data).__name__}, not an object): {_REDECIDE}")
+    return data
 
 
 def look_stops(path: str | Path) -> bool:
