@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +62,20 @@ PLAYING_JS = """() => [...document.querySelectorAll('video')].every(v => v.ready
 def gallery_pairs(frame: Any, play_s: float = 0.0) -> list[dict[str, Any]]:
     """The gallery's pairs as a reader sees them (``GALLERY_JS``) in ``frame`` (a
     playwright page or frame showing gallery.html), once every image has loaded; with
-    ``play_s``, after waiting up to that long for every video to play (``PLAYING_JS``;
-    on a timeout the pairs are read as they stand, for the caller to judge)."""
+    ``play_s``, read at an instant when every video plays (``PLAYING_JS``), tried for up to
+    that long (after that the pairs are read as they stand, for the caller to judge).
+
+    The check and the read are one evaluation: a looping clip seeks back to its start at
+    each loop, and for that moment its time is 0 and its readyState may drop below 2, so a
+    read taken apart from the check could catch a playing clip mid-seek."""
     frame.wait_for_function("() => [...document.images].every(i => i.complete)")
-    if play_s:
-        try:
-            frame.wait_for_function(PLAYING_JS, timeout=play_s * 1000)
-        except Exception:  # playwright's TimeoutError: the caller's asserts say which video did not play
-            pass
-    return list(frame.evaluate(GALLERY_JS))
+    snapshot = f"() => ({{playing: ({PLAYING_JS})(), pairs: ({GALLERY_JS})()}})"
+    deadline = time.monotonic() + play_s
+    while True:
+        seen = frame.evaluate(snapshot)
+        if not play_s or seen["playing"] or time.monotonic() > deadline:
+            return list(seen["pairs"])
+        frame.wait_for_timeout(100)
 
 
 def inspect(report: Path, out: Path) -> dict[str, Any]:
@@ -98,7 +104,7 @@ def inspect(report: Path, out: Path) -> dict[str, Any]:
         _open_result(page, uri, "Gallery", "gallery.html")
         frame = next((f for f in page.frames if "filename=gallery.html" in f.url), None)
         if frame is not None:
-            found["gallery"] = gallery_pairs(frame, play_s=15)
+            found["gallery"] = gallery_pairs(frame, play_s=30)
         page.screenshot(path=str(out / "gallery.png"))
         for name in ("forest.png", "latency.png", "per_prompt.png", "scatter.png"):
             _open_result(page, uri, "Plots", name)
