@@ -20,6 +20,25 @@ from pairflow.plan.config import EncoderSpec, study_from_raw
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heaviest test files first, each file's tests in their own order: with ``--dist
+    loadfile`` and ``--no-loadscope-reorder`` (pyproject.toml) xdist hands files out in this
+    order, so two workers finish close together (longest-first scheduling). The weights are
+    one CI run's seconds per file (tests/data/file_seconds.json; refresh from a run's
+    ``--junitxml`` when files change much). A file not listed goes first, as if heaviest:
+    a light file run early costs nothing, a heavy one run last costs its whole length."""
+    seconds = json.loads((ROOT / "tests" / "data" / "file_seconds.json").read_text())
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], i)
+
+    def weight(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return -seconds.get(path, float("inf")), first_seen[path]
+
+    items.sort(key=weight)  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Processes the tests start (Snakemake, Parsl workers, ffmpeg) put their temporary
