@@ -18,7 +18,7 @@ from conftest import copy_project, reuse_arms_check, run_snakemake, small_config
 from pairflow.analysis import looks
 from pairflow.errors import ConfigError
 from pairflow.layout import Layout
-from pairflow.plan.config import look_counts, study_from_raw
+from pairflow.plan.config import LOOK_FORMAT, look_counts, look_stops, planned_digest, stop_decision, study_from_raw
 
 PAIRFLOW = str(Path(sys.executable).with_name("pairflow"))
 
@@ -136,6 +136,33 @@ def test_the_stopping_decision_releases_the_study_and_only_for_its_own_design(tm
 
 
 @pytest.mark.slow
+def test_an_unreadable_decision_file_is_named_with_its_fix(tmp_path: Path, tiny_model: Path) -> None:
+    """A look's decision file that is not JSON, not a JSON object, lacks 'stop', or (when it
+    is the study's own stopping decision) releases no prompts: a ConfigError naming the
+    file, what is wrong and the fix, from the input function (look_stops) and from planning
+    (stop_decision) alike (the unparsable case through study_from_raw is in the test above)."""
+    cfg, study = _study(tmp_path, tiny_model, 8, looks=[0.5, 1])
+    path = Layout(study.scratch).look(1)
+    path.parent.mkdir(parents=True)
+    fix = "remove it and rerun"
+    for text, why in (("{not json", "Expecting property name"), ("[1, 2]", "a JSON list, not an object")):
+        path.write_text(text)
+        for read in (lambda: look_stops(path), lambda: stop_decision(study.scratch, study.panels, [0.5, 1])):
+            with pytest.raises(ConfigError, match="look-1.json cannot be read") as e:
+                read()
+            assert why in str(e.value) and fix in str(e.value)
+    path.write_text(json.dumps({"format": LOOK_FORMAT}))
+    with pytest.raises(ConfigError, match=r"look-1.json cannot be read \(no key 'stop'\).*" + fix):
+        look_stops(path)
+    own = {"format": LOOK_FORMAT, "planned": planned_digest(study.panels, [0.5, 1]), "stop": True}
+    path.write_text(json.dumps({**own, "released": {"p0": 0}}))
+    with pytest.raises(ConfigError, match=r"look-1.json releases \{'p0': 0\}: counts must be positive.*" + fix):
+        stop_decision(study.scratch, study.panels, [0.5, 1])
+    path.write_text(json.dumps({**own, "released": ["p0"]}))
+    with pytest.raises(ConfigError, match="look-1.json cannot be read .*" + fix):
+        stop_decision(study.scratch, study.panels, [0.5, 1])
+
+
 def test_a_study_continues_after_look_1_and_stops_at_look_2_of_3(tiny_model: Path, tmp_path: Path) -> None:
     """12 prompts in looks of 3, 6 and 12. A margin of 1 on temporal_flickering (whose
     differences lie within it) is decided as soon as the sign-flip test can: not at 3

@@ -786,7 +786,7 @@ def _check_looks(panels: tuple[PanelSpec, ...], looks: list[float], source: str)
 _REDECIDE = "it is rule look's decision; remove it and rerun, which decides that look again from its records"
 
 
-def _read_decision(path: Path) -> dict[str, Any]:
+def _read_decision(path: str | Path) -> dict[str, Any]:
     """A look's decision file as a JSON object; ConfigError naming the file and the fix."""
     try:
         data = json.loads(Path(path).read_text())
@@ -799,7 +799,7 @@ def _read_decision(path: Path) -> dict[str, Any]:
 
 def look_stops(path: str | Path) -> bool:
     """Whether a look's decision file says the study stops there."""
-    data = _read_decision(Path(path))
+    data = _read_decision(path)
     if "stop" not in data:
         raise ConfigError(f"{path} cannot be read (no key 'stop'): {_REDECIDE}")
     return bool(data["stop"])
